@@ -1,0 +1,146 @@
+/* trainscope probe: the C ABI that training processes call.
+ *
+ * A probe instance stands for one rank. Most processes use the default instance, created
+ * from the environment (TRAINSCOPE_AGENT, TRAINSCOPE_JOB / SLURM_JOB_ID / TORCHELASTIC_RUN_ID,
+ * RANK, WORLD_SIZE, LOCAL_RANK); a simulator may create many instances in one process.
+ *
+ * Threads: every record call (ts_step_*, ts_range_*, ts_op, ts_collective*) may be called
+ * from any thread and is wait-free there: a clock read and a store into that thread's ring
+ * for that instance. No locks, no allocation, no syscalls, except the very first record a
+ * thread makes for an instance, which registers the thread's ring. ts_probe_create,
+ * ts_probe_destroy and ts_intern may lock and allocate; call them outside the hot loop.
+ *
+ * Errors: no function here throws, aborts or blocks training. A probe that cannot reach its
+ * agent keeps a bounded backlog and reconnects; a full ring drops the record and counts it.
+ * Every time argument is nanoseconds since the Unix epoch (CLOCK_REALTIME); 0 means "now".
+ */
+#ifndef TRAINSCOPE_PROBE_H
+#define TRAINSCOPE_PROBE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TS_PROBE_VERSION "0.1.0"
+
+typedef struct ts_probe ts_probe;
+
+/* An interned name (operator, range, process group). 0 is "no name". */
+typedef uint32_t ts_name;
+
+/* What a range's time counts as in the step report. */
+enum ts_range_kind {
+  TS_RANGE_OTHER = 0,   /* user range: shown in traces, not counted as compute or data */
+  TS_RANGE_COMPUTE = 1, /* forward, backward, optimizer: counted as compute */
+  TS_RANGE_DATA = 2     /* data loading: counted as data wait */
+};
+
+/* Collective ops; the numbers match trainscope.wire.CollectiveOp. */
+enum ts_collective_op {
+  TS_COLL_UNKNOWN = 0,
+  TS_COLL_ALL_REDUCE = 1,
+  TS_COLL_ALL_GATHER = 2,
+  TS_COLL_REDUCE_SCATTER = 3,
+  TS_COLL_ALL_TO_ALL = 4,
+  TS_COLL_BROADCAST = 5,
+  TS_COLL_REDUCE = 6,
+  TS_COLL_SEND = 7,
+  TS_COLL_RECV = 8,
+  TS_COLL_BARRIER = 9
+};
+
+typedef struct ts_probe_config {
+  const char* agent_endpoint; /* NULL: $TRAINSCOPE_AGENT, else ipc:///tmp/trainscope-agent.sock */
+  const char* job;            /* NULL: $TRAINSCOPE_JOB, $SLURM_JOB_ID, $TORCHELASTIC_RUN_ID,
+                                 else generated from host, pid and time */
+  int32_t rank;               /* <0: $RANK, else 0 */
+  int32_t world_size;         /* <=0: $WORLD_SIZE, else 1 */
+  int32_t local_rank;         /* <0: $LOCAL_RANK, else rank */
+  const char* host;           /* NULL: gethostname() */
+  uint32_t pid;               /* 0: getpid() */
+  uint32_t flight_steps;      /* 0: 8 steps of full records kept for captures */
+  uint64_t flight_max_bytes;  /* 0: 64 MiB bound on the flight recorder */
+  uint32_t ring_records;      /* 0: 16384 records per thread ring (power of two) */
+  uint32_t backlog_reports;   /* 0: 4096 step reports kept while the agent is away */
+  uint32_t top_ops;           /* 0: 32 operators per step report */
+  uint32_t connect_agent;     /* 0: connect to the agent; 1: fold only (benchmarks, tests) */
+} ts_probe_config;
+
+typedef struct ts_probe_stats {
+  uint64_t records;          /* records taken from rings */
+  uint64_t dropped;          /* records dropped because a ring was full */
+  uint64_t steps_folded;     /* step reports built */
+  uint64_t reports_sent;     /* step reports handed to the transport (first sends) */
+  uint64_t reports_acked;    /* step reports the agent confirmed */
+  uint64_t backlog;          /* step reports waiting for an ack now */
+  uint64_t backlog_dropped;  /* step reports dropped from a full backlog */
+  uint64_t unattributed;     /* records outside any step */
+  uint64_t flight_bytes;     /* bytes the flight recorder holds now */
+  uint64_t flight_steps;     /* steps the flight recorder holds now */
+  uint32_t connected;        /* 1 when the agent acknowledged recently */
+} ts_probe_stats;
+
+/* Fills `config` with the defaults above (all "from the environment"). */
+void ts_config_init(ts_probe_config* config);
+
+/* Creates an instance. Returns NULL only when the configuration is invalid; the reason is
+ * logged and available from ts_last_error(). */
+ts_probe* ts_probe_create(const ts_probe_config* config);
+
+/* Folds what is left, sends a goodbye, waits up to `timeout_ms` for the agent's ack, and
+ * frees the instance. Record calls on it afterwards are undefined. */
+void ts_probe_destroy(ts_probe* probe, int32_t timeout_ms);
+
+/* The process's default instance, created from the environment on first use. Never NULL.
+ * ts_init creates it with an explicit config; it returns 0, or -1 if it already existed or
+ * the config is invalid. */
+ts_probe* ts_default(void);
+int32_t ts_init(const ts_probe_config* config);
+/* Destroys the default instance (also done at exit). */
+void ts_shutdown(int32_t timeout_ms);
+
+/* Interns a name for record calls. Thread-safe; the same string gives the same id. */
+ts_name ts_intern(const char* name);
+/* The string of an interned name, or "" for an unknown id. */
+const char* ts_name_str(ts_name name);
+
+/* The clock every record uses, in ns since the epoch. */
+int64_t ts_now_ns(void);
+
+/* Steps. A step is [begin, end]; records whose start falls inside it belong to it. */
+void ts_step_begin(ts_probe* probe, int64_t step, int64_t t_ns);
+void ts_step_end(ts_probe* probe, int64_t step, int64_t t_ns);
+
+/* Nested ranges on the calling thread (push/pop pair on the same thread). */
+void ts_range_push(ts_probe* probe, ts_name name, uint32_t kind, int64_t t_ns);
+void ts_range_pop(ts_probe* probe, int64_t t_ns);
+/* A complete range with both ends known. */
+void ts_range(ts_probe* probe, ts_name name, uint32_t kind, int64_t start_ns, int64_t end_ns);
+
+/* One operator (kernel) execution. */
+void ts_op(ts_probe* probe, ts_name name, int64_t start_ns, int64_t duration_ns);
+
+/* One collective: the time this rank arrived and the time it completed. */
+void ts_collective(ts_probe* probe, uint32_t op, ts_name group, uint64_t bytes,
+                   int64_t arrive_ns, int64_t complete_ns);
+/* The same as a begin/end pair on one thread (end closes the latest open begin). */
+void ts_collective_begin(ts_probe* probe, uint32_t op, ts_name group, uint64_t bytes,
+                         int64_t t_ns);
+void ts_collective_end(ts_probe* probe, int64_t t_ns);
+
+/* Waits up to `timeout_ms` until every step ended so far is folded and acknowledged by the
+ * agent. Returns 0 when all are acknowledged, 1 on time-out. Not for the training loop. */
+int32_t ts_probe_flush(ts_probe* probe, int32_t timeout_ms);
+
+void ts_probe_get_stats(ts_probe* probe, ts_probe_stats* out);
+
+/* The last configuration error on this thread, or "". */
+const char* ts_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TRAINSCOPE_PROBE_H */

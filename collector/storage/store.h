@@ -1,0 +1,170 @@
+// The collector's storage interface: what ingest writes and what the API reads. SQLite is the
+// engine today (sqlite_store.h); a distributed engine can take its place behind this seam.
+// Every method is safe to call from any thread; writes are serialized inside the store.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "schema/trainscope.pb.h"
+
+namespace trainscope::storage {
+
+// What one agent told us about itself, from its hello and heartbeats.
+struct NodeUpdate {
+  std::string node;
+  std::string host;
+  std::string agentVersion;
+  uint32_t pid = 0;
+  int64_t seenNs = 0;        // collector clock
+  int64_t offsetNs = 0;      // collector clock - agent clock
+  int64_t rttNs = 0;
+  uint64_t spoolBytes = 0;
+  uint64_t spoolDropped = 0;
+  uint32_t ranks = 0;
+  bool hasClock = false;     // offsetNs/rttNs/spool fields are valid (from a heartbeat)
+};
+
+// One transaction's worth of ingested data. Keys are idempotent: a step report for a
+// (job, rank, step) already stored is ignored, so replays never duplicate rows.
+struct WriteBatch {
+  std::vector<wire::StepReport> steps;
+  std::vector<wire::RankInfo> ranks;       // registrations (node filled in by the agent)
+  std::vector<wire::RankGoodbye> goodbyes;
+  std::vector<wire::HostSample> hosts;
+  std::vector<NodeUpdate> nodes;
+  int64_t receivedNs = 0;                  // collector clock when the batch arrived
+  bool empty() const {
+    return steps.empty() && ranks.empty() && goodbyes.empty() && hosts.empty() && nodes.empty();
+  }
+};
+
+struct JobRow {
+  std::string job;
+  uint32_t worldSize = 0;
+  uint32_t ranksSeen = 0;
+  int64_t firstSeenNs = 0;
+  int64_t lastSeenNs = 0;     // last time any rank of it reported (collector clock)
+  int64_t latestStep = -1;    // highest step any rank reported
+  uint64_t stepRows = 0;
+  uint32_t ranksEnded = 0;    // ranks that said goodbye
+};
+
+struct RankRow {
+  std::string job;
+  uint32_t rank = 0;
+  uint32_t worldSize = 0;
+  uint32_t localRank = 0;
+  std::string host;
+  std::string node;
+  uint32_t pid = 0;
+  std::string probeVersion;
+  int64_t firstSeenNs = 0;
+  int64_t lastSeenNs = 0;
+  int64_t latestStep = -1;
+  bool ended = false;         // said goodbye
+  int64_t endedStep = -1;
+};
+
+struct StepRow {
+  std::string job;
+  uint32_t rank = 0;
+  int64_t step = 0;
+  int64_t startNs = 0;
+  int64_t endNs = 0;
+  int64_t durationNs = 0;
+  int64_t computeNs = 0;
+  int64_t commNs = 0;
+  int64_t exposedCommNs = 0;
+  int64_t dataNs = 0;
+  uint64_t records = 0;
+  uint64_t dropped = 0;
+  // Per-operator and per-collective totals, filled only when a query asks for detail.
+  std::vector<wire::OpTotal> ops;
+  std::vector<wire::CollectiveTotal> collectives;
+};
+
+struct StepQuery {
+  std::string job;
+  std::optional<uint32_t> rank;
+  std::optional<int64_t> fromStep;   // inclusive
+  std::optional<int64_t> toStep;     // inclusive
+  size_t limit = 1000;               // rows at most, ordered by (step, rank)
+  bool detail = false;               // fill ops and collectives
+};
+
+// One step across the ranks that reported it.
+struct StepSummaryRow {
+  int64_t step = 0;
+  uint32_t ranks = 0;
+  int64_t minNs = 0;
+  int64_t medianNs = 0;
+  int64_t maxNs = 0;
+  uint32_t slowestRank = 0;
+};
+
+struct SummaryQuery {
+  std::string job;
+  std::optional<int64_t> fromStep;
+  std::optional<int64_t> toStep;
+  size_t limit = 1000;   // steps at most, ordered by step
+};
+
+struct NodeRow {
+  std::string node;
+  std::string host;
+  std::string agentVersion;
+  uint32_t pid = 0;
+  int64_t firstSeenNs = 0;
+  int64_t lastSeenNs = 0;
+  int64_t offsetNs = 0;
+  int64_t rttNs = 0;
+  uint64_t spoolBytes = 0;
+  uint64_t spoolDropped = 0;
+  uint32_t ranks = 0;
+  std::optional<wire::HostSample> latestHost;
+};
+
+struct StoreStats {
+  uint64_t stepRows = 0;
+  uint64_t duplicateSteps = 0;   // step reports ignored because the key was stored already
+  uint64_t transactions = 0;
+  uint64_t bytesOnDisk = 0;      // database and WAL
+};
+
+class Store {
+public:
+  virtual ~Store() = default;
+
+  // Writes everything in one transaction. On failure nothing of the batch is stored.
+  virtual Status write(const WriteBatch& batch) = 0;
+
+  virtual Result<std::vector<JobRow>> jobs() = 0;
+  // Empty result (not an error) for an unknown job; callers check jobExists first.
+  virtual Result<bool> jobExists(const std::string& job) = 0;
+  virtual Result<std::vector<RankRow>> ranks(const std::string& job) = 0;
+  virtual Result<std::vector<StepRow>> steps(const StepQuery& query) = 0;
+  virtual Result<std::vector<StepSummaryRow>> summary(const SummaryQuery& query) = 0;
+  virtual Result<std::vector<NodeRow>> nodes() = 0;
+
+  // Deletes step rows and host samples older than the retention horizon. Returns rows deleted.
+  virtual Result<uint64_t> applyRetention(int64_t nowNs) = 0;
+
+  virtual StoreStats stats() = 0;
+};
+
+struct SqliteOptions {
+  std::string path;                      // database file; ":memory:" for tests
+  int64_t retentionNs = 7LL * 24 * 3600 * 1'000'000'000;  // keep a week; 0 keeps everything
+  bool synchronousFull = false;          // FULL survives power loss; NORMAL (default) survives
+                                         // process crashes, which is what WAL needs here
+};
+
+// Opens (creating and migrating as needed) a SQLite store. Defined in sqlite_store.cpp.
+Result<std::unique_ptr<Store>> openSqliteStore(const SqliteOptions& options);
+
+}  // namespace trainscope::storage

@@ -1,0 +1,42 @@
+// Encoding and decoding of wire frames: one serialized Envelope per ZeroMQ message part.
+// Pure functions, safe from any thread. Every hop uses these so that the version check and
+// the size limit are the same everywhere.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "schema/trainscope.pb.h"
+
+namespace trainscope::wire {
+
+// Bumped when a change to trainscope.proto is not backward compatible.
+inline constexpr uint32_t kSchemaVersion = 1;
+
+// The largest frame any hop accepts. A step report is a few KiB; a file chunk is at most
+// kMaxChunkBytes; batches are cut well below this.
+inline constexpr size_t kMaxFrameBytes = 8u << 20;
+inline constexpr size_t kMaxChunkBytes = 1u << 20;
+
+// Serializes `env` after stamping the current schema version into it.
+std::string encode(Envelope& env);
+
+// Parses and checks one frame: size limit, protobuf well-formedness, schema version and
+// that a body is set. On failure the message starts with a short reason token
+// ("oversized", "malformed", "version", "empty") followed by ": " and details, so
+// receivers can count rejects by reason.
+Result<Envelope> decode(const void* data, size_t size);
+
+// The reason token of a decode failure message ("malformed: ..." -> "malformed").
+std::string rejectReason(const std::string& decodeMessage);
+
+// An ErrorReply envelope telling a peer why its frame was rejected.
+Envelope errorReply(const std::string& reason, const std::string& detail);
+
+// Human name of an op for the API and traces ("all_reduce"); parse accepts the same names.
+const char* collectiveOpName(CollectiveOp op);
+bool parseCollectiveOp(const std::string& name, CollectiveOp* out);
+
+}  // namespace trainscope::wire
