@@ -1,0 +1,43 @@
+// The collector's HTTP server (Boost.Beast): the JSON API under /api/v1/, /healthz, and later
+// /metrics, the WebSocket and the dashboard's static files. It owns its I/O thread; start()
+// and stop() are called from the thread that owns the collector. Handlers read the Store,
+// which is safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "collector/storage/store.h"
+
+namespace trainscope::http {
+
+struct HttpOptions {
+  std::string address = "127.0.0.1";  // bind address; only loopback unless told otherwise
+  uint16_t port = 7600;               // 0 picks a free port (see HttpServer::port())
+  std::string webRoot;                // directory of the dashboard's static files; "" serves none
+  size_t maxStepRows = 100000;        // upper bound a client may ask for with limit=
+};
+
+class HttpServer {
+public:
+  HttpServer(HttpOptions options, storage::Store& store);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds and starts serving on a background thread. Fails with a message naming the
+  // address when it cannot bind.
+  Status start();
+  // Stops accepting, closes connections and joins the thread. Idempotent.
+  void stop();
+  // The bound port (useful with port 0).
+  uint16_t port() const;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainscope::http
