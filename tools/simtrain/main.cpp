@@ -1,0 +1,69 @@
+// trainscope-simtrain: a simulated data-parallel training job driving the real probe library.
+// Parses flags into SimOptions and calls run().
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "tools/simtrain/sim_options.h"
+#include "tools/simtrain/sim_runner.h"
+
+int main(int argc, char** argv) {
+  using namespace trainscope::sim;
+  SimOptions o;
+  std::vector<std::string> injects;
+  CLI::App app{
+      "trainscope-simtrain: a simulated synchronous data-parallel training job. Each rank is a\n"
+      "real probe instance reporting to an agent; faults can be injected and written to a\n"
+      "truth file.\n"
+      "Exit codes: 0 ok, 1 some step reports were not acknowledged in time, 2 bad flags."};
+  app.add_option("--agent", o.agents,
+                 "agent endpoint (repeatable); ranks are spread round-robin over the agents, "
+                 "agent i standing for host node<i>")
+      ->required();
+  app.add_option("--job", o.job, "job id (default: sim-<unix time>)");
+  app.add_option("--ranks", o.ranks, "simulated ranks, one probe each")->capture_default_str();
+  app.add_option("--steps", o.steps, "steps to run; 0 runs until SIGINT/SIGTERM")
+      ->capture_default_str();
+  app.add_option("--step-ms", o.stepMs, "healthy step time in milliseconds")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "random seed; the same seed gives the same timeline")
+      ->capture_default_str();
+  app.add_option("--noise", o.noise, "relative log-normal spread (sigma) of operator times")
+      ->capture_default_str();
+  app.add_option("--warmup", o.warmup, "the first N steps run 2x slower")->capture_default_str();
+  app.add_flag("--fast", o.fast,
+               "do not sleep: run as fast as the probes fold (timestamps run ahead of real "
+               "time); default paces each step in real time");
+  app.add_option("--inject", injects,
+                 "fault to inject (repeatable): straggler:rank=R,from=S,factor=F | "
+                 "shift:from=S,factor=F | comm:rank=R,from=S,factor=F | "
+                 "op:name=NAME,from=S,factor=F[,rank=R] | hang:rank=R,at=S | "
+                 "spike:every=N,factor=F");
+  app.add_option("--truth", o.truthFile,
+                 "write the injected faults as JSON to this file (default: none)");
+  app.add_option("--flush-timeout-ms", o.flushTimeoutMs,
+                 "at the end, wait this long for every report to be acknowledged; exit 1 if "
+                 "some were not")
+      ->capture_default_str();
+  app.add_option("--hang-hold-s", o.hangHoldS,
+                 "after an injected hang, stay alive this many seconds; 0 = until killed")
+      ->capture_default_str();
+  app.add_flag("--quiet", o.quiet, "no progress lines (the final line is still printed)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  for (const auto& spec : injects) {
+    auto in = parseInject(spec);
+    if (!in) {
+      std::fprintf(stderr, "trainscope-simtrain: %s\n", in.message().c_str());
+      return kExitUsage;
+    }
+    o.injects.push_back(*in);
+  }
+  return run(o);
+}

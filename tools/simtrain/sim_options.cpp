@@ -1,0 +1,181 @@
+#include "tools/simtrain/sim_options.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <set>
+
+#include "tools/simtrain/step_model.h"
+
+namespace trainscope::sim {
+namespace {
+
+Result<int64_t> parseInt(const std::string& spec, const std::string& key, const std::string& v,
+                         int64_t min) {
+  int64_t out = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || ptr != v.data() + v.size()) {
+    return Result<int64_t>::error("--inject '" + spec + "': " + key + "='" + v +
+                                  "' is not an integer");
+  }
+  if (out < min) {
+    return Result<int64_t>::error("--inject '" + spec + "': " + key + "=" + v + " must be >= " +
+                                  std::to_string(min));
+  }
+  return out;
+}
+
+Result<double> parseFactor(const std::string& spec, const std::string& v) {
+  size_t used = 0;
+  double out = 0;
+  try {
+    out = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v.size() || !(out > 0) || out > 1e6) {
+    return Result<double>::error("--inject '" + spec + "': factor='" + v +
+                                 "' must be a number > 0");
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* truthKindName(Inject::Kind kind) {
+  switch (kind) {
+    case Inject::Kind::kStraggler: return "straggler";
+    case Inject::Kind::kShift: return "step_shift";
+    case Inject::Kind::kComm: return "slow_comm";
+    case Inject::Kind::kOp: return "op_regression";
+    case Inject::Kind::kHang: return "hang";
+    case Inject::Kind::kSpike: return "spike";
+  }
+  return "unknown";
+}
+
+Result<Inject> parseInject(const std::string& spec) {
+  const auto colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  static const std::map<std::string, std::pair<Inject::Kind, std::set<std::string>>> kKinds = {
+      {"straggler", {Inject::Kind::kStraggler, {"rank", "from", "factor"}}},
+      {"shift", {Inject::Kind::kShift, {"from", "factor"}}},
+      {"comm", {Inject::Kind::kComm, {"rank", "from", "factor"}}},
+      {"op", {Inject::Kind::kOp, {"name", "from", "factor", "rank"}}},
+      {"hang", {Inject::Kind::kHang, {"rank", "at"}}},
+      {"spike", {Inject::Kind::kSpike, {"every", "factor"}}},
+  };
+  auto k = kKinds.find(kind);
+  if (k == kKinds.end()) {
+    return Result<Inject>::error("--inject '" + spec + "': unknown kind '" + kind +
+                                 "' (expected straggler, shift, comm, op, hang or spike)");
+  }
+  const auto& allowed = k->second.second;
+  std::map<std::string, std::string> kv;
+  if (colon != std::string::npos) {
+    std::string rest = spec.substr(colon + 1);
+    size_t pos = 0;
+    while (pos <= rest.size()) {
+      size_t comma = rest.find(',', pos);
+      if (comma == std::string::npos) comma = rest.size();
+      const std::string item = rest.substr(pos, comma - pos);
+      const auto eq = item.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        return Result<Inject>::error("--inject '" + spec + "': '" + item +
+                                     "' is not key=value");
+      }
+      const std::string key = item.substr(0, eq);
+      if (!allowed.count(key)) {
+        std::string list;
+        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+        return Result<Inject>::error("--inject '" + spec + "': unknown key '" + key + "' for " +
+                                     kind + " (allowed: " + list + ")");
+      }
+      if (!kv.emplace(key, item.substr(eq + 1)).second) {
+        return Result<Inject>::error("--inject '" + spec + "': key '" + key + "' given twice");
+      }
+      pos = comma + 1;
+    }
+  }
+  for (const auto& a : allowed) {
+    if (kind == "op" && a == "rank") continue;  // optional
+    if (!kv.count(a)) {
+      return Result<Inject>::error("--inject '" + spec + "': missing key '" + a + "'");
+    }
+  }
+
+  Inject in;
+  in.kind = k->second.first;
+  in.spec = spec;
+  if (kv.count("rank")) {
+    auto r = parseInt(spec, "rank", kv["rank"], 0);
+    if (!r) return r.status();
+    if (*r > 1'000'000) return Result<Inject>::error("--inject '" + spec + "': rank too large");
+    in.rank = static_cast<uint32_t>(*r);
+  }
+  if (kv.count("from")) {
+    auto r = parseInt(spec, "from", kv["from"], 0);
+    if (!r) return r.status();
+    in.fromStep = *r;
+  }
+  if (kv.count("at")) {
+    auto r = parseInt(spec, "at", kv["at"], 0);
+    if (!r) return r.status();
+    in.atStep = *r;
+  }
+  if (kv.count("every")) {
+    auto r = parseInt(spec, "every", kv["every"], 1);
+    if (!r) return r.status();
+    in.every = *r;
+  }
+  if (kv.count("factor")) {
+    auto r = parseFactor(spec, kv["factor"]);
+    if (!r) return r.status();
+    in.factor = *r;
+    if (in.kind == Inject::Kind::kSpike && in.factor < 1.0) {
+      return Result<Inject>::error("--inject '" + spec + "': factor=" + kv["factor"] +
+                                   " must be >= 1 for a spike");
+    }
+  }
+  if (kv.count("name")) {
+    in.op = kv["name"];
+    const auto known = StepModel::knownOps();
+    if (std::find(known.begin(), known.end(), in.op) == known.end()) {
+      std::string list;
+      for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+      return Result<Inject>::error("--inject '" + spec + "': name='" + in.op +
+                                   "' is not an operator of the model (known: " + list + ")");
+    }
+  }
+  return in;
+}
+
+Status validate(const SimOptions& o, bool needAgents) {
+  if (needAgents && o.agents.empty()) return Status::error("--agent: at least one is required");
+  for (const auto& a : o.agents) {
+    if (a.rfind("ipc://", 0) != 0 && a.rfind("tcp://", 0) != 0 &&
+        a.rfind("inproc://", 0) != 0) {
+      return Status::error("--agent '" + a + "': expected ipc://PATH or tcp://HOST:PORT");
+    }
+  }
+  if (o.ranks == 0 || o.ranks > 4096) return Status::error("--ranks must be in 1..4096");
+  if (o.steps < 0) return Status::error("--steps must be >= 0 (0 runs until killed)");
+  if (!(o.stepMs > 0) || o.stepMs > 3.6e6) return Status::error("--step-ms must be > 0");
+  if (!(o.noise >= 0) || o.noise > 2) return Status::error("--noise must be in 0..2");
+  if (o.warmup < 0) return Status::error("--warmup must be >= 0");
+  if (o.flushTimeoutMs < 0) return Status::error("--flush-timeout-ms must be >= 0");
+  if (!(o.hangHoldS >= 0)) return Status::error("--hang-hold-s must be >= 0");
+  int hangs = 0;
+  for (const auto& in : o.injects) {
+    if (in.rank && *in.rank >= o.ranks) {
+      return Status::error("--inject '" + in.spec + "': rank=" + std::to_string(*in.rank) +
+                           " is not below --ranks " + std::to_string(o.ranks));
+    }
+    if (in.kind == Inject::Kind::kHang && ++hangs > 1) {
+      return Status::error("--inject '" + in.spec + "': only one hang per run");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace trainscope::sim

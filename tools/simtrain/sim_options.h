@@ -1,0 +1,64 @@
+// Options of the simulated training job (trainscope-simtrain) and the faults it can inject.
+// Plain data, filled once by main() from flags; parsing and validation are pure functions,
+// safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace trainscope::sim {
+
+// One injected fault. Which fields matter depends on the kind; see parseInject().
+struct Inject {
+  enum class Kind { kStraggler, kShift, kComm, kOp, kHang, kSpike };
+  Kind kind = Kind::kStraggler;
+  std::optional<uint32_t> rank;  // straggler, comm, hang; op when limited to one rank
+  int64_t fromStep = 0;          // straggler, shift, comm, op: first affected step
+  int64_t atStep = 0;            // hang: the step whose first collective rank never reaches
+  double factor = 1.0;           // straggler, shift, comm, op, spike: multiplier (> 0)
+  std::string op;                // op: the operator name
+  int64_t every = 0;             // spike: period in steps
+  std::string spec;              // the text it was parsed from, for messages
+};
+
+struct SimOptions {
+  std::vector<std::string> agents;  // agent endpoints; rank r reports to agents[r % size]
+  std::string job;                  // job id; "" means sim-<unix time>
+  uint32_t ranks = 16;              // simulated ranks (one probe each): more costs CPU per step
+  int64_t steps = 300;              // steps to run; 0 runs until SIGINT/SIGTERM
+  double stepMs = 100.0;            // healthy step time; sets the pace without --fast
+  uint64_t seed = 1;                // same seed and options give the same timeline
+  double noise = 0.02;              // log-normal sigma per operator: more looks noisier and
+                                    // makes detectors work harder
+  int64_t warmup = 3;               // first steps run slower, as real jobs do
+  bool fast = false;                // no sleeping: timestamps run ahead of the wall clock
+  std::vector<Inject> injects;      // faults, applied together
+  std::string truthFile;            // "" writes no truth file
+  int64_t flushTimeoutMs = 10000;   // how long to wait at the end for the agents' acks
+  double hangHoldS = 0.0;           // after a hang, stay alive this long; 0 = until killed
+  bool quiet = false;               // no progress lines
+  // Model constants (not flags): what a healthy step looks like.
+  uint32_t layers = 4;              // transformer blocks; more means more operators per step
+  uint32_t buckets = 4;             // gradient buckets all-reduced per step
+  uint64_t bucketBytes = 25ull << 20;  // bytes of one bucket
+  double bandwidthGBps = 0.0;       // all_reduce bus bandwidth; 0 scales it with --step-ms so
+                                    // one bucket takes kBucketShare of a healthy step
+  double latencyUs = 30.0;          // fixed cost of one collective
+};
+
+// Parses one --inject spec such as "straggler:rank=5,from=150,factor=1.4". Unknown kinds,
+// unknown, missing or repeated keys and malformed values fail with a message naming them.
+Result<Inject> parseInject(const std::string& spec);
+
+// Checks the options as a whole (values in range, injected ranks below --ranks, at least one
+// agent when `needAgents`). The message names the flag or the inject spec at fault.
+Status validate(const SimOptions& options, bool needAgents);
+
+// The kind's name in the truth file ("straggler", "step_shift", ...).
+const char* truthKindName(Inject::Kind kind);
+
+}  // namespace trainscope::sim

@@ -1,0 +1,261 @@
+#include "tools/simtrain/sim_runner.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/probe/trainscope_probe.h"
+#include "common/clock.h"
+#include "tools/simtrain/step_model.h"
+#include "tools/simtrain/truth.h"
+
+namespace trainscope::sim {
+namespace {
+
+volatile std::sig_atomic_t gStop = 0;
+extern "C" void onStopSignal(int) { gStop = 1; }
+
+bool stopRequested() { return gStop != 0; }
+
+// Steps a probe may have ended but not folded before --fast waits: keeps the per-thread ring
+// (16,384 records; a step is ~110) far from full, so nothing is dropped for going fast.
+constexpr uint64_t kMaxFoldLag = 48;
+// In --fast, wait while a probe holds this many unacknowledged reports (its backlog keeps
+// 4,096): an absent agent pauses the simulation instead of losing reports.
+constexpr uint64_t kMaxBacklog = 2048;
+
+struct Names {
+  std::vector<ts_name> ops;
+  ts_name phase[5] = {};
+  ts_name group = 0;
+};
+
+uint32_t rangeKind(Phase p) {
+  switch (p) {
+    case Phase::kData: return TS_RANGE_DATA;
+    case Phase::kCheckpoint: return TS_RANGE_OTHER;
+    default: return TS_RANGE_COMPUTE;
+  }
+}
+
+// Emits one rank's step in time order: begin, then ranges, operators and collectives by
+// their start, then end (unless the step hangs).
+void emit(ts_probe* p, const Names& names, int64_t step, const RankStep& rs, bool hung) {
+  struct Ev {
+    int64_t t;
+    int order;  // ranges before the ops they contain, ops before collectives at the same time
+    size_t idx;
+  };
+  std::vector<Ev> evs;
+  evs.reserve(rs.ranges.size() + rs.ops.size() + rs.colls.size());
+  for (size_t i = 0; i < rs.ranges.size(); ++i) evs.push_back({rs.ranges[i].startNs, 0, i});
+  for (size_t i = 0; i < rs.ops.size(); ++i) evs.push_back({rs.ops[i].startNs, 1, i});
+  for (size_t i = 0; i < rs.colls.size(); ++i) evs.push_back({rs.colls[i].arriveNs, 2, i});
+  std::stable_sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) {
+    return a.t != b.t ? a.t < b.t : a.order < b.order;
+  });
+  ts_step_begin(p, step, rs.beginNs);
+  for (const auto& e : evs) {
+    if (e.order == 0) {
+      const auto& r = rs.ranges[e.idx];
+      ts_range(p, names.phase[static_cast<int>(r.phase)], rangeKind(r.phase), r.startNs, r.endNs);
+    } else if (e.order == 1) {
+      const auto& o = rs.ops[e.idx];
+      ts_op(p, names.ops[o.op], o.startNs, o.durationNs);
+    } else {
+      const auto& c = rs.colls[e.idx];
+      if (c.completeNs == 0) {
+        ts_collective_begin(p, TS_COLL_ALL_REDUCE, names.group, c.bytes, c.arriveNs);
+      } else {
+        ts_collective(p, TS_COLL_ALL_REDUCE, names.group, c.bytes, c.arriveNs, c.completeNs);
+      }
+    }
+  }
+  if (!hung && rs.endNs > 0) ts_step_end(p, step, rs.endNs);
+}
+
+// Sleeps until the monotonic time `untilNs`, waking early on a stop request.
+void sleepUntil(int64_t untilNs) {
+  while (!stopRequested()) {
+    const int64_t left = untilNs - monotonicNowNs();
+    if (left <= 0) return;
+    std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<int64_t>(left, 50'000'000)));
+  }
+}
+
+struct Totals {
+  uint64_t acked = 0, backlog = 0, dropped = 0, backlogDropped = 0, folded = 0;
+};
+
+Totals totals(const std::vector<ts_probe*>& probes) {
+  Totals t;
+  for (auto* p : probes) {
+    ts_probe_stats s{};
+    ts_probe_get_stats(p, &s);
+    t.acked += s.reports_acked;
+    t.backlog += s.backlog;
+    t.dropped += s.dropped;
+    t.backlogDropped += s.backlog_dropped;
+    t.folded += s.steps_folded;
+  }
+  return t;
+}
+
+// --fast only: waits until every probe has folded all but kMaxFoldLag of the steps it was
+// given and holds fewer than kMaxBacklog unacked reports. Gives up after 30 s without progress
+// (then the probe's own drop counters tell what happened).
+void backpressure(const std::vector<ts_probe*>& probes, uint64_t stepsEnded) {
+  const int64_t giveUp = monotonicNowNs() + 30'000'000'000;
+  for (auto* p : probes) {
+    while (!stopRequested() && monotonicNowNs() < giveUp) {
+      ts_probe_stats s{};
+      ts_probe_get_stats(p, &s);
+      if (s.steps_folded + kMaxFoldLag >= stepsEnded && s.backlog < kMaxBacklog) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+}
+
+}  // namespace
+
+int run(const SimOptions& in) {
+  SimOptions options = in;
+  if (options.job.empty()) options.job = "sim-" + std::to_string(wallNowNs() / 1'000'000'000);
+  if (Status st = validate(options, true); !st) {
+    std::fprintf(stderr, "trainscope-simtrain: %s\n", st.message().c_str());
+    return kExitUsage;
+  }
+  if (!options.truthFile.empty()) {
+    if (Status st = writeTruth(options, options.truthFile); !st) {
+      std::fprintf(stderr, "trainscope-simtrain: %s\n", st.message().c_str());
+      return kExitUsage;
+    }
+  }
+
+  std::signal(SIGINT, onStopSignal);
+  std::signal(SIGTERM, onStopSignal);
+
+  StepModel model(options);
+  Names names;
+  for (const auto& n : model.opNames()) names.ops.push_back(ts_intern(n.c_str()));
+  for (int i = 0; i < 5; ++i) names.phase[i] = ts_intern(phaseName(static_cast<Phase>(i)));
+  names.group = ts_intern("dp");
+
+  const size_t nAgents = options.agents.size();
+  std::vector<ts_probe*> probes;
+  std::vector<std::string> hosts;
+  for (uint32_t r = 0; r < options.ranks; ++r) hosts.push_back("node" + std::to_string(r % nAgents));
+  for (uint32_t r = 0; r < options.ranks; ++r) {
+    ts_probe_config cfg;
+    ts_config_init(&cfg);
+    cfg.agent_endpoint = options.agents[r % nAgents].c_str();
+    cfg.job = options.job.c_str();
+    cfg.rank = static_cast<int32_t>(r);
+    cfg.world_size = static_cast<int32_t>(options.ranks);
+    cfg.local_rank = static_cast<int32_t>(r / nAgents);
+    cfg.host = hosts[r].c_str();
+    ts_probe* p = ts_probe_create(&cfg);
+    if (p == nullptr) {
+      std::fprintf(stderr, "trainscope-simtrain: rank %u: probe creation failed: %s\n", r,
+                   ts_last_error());
+      for (auto* q : probes) ts_probe_destroy(q, 0);
+      return kExitUsage;
+    }
+    probes.push_back(p);
+  }
+
+  if (!options.quiet) {
+    std::printf("simtrain: job %s, %u ranks over %zu agents, %s steps of %.1f ms%s\n",
+                options.job.c_str(), options.ranks, nAgents,
+                options.steps == 0 ? "unbounded" : std::to_string(options.steps).c_str(),
+                options.stepMs, options.fast ? " (fast)" : "");
+    std::fflush(stdout);
+  }
+
+  const int64_t wallStart = wallNowNs();
+  const int64_t monoStart = monotonicNowNs();
+  const int64_t progressEvery =
+      options.steps > 0 ? std::max<int64_t>(1, options.steps / 10) : 100;
+  int64_t begin = wallStart;
+  int64_t stepsDone = 0;
+  bool hung = false;
+  for (int64_t s = 0; options.steps == 0 || s < options.steps; ++s) {
+    StepTimeline tl = model.step(s, begin);
+    if (!options.fast && !tl.hung) sleepUntil(monoStart + (tl.endNs - wallStart));
+    for (uint32_t r = 0; r < options.ranks; ++r) emit(probes[r], names, s, tl.ranks[r], tl.hung);
+    if (tl.hung) {
+      hung = true;
+      break;
+    }
+    ++stepsDone;
+    begin = tl.endNs;
+    if (options.fast) backpressure(probes, static_cast<uint64_t>(stepsDone));
+    if (!options.quiet && stepsDone % progressEvery == 0) {
+      const Totals t = totals(probes);
+      std::printf("simtrain: step %lld%s, reports acked %llu, waiting for ack %llu\n",
+                  static_cast<long long>(stepsDone),
+                  options.steps > 0
+                      ? ("/" + std::to_string(options.steps) + " (" +
+                         std::to_string(stepsDone * 100 / options.steps) + "%)")
+                            .c_str()
+                      : "",
+                  static_cast<unsigned long long>(t.acked),
+                  static_cast<unsigned long long>(t.backlog));
+      std::fflush(stdout);
+    }
+    if (stopRequested()) break;
+  }
+
+  if (hung) {
+    if (!options.quiet) {
+      std::printf("simtrain: step %lld hangs (injected); holding %s\n",
+                  static_cast<long long>(stepsDone),
+                  options.hangHoldS > 0 ? (std::to_string(options.hangHoldS) + " s").c_str()
+                                        : "until SIGINT/SIGTERM");
+      std::fflush(stdout);
+    }
+    const int64_t until = options.hangHoldS > 0
+                              ? monotonicNowNs() + static_cast<int64_t>(options.hangHoldS * 1e9)
+                              : INT64_MAX;
+    sleepUntil(until);
+  }
+
+  // Every ended step's report must reach an agent; wait for the acks.
+  const int64_t deadline = monotonicNowNs() + options.flushTimeoutMs * 1'000'000;
+  for (auto* p : probes) {
+    const int64_t left = std::max<int64_t>(0, (deadline - monotonicNowNs()) / 1'000'000);
+    ts_probe_flush(p, static_cast<int32_t>(std::min<int64_t>(left, INT32_MAX)));
+  }
+  const Totals t = totals(probes);
+  for (auto* p : probes) {
+    const int64_t left = std::max<int64_t>(200, (deadline - monotonicNowNs()) / 1'000'000);
+    ts_probe_destroy(p, static_cast<int32_t>(std::min<int64_t>(left, 2000)));
+  }
+  const uint64_t expected = static_cast<uint64_t>(stepsDone) * options.ranks;
+  const uint64_t unacked = expected > t.acked ? expected - t.acked : 0;
+  std::printf(
+      "simtrain: done: job %s, steps %lld, ranks %u, reports acked %llu of %llu, dropped %llu "
+      "(records %llu, reports %llu)\n",
+      options.job.c_str(), static_cast<long long>(stepsDone), options.ranks,
+      static_cast<unsigned long long>(t.acked), static_cast<unsigned long long>(expected),
+      static_cast<unsigned long long>(t.dropped + t.backlogDropped),
+      static_cast<unsigned long long>(t.dropped),
+      static_cast<unsigned long long>(t.backlogDropped));
+  std::fflush(stdout);
+  if (unacked > 0) {
+    std::fprintf(stderr,
+                 "trainscope-simtrain: %llu step reports were not acknowledged by the agents "
+                 "within --flush-timeout-ms %lld\n",
+                 static_cast<unsigned long long>(unacked),
+                 static_cast<long long>(options.flushTimeoutMs));
+    return kExitUnacked;
+  }
+  return kExitOk;
+}
+
+}  // namespace trainscope::sim

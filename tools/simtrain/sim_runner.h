@@ -1,0 +1,19 @@
+// Runs a simulated training job against the real probe library: one probe instance per
+// simulated rank, all in this process, fed the StepModel's timelines with explicit
+// timestamps. Call run() once, from the main thread; it installs SIGINT/SIGTERM handlers.
+#pragma once
+
+#include "tools/simtrain/sim_options.h"
+
+namespace trainscope::sim {
+
+// Exit codes of run().
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitUnacked = 1;  // some step reports were not acknowledged in time
+inline constexpr int kExitUsage = 2;    // invalid options (message printed)
+
+// Runs the job to the end (or until SIGINT/SIGTERM, after the current step), waits up to
+// flushTimeoutMs for the agents' acks, prints a final line and returns an exit code.
+int run(const SimOptions& options);
+
+}  // namespace trainscope::sim

@@ -1,0 +1,101 @@
+// The step model of the simulated job: given SimOptions and a seed, it produces for each step
+// and rank the timeline a synchronous data-parallel job would show (data loading, forward and
+// backward operators, gradient-bucket all_reduces, optimizer). Pure: no clock, no I/O, no
+// probe, so tests can check it directly. One StepModel is used from one thread.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tools/simtrain/sim_options.h"
+
+namespace trainscope::sim {
+
+// Shares of a healthy step; the rest is the optimizer and exposed communication.
+inline constexpr double kDataShare = 0.05;
+inline constexpr double kForwardShare = 0.30;
+inline constexpr double kBackwardShare = 0.55;
+inline constexpr double kOptimizerShare = 0.06;
+// One bucket's all_reduce transfer as a share of a healthy step (when bandwidth is automatic).
+inline constexpr double kBucketShare = 0.03;
+// Warm-up steps run this much slower.
+inline constexpr double kWarmupFactor = 2.0;
+
+enum class Phase { kData, kForward, kBackward, kOptimizer, kCheckpoint };
+const char* phaseName(Phase phase);  // "data_loading", "forward", ...
+
+struct RangeExec {
+  Phase phase = Phase::kData;
+  int64_t startNs = 0;
+  int64_t endNs = 0;
+};
+
+struct OpExec {
+  uint32_t op = 0;  // index into StepModel::opNames()
+  int64_t startNs = 0;
+  int64_t durationNs = 0;
+};
+
+struct CollExec {
+  uint32_t bucket = 0;
+  uint64_t bytes = 0;
+  int64_t arriveNs = 0;
+  int64_t completeNs = 0;  // 0 when it never completes (hang)
+};
+
+struct RankStep {
+  uint32_t rank = 0;
+  int64_t beginNs = 0;
+  int64_t endNs = 0;              // 0 when the step never ends (hang)
+  std::vector<RangeExec> ranges;  // in time order
+  std::vector<OpExec> ops;        // in time order
+  std::vector<CollExec> colls;    // in time order; a hung collective has completeNs == 0
+  // Totals the model knows, for tests and the truth: time spent in compute ranges.
+  int64_t computeNs = 0;
+};
+
+struct StepTimeline {
+  int64_t step = 0;
+  int64_t beginNs = 0;
+  int64_t endNs = 0;     // the same for every rank; 0 when the step hangs
+  bool hung = false;     // a hang was injected at this step: no rank ends it
+  std::vector<RankStep> ranks;
+};
+
+class StepModel {
+public:
+  explicit StepModel(const SimOptions& options);
+
+  // The timeline of `step`, starting at `beginNs` on every rank.
+  StepTimeline step(int64_t step, int64_t beginNs);
+
+  const std::vector<std::string>& opNames() const { return opNames_; }
+  // The names of the forward operators, then the backward ones, for --inject op validation.
+  static std::vector<std::string> knownOps();
+  // Transfer time of one bucket at the given slow-down.
+  int64_t transferNs(double commFactor) const;
+
+private:
+  struct OpTemplate {
+    uint32_t op;     // index into opNames_
+    double weight;   // relative cost within its phase
+  };
+  double computeFactor(uint32_t rank, int64_t step) const;
+  double opFactor(uint32_t op, uint32_t rank, int64_t step) const;
+  double commFactor(int64_t step) const;
+  double lognormal(double sigma);
+
+  SimOptions options_;
+  std::mt19937_64 rng_;
+  std::normal_distribution<double> normal_{0.0, 1.0};
+  std::vector<std::string> opNames_;
+  std::vector<OpTemplate> forward_;
+  std::vector<OpTemplate> backward_;
+  double forwardWeight_ = 0;
+  double backwardWeight_ = 0;
+  double bucketBytesPerNs_ = 0;
+};
+
+}  // namespace trainscope::sim

@@ -1,0 +1,52 @@
+#include "tools/simtrain/truth.h"
+
+#include <cstdio>
+#include <fstream>
+
+namespace trainscope::sim {
+
+nlohmann::json truthJson(const SimOptions& options) {
+  nlohmann::json list = nlohmann::json::array();
+  auto allRanks = [&] {
+    nlohmann::json r = nlohmann::json::array();
+    for (uint32_t i = 0; i < options.ranks; ++i) r.push_back(i);
+    return r;
+  };
+  for (const auto& in : options.injects) {
+    nlohmann::json t;
+    t["kind"] = truthKindName(in.kind);
+    t["ranks"] = in.rank ? nlohmann::json::array({*in.rank}) : allRanks();
+    t["from_step"] = in.fromStep;
+    t["factor"] = in.factor;
+    switch (in.kind) {
+      case Inject::Kind::kOp: t["op"] = in.op; break;
+      case Inject::Kind::kHang:
+        t["from_step"] = in.atStep;
+        t["factor"] = 0.0;
+        break;
+      case Inject::Kind::kSpike:
+        t["from_step"] = in.every;  // the first step that carries a checkpoint
+        t["every"] = in.every;
+        break;
+      default: break;
+    }
+    list.push_back(std::move(t));
+  }
+  return list;
+}
+
+Status writeTruth(const SimOptions& options, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return Status::error("--truth '" + path + "': cannot open for writing");
+    out << truthJson(options).dump(2) << "\n";
+    if (!out.flush()) return Status::error("--truth '" + path + "': write failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status::error("--truth '" + path + "': cannot rename into place");
+  }
+  return Status::ok();
+}
+
+}  // namespace trainscope::sim

@@ -1,0 +1,22 @@
+// The truth file of a simulated run: which faults were injected where, so a test or a
+// benchmark can score what the detectors found. Pure functions, safe from any thread.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "tools/simtrain/sim_options.h"
+
+namespace trainscope::sim {
+
+// A JSON list with one object per --inject: {"kind", "ranks": [...], "from_step", "factor"},
+// plus "op" for op_regression and "every" for spike. A hang's factor is 0 (no slow-down: it
+// never finishes); its from_step is the step that hangs.
+nlohmann::json truthJson(const SimOptions& options);
+
+// Writes truthJson() to `path` (replacing it). The message names the path on failure.
+Status writeTruth(const SimOptions& options, const std::string& path);
+
+}  // namespace trainscope::sim
