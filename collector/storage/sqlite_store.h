@@ -1,0 +1,82 @@
+// The SQLite engine behind storage::Store: WAL mode, versioned migrations, one transaction per
+// WriteBatch with prepared statements reused, and a separate read connection so queries do not
+// wait for a commit. Every method is safe from any thread (writes and reads each take their
+// own lock).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "collector/storage/store.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace trainscope::storage {
+
+// One step of the schema's history. Steps are applied in order, each inside its own
+// transaction, and PRAGMA user_version records the last one applied.
+struct Migration {
+  int version;
+  const char* sql;
+};
+
+// Every migration, oldest first. The store refuses a database newer than the last entry.
+const std::vector<Migration>& migrations();
+// The schema version a fully migrated database has.
+int currentSchemaVersion();
+
+// Retention is by *receive time* (the collector's clock when the row arrived), not by the
+// step's end time: agents' clocks may be off, and a spool replayed after an outage should not be
+// deleted the moment it lands.
+class SqliteStore final : public Store {
+public:
+  ~SqliteStore() override;
+  SqliteStore(const SqliteStore&) = delete;
+  SqliteStore& operator=(const SqliteStore&) = delete;
+
+  static Result<std::unique_ptr<SqliteStore>> open(const SqliteOptions& options);
+
+  Status write(const WriteBatch& batch) override;
+  Result<std::vector<JobRow>> jobs() override;
+  Result<bool> jobExists(const std::string& job) override;
+  Result<std::vector<RankRow>> ranks(const std::string& job) override;
+  Result<std::vector<StepRow>> steps(const StepQuery& query) override;
+  Result<std::vector<StepSummaryRow>> summary(const SummaryQuery& query) override;
+  Result<std::vector<NodeRow>> nodes() override;
+  Result<uint64_t> applyRetention(int64_t nowNs) override;
+  StoreStats stats() override;
+
+private:
+  explicit SqliteStore(SqliteOptions options);
+  Status openConnections();
+  Status migrate();
+  Status prepareWriteStatements();
+  Status writeLocked(const WriteBatch& batch, uint64_t* inserted, uint64_t* duplicates);
+  Result<int64_t> jobIdLocked(const std::string& job, int64_t nowNs);
+  // The connection reads use: the read connection, or the write one for ":memory:".
+  sqlite3* readDb() { return readDb_ != nullptr ? readDb_ : writeDb_; }
+  std::mutex& readMutex() { return readDb_ != nullptr ? readMu_ : writeMu_; }
+
+  SqliteOptions options_;
+  bool inMemory_ = false;
+
+  std::mutex writeMu_;
+  sqlite3* writeDb_ = nullptr;                          // guarded by writeMu_
+  std::unordered_map<std::string, int64_t> jobIds_;     // guarded by writeMu_; job -> jobs.id
+  // Prepared write statements, guarded by writeMu_ (indexes into stmts_).
+  std::vector<sqlite3_stmt*> stmts_;
+
+  std::mutex readMu_;
+  sqlite3* readDb_ = nullptr;  // guarded by readMu_; null for ":memory:"
+
+  std::atomic<uint64_t> stepRows_{0};
+  std::atomic<uint64_t> duplicates_{0};
+  std::atomic<uint64_t> transactions_{0};
+};
+
+}  // namespace trainscope::storage
