@@ -18,6 +18,9 @@ struct HttpOptions {
   uint16_t port = 7600;               // 0 picks a free port (see HttpServer::port())
   std::string webRoot;                // directory of the dashboard's static files; "" serves none
   size_t maxStepRows = 100000;        // upper bound a client may ask for with limit=
+  size_t maxBodyBytes = 1 << 20;      // larger request bodies get 413; bounds memory per client
+  int readTimeoutMs = 30000;          // a request (or an idle keep-alive) slower than this is
+                                      // closed; shorter frees slots sooner, longer suits slow links
 };
 
 class HttpServer {

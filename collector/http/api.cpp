@@ -1,0 +1,347 @@
+#include "collector/http/api.h"
+
+#include <cmath>
+#include <exception>
+#include <limits>
+
+#include "collector/http/request_target.h"
+#include "collector/http/static_files.h"
+#include "common/log.h"
+#include "schema/wire.h"
+
+namespace trainscope::http {
+namespace {
+
+using nlohmann::json;
+using Query = std::vector<std::pair<std::string, std::string>>;
+
+ApiResponse jsonResponse(const json& body) {
+  ApiResponse r;
+  // Invalid UTF-8 (a job name is whatever the probe sent) is replaced, not thrown on.
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+ApiResponse methodNotAllowed(std::string_view method, const std::string& path) {
+  ApiResponse r = errorResponse(405, "method " + std::string(method) + " not allowed for " + path +
+                                         " (allowed: GET)");
+  r.headers.emplace_back("Allow", "GET");
+  return r;
+}
+
+// The step-range and limit parameters shared by /steps and /summary.
+struct RangeParams {
+  std::optional<int64_t> from;
+  std::optional<int64_t> to;
+  size_t limit = kDefaultRowLimit;
+};
+
+Status parseRange(const QueryParams& params, size_t maxRows, RangeParams* out) {
+  auto from = params.signedInt("from");
+  if (!from) return from.status();
+  auto to = params.signedInt("to");
+  if (!to) return to.status();
+  if (*from && *to && **from > **to) {
+    return Status::error("parameter 'from' (" + std::to_string(**from) +
+                         ") must not be greater than parameter 'to' (" + std::to_string(**to) +
+                         ")");
+  }
+  auto limit = params.unsignedInt("limit", maxRows);
+  if (!limit) return limit.status();
+  if (*limit && **limit == 0) {
+    return Status::error("parameter 'limit' must be at least 1, got '0'");
+  }
+  out->from = *from;
+  out->to = *to;
+  out->limit = *limit ? static_cast<size_t>(**limit) : std::min(kDefaultRowLimit, maxRows);
+  return Status::ok();
+}
+
+}  // namespace
+
+ApiResponse errorResponse(unsigned status, const std::string& message) {
+  ApiResponse r = jsonResponse(json{{"error", message}});
+  r.status = status;
+  return r;
+}
+
+std::string jobState(const storage::JobRow& job, int64_t nowNs) {
+  if (job.worldSize > 0 && job.ranksEnded >= job.worldSize) return "ended";
+  if (nowNs - job.lastSeenNs <= kRunningWindowNs) return "running";
+  return "stale";
+}
+
+json jobJson(const storage::JobRow& job, int64_t nowNs) {
+  return json{{"job", job.job},
+              {"world_size", job.worldSize},
+              {"ranks_seen", job.ranksSeen},
+              {"ranks_ended", job.ranksEnded},
+              {"latest_step", job.latestStep},
+              {"step_rows", job.stepRows},
+              {"first_seen_ns", job.firstSeenNs},
+              {"last_seen_ns", job.lastSeenNs},
+              {"state", jobState(job, nowNs)}};
+}
+
+json rankJson(const storage::RankRow& r) {
+  return json{{"rank", r.rank},
+              {"world_size", r.worldSize},
+              {"local_rank", r.localRank},
+              {"host", r.host},
+              {"node", r.node},
+              {"pid", r.pid},
+              {"probe_version", r.probeVersion},
+              {"first_seen_ns", r.firstSeenNs},
+              {"last_seen_ns", r.lastSeenNs},
+              {"latest_step", r.latestStep},
+              {"ended", r.ended},
+              {"ended_step", r.endedStep}};
+}
+
+json stepJson(const storage::StepRow& s, bool detail) {
+  json j{{"rank", s.rank},
+         {"step", s.step},
+         {"start_ns", s.startNs},
+         {"end_ns", s.endNs},
+         {"duration_ns", s.durationNs},
+         {"compute_ns", s.computeNs},
+         {"comm_ns", s.commNs},
+         {"exposed_comm_ns", s.exposedCommNs},
+         {"data_ns", s.dataNs},
+         {"records", s.records},
+         {"dropped", s.dropped}};
+  if (detail) {
+    json ops = json::array();
+    for (const auto& op : s.ops) {
+      ops.push_back(json{{"name", op.name()},
+                         {"count", op.count()},
+                         {"total_ns", op.total_ns()},
+                         {"max_ns", op.max_ns()}});
+    }
+    json colls = json::array();
+    for (const auto& c : s.collectives) {
+      double bw = std::isfinite(c.bandwidth_bps()) ? c.bandwidth_bps() : 0.0;
+      colls.push_back(json{{"op", wire::collectiveOpName(c.op())},
+                           {"group", c.group()},
+                           {"bytes", c.bytes()},
+                           {"count", c.count()},
+                           {"total_ns", c.total_ns()},
+                           {"max_ns", c.max_ns()},
+                           {"bandwidth_bps", bw}});
+    }
+    j["ops"] = std::move(ops);
+    j["collectives"] = std::move(colls);
+  }
+  return j;
+}
+
+json summaryJson(const storage::StepSummaryRow& r) {
+  return json{{"step", r.step},       {"ranks", r.ranks},         {"min_ns", r.minNs},
+              {"median_ns", r.medianNs}, {"max_ns", r.maxNs}, {"slowest_rank", r.slowestRank}};
+}
+
+json hostSampleJson(const wire::HostSample& h) {
+  auto finite = [](double v) { return std::isfinite(v) ? v : 0.0; };
+  json net = json::array();
+  for (const auto& n : h.net()) {
+    net.push_back(json{{"iface", n.iface()},
+                       {"rx_bytes", n.rx_bytes()},
+                       {"tx_bytes", n.tx_bytes()},
+                       {"rx_bps", finite(n.rx_bps())},
+                       {"tx_bps", finite(n.tx_bps())}});
+  }
+  json procs = json::array();
+  for (const auto& p : h.procs()) {
+    procs.push_back(json{{"job", p.job()},
+                         {"rank", p.rank()},
+                         {"pid", p.pid()},
+                         {"cpu_percent", finite(p.cpu_percent())},
+                         {"rss_bytes", p.rss_bytes()},
+                         {"alive", p.alive()}});
+  }
+  return json{{"time_ns", h.time_ns()},
+              {"cpu_percent", finite(h.cpu_percent())},
+              {"cpu_count", h.cpu_count()},
+              {"mem_total_bytes", h.mem_total_bytes()},
+              {"mem_available_bytes", h.mem_available_bytes()},
+              {"load1", finite(h.load1())},
+              {"net", std::move(net)},
+              {"procs", std::move(procs)}};
+}
+
+json nodeJson(const storage::NodeRow& n, int64_t nowNs) {
+  // Seconds with millisecond resolution; a node clock ahead of ours must not read negative.
+  double ageS = std::round(static_cast<double>(std::max<int64_t>(0, nowNs - n.lastSeenNs)) / 1e6) / 1e3;
+  return json{{"node", n.node},
+              {"host", n.host},
+              {"agent_version", n.agentVersion},
+              {"pid", n.pid},
+              {"first_seen_ns", n.firstSeenNs},
+              {"last_seen_ns", n.lastSeenNs},
+              {"last_seen_age_s", ageS},
+              {"clock_offset_ns", n.offsetNs},
+              {"rtt_ns", n.rttNs},
+              {"spool_bytes", n.spoolBytes},
+              {"spool_dropped", n.spoolDropped},
+              {"ranks", n.ranks},
+              {"latest_host", n.latestHost ? hostSampleJson(*n.latestHost) : json(nullptr)}};
+}
+
+Api::Api(HttpOptions options, storage::Store& store, const Clock& clock)
+    : options_(std::move(options)), store_(store), clock_(clock) {}
+
+ApiResponse Api::handle(std::string_view method, std::string_view target) const {
+  try {
+    auto parsed = parseRequestTarget(target);
+    if (!parsed) return errorResponse(400, parsed.message());
+    const auto& seg = parsed->segments;
+    const std::string& path = parsed->rawPath;
+    bool isGet = method == "GET";
+    QueryParams params(parsed->query);
+
+    bool api = !seg.empty() && seg[0] == "api";
+    if (!api) {
+      if (seg.size() == 1 && seg[0] == "healthz") {
+        if (!isGet) return methodNotAllowed(method, path);
+        if (Status s = params.checkAllowed({}); !s) return errorResponse(400, s.message());
+        return healthz();
+      }
+      if (!isGet) return methodNotAllowed(method, path);
+      if (options_.webRoot.empty()) return errorResponse(404, "no route for GET " + path);
+      return serveStaticFile(options_.webRoot, seg);
+    }
+
+    bool v1 = seg.size() >= 3 && seg[1] == "v1";
+    if (v1 && seg.size() == 3 && (seg[2] == "jobs" || seg[2] == "nodes")) {
+      if (!isGet) return methodNotAllowed(method, path);
+      if (Status s = params.checkAllowed({}); !s) return errorResponse(400, s.message());
+      return seg[2] == "jobs" ? jobs() : nodes();
+    }
+    if (v1 && seg.size() == 5 && seg[2] == "jobs" &&
+        (seg[4] == "ranks" || seg[4] == "steps" || seg[4] == "summary")) {
+      if (!isGet) return methodNotAllowed(method, path);
+      const std::string& job = seg[3];
+      if (seg[4] == "ranks") {
+        if (Status s = params.checkAllowed({}); !s) return errorResponse(400, s.message());
+        return ranks(job);
+      }
+      if (seg[4] == "steps") return steps(job, parsed->query);
+      return summary(job, parsed->query);
+    }
+    return errorResponse(404, "no route for " + std::string(method) + " " + path);
+  } catch (const std::exception& e) {
+    // Our own bug or an allocation failure; the connection and the server stay up.
+    logError("http", std::string("request handler failed: ") + e.what());
+    return errorResponse(500, std::string("internal error: ") + e.what());
+  }
+}
+
+ApiResponse Api::healthz() const { return jsonResponse(json{{"status", "ok"}}); }
+
+ApiResponse Api::jobs() const {
+  auto rows = store_.jobs();
+  if (!rows) return errorResponse(500, rows.message());
+  int64_t now = clock_.nowNs();
+  json list = json::array();
+  for (const auto& row : *rows) list.push_back(jobJson(row, now));
+  return jsonResponse(json{{"jobs", std::move(list)}});
+}
+
+ApiResponse Api::nodes() const {
+  auto rows = store_.nodes();
+  if (!rows) return errorResponse(500, rows.message());
+  int64_t now = clock_.nowNs();
+  json list = json::array();
+  for (const auto& row : *rows) list.push_back(nodeJson(row, now));
+  return jsonResponse(json{{"nodes", std::move(list)}});
+}
+
+bool Api::checkJob(const std::string& job, ApiResponse* failure) const {
+  auto exists = store_.jobExists(job);
+  if (!exists) {
+    *failure = errorResponse(500, exists.message());
+    return false;
+  }
+  if (!*exists) {
+    *failure = errorResponse(404, "unknown job '" + job + "'");
+    return false;
+  }
+  return true;
+}
+
+ApiResponse Api::ranks(const std::string& job) const {
+  ApiResponse failure;
+  if (!checkJob(job, &failure)) return failure;
+  auto rows = store_.ranks(job);
+  if (!rows) return errorResponse(500, rows.message());
+  json list = json::array();
+  for (const auto& row : *rows) list.push_back(rankJson(row));
+  return jsonResponse(json{{"job", job}, {"ranks", std::move(list)}});
+}
+
+ApiResponse Api::steps(const std::string& job, const Query& query) const {
+  QueryParams params(query);
+  if (Status s = params.checkAllowed({"rank", "from", "to", "limit", "detail"}); !s) {
+    return errorResponse(400, s.message());
+  }
+  auto rank = params.unsignedInt("rank", std::numeric_limits<uint32_t>::max());
+  if (!rank) return errorResponse(400, rank.message());
+  RangeParams range;
+  if (Status s = parseRange(params, options_.maxStepRows, &range); !s) {
+    return errorResponse(400, s.message());
+  }
+  auto detail = params.boolean("detail", false);
+  if (!detail) return errorResponse(400, detail.message());
+
+  ApiResponse failure;
+  if (!checkJob(job, &failure)) return failure;
+
+  storage::StepQuery q;
+  q.job = job;
+  if (*rank) q.rank = static_cast<uint32_t>(**rank);
+  q.fromStep = range.from;
+  q.toStep = range.to;
+  q.limit = range.limit + 1;  // one more than asked tells us whether there is more
+  q.detail = *detail;
+  auto rows = store_.steps(q);
+  if (!rows) return errorResponse(500, rows.message());
+  bool truncated = rows->size() > range.limit;
+  if (truncated) rows->resize(range.limit);
+  json list = json::array();
+  for (const auto& row : *rows) list.push_back(stepJson(row, *detail));
+  return jsonResponse(json{{"job", job},
+                           {"steps", std::move(list)},
+                           {"limit", range.limit},
+                           {"truncated", truncated}});
+}
+
+ApiResponse Api::summary(const std::string& job, const Query& query) const {
+  QueryParams params(query);
+  if (Status s = params.checkAllowed({"from", "to", "limit"}); !s) {
+    return errorResponse(400, s.message());
+  }
+  RangeParams range;
+  if (Status s = parseRange(params, options_.maxStepRows, &range); !s) {
+    return errorResponse(400, s.message());
+  }
+  ApiResponse failure;
+  if (!checkJob(job, &failure)) return failure;
+
+  storage::SummaryQuery q;
+  q.job = job;
+  q.fromStep = range.from;
+  q.toStep = range.to;
+  q.limit = range.limit + 1;
+  auto rows = store_.summary(q);
+  if (!rows) return errorResponse(500, rows.message());
+  bool truncated = rows->size() > range.limit;
+  if (truncated) rows->resize(range.limit);
+  json list = json::array();
+  for (const auto& row : *rows) list.push_back(summaryJson(row));
+  return jsonResponse(json{{"job", job},
+                           {"steps", std::move(list)},
+                           {"limit", range.limit},
+                           {"truncated", truncated}});
+}
+
+}  // namespace trainscope::http

@@ -1,0 +1,71 @@
+// The JSON API's routing and handlers, independent of the transport: a method and a target in,
+// a status, headers and a body out. The server calls handle() on its I/O thread; handlers only
+// read the Store (safe from any thread), so an Api may be used from any one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "collector/http/server.h"
+#include "collector/storage/store.h"
+#include "common/clock.h"
+
+namespace trainscope::http {
+
+// A job whose last report is older than this, and that did not end, is "stale".
+inline constexpr int64_t kRunningWindowNs = 30LL * 1'000'000'000;
+// Rows a steps/summary query returns when the client gives no limit=.
+inline constexpr size_t kDefaultRowLimit = 1000;
+
+struct ApiResponse {
+  unsigned status = 200;
+  std::string contentType = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra headers, e.g. Allow
+};
+
+// A JSON error body {"error": message} with the given status.
+ApiResponse errorResponse(unsigned status, const std::string& message);
+
+class Api {
+public:
+  // `store` and `clock` must outlive the Api.
+  Api(HttpOptions options, storage::Store& store, const Clock& clock);
+
+  // Routes one request. Never throws; a failing store query becomes a 500 with its message.
+  ApiResponse handle(std::string_view method, std::string_view target) const;
+
+private:
+  ApiResponse healthz() const;
+  ApiResponse jobs() const;
+  ApiResponse nodes() const;
+  ApiResponse ranks(const std::string& job) const;
+  ApiResponse steps(const std::string& job,
+                    const std::vector<std::pair<std::string, std::string>>& query) const;
+  ApiResponse summary(const std::string& job,
+                      const std::vector<std::pair<std::string, std::string>>& query) const;
+  // True if the job exists; otherwise fills *failure with a 404 (unknown) or 500 (store error).
+  bool checkJob(const std::string& job, ApiResponse* failure) const;
+
+  HttpOptions options_;
+  storage::Store& store_;
+  const Clock& clock_;
+};
+
+// "ended" if every rank said goodbye, "running" if seen within kRunningWindowNs, else "stale".
+std::string jobState(const storage::JobRow& job, int64_t nowNs);
+
+// JSON shapes of the API, exposed so later endpoints (WebSocket updates) send the same shapes.
+nlohmann::json jobJson(const storage::JobRow& job, int64_t nowNs);
+nlohmann::json rankJson(const storage::RankRow& rank);
+nlohmann::json stepJson(const storage::StepRow& step, bool detail);
+nlohmann::json summaryJson(const storage::StepSummaryRow& row);
+nlohmann::json hostSampleJson(const wire::HostSample& sample);
+nlohmann::json nodeJson(const storage::NodeRow& node, int64_t nowNs);
+
+}  // namespace trainscope::http

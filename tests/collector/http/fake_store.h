@@ -1,0 +1,98 @@
+// An in-memory Store for HTTP and CLI tests: rows are set by the test, queries are recorded so a
+// test can check what the API passed through, and `failWith` makes every query fail. Guarded
+// by a mutex, since the server calls it from its I/O thread while the test thread inspects it.
+#pragma once
+
+#include <algorithm>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collector/storage/store.h"
+
+namespace trainscope::testing {
+
+class FakeStore final : public storage::Store {
+public:
+  Status write(const storage::WriteBatch&) override { return Status::error("fake store is read-only"); }
+
+  Result<std::vector<storage::JobRow>> jobs() override {
+    std::lock_guard lock(mu_);
+    if (failWith) return Result<std::vector<storage::JobRow>>::error(*failWith);
+    return jobRows;
+  }
+  Result<bool> jobExists(const std::string& job) override {
+    std::lock_guard lock(mu_);
+    if (failWith) return Result<bool>::error(*failWith);
+    return std::any_of(jobRows.begin(), jobRows.end(), [&](const auto& j) { return j.job == job; });
+  }
+  Result<std::vector<storage::RankRow>> ranks(const std::string& job) override {
+    std::lock_guard lock(mu_);
+    if (failWith) return Result<std::vector<storage::RankRow>>::error(*failWith);
+    std::vector<storage::RankRow> out;
+    for (const auto& r : rankRows) {
+      if (r.job == job) out.push_back(r);
+    }
+    return out;
+  }
+  // Filters like the real store, so the API's limit+1 / truncated logic is exercised.
+  Result<std::vector<storage::StepRow>> steps(const storage::StepQuery& q) override {
+    std::lock_guard lock(mu_);
+    lastStepQuery = q;
+    if (failWith) return Result<std::vector<storage::StepRow>>::error(*failWith);
+    std::vector<storage::StepRow> out;
+    for (const auto& s : stepRows) {
+      if (s.job != q.job) continue;
+      if (q.rank && s.rank != *q.rank) continue;
+      if (q.fromStep && s.step < *q.fromStep) continue;
+      if (q.toStep && s.step > *q.toStep) continue;
+      if (out.size() >= q.limit) break;
+      storage::StepRow row = s;
+      if (!q.detail) {
+        row.ops.clear();
+        row.collectives.clear();
+      }
+      out.push_back(std::move(row));
+    }
+    return out;
+  }
+  Result<std::vector<storage::StepSummaryRow>> summary(const storage::SummaryQuery& q) override {
+    std::lock_guard lock(mu_);
+    lastSummaryQuery = q;
+    if (failWith) return Result<std::vector<storage::StepSummaryRow>>::error(*failWith);
+    std::vector<storage::StepSummaryRow> out;
+    for (const auto& s : summaryRows) {
+      if (q.fromStep && s.step < *q.fromStep) continue;
+      if (q.toStep && s.step > *q.toStep) continue;
+      if (out.size() >= q.limit) break;
+      out.push_back(s);
+    }
+    return out;
+  }
+  Result<std::vector<storage::NodeRow>> nodes() override {
+    std::lock_guard lock(mu_);
+    if (failWith) return Result<std::vector<storage::NodeRow>>::error(*failWith);
+    return nodeRows;
+  }
+  Result<uint64_t> applyRetention(int64_t) override { return uint64_t{0}; }
+  storage::StoreStats stats() override { return {}; }
+
+  // Set by the test before the server starts (or under lock()).
+  std::vector<storage::JobRow> jobRows;
+  std::vector<storage::RankRow> rankRows;
+  std::vector<storage::StepRow> stepRows;       // all jobs; ordered by (step, rank) as stored
+  std::vector<storage::StepSummaryRow> summaryRows;  // for any job
+  std::vector<storage::NodeRow> nodeRows;
+  std::optional<std::string> failWith;
+
+  std::optional<storage::StepQuery> lastStepQuery;
+  std::optional<storage::SummaryQuery> lastSummaryQuery;
+
+  std::unique_lock<std::mutex> lock() { return std::unique_lock(mu_); }
+
+private:
+  std::mutex mu_;
+};
+
+}  // namespace trainscope::testing
