@@ -1,0 +1,35 @@
+// Resolves a ts_probe_config (NULL/0 fields mean "from the environment or default") into a
+// complete, validated probe configuration. Pure apart from reading the environment; any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "agent/probe/trainscope_probe.h"
+#include "common/status.h"
+
+namespace trainscope::probe {
+
+inline constexpr const char* kDefaultAgentEndpoint = "ipc:///tmp/trainscope-agent.sock";
+
+struct ProbeConfig {
+  std::string endpoint = kDefaultAgentEndpoint;  // agent ROUTER endpoint
+  std::string job;                               // job id shared by every rank
+  uint32_t rank = 0;
+  uint32_t worldSize = 1;
+  uint32_t localRank = 0;
+  std::string host;
+  uint32_t pid = 0;
+  uint32_t flightSteps = 8;            // steps of full records kept; more costs memory
+  uint64_t flightMaxBytes = 64u << 20; // hard bound on the flight recorder
+  uint32_t ringRecords = 16384;        // per thread and instance, 64 B each; bigger rides out
+                                       // longer runtime stalls without drops
+  uint32_t backlogReports = 4096;      // unacked reports kept while the agent is away
+  uint32_t topOps = 32;                // operators per report; more costs bytes per report
+  bool connectAgent = true;            // false: fold only (benchmarks, tests)
+};
+
+// NULL `config` means all defaults. The error names the offending field or variable.
+Result<ProbeConfig> resolveConfig(const ts_probe_config* config);
+
+}  // namespace trainscope::probe

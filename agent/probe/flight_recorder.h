@@ -1,0 +1,44 @@
+// The flight recorder: full records of the last K completed steps of one probe instance, in
+// bounded memory, so a capture can include the steps before its trigger. The runtime thread
+// adds; any thread may read (snapshot, sizes); a mutex guards the entries.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#include "agent/probe/record.h"
+
+namespace trainscope::probe {
+
+class FlightRecorder {
+public:
+  FlightRecorder(uint32_t maxSteps, uint64_t maxBytes);
+
+  // Adds one completed step's records; evicts the oldest steps past either bound. A single
+  // step bigger than the byte bound keeps its first records only.
+  void add(int64_t step, std::vector<Record> records);
+
+  // Records of the held steps with fromStep <= step <= toStep, oldest step first.
+  // Unattributed records that arrived with a step come with it (their `step` is -1).
+  std::vector<Record> snapshot(int64_t fromStep, int64_t toStep) const;
+
+  uint64_t bytes() const;
+  uint64_t steps() const;
+  // Steps held now, oldest first.
+  std::vector<int64_t> heldSteps() const;
+
+private:
+  struct Entry {
+    int64_t step;
+    std::vector<Record> records;
+  };
+  const uint32_t maxSteps_;
+  const uint64_t maxBytes_;
+  mutable std::mutex mu_;
+  std::deque<Entry> entries_;  // guarded by mu_
+  uint64_t bytes_ = 0;         // guarded by mu_
+};
+
+}  // namespace trainscope::probe

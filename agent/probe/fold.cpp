@@ -1,0 +1,347 @@
+#include "agent/probe/fold.h"
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "agent/probe/intern.h"
+#include "common/log.h"
+#include "agent/probe/trainscope_probe.h"
+
+namespace trainscope::probe {
+namespace {
+
+using Intervals = std::vector<std::pair<int64_t, int64_t>>;
+
+Intervals merged(Intervals v) {
+  std::sort(v.begin(), v.end());
+  Intervals out;
+  for (const auto& iv : v) {
+    if (iv.second <= iv.first) continue;
+    if (!out.empty() && iv.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, iv.second);
+    } else {
+      out.push_back(iv);
+    }
+  }
+  return out;
+}
+
+int64_t lengthOf(const Intervals& m) {
+  int64_t total = 0;
+  for (const auto& iv : m) total += iv.second - iv.first;
+  return total;
+}
+
+}  // namespace
+
+int64_t unionLength(Intervals intervals) { return lengthOf(merged(std::move(intervals))); }
+
+int64_t overlapLength(Intervals a, Intervals b) {
+  const Intervals ma = merged(std::move(a));
+  const Intervals mb = merged(std::move(b));
+  int64_t total = 0;
+  size_t i = 0;
+  size_t j = 0;
+  while (i < ma.size() && j < mb.size()) {
+    const int64_t lo = std::max(ma[i].first, mb[j].first);
+    const int64_t hi = std::min(ma[i].second, mb[j].second);
+    if (hi > lo) total += hi - lo;
+    if (ma[i].second < mb[j].second) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return total;
+}
+
+StepFolder::StepFolder(FoldOptions options) : options_(std::move(options)) {}
+
+void StepFolder::markUnattributed(Record r) {
+  ++unattributed_;
+  r.step = -1;
+  if (loose_.size() < options_.maxLooseRecords) loose_.push_back(r);
+}
+
+void StepFolder::addComplete(const Record& r) {
+  if (pending_.size() >= options_.maxPending) {
+    // A step that never ends (or records with no step at all): give up on the oldest half.
+    std::sort(pending_.begin(), pending_.end(),
+              [](const Record& a, const Record& b) { return a.t0 < b.t0; });
+    const size_t drop = pending_.size() / 2;
+    for (size_t i = 0; i < drop; ++i) markUnattributed(pending_[i]);
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(drop));
+    logOnce(LogLevel::kWarn, "probe", "pending-cap",
+            "too many records wait for a step that has not ended; the oldest are counted as "
+            "unattributed");
+  }
+  pending_.push_back(r);
+}
+
+void StepFolder::add(uint32_t ring, const Record& r) {
+  ++records_;
+  switch (r.type) {
+    case RecordType::kStepBegin: {
+      if (!spans_.empty() && spans_.back().end < 0) {
+        // Steps do not overlap: an open step that sees another begin never ended. Dropping
+        // it bounds open-step state; its records are swept as unattributed.
+        logOnce(LogLevel::kWarn, "probe", "step-no-end",
+                "step " + std::to_string(spans_.back().step) +
+                    " began but never ended before the next step began; its records are "
+                    "counted as unattributed");
+        spans_.pop_back();
+      }
+      spans_.push_back(Span{r.step, r.t0});
+      return;
+    }
+    case RecordType::kStepEnd: {
+      if (spans_.empty() || spans_.back().end >= 0 || spans_.back().step != r.step) {
+        logOnce(LogLevel::kWarn, "probe", "step-end-unmatched",
+                "step_end(" + std::to_string(r.step) +
+                    ") does not match an open step_begin; ignored");
+        return;
+      }
+      spans_.back().end = std::max(r.t0, spans_.back().begin);
+      spans_.back().endPass = pass_;
+      return;
+    }
+    case RecordType::kRangePush: {
+      auto& stack = pairing_[ring].ranges;
+      if (stack.size() >= options_.maxPairDepth) {
+        logOnce(LogLevel::kWarn, "probe", "range-depth", "ranges nested too deep; dropped");
+        markUnattributed(r);
+        return;
+      }
+      stack.push_back(r);
+      return;
+    }
+    case RecordType::kRangePop: {
+      auto& stack = pairing_[ring].ranges;
+      if (stack.empty()) {
+        logOnce(LogLevel::kWarn, "probe", "range-pop", "range_pop without a range_push; ignored");
+        ++unattributed_;
+        return;
+      }
+      Record done = stack.back();
+      stack.pop_back();
+      done.type = RecordType::kRange;
+      done.t1 = std::max(r.t0, done.t0);
+      addComplete(done);
+      return;
+    }
+    case RecordType::kCollBegin: {
+      auto& stack = pairing_[ring].collectives;
+      if (stack.size() >= options_.maxPairDepth) {
+        logOnce(LogLevel::kWarn, "probe", "coll-depth", "collectives nested too deep; dropped");
+        markUnattributed(r);
+        return;
+      }
+      stack.push_back(r);
+      return;
+    }
+    case RecordType::kCollEnd: {
+      auto& stack = pairing_[ring].collectives;
+      if (stack.empty()) {
+        logOnce(LogLevel::kWarn, "probe", "coll-end",
+                "collective_end without a collective_begin; ignored");
+        ++unattributed_;
+        return;
+      }
+      Record done = stack.back();
+      stack.pop_back();
+      done.type = RecordType::kCollective;
+      done.t1 = std::max(r.t0, done.t0);
+      addComplete(done);
+      return;
+    }
+    case RecordType::kRange:
+    case RecordType::kOp:
+    case RecordType::kCollective: {
+      Record done = r;
+      done.t1 = std::max(done.t1, done.t0);
+      addComplete(done);
+      return;
+    }
+  }
+  logOnce(LogLevel::kWarn, "probe", "record-type", "unknown record type; ignored");
+}
+
+void StepFolder::endPass() {
+  while (!spans_.empty() && spans_.front().end >= 0 && spans_.front().endPass < pass_) {
+    const Span span = spans_.front();
+    spans_.pop_front();
+    finalize(span);
+  }
+  sweepUnattributed();
+  ++pass_;
+}
+
+void StepFolder::finish() {
+  while (!spans_.empty() && spans_.front().end >= 0) {
+    const Span span = spans_.front();
+    spans_.pop_front();
+    finalize(span);
+  }
+  spans_.clear();
+  for (const Record& r : pending_) markUnattributed(r);
+  pending_.clear();
+  for (auto& [ring, p] : pairing_) {
+    for (const Record& r : p.ranges) markUnattributed(r);
+    for (const Record& r : p.collectives) markUnattributed(r);
+  }
+  pairing_.clear();
+}
+
+void StepFolder::sweepUnattributed() {
+  // Records before the first step still waiting, or (no step waiting) before the end of the
+  // last final step, can no longer belong to any step.
+  const int64_t horizon = spans_.empty() ? lastEnd_ : spans_.front().begin;
+  if (horizon == INT64_MIN) return;
+  auto keep = std::partition(pending_.begin(), pending_.end(), [&](const Record& r) {
+    return spans_.empty() ? r.t0 > horizon : r.t0 >= horizon;
+  });
+  for (auto it = keep; it != pending_.end(); ++it) markUnattributed(*it);
+  pending_.erase(keep, pending_.end());
+}
+
+void StepFolder::finalize(const Span& span) {
+  FoldedStep out;
+  out.records = std::move(loose_);
+  loose_.clear();
+
+  Intervals compute;
+  Intervals comm;
+  Intervals data;
+  struct OpAcc {
+    uint64_t count = 0;
+    int64_t total = 0;
+    int64_t max = 0;
+  };
+  std::unordered_map<uint32_t, OpAcc> ops;
+  struct CollAcc {
+    uint64_t count = 0;
+    int64_t total = 0;
+    int64_t max = 0;
+    int64_t first = INT64_MAX;
+    int64_t last = INT64_MIN;
+  };
+  std::map<std::tuple<uint8_t, uint32_t, uint64_t>, CollAcc> colls;
+
+  auto clip = [&](int64_t a, int64_t b) {
+    return std::make_pair(std::max(a, span.begin), std::min(b, span.end));
+  };
+  size_t kept = 0;
+  for (Record& r : pending_) {
+    if (r.t0 < span.begin) {
+      // Earlier steps are final, so it belongs to none; it still goes to the flight recorder.
+      ++unattributed_;
+      r.step = -1;
+      out.records.push_back(r);
+      continue;
+    }
+    if (r.t0 > span.end) {
+      pending_[kept++] = r;
+      continue;
+    }
+    r.step = span.step;
+    out.records.push_back(r);
+    const int64_t len = r.t1 - r.t0;
+    switch (r.type) {
+      case RecordType::kOp: {
+        compute.push_back(clip(r.t0, r.t1));
+        OpAcc& a = ops[r.name];
+        ++a.count;
+        a.total += len;
+        a.max = std::max(a.max, len);
+        break;
+      }
+      case RecordType::kRange:
+        if (r.kind == TS_RANGE_COMPUTE) compute.push_back(clip(r.t0, r.t1));
+        if (r.kind == TS_RANGE_DATA) data.push_back(clip(r.t0, r.t1));
+        break;
+      case RecordType::kCollective: {
+        comm.push_back(clip(r.t0, r.t1));
+        CollAcc& a = colls[{r.kind, r.group, r.bytes}];
+        ++a.count;
+        a.total += len;
+        a.max = std::max(a.max, len);
+        a.first = std::min(a.first, r.t0);
+        a.last = std::max(a.last, r.t1);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  pending_.resize(kept);
+
+  wire::StepReport& rep = out.report;
+  rep.set_job(options_.job);
+  rep.set_rank(options_.rank);
+  rep.set_step(span.step);
+  rep.set_start_ns(span.begin);
+  rep.set_end_ns(span.end);
+  const int64_t duration = span.end - span.begin;
+  rep.set_duration_ns(duration);
+  const bool anyCompute = !compute.empty();
+  const Intervals computeU = merged(std::move(compute));
+  const Intervals commU = merged(std::move(comm));
+  const int64_t commNs = lengthOf(commU);
+  const int64_t exposed = commNs - overlapLength(computeU, commU);
+  const int64_t dataNs = unionLength(std::move(data));
+  int64_t computeNs = lengthOf(computeU);
+  if (!anyCompute) computeNs = std::max<int64_t>(0, duration - exposed - dataNs);
+  rep.set_compute_ns(computeNs);
+  rep.set_comm_ns(commNs);
+  rep.set_exposed_comm_ns(exposed);
+  rep.set_data_ns(dataNs);
+
+  std::vector<std::pair<uint32_t, OpAcc>> sorted(ops.begin(), ops.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.second.total != b.second.total ? a.second.total > b.second.total
+                                            : a.first < b.first;
+  });
+  const size_t top = std::min<size_t>(sorted.size(), options_.topOps);
+  for (size_t i = 0; i < top; ++i) {
+    auto* op = rep.add_ops();
+    op->set_name(nameString(sorted[i].first));
+    op->set_count(sorted[i].second.count);
+    op->set_total_ns(sorted[i].second.total);
+    op->set_max_ns(sorted[i].second.max);
+  }
+  rep.set_ops_truncated(sorted.size() - top);
+
+  for (const auto& [key, a] : colls) {
+    auto* c = rep.add_collectives();
+    c->set_op(static_cast<wire::CollectiveOp>(std::get<0>(key)));
+    c->set_group(nameString(std::get<1>(key)));
+    c->set_bytes(std::get<2>(key));
+    c->set_count(a.count);
+    c->set_total_ns(a.total);
+    c->set_max_ns(a.max);
+    c->set_bandwidth_bps(a.total > 0 ? static_cast<double>(std::get<2>(key)) *
+                                           static_cast<double>(a.count) /
+                                           (static_cast<double>(a.total) * 1e-9)
+                                     : 0.0);
+    c->set_first_arrival_ns(a.first);
+    c->set_last_completion_ns(a.last);
+  }
+  rep.set_records(static_cast<uint64_t>(
+      std::count_if(out.records.begin(), out.records.end(),
+                    [](const Record& r) { return r.step != -1; })));
+
+  lastEnd_ = span.end;
+  lastStep_ = span.step;
+  ready_.push_back(std::move(out));
+}
+
+std::vector<FoldedStep> StepFolder::take() {
+  std::vector<FoldedStep> out;
+  out.swap(ready_);
+  return out;
+}
+
+}  // namespace trainscope::probe

@@ -1,0 +1,319 @@
+"""trainscope: the Python side of the trainscope probe (ctypes over libtrainscope_probe.so).
+
+Every call here goes to the probe's default instance, which stands for this process's rank.
+Record calls (step, range, collective, op) cost a ctypes call plus the probe's ring store;
+names are interned once and cached.
+
+Finding the library (first match wins):
+  1. $TRAINSCOPE_PROBE_LIB: the path of libtrainscope_probe.so;
+  2. libtrainscope_probe.so next to this package (an installed copy);
+  3. <repo>/build*/agent/probe/libtrainscope_probe.so, the sibling meson build directories of
+     a source checkout (newest first).
+
+Configuration comes from the environment (TRAINSCOPE_AGENT, TRAINSCOPE_JOB, SLURM_JOB_ID,
+TORCHELASTIC_RUN_ID, RANK, WORLD_SIZE, LOCAL_RANK) unless init(**overrides) names a field of
+ts_probe_config: agent_endpoint, job, rank, world_size, local_rank, host, pid, flight_steps,
+flight_max_bytes, ring_records, backlog_reports, top_ops, connect_agent (1 = fold only).
+"""
+
+import atexit
+import contextlib
+import ctypes
+import glob
+import os
+import threading
+
+__all__ = [
+    "init", "step", "step_begin", "step_end", "range", "collective", "record_collective",
+    "op", "flush", "stats", "shutdown", "now_ns", "intern", "ProbeError",
+    "RANGE_OTHER", "RANGE_COMPUTE", "RANGE_DATA", "COLLECTIVE_OPS",
+]
+
+RANGE_OTHER = 0
+RANGE_COMPUTE = 1
+RANGE_DATA = 2
+_RANGE_KINDS = {"other": RANGE_OTHER, "compute": RANGE_COMPUTE, "data": RANGE_DATA}
+
+# Names match trainscope.wire.CollectiveOp and ts_collective_op.
+COLLECTIVE_OPS = {
+    "unknown": 0, "all_reduce": 1, "all_gather": 2, "reduce_scatter": 3, "all_to_all": 4,
+    "broadcast": 5, "reduce": 6, "send": 7, "recv": 8, "barrier": 9,
+}
+
+
+class ProbeError(RuntimeError):
+    """The probe library is missing or refused a configuration."""
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [
+        ("agent_endpoint", ctypes.c_char_p),
+        ("job", ctypes.c_char_p),
+        ("rank", ctypes.c_int32),
+        ("world_size", ctypes.c_int32),
+        ("local_rank", ctypes.c_int32),
+        ("host", ctypes.c_char_p),
+        ("pid", ctypes.c_uint32),
+        ("flight_steps", ctypes.c_uint32),
+        ("flight_max_bytes", ctypes.c_uint64),
+        ("ring_records", ctypes.c_uint32),
+        ("backlog_reports", ctypes.c_uint32),
+        ("top_ops", ctypes.c_uint32),
+        ("connect_agent", ctypes.c_uint32),
+    ]
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [
+        ("records", ctypes.c_uint64),
+        ("dropped", ctypes.c_uint64),
+        ("steps_folded", ctypes.c_uint64),
+        ("reports_sent", ctypes.c_uint64),
+        ("reports_acked", ctypes.c_uint64),
+        ("backlog", ctypes.c_uint64),
+        ("backlog_dropped", ctypes.c_uint64),
+        ("unattributed", ctypes.c_uint64),
+        ("flight_bytes", ctypes.c_uint64),
+        ("flight_steps", ctypes.c_uint64),
+        ("connected", ctypes.c_uint32),
+    ]
+
+
+_LIB_NAME = "libtrainscope_probe.so"
+
+
+def _candidates():
+    env = os.environ.get("TRAINSCOPE_PROBE_LIB")
+    if env:
+        yield env
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, _LIB_NAME)
+    # <repo>/agent/probe/python/trainscope -> <repo>
+    repo = os.path.abspath(os.path.join(here, "..", "..", "..", ".."))
+    found = glob.glob(os.path.join(repo, "build*", "agent", "probe", _LIB_NAME))
+    for path in sorted(found, key=os.path.getmtime, reverse=True):
+        yield path
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        tried.append(path)
+        if os.path.exists(path):
+            return ctypes.CDLL(path)
+    raise ProbeError(
+        "cannot find %s (tried: %s); set TRAINSCOPE_PROBE_LIB to its path"
+        % (_LIB_NAME, ", ".join(tried) or "nothing"))
+
+
+def _bind(lib):
+    P = ctypes.c_void_p
+    i64, u32, u64, i32 = ctypes.c_int64, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
+    sigs = {
+        "ts_config_init": (None, [ctypes.POINTER(_Config)]),
+        "ts_init": (i32, [ctypes.POINTER(_Config)]),
+        "ts_default": (P, []),
+        "ts_shutdown": (None, [i32]),
+        "ts_intern": (u32, [ctypes.c_char_p]),
+        "ts_name_str": (ctypes.c_char_p, [u32]),
+        "ts_now_ns": (i64, []),
+        "ts_step_begin": (None, [P, i64, i64]),
+        "ts_step_end": (None, [P, i64, i64]),
+        "ts_range_push": (None, [P, u32, u32, i64]),
+        "ts_range_pop": (None, [P, i64]),
+        "ts_range": (None, [P, u32, u32, i64, i64]),
+        "ts_op": (None, [P, u32, i64, i64]),
+        "ts_collective": (None, [P, u32, u32, u64, i64, i64]),
+        "ts_collective_begin": (None, [P, u32, u32, u64, i64]),
+        "ts_collective_end": (None, [P, i64]),
+        "ts_probe_flush": (i32, [P, i32]),
+        "ts_probe_get_stats": (None, [P, ctypes.POINTER(_Stats)]),
+        "ts_last_error": (ctypes.c_char_p, []),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    return lib
+
+
+_lock = threading.Lock()
+_lib = None
+_handle = None
+_names = {}
+_next_step = 0
+_open_steps = []  # step numbers begun by step()/step_begin() and not ended yet
+
+
+def _get_lib():
+    global _lib
+    if _lib is None:
+        with _lock:
+            if _lib is None:
+                _lib = _bind(_load())
+    return _lib
+
+
+def _probe():
+    global _handle
+    if _handle is None:
+        lib = _get_lib()
+        with _lock:
+            if _handle is None:
+                _handle = lib.ts_default()
+                atexit.register(shutdown)
+    return _handle
+
+
+def init(**overrides):
+    """Creates this process's probe with ts_probe_config fields overridden by keyword.
+
+    Unknown fields raise TypeError; a configuration the probe refuses raises ProbeError with
+    its reason. Calling any record function first creates the probe from the environment.
+    """
+    global _handle
+    lib = _get_lib()
+    cfg = _Config()
+    lib.ts_config_init(ctypes.byref(cfg))
+    keep = []  # keeps encoded strings alive until ts_init copied them
+    known = {f[0] for f in _Config._fields_}
+    for key, value in overrides.items():
+        if key not in known:
+            raise TypeError("init(): unknown probe setting %r (known: %s)"
+                            % (key, ", ".join(sorted(known))))
+        if isinstance(value, str):
+            value = value.encode()
+            keep.append(value)
+        setattr(cfg, key, value)
+    with _lock:
+        if _handle is not None:
+            raise ProbeError("init(): the probe already exists in this process")
+        if lib.ts_init(ctypes.byref(cfg)) != 0:
+            raise ProbeError("init(): " + lib.ts_last_error().decode(errors="replace"))
+        _handle = lib.ts_default()
+        atexit.register(shutdown)
+    return _handle
+
+
+def intern(name):
+    """The probe's id for `name` (interned once, then cached here)."""
+    nid = _names.get(name)
+    if nid is None:
+        nid = _get_lib().ts_intern(name.encode())
+        _names[name] = nid
+    return nid
+
+
+def now_ns():
+    """The probe's clock: ns since the Unix epoch (CLOCK_REALTIME)."""
+    return _get_lib().ts_now_ns()
+
+
+def step_begin(step=None, t_ns=0):
+    """Begins a step; without a number, the one after the last step begun. Returns it."""
+    global _next_step
+    if step is None:
+        step = _next_step
+    _next_step = step + 1
+    _open_steps.append(step)
+    _get_lib().ts_step_begin(_probe(), step, t_ns)
+    return step
+
+
+def step_end(step=None, t_ns=0):
+    """Ends a step; without a number, the step begun last."""
+    if step is None:
+        if not _open_steps:
+            raise ValueError("step_end(): no step is open")
+        step = _open_steps.pop()
+    elif step in _open_steps:
+        _open_steps.remove(step)
+    _get_lib().ts_step_end(_probe(), step, t_ns)
+
+
+@contextlib.contextmanager
+def step(number=None):
+    """Context manager around one training step (auto-numbered unless `number` is given)."""
+    n = step_begin(number)
+    try:
+        yield n
+    finally:
+        step_end(n)
+
+
+def _kind(kind):
+    if isinstance(kind, int):
+        return kind
+    try:
+        return _RANGE_KINDS[kind]
+    except KeyError:
+        raise ValueError("range kind must be one of %s, not %r"
+                         % (", ".join(_RANGE_KINDS), kind)) from None
+
+
+@contextlib.contextmanager
+def range(name, kind="other"):  # noqa: A001 (the API name the team agreed on)
+    """Context manager for a named range: kind 'compute', 'data' or 'other'."""
+    lib = _get_lib()
+    p = _probe()
+    lib.ts_range_push(p, intern(name), _kind(kind), 0)
+    try:
+        yield
+    finally:
+        lib.ts_range_pop(p, 0)
+
+
+def _op_code(op):
+    if isinstance(op, int):
+        return op
+    try:
+        return COLLECTIVE_OPS[op]
+    except KeyError:
+        raise ValueError("collective op must be one of %s, not %r"
+                         % (", ".join(COLLECTIVE_OPS), op)) from None
+
+
+@contextlib.contextmanager
+def collective(op, nbytes, group="default"):
+    """Context manager timing one collective from arrival to completion on this thread."""
+    lib = _get_lib()
+    p = _probe()
+    lib.ts_collective_begin(p, _op_code(op), intern(group), int(nbytes), 0)
+    try:
+        yield
+    finally:
+        lib.ts_collective_end(p, 0)
+
+
+def record_collective(op, nbytes, arrive_ns, complete_ns, group="default"):
+    """Records a collective whose arrival and completion times are known (ns, epoch)."""
+    _get_lib().ts_collective(_probe(), _op_code(op), intern(group), int(nbytes),
+                             int(arrive_ns), int(complete_ns))
+
+
+def op(name, start_ns, duration_ns):
+    """Records one operator (kernel) execution."""
+    _get_lib().ts_op(_probe(), intern(name), int(start_ns), int(duration_ns))
+
+
+def flush(timeout_ms=1000):
+    """Waits until every ended step is folded (and acknowledged when connected). True if so."""
+    return _get_lib().ts_probe_flush(_probe(), int(timeout_ms)) == 0
+
+
+def stats():
+    """The probe's counters as a dict (see ts_probe_stats)."""
+    s = _Stats()
+    _get_lib().ts_probe_get_stats(_probe(), ctypes.byref(s))
+    return {name: getattr(s, name) for name, _ in _Stats._fields_}
+
+
+def shutdown(timeout_ms=500):
+    """Folds what is left, says goodbye to the agent and frees the probe. Idempotent."""
+    global _handle
+    with _lock:
+        if _handle is None or _lib is None:
+            return
+        _handle = None
+    _lib.ts_shutdown(int(timeout_ms))

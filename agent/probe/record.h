@@ -1,0 +1,36 @@
+// The fixed-size record every probe call appends to a thread's ring, and the record kinds.
+// Plain data: any thread may build one; the drainer (runtime thread) interprets them.
+#pragma once
+
+#include <cstdint>
+
+namespace trainscope::probe {
+
+enum class RecordType : uint8_t {
+  kStepBegin = 1,   // step = step number, t0 = begin
+  kStepEnd = 2,     // step = step number, t0 = end
+  kRangePush = 3,   // name, kind, t0; paired with the next kRangePop on the same ring
+  kRangePop = 4,    // t0 = end of the innermost open range
+  kRange = 5,       // name, kind, [t0, t1]; also what a paired push/pop becomes
+  kOp = 6,          // name, [t0, t1]
+  kCollective = 7,  // kind = op, group, bytes, [t0 = arrival, t1 = completion]
+  kCollBegin = 8,   // kind = op, group, bytes, t0 = arrival
+  kCollEnd = 9,     // t0 = completion of the latest open begin on the same ring
+};
+
+// One cache line per record, so a producer never shares a line with the record being read.
+struct alignas(64) Record {
+  RecordType type;
+  uint8_t kind;      // ts_range_kind for ranges, ts_collective_op for collectives
+  uint16_t reserved;
+  uint32_t name;     // ts_name of the range or operator
+  uint32_t group;    // ts_name of the collective's process group
+  uint32_t reserved2;
+  int64_t step;      // step number for step records; the step it was folded into otherwise
+  int64_t t0;        // ns since the epoch
+  int64_t t1;        // ns since the epoch (end), where the type has one
+  uint64_t bytes;    // collective bytes of one call
+};
+static_assert(sizeof(Record) == 64, "a record is one cache line");
+
+}  // namespace trainscope::probe

@@ -1,0 +1,279 @@
+#include "agent/probe/runtime.h"
+
+#include <zmq.h>
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <new>
+#include <unordered_map>
+#include <utility>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+namespace trainscope::probe {
+namespace {
+
+std::atomic<uint64_t> gNextInstanceId{1};
+
+// How often the runtime drains rings; a shorter period needs smaller rings, costs more CPU.
+constexpr auto kPassPeriod = std::chrono::milliseconds(2);
+// How often an instance's socket is serviced outside of shutdown (1024 instances share the
+// thread, so a receive poll per pass would cost more than the draining).
+constexpr int64_t kIoPeriodNs = 5'000'000;
+
+FoldOptions foldOptionsFor(const ProbeConfig& c) {
+  FoldOptions f;
+  f.job = c.job;
+  f.rank = c.rank;
+  f.topOps = c.topOps;
+  return f;
+}
+
+}  // namespace
+
+Instance::Instance(ProbeConfig config)
+    : config_(std::move(config)),
+      id_(gNextInstanceId.fetch_add(1)),
+      folder_(foldOptionsFor(config_)),
+      flight_(config_.flightSteps, config_.flightMaxBytes) {}
+
+Instance::~Instance() = default;
+
+Ring* Instance::registerRing(int slot) {
+  // Threads past kMaxThreadSlots find their rings here; only this thread touches its map.
+  thread_local std::unordered_map<uint64_t, Ring*> tRings;
+  if (slot < 0) {
+    auto it = tRings.find(id_);
+    if (it != tRings.end()) return it->second;
+  }
+  try {
+    std::lock_guard<std::mutex> lock(ringsMu_);
+    rings_.push_back(std::make_unique<Ring>(config_.ringRecords));
+    Ring* r = rings_.back().get();
+    if (slot >= 0) {
+      slots_[slot].store(r, std::memory_order_release);
+    } else {
+      tRings[id_] = r;
+    }
+    return r;
+  } catch (const std::exception& e) {
+    logOnce(LogLevel::kError, "probe", "ring-alloc",
+            std::string("cannot allocate a record ring; records are lost: ") + e.what());
+    return nullptr;
+  }
+}
+
+Status Instance::open(void* zmqContext) {
+  if (!config_.connectAgent) return Status::ok();
+  wire::RankInfo info;
+  info.set_job(config_.job);
+  info.set_rank(config_.rank);
+  info.set_world_size(config_.worldSize);
+  info.set_local_rank(config_.localRank);
+  info.set_host(config_.host);
+  info.set_pid(config_.pid);
+  info.set_probe_version(TS_PROBE_VERSION);
+  TransportOptions t;
+  t.endpoint = config_.endpoint;
+  t.backlogReports = config_.backlogReports;
+  transport_ = std::make_unique<Transport>(zmqContext, t, std::move(info));
+  transport_->onCommand = [this](const wire::Command& cmd) {
+    if (onCommand) {
+      onCommand(cmd);
+    } else {
+      logOnce(LogLevel::kInfo, "probe", "command-ignored",
+              "received command '" + cmd.id() +
+                  "' from the agent; this probe does not run commands yet");
+    }
+  };
+  Status s = transport_->open();
+  if (!s) transport_.reset();
+  return s;
+}
+
+void Instance::service(int64_t nowNs, bool closing) {
+  {
+    std::lock_guard<std::mutex> lock(ringsMu_);
+    ringView_.resize(rings_.size());
+    for (size_t i = 0; i < rings_.size(); ++i) ringView_[i] = rings_[i].get();
+  }
+  uint64_t taken = 0;
+  uint64_t dropped = 0;
+  for (size_t i = 0; i < ringView_.size(); ++i) {
+    const auto ring = static_cast<uint32_t>(i);
+    taken += ringView_[i]->drain([&](const Record& r) { folder_.add(ring, r); });
+    dropped += ringView_[i]->dropped();
+  }
+  records_.fetch_add(taken, std::memory_order_relaxed);
+  dropped_.store(dropped, std::memory_order_relaxed);
+  if (closing) {
+    folder_.finish();
+  } else {
+    folder_.endPass();
+  }
+  for (FoldedStep& f : folder_.take()) {
+    f.report.set_dropped(dropped - droppedReported_);
+    droppedReported_ = dropped;
+    const int64_t step = f.report.step();
+    if (onReport) onReport(f.report);
+    if (transport_ != nullptr) transport_->addReport(std::move(f.report));
+    flight_.add(step, std::move(f.records));
+    stepsFolded_.fetch_add(1, std::memory_order_relaxed);
+  }
+  unattributed_.store(folder_.unattributed(), std::memory_order_relaxed);
+  if (closing && !finished) {
+    if (transport_ != nullptr) transport_->addGoodbye(folder_.lastStep(), wallNowNs());
+    finished = true;
+  }
+  if (transport_ != nullptr && (closing || nowNs - lastIoNs_ >= kIoPeriodNs)) {
+    lastIoNs_ = nowNs;
+    transport_->service(nowNs, closing);
+  }
+  idleFlag.store(transportIdle(), std::memory_order_release);
+  passes.fetch_add(1, std::memory_order_release);
+}
+
+void Instance::stats(ts_probe_stats* out) const {
+  *out = ts_probe_stats{};
+  out->records = records_.load(std::memory_order_relaxed);
+  out->dropped = dropped_.load(std::memory_order_relaxed);
+  out->steps_folded = stepsFolded_.load(std::memory_order_relaxed);
+  out->unattributed = unattributed_.load(std::memory_order_relaxed);
+  out->flight_bytes = flight_.bytes();
+  out->flight_steps = flight_.steps();
+  if (const Transport* t = transport_.get()) {
+    out->reports_sent = t->reportsSent.load(std::memory_order_relaxed);
+    out->reports_acked = t->reportsAcked.load(std::memory_order_relaxed);
+    out->backlog = t->backlogReports.load(std::memory_order_relaxed);
+    out->backlog_dropped = t->backlogDropped.load(std::memory_order_relaxed);
+    out->connected = t->connected(monotonicNowNs()) ? 1 : 0;
+  }
+}
+
+Runtime& Runtime::get() {
+  // Leaked on purpose: the thread and the context must outlive static destructors.
+  static Runtime* rt = new Runtime();
+  return *rt;
+}
+
+Runtime::Runtime() : ctx_(zmq_ctx_new()) {
+  // The simulator hosts ~1024 ranks in one process, one DEALER each.
+  zmq_ctx_set(ctx_, ZMQ_MAX_SOCKETS, 8192);
+  zmq_ctx_set(ctx_, ZMQ_IO_THREADS, 1);
+}
+
+Status Runtime::add(Instance* inst) {
+  if (ctx_ == nullptr) return Status::error("cannot create a ZeroMQ context");
+  if (stopped_.load()) return Status::error("the probe runtime has stopped (process exiting)");
+  if (Status s = inst->open(ctx_); !s) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  instances_.push_back(inst);
+  if (!thread_.joinable()) {
+    try {
+      thread_ = std::thread([this] { loop(); });
+    } catch (const std::exception& e) {
+      instances_.pop_back();
+      inst->closeTransport();
+      return Status::error(std::string("cannot start the probe runtime thread: ") + e.what());
+    }
+  }
+  return Status::ok();
+}
+
+void Runtime::remove(Instance* inst, int32_t timeoutMs) {
+  inst->closeDeadlineNs = monotonicNowNs() + static_cast<int64_t>(std::max(timeoutMs, 0)) * 1'000'000;
+  inst->closeRequested.store(true, std::memory_order_release);
+  std::unique_lock<std::mutex> lock(mu_);
+  wake_ = true;
+  cv_.notify_all();
+  cv_.wait(lock, [&] {
+    return stopped_.load() ||
+           std::find(instances_.begin(), instances_.end(), inst) == instances_.end();
+  });
+  auto it = std::find(instances_.begin(), instances_.end(), inst);
+  if (it != instances_.end()) {
+    // The runtime thread is gone (process exit): close here, no goodbye.
+    instances_.erase(it);
+    inst->closeTransport();
+  }
+}
+
+int32_t Runtime::flush(Instance* inst, int32_t timeoutMs) {
+  const int64_t deadline = monotonicNowNs() + static_cast<int64_t>(std::max(timeoutMs, 0)) * 1'000'000;
+  // Passes that start after this call drain everything recorded before it; the folder needs
+  // one more pass to declare a step final, and one may be in progress now.
+  const uint64_t target = inst->passes.load(std::memory_order_acquire) + 3;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    wake_ = true;
+  }
+  cv_.notify_all();
+  while (!stopped_.load()) {
+    if (inst->passes.load(std::memory_order_acquire) >= target &&
+        inst->idleFlag.load(std::memory_order_acquire)) {
+      return 0;
+    }
+    if (monotonicNowNs() >= deadline) return 1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return 1;
+}
+
+void Runtime::stop() {
+  std::thread t;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_.store(true);
+    t = std::move(thread_);
+  }
+  cv_.notify_all();
+  if (t.joinable()) t.join();
+  cv_.notify_all();
+}
+
+void Runtime::loop() {
+  std::vector<Instance*> list;
+  while (!stopped_.load()) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, kPassPeriod, [&] { return wake_ || stopped_.load(); });
+      wake_ = false;
+      list = instances_;
+    }
+    if (stopped_.load()) break;
+    const int64_t now = monotonicNowNs();
+    std::vector<Instance*> done;
+    for (Instance* inst : list) {
+      const bool closing = inst->closeRequested.load(std::memory_order_acquire);
+      try {
+        inst->service(now, closing);
+      } catch (const std::exception& e) {
+        logOnce(LogLevel::kError, "probe", std::string("service-") + e.what(),
+                std::string("probe runtime pass failed; skipping: ") + e.what());
+        if (closing) inst->finished = true;
+      } catch (...) {
+        logOnce(LogLevel::kError, "probe", "service-unknown",
+                "probe runtime pass failed with an unknown error; skipping");
+        if (closing) inst->finished = true;
+      }
+      if (closing && inst->finished &&
+          (inst->transportIdle() || monotonicNowNs() >= inst->closeDeadlineNs)) {
+        inst->closeTransport();
+        done.push_back(inst);
+      }
+    }
+    if (!done.empty()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (Instance* inst : done) {
+          instances_.erase(std::find(instances_.begin(), instances_.end(), inst));
+        }
+      }
+      cv_.notify_all();
+    }
+  }
+}
+
+}  // namespace trainscope::probe

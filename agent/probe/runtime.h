@@ -1,0 +1,114 @@
+// Probe instances and the one process-wide runtime thread that services all of them: it
+// drains every ring, folds records into step reports, feeds the flight recorders and does all
+// ZeroMQ I/O. Training threads only touch Instance::ringForThisThread() and the rings; the
+// other Instance members are the runtime thread's unless a comment says otherwise.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "agent/probe/config.h"
+#include "agent/probe/flight_recorder.h"
+#include "agent/probe/fold.h"
+#include "agent/probe/ring.h"
+#include "agent/probe/trainscope_probe.h"
+#include "agent/probe/transport.h"
+
+namespace trainscope::probe {
+
+// Threads that get an O(1) ring slot; further threads use a slower thread-local map.
+inline constexpr int kMaxThreadSlots = 256;
+
+class Instance {
+public:
+  explicit Instance(ProbeConfig config);
+  ~Instance();
+  Instance(const Instance&) = delete;
+  Instance& operator=(const Instance&) = delete;
+
+  // Any thread, hot path: the ring of the thread holding `slot` (see threadSlot in
+  // trainscope_probe.cpp), or nullptr when that thread has none yet.
+  Ring* ringAt(int slot) const { return slots_[slot].load(std::memory_order_relaxed); }
+  // Any thread, slow path: registers (locks, allocates) the calling thread's ring. `slot` < 0
+  // means the thread has no slot and the ring is found through a thread-local map instead.
+  Ring* registerRing(int slot);
+
+  const ProbeConfig& config() const { return config_; }
+  uint64_t id() const { return id_; }
+
+  // Any thread.
+  void stats(ts_probe_stats* out) const;
+  FlightRecorder& flight() { return flight_; }
+  // Called on the runtime thread with every report built (fold-only mode included).
+  // Set before recording starts; not synchronized with the runtime thread.
+  std::function<void(const wire::StepReport&)> onReport;
+  // Called on the runtime thread for every Command from the agent (the capture seam).
+  std::function<void(const wire::Command&)> onCommand;
+
+  // Runtime thread only.
+  Status open(void* zmqContext);
+  void service(int64_t nowNs, bool closing);  // one drain/fold/IO pass
+  bool transportIdle() const { return transport_ == nullptr || transport_->idle(); }
+  std::atomic<bool> idleFlag{true};           // transportIdle() as of the last pass; any thread
+  void closeTransport() { transport_.reset(); }
+
+  std::atomic<uint64_t> passes{0};            // completed passes; read by flush()
+  std::atomic<bool> closeRequested{false};    // set by Runtime::remove
+  bool finished = false;                      // runtime thread: final fold and goodbye done
+  int64_t closeDeadlineNs = 0;                // set before closeRequested; monotonic
+
+private:
+  const ProbeConfig config_;
+  const uint64_t id_;
+  std::atomic<Ring*> slots_[kMaxThreadSlots] = {};
+  std::mutex ringsMu_;
+  std::vector<std::unique_ptr<Ring>> rings_;  // guarded by ringsMu_; never shrinks
+  StepFolder folder_;
+  FlightRecorder flight_;
+  std::unique_ptr<Transport> transport_;
+  uint64_t droppedReported_ = 0;              // ring drops already put in a report
+  int64_t lastIoNs_ = 0;
+  std::vector<Ring*> ringView_;               // runtime thread's copy of rings_
+
+  std::atomic<uint64_t> records_{0};
+  std::atomic<uint64_t> dropped_{0};
+  std::atomic<uint64_t> stepsFolded_{0};
+  std::atomic<uint64_t> unattributed_{0};
+};
+
+// The process-wide runtime. Any thread may call its public functions.
+class Runtime {
+public:
+  static Runtime& get();
+
+  // Opens the instance's transport and starts servicing it (starts the thread if needed).
+  Status add(Instance* inst);
+  // Final fold, goodbye, waits up to timeoutMs for acks, then stops servicing `inst`; the
+  // caller frees it afterwards.
+  void remove(Instance* inst, int32_t timeoutMs);
+  // 0 when every step ended before the call is folded (and acked when connected); 1 on time-out.
+  int32_t flush(Instance* inst, int32_t timeoutMs);
+  // Stops the thread (process exit). Instances still registered stop being serviced.
+  void stop();
+  bool stopped() const { return stopped_.load(); }
+
+private:
+  Runtime();
+  void loop();
+
+  void* ctx_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Instance*> instances_;  // guarded by mu_
+  std::thread thread_;                // guarded by mu_ (started once)
+  std::atomic<bool> stopped_{false};
+  bool wake_ = false;                 // guarded by mu_
+};
+
+}  // namespace trainscope::probe

@@ -1,0 +1,211 @@
+#include "agent/probe/transport.h"
+
+#include <zmq.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "agent/probe/trainscope_probe.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "schema/wire.h"
+
+namespace trainscope::probe {
+
+Transport::Transport(void* zmqContext, TransportOptions options, wire::RankInfo info)
+    : ctx_(zmqContext), options_(std::move(options)), info_(std::move(info)) {}
+
+Transport::~Transport() {
+  if (socket_ != nullptr) zmq_close(socket_);
+}
+
+Status Transport::open() {
+  socket_ = zmq_socket(ctx_, ZMQ_DEALER);
+  if (socket_ == nullptr) {
+    return Status::error(std::string("zmq_socket(DEALER) failed: ") + zmq_strerror(zmq_errno()));
+  }
+  const int one = 1;
+  const int zero = 0;
+  zmq_setsockopt(socket_, ZMQ_IMMEDIATE, &one, sizeof(one));
+  zmq_setsockopt(socket_, ZMQ_LINGER, &zero, sizeof(zero));
+  if (zmq_connect(socket_, options_.endpoint.c_str()) != 0) {
+    return Status::error("agent_endpoint '" + options_.endpoint +
+                         "': cannot connect: " + zmq_strerror(zmq_errno()));
+  }
+  return Status::ok();
+}
+
+void Transport::addReport(wire::StepReport report) {
+  if (queued_.empty()) firstQueuedNs_ = monotonicNowNs();
+  wire::Envelope env;
+  *env.mutable_step() = std::move(report);
+  queued_.push_back(std::move(env));
+  ++queuedReports_;
+  backlogReports.fetch_add(1, std::memory_order_relaxed);
+  enforceBound();
+}
+
+void Transport::addGoodbye(int64_t lastStep, int64_t nowWallNs) {
+  if (queued_.empty()) firstQueuedNs_ = monotonicNowNs();
+  wire::Envelope env;
+  auto* bye = env.mutable_rank_goodbye();
+  bye->set_job(info_.job());
+  bye->set_rank(info_.rank());
+  bye->set_last_step(lastStep);
+  bye->set_sent_ns(nowWallNs);
+  queued_.push_back(std::move(env));
+}
+
+void Transport::queueHello(int64_t nowNs) {
+  lastHelloNs_ = nowNs;
+  // One hello waiting for its ack is enough; an absent agent must not fill the backlog.
+  if (helloOutstanding_) return;
+  if (queued_.empty()) firstQueuedNs_ = nowNs;
+  wire::Envelope env;
+  auto* hello = env.mutable_rank_hello();
+  *hello->mutable_rank() = info_;
+  hello->set_sent_ns(wallNowNs());
+  // Hellos go first so an agent that just came up learns the rank before its reports.
+  queued_.insert(queued_.begin(), std::move(env));
+  helloOutstanding_ = true;
+}
+
+void Transport::enforceBound() {
+  // Oldest first: the backlog keeps the most recent reports, as PROTOCOL.md's loss bound says.
+  while (backlogReports.load(std::memory_order_relaxed) > options_.backlogReports &&
+         !backlog_.empty()) {
+    const Pending& old = backlog_.front();
+    backlogReports.fetch_sub(old.reports, std::memory_order_relaxed);
+    backlogDropped.fetch_add(old.reports, std::memory_order_relaxed);
+    if (old.hello) helloOutstanding_ = false;
+    backlog_.pop_front();
+  }
+  if (backlogReports.load(std::memory_order_relaxed) > options_.backlogReports) {
+    // Everything older is gone and the queue alone is over the bound: drop queued reports.
+    for (auto it = queued_.begin();
+         it != queued_.end() &&
+         backlogReports.load(std::memory_order_relaxed) > options_.backlogReports;) {
+      if (it->has_step()) {
+        it = queued_.erase(it);
+        --queuedReports_;
+        backlogReports.fetch_sub(1, std::memory_order_relaxed);
+        backlogDropped.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+void Transport::cutBatch() {
+  while (!queued_.empty()) {
+    const size_t n = std::min<size_t>(queued_.size(), options_.batchMaxItems);
+    wire::Envelope env;
+    auto* batch = env.mutable_batch();
+    batch->set_seq(nextSeq_);
+    Pending p{nextSeq_, {}, 0, false};
+    for (size_t i = 0; i < n; ++i) {
+      if (queued_[i].has_step()) ++p.reports;
+      if (queued_[i].has_rank_hello()) p.hello = true;
+      queued_[i].set_schema_version(wire::kSchemaVersion);
+      *batch->add_items() = std::move(queued_[i]);
+    }
+    queued_.erase(queued_.begin(), queued_.begin() + static_cast<ptrdiff_t>(n));
+    queuedReports_ -= p.reports;
+    p.frame = wire::encode(env);
+    ++nextSeq_;
+    backlog_.push_back(std::move(p));
+  }
+}
+
+void Transport::sendDue(int64_t nowNs) {
+  for (Pending& p : backlog_) {
+    if (p.lastSentNs != 0 && nowNs - p.lastSentNs < options_.resendAfterNs) continue;
+    const int rc = zmq_send(socket_, p.frame.data(), p.frame.size(), ZMQ_DONTWAIT);
+    if (rc < 0) {
+      const int err = zmq_errno();
+      if (err != EAGAIN) {
+        logOnce(LogLevel::kWarn, "probe", std::string("send-") + std::to_string(err),
+                std::string("sending to the agent failed: ") + zmq_strerror(err));
+      }
+      // No connection (ZMQ_IMMEDIATE): stop here so batches leave in order once it is up.
+      linkUp_ = false;
+      return;
+    }
+    if (!linkUp_) {
+      linkUp_ = true;
+      if (!helloOutstanding_) queueHello(nowNs);  // "on connect" hello
+    }
+    if (p.lastSentNs == 0) reportsSent.fetch_add(p.reports, std::memory_order_relaxed);
+    p.lastSentNs = nowNs;
+    batchesSent.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Transport::receive(int64_t nowNs) {
+  for (int i = 0; i < 1024; ++i) {
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    if (zmq_msg_recv(&msg, socket_, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&msg);
+      return;
+    }
+    auto decoded = wire::decode(zmq_msg_data(&msg), zmq_msg_size(&msg));
+    zmq_msg_close(&msg);
+    if (!decoded) {
+      logOnce(LogLevel::kWarn, "probe", "bad-frame-" + wire::rejectReason(decoded.message()),
+              "rejected a frame from the agent: " + decoded.message());
+      continue;
+    }
+    const wire::Envelope& env = *decoded;
+    switch (env.body_case()) {
+      case wire::Envelope::kAck: {
+        const uint64_t seq = env.ack().seq();
+        lastAckNs_.store(nowNs, std::memory_order_relaxed);
+        if (seq > lastAckedSeq.load(std::memory_order_relaxed)) {
+          lastAckedSeq.store(seq, std::memory_order_relaxed);
+        }
+        while (!backlog_.empty() && backlog_.front().seq <= seq) {
+          const Pending& p = backlog_.front();
+          reportsAcked.fetch_add(p.reports, std::memory_order_relaxed);
+          backlogReports.fetch_sub(p.reports, std::memory_order_relaxed);
+          if (p.hello) helloOutstanding_ = false;
+          backlog_.pop_front();
+        }
+        break;
+      }
+      case wire::Envelope::kError:
+        logOnce(LogLevel::kWarn, "probe", "agent-error-" + env.error().reason(),
+                "the agent rejected a frame: " + env.error().reason() + ": " +
+                    env.error().detail());
+        break;
+      case wire::Envelope::kCommand:
+        if (onCommand) {
+          onCommand(env.command());
+        } else {
+          logOnce(LogLevel::kInfo, "probe", "command-ignored",
+                  "received a command from the agent; this probe does not run commands yet");
+        }
+        break;
+      default:
+        logOnce(LogLevel::kWarn, "probe", "unexpected-" + std::to_string(env.body_case()),
+                "unexpected message from the agent (body " +
+                    std::to_string(env.body_case()) + "); ignored");
+        break;
+    }
+  }
+}
+
+void Transport::service(int64_t nowNs, bool cutNow) {
+  if (socket_ == nullptr) return;
+  receive(nowNs);
+  if (lastHelloNs_ == 0 || nowNs - lastHelloNs_ >= options_.helloIntervalNs) queueHello(nowNs);
+  if (!queued_.empty() && (cutNow || queued_.size() >= options_.batchMaxItems ||
+                           nowNs - firstQueuedNs_ >= options_.batchIntervalNs)) {
+    cutBatch();
+    enforceBound();
+  }
+  sendDue(nowNs);
+}
+
+}  // namespace trainscope::probe

@@ -1,0 +1,95 @@
+// The probe's side of the probe -> agent hop (schema/PROTOCOL.md): one DEALER socket per
+// probe instance, batches with sequence numbers, a bounded backlog of unacknowledged batches,
+// resends, hellos and acks. Used only by the probe runtime thread (ZeroMQ sockets are not
+// thread-safe); the counters may be read from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "schema/trainscope.pb.h"
+
+namespace trainscope::probe {
+
+struct TransportOptions {
+  std::string endpoint;                        // agent ROUTER endpoint
+  uint32_t backlogReports = 4096;              // reports kept unacked; more rides out longer
+                                               // agent outages at ~1.7 KiB per report
+  int64_t batchIntervalNs = 10'000'000;        // longest a queued item waits for its batch;
+                                               // shorter means more, smaller frames
+  uint32_t batchMaxItems = 256;                // items per batch; bounds the frame size
+  int64_t resendAfterNs = 1'000'000'000;       // unacked batch resend delay (PROTOCOL.md)
+  int64_t helloIntervalNs = 2'000'000'000;     // RankHello period (PROTOCOL.md)
+  int64_t connectedWindowNs = 3'000'000'000;   // "connected" = an ack within this window
+};
+
+class Transport {
+public:
+  Transport(void* zmqContext, TransportOptions options, wire::RankInfo info);
+  ~Transport();
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  // Creates and connects the socket; the connection itself completes in the background.
+  Status open();
+
+  void addReport(wire::StepReport report);
+  void addGoodbye(int64_t lastStep, int64_t nowWallNs);
+  // Receives acks/commands, cuts batches, sends and resends. `nowNs` is monotonic time;
+  // `cutNow` sends whatever is queued without waiting for the batch interval.
+  void service(int64_t nowNs, bool cutNow);
+
+  // Nothing queued and nothing waiting for an ack.
+  bool idle() const { return queued_.empty() && backlog_.empty(); }
+  bool connected(int64_t nowNs) const {
+    const int64_t last = lastAckNs_.load(std::memory_order_relaxed);
+    return last != 0 && nowNs - last < options_.connectedWindowNs;
+  }
+
+  // Called for each Command envelope from the agent (the capture seam). Unset: logged once
+  // and ignored.
+  std::function<void(const wire::Command&)> onCommand;
+
+  std::atomic<uint64_t> reportsSent{0};     // reports whose batch went out the first time
+  std::atomic<uint64_t> reportsAcked{0};
+  std::atomic<uint64_t> backlogReports{0};  // reports queued or unacked now
+  std::atomic<uint64_t> backlogDropped{0};
+  std::atomic<uint64_t> batchesSent{0};     // including resends
+  std::atomic<uint64_t> lastAckedSeq{0};
+
+private:
+  struct Pending {
+    uint64_t seq;
+    std::string frame;
+    uint32_t reports;
+    bool hello;
+    int64_t lastSentNs = 0;  // 0: never sent
+  };
+
+  void receive(int64_t nowNs);
+  void queueHello(int64_t nowNs);
+  void cutBatch();
+  void sendDue(int64_t nowNs);
+  void enforceBound();
+
+  void* ctx_;
+  void* socket_ = nullptr;
+  TransportOptions options_;
+  wire::RankInfo info_;
+  std::vector<wire::Envelope> queued_;  // items not yet in a batch
+  uint32_t queuedReports_ = 0;
+  int64_t firstQueuedNs_ = 0;
+  std::deque<Pending> backlog_;         // batches waiting for an ack, oldest first
+  uint64_t nextSeq_ = 1;
+  bool linkUp_ = false;
+  bool helloOutstanding_ = false;
+  int64_t lastHelloNs_ = 0;
+  std::atomic<int64_t> lastAckNs_{0};
+};
+
+}  // namespace trainscope::probe

@@ -1,0 +1,210 @@
+#include "agent/probe/fold.h"
+
+#include <catch2/catch.hpp>
+
+#include "agent/probe/intern.h"
+#include "agent/probe/trainscope_probe.h"
+
+using namespace trainscope::probe;
+
+namespace {
+
+Record step(RecordType t, int64_t s, int64_t at) {
+  Record r{};
+  r.type = t;
+  r.step = s;
+  r.t0 = at;
+  return r;
+}
+Record op(const char* name, int64_t t0, int64_t t1) {
+  Record r{};
+  r.type = RecordType::kOp;
+  r.name = internName(name);
+  r.t0 = t0;
+  r.t1 = t1;
+  return r;
+}
+Record range(uint8_t kind, int64_t t0, int64_t t1) {
+  Record r{};
+  r.type = RecordType::kRange;
+  r.kind = kind;
+  r.name = internName("range");
+  r.t0 = t0;
+  r.t1 = t1;
+  return r;
+}
+Record coll(uint8_t opKind, const char* group, uint64_t bytes, int64_t t0, int64_t t1) {
+  Record r{};
+  r.type = RecordType::kCollective;
+  r.kind = opKind;
+  r.group = internName(group);
+  r.bytes = bytes;
+  r.t0 = t0;
+  r.t1 = t1;
+  return r;
+}
+Record push(uint8_t kind, int64_t at) {
+  Record r{};
+  r.type = RecordType::kRangePush;
+  r.kind = kind;
+  r.name = internName("pushed");
+  r.t0 = at;
+  return r;
+}
+Record pop(int64_t at) {
+  Record r{};
+  r.type = RecordType::kRangePop;
+  r.t0 = at;
+  return r;
+}
+
+FoldOptions opts(uint32_t topOps = 32) {
+  FoldOptions o;
+  o.job = "job-x";
+  o.rank = 3;
+  o.topOps = topOps;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("interval unions merge overlaps and measure intersections") {
+  CHECK(unionLength({{0, 10}, {5, 15}, {20, 30}}) == 25);
+  CHECK(unionLength({{0, 10}, {10, 20}}) == 20);
+  CHECK(unionLength({}) == 0);
+  CHECK(overlapLength({{0, 10}, {20, 30}}, {{5, 25}}) == 10);
+  CHECK(overlapLength({{0, 10}}, {{10, 20}}) == 0);
+}
+
+TEST_CASE("fold computes compute, comm, exposed comm and data unions") {
+  StepFolder f(opts());
+  f.add(0, step(RecordType::kStepBegin, 1, 1000));
+  f.add(0, op("A", 1100, 1300));
+  f.add(0, op("A", 1200, 1400));                     // overlaps the first: union 300
+  f.add(0, range(TS_RANGE_COMPUTE, 1500, 1600));     // compute union 400
+  f.add(0, coll(TS_COLL_ALL_REDUCE, "dp", 1000, 1350, 1550));  // 100 under compute
+  f.add(0, coll(TS_COLL_ALL_REDUCE, "dp", 1000, 1700, 1800));  // fully exposed
+  f.add(0, coll(TS_COLL_ALL_GATHER, "dp", 64, 1760, 1790));    // inside the previous one
+  f.add(0, range(TS_RANGE_DATA, 1000, 1100));
+  f.add(0, range(TS_RANGE_OTHER, 1000, 2000));       // counts as neither
+  f.add(0, step(RecordType::kStepEnd, 1, 2000));
+  f.endPass();
+  CHECK(f.take().empty());  // the end was seen in this pass: not final yet
+  f.endPass();
+  auto out = f.take();
+  REQUIRE(out.size() == 1);
+  const auto& rep = out[0].report;
+  CHECK(rep.job() == "job-x");
+  CHECK(rep.rank() == 3);
+  CHECK(rep.step() == 1);
+  CHECK(rep.start_ns() == 1000);
+  CHECK(rep.end_ns() == 2000);
+  CHECK(rep.duration_ns() == 1000);
+  CHECK(rep.compute_ns() == 400);
+  CHECK(rep.comm_ns() == 300);
+  CHECK(rep.exposed_comm_ns() == 200);
+  CHECK(rep.data_ns() == 100);
+  CHECK(rep.records() == 8);
+  CHECK(out[0].records.size() == 8);
+  REQUIRE(rep.ops_size() == 1);
+  CHECK(rep.ops(0).name() == "A");
+  CHECK(rep.ops(0).count() == 2);
+  CHECK(rep.ops(0).total_ns() == 400);
+  CHECK(rep.ops(0).max_ns() == 200);
+
+  REQUIRE(rep.collectives_size() == 2);
+  const auto& ar = rep.collectives(0).op() == trainscope::wire::ALL_REDUCE ? rep.collectives(0)
+                                                                             : rep.collectives(1);
+  CHECK(ar.group() == "dp");
+  CHECK(ar.bytes() == 1000);
+  CHECK(ar.count() == 2);
+  CHECK(ar.total_ns() == 300);
+  CHECK(ar.max_ns() == 200);
+  CHECK(ar.bandwidth_bps() == Approx(2000.0 / 300e-9));
+  CHECK(ar.first_arrival_ns() == 1350);
+  CHECK(ar.last_completion_ns() == 1800);
+}
+
+TEST_CASE("fold without compute records derives compute from the step") {
+  StepFolder f(opts());
+  f.add(0, step(RecordType::kStepBegin, 7, 0));
+  f.add(0, coll(TS_COLL_ALL_REDUCE, "world", 8, 600, 800));
+  f.add(0, range(TS_RANGE_DATA, 0, 100));
+  f.add(0, step(RecordType::kStepEnd, 7, 1000));
+  f.finish();
+  auto out = f.take();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].report.exposed_comm_ns() == 200);
+  CHECK(out[0].report.compute_ns() == 1000 - 200 - 100);
+}
+
+TEST_CASE("fold keeps the top operators by total time and counts the rest") {
+  StepFolder f(opts(2));
+  f.add(0, step(RecordType::kStepBegin, 1, 0));
+  f.add(0, op("small", 10, 20));
+  f.add(0, op("big", 20, 520));
+  f.add(0, op("mid", 600, 1000));
+  f.add(0, op("tiny", 10, 11));
+  f.add(0, step(RecordType::kStepEnd, 1, 2000));
+  f.finish();
+  auto out = f.take();
+  REQUIRE(out.size() == 1);
+  REQUIRE(out[0].report.ops_size() == 2);
+  CHECK(out[0].report.ops(0).name() == "big");
+  CHECK(out[0].report.ops(1).name() == "mid");
+  CHECK(out[0].report.ops_truncated() == 2);
+}
+
+TEST_CASE("fold attributes records by start time and pairs pushes per ring") {
+  StepFolder f(opts());
+  f.add(0, op("before", 10, 20));                    // before any step
+  f.add(0, step(RecordType::kStepBegin, 1, 100));
+  f.add(0, push(TS_RANGE_COMPUTE, 110));             // ring 0
+  f.add(1, push(TS_RANGE_DATA, 115));                // ring 1, interleaved
+  f.add(0, pop(210));                                // closes ring 0's compute range: 100
+  f.add(1, pop(265));                                // closes ring 1's data range: 150
+  f.add(0, step(RecordType::kStepEnd, 1, 300));
+  f.add(1, op("gap", 310, 320));                     // between steps
+  f.add(1, op("late-start", 290, 305));              // starts inside step 1, ends after
+  f.add(0, step(RecordType::kStepBegin, 2, 400));
+  f.add(1, op("in2", 410, 420));
+  f.add(0, step(RecordType::kStepEnd, 2, 500));
+  f.endPass();
+  f.endPass();
+  auto out = f.take();
+  REQUIRE(out.size() == 2);
+  const auto& s1 = out[0].report;
+  CHECK(s1.step() == 1);
+  CHECK(s1.data_ns() == 150);
+  // The compute range (100) and the late op clipped to the step end (290..300).
+  CHECK(s1.compute_ns() == 110);
+  CHECK(s1.records() == 3);
+  CHECK(out[1].report.step() == 2);
+  CHECK(out[1].report.records() == 1);
+  CHECK(f.unattributed() == 2);  // "before" and "gap"
+  // Unattributed records still reach the flight recorder, with step -1.
+  size_t loose = 0;
+  for (const auto& s : out) {
+    for (const auto& r : s.records) loose += r.step == -1 ? 1 : 0;
+  }
+  CHECK(loose == 2);
+}
+
+TEST_CASE("a step that never ends does not hold records without bound") {
+  FoldOptions o = opts();
+  o.maxPending = 1000;
+  StepFolder f(o);
+  f.add(0, step(RecordType::kStepBegin, 1, 0));
+  for (int i = 0; i < 10000; ++i) f.add(0, op("x", i + 1, i + 2));
+  f.endPass();
+  CHECK(f.take().empty());
+  CHECK(f.unattributed() >= 9000);
+  // A new begin abandons the open step; its records become unattributed too.
+  f.add(0, step(RecordType::kStepBegin, 2, 20000));
+  f.add(0, step(RecordType::kStepEnd, 2, 20010));
+  f.finish();
+  auto out = f.take();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].report.step() == 2);
+  CHECK(f.unattributed() == 10000);
+}

@@ -1,0 +1,151 @@
+// The probe -> agent hop against an in-test ROUTER on an ipc endpoint (schema/PROTOCOL.md).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "agent/probe/probe.h"
+#include "tests/agent/probe/fake_agent.h"
+
+using namespace trainscope::probe;
+using trainscope::probe::testing::FakeAgent;
+using trainscope::probe::testing::TempDir;
+using Body = trainscope::wire::Envelope::BodyCase;
+
+namespace {
+
+ts_probe_config connected(const std::string& endpoint) {
+  ts_probe_config c;
+  ts_config_init(&c);
+  c.agent_endpoint = endpoint.c_str();
+  c.job = "transport-test";
+  c.rank = 1;
+  c.world_size = 2;
+  return c;
+}
+
+void recordSteps(Probe& p, int64_t from, int64_t to) {
+  for (int64_t s = from; s < to; ++s) {
+    const int64_t base = 1'000'000'000 + s * 1'000'000;
+    p.stepBegin(s, base);
+    p.op(Name("kernel"), base + 10, 100);
+    p.stepEnd(s, base + 1000);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("reports arrive in batches and acks drain the backlog") {
+  TempDir dir;
+  const std::string ep = "ipc://" + dir.path() + "/agent.sock";
+  FakeAgent agent(ep);
+  REQUIRE(agent.bound());
+  Probe p(connected(ep));
+  REQUIRE(p.ok());
+  recordSteps(p, 0, 5);
+  REQUIRE(p.flush(5000) == 0);
+  CHECK(agent.steps() == std::vector<int64_t>{0, 1, 2, 3, 4});
+  CHECK(agent.count(Body::kRankHello) >= 1);
+  const auto hello = agent.batches().front().batch.items(0);
+  REQUIRE(hello.has_rank_hello());
+  CHECK(hello.rank_hello().rank().job() == "transport-test");
+  CHECK(hello.rank_hello().rank().rank() == 1);
+  CHECK(hello.rank_hello().rank().world_size() == 2);
+  const ts_probe_stats st = p.stats();
+  CHECK(st.reports_sent == 5);
+  CHECK(st.reports_acked == 5);
+  CHECK(st.backlog == 0);
+  CHECK(st.connected == 1);
+  // Sequence numbers increase per instance.
+  const auto batches = agent.batches();
+  for (size_t i = 1; i < batches.size(); ++i) CHECK(batches[i].seq > batches[i - 1].seq);
+}
+
+TEST_CASE("a batch without an ack is sent again after a second") {
+  TempDir dir;
+  const std::string ep = "ipc://" + dir.path() + "/agent.sock";
+  FakeAgent agent(ep);
+  agent.setAutoAck(false);
+  Probe p(connected(ep));
+  REQUIRE(p.ok());
+  recordSteps(p, 0, 1);
+  REQUIRE(FakeAgent::waitFor([&] { return agent.steps().size() == 1; }, 3000));
+  CHECK(p.stats().backlog == 1);
+  CHECK(p.flush(200) == 1);  // not acknowledged
+  REQUIRE(FakeAgent::waitFor([&] { return agent.steps().size() >= 2; }, 3000));
+  const auto steps = agent.steps();
+  CHECK(steps[0] == 0);
+  CHECK(steps[1] == 0);  // the same report again
+  CHECK(p.stats().reports_sent == 1);  // resends are not first sends
+  agent.ackNow();
+  REQUIRE(p.flush(3000) == 0);
+  CHECK(p.stats().backlog == 0);
+  CHECK(p.stats().reports_acked == 1);
+}
+
+TEST_CASE("an absent agent bounds the backlog; an agent that appears gets it in order") {
+  TempDir dir;
+  const std::string ep = "ipc://" + dir.path() + "/agent.sock";
+  ts_probe_config c = connected(ep);
+  c.backlog_reports = 8;
+  Probe p(c);
+  REQUIRE(p.ok());
+  recordSteps(p, 0, 20);
+  CHECK(p.flush(300) == 1);
+  ts_probe_stats st = p.stats();
+  CHECK(st.steps_folded == 20);
+  CHECK(st.backlog == 8);
+  CHECK(st.backlog_dropped == 12);
+  CHECK(st.reports_sent == 0);
+  CHECK(st.connected == 0);
+
+  FakeAgent agent(ep);
+  REQUIRE(agent.bound());
+  REQUIRE(p.flush(5000) == 0);
+  std::vector<int64_t> expect;
+  for (int64_t s = 12; s < 20; ++s) expect.push_back(s);
+  CHECK(agent.steps() == expect);
+  st = p.stats();
+  CHECK(st.backlog == 0);
+  CHECK(st.reports_acked == 8);
+  CHECK(st.connected == 1);
+}
+
+TEST_CASE("destroy folds what is left and sends a goodbye") {
+  TempDir dir;
+  const std::string ep = "ipc://" + dir.path() + "/agent.sock";
+  FakeAgent agent(ep);
+  {
+    Probe p(connected(ep), 2000);
+    REQUIRE(p.ok());
+    recordSteps(p, 0, 3);
+    // No flush: destruction itself must fold the ended steps.
+  }
+  CHECK(agent.steps() == std::vector<int64_t>{0, 1, 2});
+  REQUIRE(agent.count(Body::kRankGoodbye) == 1);
+  for (const auto& b : agent.batches()) {
+    for (const auto& item : b.batch.items()) {
+      if (item.has_rank_goodbye()) {
+        CHECK(item.rank_goodbye().last_step() == 2);
+        CHECK(item.rank_goodbye().rank() == 1);
+        CHECK(item.rank_goodbye().job() == "transport-test");
+      }
+    }
+  }
+}
+
+TEST_CASE("destroy with no agent returns within its timeout") {
+  TempDir dir;
+  const std::string ep = "ipc://" + dir.path() + "/nobody.sock";
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    Probe p(connected(ep), 100);
+    REQUIRE(p.ok());
+    recordSteps(p, 0, 3);
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - t0)
+                      .count();
+  CHECK(ms < 1000);
+}
