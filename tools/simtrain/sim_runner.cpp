@@ -22,6 +22,12 @@ extern "C" void onStopSignal(int) { gStop = 1; }
 
 bool stopRequested() { return gStop != 0; }
 
+std::string formatSeconds(double s) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g s", s);
+  return buf;
+}
+
 // Steps a probe may have ended but not folded before --fast waits: keeps the per-thread ring
 // (16,384 records; a step is ~110) far from full, so nothing is dropped for going fast.
 constexpr uint64_t kMaxFoldLag = 48;
@@ -215,7 +221,7 @@ int run(const SimOptions& in) {
     if (!options.quiet) {
       std::printf("simtrain: step %lld hangs (injected); holding %s\n",
                   static_cast<long long>(stepsDone),
-                  options.hangHoldS > 0 ? (std::to_string(options.hangHoldS) + " s").c_str()
+                  options.hangHoldS > 0 ? (formatSeconds(options.hangHoldS)).c_str()
                                         : "until SIGINT/SIGTERM");
       std::fflush(stdout);
     }

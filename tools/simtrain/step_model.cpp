@@ -173,7 +173,7 @@ StepTimeline StepModel::step(int64_t step, int64_t beginNs) {
     rs.beginNs = beginNs;
     const double cf = computeFactor(r, step);
     const double warm = step < options_.warmup ? kWarmupFactor : 1.0;
-    int64_t t = beginNs;
+    int64_t t = beginNs + kLoopOverheadNs;
 
     const int64_t dataEnd = t + toNs(stepNs * kDataShare * warm * lognormal(sigma));
     rs.ranges.push_back({Phase::kData, t, dataEnd});

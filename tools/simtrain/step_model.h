@@ -20,6 +20,9 @@ inline constexpr double kBackwardShare = 0.55;
 inline constexpr double kOptimizerShare = 0.06;
 // One bucket's all_reduce transfer as a share of a healthy step (when bandwidth is automatic).
 inline constexpr double kBucketShare = 0.03;
+// The training loop's own time between step begin and the data loader (Python, hooks). It
+// also keeps the first record of a step strictly after the previous step's end.
+inline constexpr int64_t kLoopOverheadNs = 20'000;
 // Warm-up steps run this much slower.
 inline constexpr double kWarmupFactor = 2.0;
 
