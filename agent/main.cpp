@@ -1,0 +1,71 @@
+// trainscope-agent: parses flags into AgentOptions and runs the agent until SIGINT/SIGTERM.
+#include <iostream>
+#include <map>
+
+#include <CLI/CLI.hpp>
+
+#include "agent/agent.h"
+#include "agent/options.h"
+
+int main(int argc, char** argv) {
+  using trainscope::LogLevel;
+  trainscope::agent::AgentOptions opts;
+  CLI::App app{"trainscope-agent: the per-node daemon. Receives probe telemetry on a local "
+               "endpoint, spools it on disk, samples host metrics from /proc and streams "
+               "everything to the collector."};
+  app.add_option("--collector", opts.collector,
+                 "collector ingest endpoint, tcp://HOST:PORT or ipc://PATH")
+      ->capture_default_str();
+  app.add_option("--endpoint", opts.endpoint,
+                 "where probes connect: ipc://PATH (or tcp://HOST:PORT); a stale socket file "
+                 "is removed, a live agent there makes this one refuse to start")
+      ->capture_default_str();
+  app.add_option("--node", opts.node, "this node's name [default: the hostname]");
+  app.add_option("--spool-dir", opts.spoolDir,
+                 "on-disk spool directory [default: /var/tmp/trainscope/spool-<node>]");
+  app.add_option("--spool-max-bytes", opts.spoolMaxBytes,
+                 "disk bound of the spool; past it the oldest segment is dropped and counted "
+                 "[default: 1073741824 (1 GiB)]");
+  app.add_option("--spool-segment-bytes", opts.spoolSegmentBytes,
+                 "size of one spool segment file [default: 4194304 (4 MiB)]");
+  app.add_option("--sample-interval-ms", opts.sampleIntervalMs, "host metric sampling period")
+      ->capture_default_str();
+  app.add_option("--heartbeat-interval-ms", opts.heartbeatIntervalMs,
+                 "heartbeat (clock offset) period")
+      ->capture_default_str();
+  app.add_option("--hello-interval-ms", opts.helloIntervalMs, "AgentHello period")
+      ->capture_default_str();
+  app.add_option("--batch-linger-ms", opts.batchLingerMs,
+                 "how long spooled items may wait to fill an upstream batch")
+      ->capture_default_str();
+  app.add_option("--window", opts.windowBatches, "upstream batches in flight before waiting for an ack")
+      ->capture_default_str();
+  app.add_option("--resend-timeout-ms", opts.resendTimeoutMs,
+                 "resend from the oldest unacked batch after this long without an ack")
+      ->capture_default_str();
+  app.add_option("--rank-expiry-ms", opts.rankExpiryMs,
+                 "forget a rank that sent no RankHello for this long")
+      ->capture_default_str();
+  app.add_option("--sync-interval-ms", opts.syncIntervalMs,
+                 "how often the spool is fsynced and its acked position saved")
+      ->capture_default_str();
+  app.add_option("--proc-root", opts.procRoot, "root of the proc filesystem (tests use a fixture)")
+      ->capture_default_str();
+  std::string level = "info";
+  app.add_option("--log-level", level, "lowest level logged: debug, info, warn or error")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
+  CLI11_PARSE(app, argc, argv);
+  static const std::map<std::string, LogLevel> kLevels{{"debug", LogLevel::kDebug},
+                                                       {"info", LogLevel::kInfo},
+                                                       {"warn", LogLevel::kWarn},
+                                                       {"error", LogLevel::kError}};
+  opts.logLevel = kLevels.at(level);
+
+  trainscope::Status st = trainscope::agent::finalizeOptions(opts);
+  if (!st) {
+    std::cerr << "trainscope-agent: " << st.message() << "\n";
+    return 2;
+  }
+  return trainscope::agent::run(opts);
+}

@@ -1,0 +1,61 @@
+#include "agent/options.h"
+
+#include <unistd.h>
+
+namespace trainscope::agent {
+namespace {
+
+bool hasScheme(const std::string& ep) {
+  return (ep.rfind("tcp://", 0) == 0 && ep.size() > 6) || (ep.rfind("ipc://", 0) == 0 && ep.size() > 6);
+}
+
+}  // namespace
+
+Status finalizeOptions(AgentOptions& opts) {
+  if (!hasScheme(opts.collector)) {
+    return Status::error("--collector: '" + opts.collector +
+                         "' must start with tcp:// or ipc:// (e.g. tcp://collector:7601)");
+  }
+  if (!hasScheme(opts.endpoint)) {
+    return Status::error("--endpoint: '" + opts.endpoint +
+                         "' must start with ipc:// or tcp:// (e.g. ipc:///tmp/trainscope-agent.sock)");
+  }
+  if (opts.node.empty()) {
+    char buf[256] = {};
+    if (gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') {
+      return Status::error("--node: not given and the hostname cannot be read");
+    }
+    opts.node = buf;
+  }
+  if (opts.node.find('/') != std::string::npos) {
+    return Status::error("--node: '" + opts.node + "' must not contain '/'");
+  }
+  if (opts.spoolDir.empty()) opts.spoolDir = "/var/tmp/trainscope/spool-" + opts.node;
+  if (opts.spoolMaxBytes < (64u << 10)) {
+    return Status::error("--spool-max-bytes: " + std::to_string(opts.spoolMaxBytes) +
+                         " is below the minimum of 65536");
+  }
+  struct Positive {
+    const char* flag;
+    int value;
+  };
+  for (const Positive& p : {Positive{"--sample-interval-ms", opts.sampleIntervalMs},
+                            Positive{"--heartbeat-interval-ms", opts.heartbeatIntervalMs},
+                            Positive{"--hello-interval-ms", opts.helloIntervalMs},
+                            Positive{"--resend-timeout-ms", opts.resendTimeoutMs},
+                            Positive{"--window", opts.windowBatches},
+                            Positive{"--rank-expiry-ms", opts.rankExpiryMs},
+                            Positive{"--sync-interval-ms", opts.syncIntervalMs}}) {
+    if (p.value <= 0) {
+      return Status::error(std::string(p.flag) + ": must be positive, got " + std::to_string(p.value));
+    }
+  }
+  if (opts.batchLingerMs < 0) {
+    return Status::error("--batch-linger-ms: must not be negative, got " +
+                         std::to_string(opts.batchLingerMs));
+  }
+  if (opts.procRoot.empty()) return Status::error("--proc-root: must not be empty");
+  return Status::ok();
+}
+
+}  // namespace trainscope::agent

@@ -1,0 +1,58 @@
+// AgentOptions: everything trainscope-agent can be told at start-up. Filled once by the flags
+// in agent/main.cpp (or by a test), then read-only; any thread may read it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/log.h"
+#include "common/status.h"
+
+namespace trainscope::agent {
+
+struct AgentOptions {
+  // Where the collector's ingest ROUTER listens. Only tcp:// and ipc:// are accepted.
+  std::string collector = "tcp://127.0.0.1:7601";
+  // Where probes connect (ROUTER bound here). ipc:// keeps traffic local to the node; a
+  // stale socket file from a dead agent is removed, a live agent there makes us refuse.
+  std::string endpoint = "ipc:///tmp/trainscope-agent.sock";
+  // This node's name in RankInfo.node, HostSample.node and heartbeats. Empty: hostname.
+  std::string node;
+  // Spool directory. Empty: /var/tmp/trainscope/spool-<node>. Survives restarts; one agent
+  // per directory (a lock file enforces it).
+  std::string spoolDir;
+  // Disk the spool may use. Past it the oldest segment is dropped (data loss, counted);
+  // larger rides out longer collector outages.
+  uint64_t spoolMaxBytes = 1ull << 30;
+  // Size of one spool segment file. Smaller trims acked data sooner and drops less at once
+  // when full; larger means fewer files. Clamped to at most a quarter of spoolMaxBytes.
+  uint64_t spoolSegmentBytes = 4ull << 20;
+  // Host metric sampling period. Shorter gives finer host graphs for more spool traffic.
+  int sampleIntervalMs = 1000;
+  // Heartbeat period (clock-offset samples, liveness). Shorter converges the offset faster.
+  int heartbeatIntervalMs = 1000;
+  // AgentHello period; the collector learns of a restarted agent within this time.
+  int helloIntervalMs = 10000;
+  // How long spooled items may wait to fill an upstream batch. Longer means fewer, larger
+  // batches (less CPU) for more delivery latency.
+  int batchLingerMs = 100;
+  // Upstream batches in flight before waiting for an ack. More hides latency, resends more.
+  int windowBatches = 4;
+  // Resend from the oldest unacked batch after this long without an ack.
+  int resendTimeoutMs = 2000;
+  // A rank with no RankHello for this long is forgotten (probes say hello every 2 s).
+  int rankExpiryMs = 30000;
+  // How often the acked position is persisted and segments are fsync'ed. Shorter replays
+  // fewer duplicates after a crash for more disk writes.
+  int syncIntervalMs = 1000;
+  // Root of the proc filesystem; tests point it at a fixture tree.
+  std::string procRoot = "/proc";
+  // Lines below this level are not logged.
+  LogLevel logLevel = LogLevel::kInfo;
+};
+
+// Fills derived defaults (node from the hostname, spool dir from the node) and checks every
+// field, naming the flag in the message when one is wrong.
+Status finalizeOptions(AgentOptions& opts);
+
+}  // namespace trainscope::agent
