@@ -1,0 +1,79 @@
+// DetectorSet: the collector's detect stage. Step reports and rank lifecycle events in,
+// anomaly events out; no sockets, files, threads or clocks of its own (time comes in with
+// the reports' RankContext and with tick). Not thread-safe: one thread (ingest's) calls every
+// method, or the caller serializes them.
+//
+// Per job it keeps a StepAssembler (reports from different ranks arrive in any order and
+// late; a step is judged once every rank reported it or graceSteps later) feeding the
+// step_shift, straggler, slow_comm and op_regression detectors, and a HangDetector fed with
+// every report directly. Memory is bounded per job by the option limits and across jobs by
+// maxJobs (least recently seen job forgotten first).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collector/detect/anomaly.h"
+#include "collector/detect/events.h"
+#include "collector/detect/options.h"
+#include "common/status.h"
+#include "schema/trainscope.pb.h"
+
+namespace trainscope::detect {
+
+struct DetectStats {
+  uint64_t reports = 0;        // accepted step reports
+  uint64_t rejected = 0;       // reports refused by observe (bad fields)
+  uint64_t duplicates = 0;     // same (job, rank, step) seen again (replays)
+  uint64_t late = 0;           // arrived after their step was judged
+  uint64_t stepsJudged = 0;    // assembled steps fed to the detectors
+  uint64_t partialSteps = 0;   // judged without every rank
+  uint64_t droppedSteps = 0;   // forced out with too few ranks
+  uint64_t anomaliesOpened = 0;
+  uint64_t anomaliesResolved = 0;
+  size_t jobs = 0;             // jobs tracked now
+};
+
+class DetectorSet {
+public:
+  explicit DetectorSet(DetectOptions options = {});
+  ~DetectorSet();
+  DetectorSet(const DetectorSet&) = delete;
+  DetectorSet& operator=(const DetectorSet&) = delete;
+
+  // Feeds one step report. Refuses (with a message naming the field) a report without job,
+  // with a negative step or duration, or with rank >= world_size. ctx.worldSize 0 keeps the
+  // job's known world size.
+  Status observe(const wire::StepReport& report, const RankContext& ctx);
+  // Time-based detection (hangs); `nowNs` is the collector clock.
+  void tick(int64_t nowNs);
+  // The rank said goodbye: no hang will be reported for it. When every rank of the job
+  // ended, pending steps are judged and the job is forgotten.
+  void rankEnded(const std::string& job, uint32_t rank, int64_t nowNs = 0);
+  // The rank's process is gone without a goodbye (its agent saw it exit).
+  void rankGone(const std::string& job, uint32_t rank, int64_t nowNs = 0);
+  // Drops all state of a job (e.g. deleted by retention).
+  void forgetJob(const std::string& job);
+
+  // Newly opened anomalies and resolution updates (same id, state resolved), oldest first.
+  std::vector<Anomaly> takeEvents();
+
+  DetectStats stats() const;
+  const DetectOptions& options() const { return options_; }
+
+private:
+  struct Job;
+  Job& job(const std::string& name);
+
+  DetectOptions options_;
+  EventLog log_;
+  std::map<std::string, std::unique_ptr<Job>> jobs_;
+  uint64_t useCounter_ = 0;
+  DetectStats retired_;   // counters of forgotten jobs
+  uint64_t rejected_ = 0;
+};
+
+}  // namespace trainscope::detect

@@ -1,0 +1,145 @@
+#include "collector/detect/op_regression.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace trainscope::detect {
+
+OpRegressionDetector::OpRegressionDetector(std::string job, const OpRegressionOptions& options,
+                                           EventLog* log)
+    : job_(std::move(job)), o_(options), log_(log) {}
+
+void OpRegressionDetector::evict(int64_t step) {
+  for (auto it = ops_.begin(); it != ops_.end();) {
+    bool stale = step - it->second.lastSeenStep > o_.forgetAfterSteps;
+    it = stale ? ops_.erase(it) : std::next(it);
+  }
+  while (ops_.size() > o_.maxOpsPerJob) {
+    auto oldest = ops_.begin();
+    for (auto it = ops_.begin(); it != ops_.end(); ++it) {
+      if (it->second.lastSeenStep < oldest->second.lastSeenStep) oldest = it;
+    }
+    ops_.erase(oldest);
+  }
+}
+
+void OpRegressionDetector::onStep(const AssembledStep& step) {
+  // op -> (rank, per-call ns, node)
+  struct Sample {
+    uint32_t rank;
+    double perCall;
+    const std::string* node;
+  };
+  std::map<std::string, std::vector<Sample>> samples;
+  for (const RankStep& r : step.ranks) {
+    for (const auto& op : r.report.ops()) {
+      if (op.count() == 0 || op.total_ns() <= 0) continue;
+      double perCall = static_cast<double>(op.total_ns()) / static_cast<double>(op.count());
+      if (perCall < static_cast<double>(o_.minCallNs)) continue;
+      samples[op.name()].push_back({r.report.rank(), perCall, &r.ctx.node});
+    }
+  }
+  std::vector<uint32_t> allRanks;
+  for (uint32_t i = 0; i < std::max<uint32_t>(step.worldSize, 1); ++i) allRanks.push_back(i);
+  std::vector<std::string> allNodes;
+  for (const RankStep& r : step.ranks) allNodes.push_back(r.ctx.node);
+
+  for (auto& [name, list] : samples) {
+    auto it = ops_.find(name);
+    if (it == ops_.end()) it = ops_.emplace(name, OpState(o_.persistence)).first;
+    OpState& op = it->second;
+    op.lastSeenStep = step.step;
+
+    std::vector<uint32_t> opened;
+    std::vector<double> values;
+    for (const Sample& s : list) {
+      values.push_back(s.perCall);
+      auto rit = op.ranks.find(s.rank);
+      if (rit == op.ranks.end()) rit = op.ranks.emplace(s.rank, RankSeries(o_.persistence)).first;
+      RankSeries& rsr = rit->second;
+      rsr.node = *s.node;
+      auto t = rsr.tracker.push(step.step, s.perCall);
+      if (t == PersistenceTracker::Transition::kOpened) {
+        opened.push_back(s.rank);
+      } else if (t == PersistenceTracker::Transition::kResolved && rsr.open) {
+        log_->resolve(rsr.anomaly, rsr.tracker.resolvedStep(), step.nowNs);
+        rsr.open = false;
+      }
+    }
+    auto jt = op.job.push(step.step, median(values));
+
+    // Ranks trending up together make this a job-wide regression; the per-rank trackers stay
+    // silent and the job-level tracker reports it once.
+    size_t trending = 0;
+    for (auto& [rank, rsr] : op.ranks) {
+      if (rsr.tracker.active() || rsr.tracker.exceedCount() * 2 >= o_.persistence.fireCount) {
+        ++trending;
+      }
+    }
+    bool jobWide = op.jobOpen || jt == PersistenceTracker::Transition::kOpened ||
+                   static_cast<double>(trending) >=
+                       o_.jobWideFraction * static_cast<double>(std::max<size_t>(op.ranks.size(), 1));
+    if (op.ranks.size() < 2) jobWide = jt == PersistenceTracker::Transition::kOpened || op.jobOpen;
+
+    if (jt == PersistenceTracker::Transition::kOpened) {
+      Anomaly a;
+      a.job = job_;
+      a.kind = AnomalyKind::kOpRegression;
+      a.ranks = allRanks;
+      a.nodes = allNodes;
+      a.onsetStep = op.job.onsetStep();
+      a.detectedStep = step.step;
+      a.detectedNs = step.nowNs;
+      a.magnitude = op.job.baseline() > 0 ? op.job.level() / op.job.baseline() : 1.0;
+      a.confidence = op.job.confidence();
+      a.evidence = {{"baseline_us", op.job.baseline() / 1e3},
+                    {"current_us", op.job.level() / 1e3},
+                    {"ratio", a.magnitude},
+                    {"noise_sigma", op.job.relSigma()},
+                    {"ranks_reporting", static_cast<double>(list.size())}};
+      a.labels = {{"op", name}, {"scope", "all_ranks"}};
+      a.summary = "op " + name + " slowed on all ranks: " + formatRatio(a.magnitude) +
+                  " per call (" + formatMs(op.job.baseline()) + " -> " + formatMs(op.job.level()) +
+                  ") from step " + std::to_string(a.onsetStep);
+      op.jobAnomaly = log_->open(std::move(a), name + "/all");
+      op.jobOpen = true;
+    } else if (jt == PersistenceTracker::Transition::kResolved && op.jobOpen) {
+      log_->resolve(op.jobAnomaly, op.job.resolvedStep(), step.nowNs);
+      op.jobOpen = false;
+    }
+
+    for (uint32_t rank : opened) {
+      RankSeries& rsr = op.ranks.at(rank);
+      if (jobWide) {
+        rsr.tracker.forgetEpisode();
+        continue;
+      }
+      const PersistenceTracker& t = rsr.tracker;
+      Anomaly a;
+      a.job = job_;
+      a.kind = AnomalyKind::kOpRegression;
+      a.ranks = {rank};
+      a.nodes = {rsr.node};
+      a.onsetStep = t.onsetStep();
+      a.detectedStep = step.step;
+      a.detectedNs = step.nowNs;
+      a.magnitude = t.baseline() > 0 ? t.level() / t.baseline() : 1.0;
+      a.confidence = t.confidence();
+      a.evidence = {{"baseline_us", t.baseline() / 1e3},
+                    {"current_us", t.level() / 1e3},
+                    {"ratio", a.magnitude},
+                    {"noise_sigma", t.relSigma()},
+                    {"peer_median_us", median(values) / 1e3}};
+      a.labels = {{"op", name}, {"scope", "rank"}};
+      a.summary = "op " + name + " slowed on rank " + std::to_string(rank) +
+                  (rsr.node.empty() ? "" : " (" + rsr.node + ")") + ": " +
+                  formatRatio(a.magnitude) + " per call (" + formatMs(t.baseline()) + " -> " +
+                  formatMs(t.level()) + ") from step " + std::to_string(a.onsetStep);
+      rsr.anomaly = log_->open(std::move(a), name + "/" + rankSubject({rank}));
+      rsr.open = true;
+    }
+  }
+  if (step.step % 64 == 0 || ops_.size() > o_.maxOpsPerJob) evict(step.step);
+}
+
+}  // namespace trainscope::detect

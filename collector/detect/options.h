@@ -1,0 +1,99 @@
+// Every threshold and window the detectors use, with the defaults users get. Plain values,
+// filled once at start-up (flags, config) and copied into a DetectorSet.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace trainscope::detect {
+
+// Shared shape of the "own baseline + persistence" detectors (op_regression, slow_comm,
+// straggler). A sample exceeds when it is above baseline * (1 + max(minExcess, noiseSigmas *
+// relative robust sigma)); the detector opens when `fireCount` of the last `window` samples
+// exceed and resolves when at most `releaseCount` do.
+struct PersistenceOptions {
+  int warmupSamples = 10;     // first samples ignored (compile, caches); more = later first alarm
+  int baselineMin = 20;       // samples needed to learn a baseline before judging; more = steadier
+  int baselineSize = 64;      // baseline ring (median/MAD); larger = slower to follow slow drift
+  int window = 20;            // recent samples judged; larger = fewer false alarms, slower
+  int fireCount = 15;         // exceeding samples in the window to open; lower = faster, noisier
+  int releaseCount = 4;       // at most this many exceeding samples to resolve
+  double minExcess = 0.05;    // smallest relative rise that counts; 10 % faults need < 0.1
+  double noiseSigmas = 1.0;   // exceed level in robust sigmas when the series is noisier than
+                              // minExcess; higher = quieter on noisy series, misses small faults
+  double minRelSigma = 0.005; // floor of the relative sigma, so a noiseless series is not twitchy
+};
+
+struct StepShiftOptions {
+  int warmupSteps = 10;        // first steps never count (compile, cache warm-up)
+  int baselineSteps = 20;      // steps that learn the reference level before detecting
+  int baselineSize = 256;      // reference = median/MAD of up to this many healthy steps
+  int baselineLag = 32;        // a step joins the reference this many steps later, so a change
+                               // is detected before the reference absorbs it
+  double cusumK = 1.0;         // CUSUM allowance in sigmas: shifts under ~2k sigma are ignored
+  double cusumH = 10.0;        // CUSUM alarm level: higher = fewer false alarms, later alarms
+  double zClip = 4.0;          // per-step cap on |z|, so isolated spikes never reach cusumH alone
+  double minRelSigma = 0.01;   // sigma floor as a fraction of the level (a steady job needs a
+                               // ~2 % move to register)
+  double minShift = 0.05;      // detected shifts whose ratio is within this of 1 are ignored
+  double spikeZ = 6.0;         // an outlier step is this many sigmas above the reference ...
+  double spikeMinRatio = 1.3;  // ... and at least this ratio of it
+  int spikeRepeats = 4;        // outliers at equal gaps needed to call them periodic
+  int spikeMinPeriod = 3;      // shorter gaps are a shift, not a periodic spike
+  int spikeJitter = 1;         // allowed gap jitter in steps
+  int resolveWindow = 10;      // recent steps whose median must be back near the reference
+};
+
+struct StragglerOptions {
+  PersistenceOptions persistence{};  // on rank compute / peer median compute (baseline 1.0)
+  uint32_t minRanks = 3;             // fewer ranks give no meaningful peer median
+  int noiseWindow = 64;              // steps over which the job-wide ratio spread is learned
+};
+
+struct SlowCommOptions {
+  PersistenceOptions persistence{};  // on per-call transfer time of one (op, group, bytes)
+  double maxComputeRise = 0.05;      // compute of the group's ranks may rise at most this much
+                                     // (else the slowdown is not communication's)
+  double rankSkew = 0.10;            // a rank completing this much (of transfer time) after its
+                                     // peers is named as the slow end
+  size_t maxKeysPerJob = 256;        // bounded memory; least recently seen keys are dropped
+  int forgetAfterSteps = 1000;       // a key unseen this long is dropped
+};
+
+struct OpRegressionOptions {
+  PersistenceOptions persistence{};  // on per-call time (total/count) of one op on one rank
+  double jobWideFraction = 0.5;      // when at least this fraction of ranks regress together
+                                     // it is reported once with every rank
+  size_t maxOpsPerJob = 256;         // bounded memory; least recently seen ops are dropped
+  int forgetAfterSteps = 1000;       // an op unseen this long is dropped
+  int64_t minCallNs = 1000;          // ops faster than this per call are too noisy to judge
+};
+
+struct HangOptions {
+  double stepMultiple = 10.0;          // silent for this many typical steps ...
+  int64_t floorNs = 10'000'000'000;    // ... and at least this long (10 s)
+  double longestStepMultiple = 1.5;    // ... and longer than 1.5x the longest step seen after
+                                       // warm-up (checkpoints are slow but not hangs)
+  int warmupSteps = 10;                // steps left out of the typical/longest step time
+  int typicalWindow = 32;              // recent steps whose median is the typical step time
+};
+
+struct AssemblyOptions {
+  int graceSteps = 4;            // a step is complete when every rank reported it, or when a
+                                 // report this many steps later arrived; larger = more patience
+                                 // for late ranks, later detection
+  size_t maxPendingSteps = 64;   // bounded memory per job: the oldest pending step is forced out
+  double minRankFraction = 0.5;  // a step forced out with fewer ranks than this is dropped
+};
+
+struct DetectOptions {
+  AssemblyOptions assembly{};
+  StepShiftOptions stepShift{};
+  StragglerOptions straggler{};
+  SlowCommOptions slowComm{};
+  OpRegressionOptions opRegression{};
+  HangOptions hang{};
+  size_t maxJobs = 1024;  // jobs tracked at once; the least recently seen is forgotten first
+};
+
+}  // namespace trainscope::detect

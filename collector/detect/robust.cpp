@@ -1,0 +1,155 @@
+#include "collector/detect/robust.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace trainscope::detect {
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid), values.end());
+  double hi = values[mid];
+  if (values.size() % 2 == 1) return hi;
+  double lo = *std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid));
+  return (lo + hi) / 2.0;
+}
+
+double mad(const std::vector<double>& values, double center) {
+  std::vector<double> dev;
+  dev.reserve(values.size());
+  for (double v : values) dev.push_back(std::fabs(v - center));
+  return median(std::move(dev));
+}
+
+size_t bestSplit(const std::vector<double>& values, int rising) {
+  size_t n = values.size();
+  if (n < 2) return 0;
+  double total = 0.0;
+  for (double v : values) total += v;
+  double prefix = 0.0;
+  double bestScore = -1.0;
+  size_t best = 0;
+  for (size_t i = 1; i < n; ++i) {
+    prefix += values[i - 1];
+    double m1 = prefix / static_cast<double>(i);
+    double m2 = (total - prefix) / static_cast<double>(n - i);
+    double d = m2 - m1;
+    if ((rising > 0 && d <= 0) || (rising < 0 && d >= 0)) continue;
+    double score = static_cast<double>(i) * static_cast<double>(n - i) / static_cast<double>(n) * d * d;
+    if (score > bestScore) {
+      bestScore = score;
+      best = i;
+    }
+  }
+  return best;
+}
+
+PersistenceTracker::PersistenceTracker(const PersistenceOptions& options, double fixedBaseline)
+    : o_(options),
+      fixedBaseline_(fixedBaseline),
+      base_(static_cast<size_t>(std::max(1, options.baselineSize))),
+      recent_(static_cast<size_t>(std::max(1, options.window))),
+      flags_(static_cast<size_t>(std::max(1, options.window))),
+      histSteps_(static_cast<size_t>(std::max(2, 2 * options.window))),
+      histValues_(static_cast<size_t>(std::max(2, 2 * options.window))) {}
+
+bool PersistenceTracker::ready() const {
+  return fixedBaseline_ > 0.0 || base_.size() >= static_cast<size_t>(std::max(1, o_.baselineMin));
+}
+
+void PersistenceTracker::refreshBaseline() const {
+  if (fixedBaseline_ > 0.0) return;
+  // A median of 64 values per push would dominate the cost; the baseline moves slowly, so
+  // refreshing every few additions is as good.
+  if (!dirty_ && sinceRefresh_ < 8) return;
+  std::vector<double> v = base_.values();
+  baseMedian_ = median(v);
+  baseRelSigma_ = baseMedian_ > 0 ? kMadToSigma * mad(v, baseMedian_) / baseMedian_ : 0.0;
+  dirty_ = false;
+  sinceRefresh_ = 0;
+}
+
+double PersistenceTracker::baseline() const {
+  if (fixedBaseline_ > 0.0) return fixedBaseline_;
+  refreshBaseline();
+  return baseMedian_;
+}
+
+double PersistenceTracker::relSigma() const {
+  double s = fixedBaseline_ > 0.0 ? externalNoise_ : (refreshBaseline(), baseRelSigma_);
+  return std::max(s, o_.minRelSigma);
+}
+
+double PersistenceTracker::exceedLevel() const {
+  return baseline() * (1.0 + std::max(o_.minExcess, o_.noiseSigmas * relSigma()));
+}
+
+int PersistenceTracker::exceedCount() const { return flagged_; }
+
+double PersistenceTracker::level() const {
+  std::vector<double> v;
+  for (size_t i = 0; i < histSteps_.size(); ++i) {
+    if (histSteps_[i] >= onsetStep_) v.push_back(histValues_[i]);
+  }
+  if (v.empty()) v = recent_.values();
+  return median(std::move(v));
+}
+
+double PersistenceTracker::confidence() const {
+  double span = std::max(1, o_.window - o_.fireCount + 1);
+  double c = 0.6 + 0.4 * static_cast<double>(flagged_ - o_.fireCount + 1) / span;
+  return std::clamp(c, 0.0, 1.0);
+}
+
+PersistenceTracker::Transition PersistenceTracker::push(int64_t step, double value) {
+  ++seen_;
+  if (seen_ <= o_.warmupSamples || !std::isfinite(value)) return Transition::kNone;
+  if (!ready()) {
+    base_.push(value);
+    dirty_ = true;
+    return Transition::kNone;
+  }
+  bool exceeds = value > exceedLevel();
+  if (recent_.full()) {
+    // The oldest recent sample joins the baseline unless it belongs to an open episode, so a
+    // regression is judged against what came before it.
+    if (!active_ && fixedBaseline_ <= 0.0) {
+      base_.push(recent_.front());
+      ++sinceRefresh_;
+    }
+    if (flags_.front()) --flagged_;
+  }
+  recent_.push(value);
+  flags_.push(exceeds ? 1 : 0);
+  if (exceeds) ++flagged_;
+  histSteps_.push(step);
+  histValues_.push(value);
+
+  if (!active_ && flagged_ >= o_.fireCount) {
+    active_ = true;
+    std::vector<double> hv = histValues_.values();
+    size_t split = bestSplit(hv, +1);
+    onsetStep_ = histSteps_[split];
+    resolvedStep_ = -1;
+    return Transition::kOpened;
+  }
+  if (active_ && flagged_ <= o_.releaseCount) {
+    active_ = false;
+    // Only the part of the history after the onset can hold the way back down.
+    std::vector<double> hv;
+    std::vector<int64_t> hs;
+    for (size_t i = 0; i < histSteps_.size(); ++i) {
+      if (histSteps_[i] >= onsetStep_) {
+        hv.push_back(histValues_[i]);
+        hs.push_back(histSteps_[i]);
+      }
+    }
+    size_t split = bestSplit(hv, -1);
+    resolvedStep_ = hs.empty() ? step : hs[split];
+    return Transition::kResolved;
+  }
+  return Transition::kNone;
+}
+
+}  // namespace trainscope::detect

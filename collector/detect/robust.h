@@ -1,0 +1,113 @@
+// Robust statistics and the "own baseline + persistence" tracker shared by the detectors.
+// Pure values; an instance belongs to one detector and is used from its caller's thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "collector/detect/options.h"
+
+namespace trainscope::detect {
+
+// Median of the values (a copy is partially sorted). 0 for an empty input.
+double median(std::vector<double> values);
+// Median absolute deviation around `center`; multiply by 1.4826 for a Gaussian sigma.
+double mad(const std::vector<double>& values, double center);
+inline constexpr double kMadToSigma = 1.4826;
+
+// Where a piecewise-constant fit with one break fits best: the index of the first value of
+// the second segment, in [1, n-1] (least squares, i.e. maximal i(n-i)/n * (mean2-mean1)^2).
+// `rising` > 0 only accepts splits where the second segment is higher, < 0 lower, 0 either.
+// Returns 0 when no split qualifies (n < 2).
+size_t bestSplit(const std::vector<double>& values, int rising);
+
+// Fixed-capacity ring; index 0 is the oldest element.
+template <typename T>
+class Ring {
+public:
+  explicit Ring(size_t capacity = 1) : buf_(capacity == 0 ? 1 : capacity) {}
+  void push(const T& v) {
+    buf_[(head_ + size_) % buf_.size()] = v;
+    if (size_ < buf_.size()) {
+      ++size_;
+    } else {
+      head_ = (head_ + 1) % buf_.size();
+    }
+  }
+  size_t size() const { return size_; }
+  size_t capacity() const { return buf_.size(); }
+  bool full() const { return size_ == buf_.size(); }
+  bool empty() const { return size_ == 0; }
+  const T& operator[](size_t i) const { return buf_[(head_ + i) % buf_.size()]; }
+  const T& front() const { return (*this)[0]; }
+  const T& back() const { return (*this)[size_ - 1]; }
+  void clear() { head_ = size_ = 0; }
+  std::vector<T> values() const {
+    std::vector<T> out;
+    out.reserve(size_);
+    for (size_t i = 0; i < size_; ++i) out.push_back((*this)[i]);
+    return out;
+  }
+
+private:
+  std::vector<T> buf_;
+  size_t head_ = 0;
+  size_t size_ = 0;
+};
+
+// Detects a sustained rise of one series against its own robust baseline (or a fixed one),
+// with persistence: opens when fireCount of the last `window` samples exceed the level,
+// resolves when at most releaseCount do. Onset and resolution steps are estimated with a
+// least-squares split of the recent history, not taken as the step the decision was made.
+class PersistenceTracker {
+public:
+  enum class Transition { kNone, kOpened, kResolved };
+
+  // fixedBaseline > 0: compare against that value (e.g. 1.0 for a ratio to peers) and take
+  // the noise from setExternalNoise instead of learning both.
+  explicit PersistenceTracker(const PersistenceOptions& options, double fixedBaseline = 0.0);
+
+  Transition push(int64_t step, double value);
+
+  // Relative sigma used when the baseline is fixed (e.g. the job-wide spread of ratios).
+  void setExternalNoise(double relSigma) { externalNoise_ = relSigma; }
+  // Leaves the open episode without an event; the window is kept, so a condition that still
+  // holds reopens on the next push (used when a job-wide anomaly covered this series).
+  void forgetEpisode() { active_ = false; }
+
+  bool active() const { return active_; }
+  bool ready() const;                  // a baseline is known
+  double baseline() const;             // level compared against
+  double relSigma() const;             // robust relative sigma of the baseline
+  double exceedLevel() const;          // baseline * (1 + max(minExcess, noiseSigmas*relSigma))
+  int exceedCount() const;             // exceeding samples in the window
+  int64_t onsetStep() const { return onsetStep_; }
+  int64_t resolvedStep() const { return resolvedStep_; }
+  double level() const;                // median of recent samples at/after the onset
+  double lastValue() const { return recent_.empty() ? 0.0 : recent_.back(); }
+  double confidence() const;           // 0..1 from how far past fireCount the window is
+
+private:
+  void refreshBaseline() const;
+
+  PersistenceOptions o_;
+  double fixedBaseline_;
+  double externalNoise_ = 0.0;
+  int64_t seen_ = 0;
+  Ring<double> base_;
+  Ring<double> recent_;
+  Ring<char> flags_;
+  Ring<int64_t> histSteps_;
+  Ring<double> histValues_;
+  int flagged_ = 0;
+  bool active_ = false;
+  int64_t onsetStep_ = -1;
+  int64_t resolvedStep_ = -1;
+  mutable bool dirty_ = true;
+  mutable double baseMedian_ = 0.0;
+  mutable double baseRelSigma_ = 0.0;
+  mutable int sinceRefresh_ = 0;
+};
+
+}  // namespace trainscope::detect

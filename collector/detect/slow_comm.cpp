@@ -1,0 +1,172 @@
+#include "collector/detect/slow_comm.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "schema/wire.h"
+
+namespace trainscope::detect {
+
+namespace {
+constexpr size_t kComputeHistory = 256;
+}  // namespace
+
+SlowCommDetector::SlowCommDetector(std::string job, const SlowCommOptions& options,
+                                   EventLog* log)
+    : job_(std::move(job)), o_(options), log_(log), compute_(kComputeHistory) {}
+
+void SlowCommDetector::evict(int64_t step) {
+  for (auto it = keys_.begin(); it != keys_.end();) {
+    bool stale = step - it->second.lastSeenStep > o_.forgetAfterSteps;
+    it = stale ? keys_.erase(it) : std::next(it);
+  }
+  while (keys_.size() > o_.maxKeysPerJob) {
+    auto oldest = keys_.begin();
+    for (auto it = keys_.begin(); it != keys_.end(); ++it) {
+      if (it->second.lastSeenStep < oldest->second.lastSeenStep) oldest = it;
+    }
+    keys_.erase(oldest);
+  }
+}
+
+void SlowCommDetector::onStep(const AssembledStep& step) {
+  std::vector<double> computes;
+  for (const RankStep& r : step.ranks) {
+    if (r.report.compute_ns() > 0) computes.push_back(static_cast<double>(r.report.compute_ns()));
+  }
+  if (!computes.empty()) compute_.push(median(computes));
+
+  struct Sample {
+    uint32_t rank;
+    double perCall;
+    double arrival;
+    double completion;
+    const std::string* node;
+  };
+  std::map<std::string, std::vector<Sample>> byKey;
+  std::map<std::string, const wire::CollectiveTotal*> proto;
+  for (const RankStep& r : step.ranks) {
+    for (const auto& c : r.report.collectives()) {
+      if (c.count() == 0 || c.total_ns() <= 0) continue;
+      std::string key = std::string(wire::collectiveOpName(c.op())) + "|" + c.group() + "|" +
+                        std::to_string(c.bytes());
+      double off = static_cast<double>(r.ctx.clockOffsetNs);
+      byKey[key].push_back({r.report.rank(),
+                            static_cast<double>(c.total_ns()) / static_cast<double>(c.count()),
+                            static_cast<double>(c.first_arrival_ns()) + off,
+                            static_cast<double>(c.last_completion_ns()) + off, &r.ctx.node});
+      proto.emplace(key, &c);
+    }
+  }
+
+  for (auto& [key, list] : byKey) {
+    auto it = keys_.find(key);
+    if (it == keys_.end()) {
+      it = keys_.emplace(key, KeyState(o_)).first;
+      const wire::CollectiveTotal* c = proto.at(key);
+      it->second.op = c->op();
+      it->second.group = c->group();
+      it->second.bytes = c->bytes();
+    }
+    KeyState& ks = it->second;
+    ks.lastSeenStep = step.step;
+    double transfer = list.front().perCall;
+    double lastArrival = list.front().arrival;
+    for (const Sample& s : list) {
+      transfer = std::min(transfer, s.perCall);
+      lastArrival = std::max(lastArrival, s.arrival);
+      ks.nodes[s.rank] = *s.node;
+    }
+    if (list.size() >= 2 && transfer > 0) {
+      std::vector<double> post;
+      for (const Sample& s : list) post.push_back(s.completion - lastArrival);
+      double medPost = median(post);
+      for (size_t i = 0; i < list.size(); ++i) {
+        auto [sit, inserted] = ks.skew.try_emplace(
+            list[i].rank, static_cast<size_t>(std::max(1, o_.persistence.window)));
+        sit->second.push((post[i] - medPost) / transfer);
+      }
+    }
+
+    auto t = ks.tracker.push(step.step, transfer);
+    if (t == PersistenceTracker::Transition::kResolved && ks.open) {
+      log_->resolve(ks.anomaly, ks.tracker.resolvedStep(), step.nowNs);
+      ks.open = false;
+      continue;
+    }
+    if (t != PersistenceTracker::Transition::kOpened) continue;
+
+    // Did compute rise over the same window? Then the job slowed, not its communication.
+    size_t w = static_cast<size_t>(std::max(1, o_.persistence.window));
+    double computeRatio = 1.0;
+    if (compute_.size() > w + 8) {
+      std::vector<double> all = compute_.values();
+      std::vector<double> before(all.begin(), all.end() - static_cast<std::ptrdiff_t>(w));
+      std::vector<double> recent(all.end() - static_cast<std::ptrdiff_t>(w), all.end());
+      double b = median(before);
+      if (b > 0) computeRatio = median(recent) / b;
+    }
+    if (computeRatio > 1.0 + o_.maxComputeRise) {
+      ks.tracker.forgetEpisode();
+      continue;
+    }
+
+    std::vector<uint32_t> members;
+    std::vector<uint32_t> slowEnd;
+    for (const Sample& s : list) members.push_back(s.rank);
+    for (auto& [rank, ring] : ks.skew) {
+      if (ring.size() >= w / 2 && median(ring.values()) > o_.rankSkew) slowEnd.push_back(rank);
+    }
+    std::sort(members.begin(), members.end());
+    Anomaly a;
+    a.job = job_;
+    a.kind = AnomalyKind::kSlowComm;
+    a.ranks = slowEnd.empty() ? members : slowEnd;
+    for (uint32_t r : a.ranks) a.nodes.push_back(ks.nodes[r]);
+    a.onsetStep = ks.tracker.onsetStep();
+    a.detectedStep = step.step;
+    a.detectedNs = step.nowNs;
+    double base = ks.tracker.baseline();
+    double level = ks.tracker.level();
+    a.magnitude = base > 0 ? level / base : 1.0;
+    a.confidence = ks.tracker.confidence();
+    double bytes = static_cast<double>(ks.bytes);
+    a.evidence = {{"baseline_ms", base / 1e6},
+                  {"current_ms", level / 1e6},
+                  {"ratio", a.magnitude},
+                  {"bytes", bytes},
+                  {"baseline_gbps", base > 0 ? bytes * 8 / base : 0.0},
+                  {"current_gbps", level > 0 ? bytes * 8 / level : 0.0},
+                  {"compute_ratio", computeRatio},
+                  {"group_ranks", static_cast<double>(members.size())},
+                  {"noise_sigma", ks.tracker.relSigma()}};
+    a.labels = {{"op", wire::collectiveOpName(static_cast<wire::CollectiveOp>(ks.op))},
+                {"group", ks.group},
+                {"scope", slowEnd.empty() ? "group" : "rank"}};
+    std::set<std::string> memberNodes;
+    for (uint32_t r : members) {
+      if (!ks.nodes[r].empty()) memberNodes.insert(ks.nodes[r]);
+    }
+    bool p2p = ks.op == wire::SEND || ks.op == wire::RECV;
+    if (p2p && members.size() == 2) {
+      a.labels["link"] = "rank " + std::to_string(members[0]) + " <-> rank " +
+                         std::to_string(members[1]);
+    } else if (memberNodes.size() == 2) {
+      a.labels["link"] = *memberNodes.begin() + " <-> " + *memberNodes.rbegin();
+    }
+    std::string who = slowEnd.empty() ? "group " + (ks.group.empty() ? "(default)" : ks.group) + " (" +
+                                            std::to_string(members.size()) + " ranks)"
+                                      : "rank(s) " + rankSubject(slowEnd);
+    a.summary = std::string(a.labels["op"]) + " of " + std::to_string(ks.bytes) + " bytes on " +
+                who + " slowed " + formatRatio(a.magnitude) + " per call (" + formatMs(base) +
+                " -> " + formatMs(level) + ") from step " + std::to_string(a.onsetStep) +
+                " while compute stayed at " + formatRatio(computeRatio);
+    if (a.labels.count("link")) a.summary += "; link " + a.labels["link"];
+    ks.anomaly = log_->open(std::move(a), key);
+    ks.open = true;
+  }
+  if (step.step % 64 == 0 || keys_.size() > o_.maxKeysPerJob) evict(step.step);
+}
+
+}  // namespace trainscope::detect

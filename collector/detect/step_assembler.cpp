@@ -1,0 +1,70 @@
+#include "collector/detect/step_assembler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace trainscope::detect {
+
+StepAssembler::StepAssembler(std::string job, const AssemblyOptions& options)
+    : job_(std::move(job)), o_(options) {}
+
+void StepAssembler::add(const wire::StepReport& report, const RankContext& ctx,
+                        uint32_t worldSize, std::vector<AssembledStep>* out) {
+  ++stats_.reports;
+  int64_t step = report.step();
+  if (step <= lastReleased_) {
+    ++stats_.late;
+    return;
+  }
+  auto [it, inserted] = pending_.try_emplace(step);
+  AssembledStep& s = it->second;
+  if (inserted) {
+    s.job = job_;
+    s.step = step;
+  }
+  s.worldSize = std::max(s.worldSize, worldSize);
+  for (const RankStep& r : s.ranks) {
+    if (r.report.rank() == report.rank()) {
+      ++stats_.duplicates;
+      return;
+    }
+  }
+  RankStep rs{report, ctx};
+  int64_t now = ctx.receivedNs != 0 ? ctx.receivedNs : report.end_ns() + ctx.clockOffsetNs;
+  s.nowNs = std::max(s.nowNs, now);
+  auto pos = std::lower_bound(s.ranks.begin(), s.ranks.end(), report.rank(),
+                              [](const RankStep& a, uint32_t r) { return a.report.rank() < r; });
+  s.ranks.insert(pos, std::move(rs));
+  maxSeen_ = std::max(maxSeen_, step);
+
+  // Hand out from the front, in order: complete steps, steps the grace has passed, and
+  // anything past the memory bound.
+  while (!pending_.empty()) {
+    auto front = pending_.begin();
+    bool complete = front->second.ranks.size() >= front->second.worldSize;
+    bool graceOver = front->first + o_.graceSteps <= maxSeen_;
+    bool overBound = pending_.size() > o_.maxPendingSteps;
+    if (!(complete || graceOver || overBound)) break;
+    release(front, out);
+  }
+}
+
+void StepAssembler::release(std::map<int64_t, AssembledStep>::iterator it,
+                            std::vector<AssembledStep>* out) {
+  AssembledStep s = std::move(it->second);
+  pending_.erase(it);
+  lastReleased_ = std::max(lastReleased_, s.step);
+  double need = std::ceil(o_.minRankFraction * static_cast<double>(s.worldSize));
+  if (static_cast<double>(s.ranks.size()) < need) {
+    ++stats_.droppedSteps;
+    return;
+  }
+  if (s.partial()) ++stats_.partialSteps;
+  out->push_back(std::move(s));
+}
+
+void StepAssembler::flush(std::vector<AssembledStep>* out) {
+  while (!pending_.empty()) release(pending_.begin(), out);
+}
+
+}  // namespace trainscope::detect

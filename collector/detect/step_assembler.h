@@ -1,0 +1,64 @@
+// Collects one job's step reports, which arrive from different ranks in any order and late,
+// into complete steps handed out in step order. A step is complete when every rank reported
+// it, or when a report `graceSteps` later arrived (the missing ranks are then left out).
+// Memory is bounded by maxPendingSteps. Used from the caller's thread only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "collector/detect/anomaly.h"
+#include "collector/detect/options.h"
+#include "schema/trainscope.pb.h"
+
+namespace trainscope::detect {
+
+struct RankStep {
+  wire::StepReport report;
+  RankContext ctx;
+};
+
+struct AssembledStep {
+  std::string job;
+  int64_t step = 0;
+  uint32_t worldSize = 0;
+  std::vector<RankStep> ranks;  // sorted by rank; fewer than worldSize when some were late
+  int64_t nowNs = 0;            // collector clock of the latest report of the step
+  bool partial() const { return ranks.size() < worldSize; }
+};
+
+struct AssemblyStats {
+  uint64_t reports = 0;
+  uint64_t duplicates = 0;     // same (rank, step) twice (replays)
+  uint64_t late = 0;           // for a step already handed out
+  uint64_t partialSteps = 0;   // handed out without every rank
+  uint64_t droppedSteps = 0;   // forced out with too few ranks to judge
+};
+
+class StepAssembler {
+public:
+  StepAssembler(std::string job, const AssemblyOptions& options);
+
+  // Adds one report; appends the steps this completes, in order, to `out`.
+  void add(const wire::StepReport& report, const RankContext& ctx, uint32_t worldSize,
+           std::vector<AssembledStep>* out);
+  // Hands out every pending step (e.g. when the job ended).
+  void flush(std::vector<AssembledStep>* out);
+
+  const AssemblyStats& stats() const { return stats_; }
+  size_t pendingSteps() const { return pending_.size(); }
+
+private:
+  void release(std::map<int64_t, AssembledStep>::iterator it, std::vector<AssembledStep>* out);
+
+  std::string job_;
+  AssemblyOptions o_;
+  std::map<int64_t, AssembledStep> pending_;
+  int64_t lastReleased_ = -1;   // steps at or below were handed out
+  int64_t maxSeen_ = -1;
+  AssemblyStats stats_;
+};
+
+}  // namespace trainscope::detect

@@ -1,0 +1,125 @@
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+#include "collector/detect/detector_set.h"
+#include "collector/detect/step_shift.h"
+#include "tests/collector/detect/synth.h"
+
+using namespace trainscope::detect;
+using namespace trainscope::detect::test;
+
+TEST_CASE("step_shift: 20,000 healthy steps x 8 ranks with 5% noise, warm-up and checkpoints raise no alarm") {
+  for (uint64_t seed : {1u, 2u}) {
+    SynthJob job;
+    job.seed = seed;
+    job.rng_.seed(seed);
+    job.checkpointEvery = 100;
+    DetectorSet set;
+    std::vector<Anomaly> events;
+    run(job, set, 0, 20000, &events);
+    INFO(describe(events));
+    // No regression of any kind on a healthy job; the checkpoints are one spike report.
+    for (const Anomaly& a : events) CHECK(a.kind == AnomalyKind::kSpike);
+    auto spikes = ofKind(events, AnomalyKind::kSpike);
+    REQUIRE(spikes.size() == 1);
+    CHECK(spikes[0].evidence.at("period_steps") == 100);
+    CHECK(spikes[0].magnitude > 2.0);
+  }
+}
+
+TEST_CASE("step_shift: a 10% job-wide slowdown is found with its onset and resolved when it ends") {
+  SynthJob job;
+  job.seed = 11;
+  job.rng_.seed(11);
+  job.computeFactor = [](int64_t s, uint32_t) { return s >= 3000 && s < 5000 ? 1.10 : 1.0; };
+  job.transferFactor = [](int64_t s) { return s >= 3000 && s < 5000 ? 1.10 : 1.0; };
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  run(job, set, 0, 7000, &events);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kStepShift);
+  REQUIRE(opened.size() == 1);
+  const Anomaly& a = opened[0];
+  CHECK(std::llabs(a.onsetStep - 3000) <= 5);
+  CHECK(a.detectedStep < 3030);
+  CHECK(a.magnitude == Approx(1.10).margin(0.03));
+  CHECK(a.labels.at("direction") == "slower");
+  CHECK(a.ranks.size() == 8);
+  auto resolved = ofKind(events, AnomalyKind::kStepShift, AnomalyState::kResolved);
+  REQUIRE(resolved.size() == 1);
+  CHECK(resolved[0].id == a.id);
+  CHECK(std::llabs(resolved[0].resolvedStep - 5000) <= 5);
+  // A job-wide slowdown is not a straggler.
+  CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
+}
+
+TEST_CASE("step_shift: a 2x slowdown is found within a few steps of its onset") {
+  SynthJob job;
+  job.seed = 12;
+  job.rng_.seed(12);
+  job.computeFactor = [](int64_t s, uint32_t) { return s >= 1500 ? 2.0 : 1.0; };
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  run(job, set, 0, 2000, &events);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kStepShift);
+  REQUIRE(opened.size() == 1);
+  CHECK(std::llabs(opened[0].onsetStep - 1500) <= 1);
+  CHECK(opened[0].detectedStep <= 1505);
+  // Compute doubles; transfer and data time do not: 80+25 ms -> ~160+25 ms.
+  CHECK(opened[0].magnitude == Approx(1.75).margin(0.08));
+  CHECK(ofKind(events, AnomalyKind::kStepShift, AnomalyState::kResolved).empty());
+}
+
+TEST_CASE("step_shift: isolated random spikes are neither shifts nor periodic spikes") {
+  StepShiftCore core(StepShiftOptions{});
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> n(0.0, 0.05);
+  std::uniform_int_distribution<int> gap(20, 400);
+  int64_t nextSpike = 200;
+  for (int64_t s = 0; s < 20000; ++s) {
+    double v = 100.0 * (1.0 + n(rng));
+    if (s == nextSpike) {
+      v *= 4.0;
+      nextSpike += gap(rng);
+    }
+    auto ev = core.push(s, v);
+    INFO("step " << s);
+    REQUIRE(ev.type == StepShiftCore::EventType::kNone);
+  }
+}
+
+TEST_CASE("step_shift: a speed-up is a shift with direction faster") {
+  StepShiftCore core(StepShiftOptions{});
+  std::mt19937_64 rng(6);
+  std::normal_distribution<double> n(0.0, 0.05);
+  std::vector<StepShiftCore::Event> events;
+  for (int64_t s = 0; s < 1000; ++s) {
+    double v = (s >= 600 ? 80.0 : 100.0) * (1.0 + n(rng));
+    auto ev = core.push(s, v);
+    if (ev.type != StepShiftCore::EventType::kNone) events.push_back(ev);
+  }
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].type == StepShiftCore::EventType::kShift);
+  CHECK(events[0].direction == -1);
+  CHECK(std::llabs(events[0].onsetStep - 600) <= 3);
+  CHECK(events[0].after / events[0].before == Approx(0.8).margin(0.03));
+}
+
+TEST_CASE("step_shift: periodic spikes do not hide a real shift and are left out of its level") {
+  SynthJob job;
+  job.seed = 13;
+  job.rng_.seed(13);
+  job.checkpointEvery = 50;
+  job.computeFactor = [](int64_t s, uint32_t) { return s >= 2000 ? 1.3 : 1.0; };
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  run(job, set, 0, 2500, &events);
+  INFO(describe(events));
+  REQUIRE(ofKind(events, AnomalyKind::kSpike).size() == 1);
+  auto shifts = ofKind(events, AnomalyKind::kStepShift);
+  REQUIRE(shifts.size() == 1);
+  CHECK(std::llabs(shifts[0].onsetStep - 2000) <= 3);
+  CHECK(shifts[0].magnitude < 1.4);
+}
