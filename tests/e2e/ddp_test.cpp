@@ -9,7 +9,8 @@
 
 using namespace trainscope::e2e;
 
-TEST_CASE("e2e: real 2-rank DDP training on CPU reports steps with compute and communication separated") {
+TEST_CASE(
+    "e2e: real 2-rank DDP training on CPU reports steps with compute and communication separated") {
   if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
     std::fprintf(stderr, "e2e: skipped: /usr/bin/python3 cannot import torch\n");
     std::exit(77);
@@ -37,11 +38,11 @@ TEST_CASE("e2e: real 2-rank DDP training on CPU reports steps with compute and c
         "ddp-rank" + std::to_string(r),
         std::vector<std::string>{"/usr/bin/python3", script, "--steps", "30"},
         dir / ("ddp-rank" + std::to_string(r) + ".log"),
-        std::vector<std::string>{
-            "RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r), "WORLD_SIZE=2",
-            "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + masterPort, "TRAINSCOPE_JOB=" + job,
-            "TRAINSCOPE_AGENT=" + as.endpoint, "TRAINSCOPE_PROBE_LIB=" + lib,
-            "PYTHONPATH=" + pythonPath, "OMP_NUM_THREADS=1"}));
+        std::vector<std::string>{"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r),
+                                 "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                                 "MASTER_PORT=" + masterPort, "TRAINSCOPE_JOB=" + job,
+                                 "TRAINSCOPE_AGENT=" + as.endpoint, "TRAINSCOPE_PROBE_LIB=" + lib,
+                                 "PYTHONPATH=" + pythonPath, "OMP_NUM_THREADS=1"}));
   }
   for (auto& p : ranks) {
     const auto rc = p->wait(90s);

@@ -96,8 +96,8 @@ void checkExactlyOnce(uint16_t http, const std::string& job, bool checkShares) {
                   r.at("duration_ns").get<int64_t>();
     if (checkShares) {
       // The model's healthy shares: data ~5 %, compute ~91 %, step 100 ms (200 in warm-up).
-      ok = ok && d > 50e6 && d < 400e6 && compute / d > 0.6 && data / d > 0.01 &&
-           data / d < 0.2 && (compute + data) / d < 1.01;
+      ok = ok && d > 50e6 && d < 400e6 && compute / d > 0.6 && data / d > 0.01 && data / d < 0.2 &&
+           (compute + data) / d < 1.01;
     }
     if (!ok && bad++ == 0) firstBad = r.dump();
   }
@@ -163,8 +163,8 @@ TEST_CASE("e2e: collector killed with SIGKILL mid-run loses nothing") {
     args.emplace_back(x);
   }
   auto sim = startSim(stack.dir, args);
-  const bool third = waitFor([&] { return jobStepRows(stack.http(), job) >= kRows / 3; }, 30s,
-                             20ms);
+  const bool third =
+      waitFor([&] { return jobStepRows(stack.http(), job) >= kRows / 3; }, 30s, 20ms);
   REQUIRE(third);
   stack.collector->kill(SIGKILL);
   stack.collector->wait(5s);
@@ -191,8 +191,8 @@ TEST_CASE("e2e: agent restarted mid-run loses nothing within the probe backlog")
     args.emplace_back(x);
   }
   auto sim = startSim(stack.dir, args);
-  const bool third = waitFor([&] { return jobStepRows(stack.http(), job) >= kRows / 3; }, 30s,
-                             20ms);
+  const bool third =
+      waitFor([&] { return jobStepRows(stack.http(), job) >= kRows / 3; }, 30s, 20ms);
   REQUIRE(third);
   stack.agents[1]->kill(SIGKILL);
   stack.agents[1]->wait(5s);

@@ -91,7 +91,7 @@ std::string tailOf(const std::string& path, size_t bytes) {
 }
 
 class LogTailListener : public Catch::TestEventListenerBase {
-public:
+ public:
   using TestEventListenerBase::TestEventListenerBase;
   void testCaseEnded(const Catch::TestCaseStats& stats) override {
     std::lock_guard<std::mutex> lock(gTailsMu);
@@ -153,8 +153,7 @@ Process::Process(std::string name, std::vector<std::string> argv, std::string lo
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, logPath_.c_str(), O_WRONLY | O_CREAT | O_APPEND,
-                                   0644);
+  posix_spawn_file_actions_addopen(&fa, 1, logPath_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
@@ -225,8 +224,12 @@ int Process::stop(std::chrono::milliseconds grace) {
   return wait(10s).value_or(-1);
 }
 
-std::string Process::log() const { return readFile(logPath_); }
-std::string Process::logTail(size_t bytes) const { return tailOf(logPath_, bytes); }
+std::string Process::log() const {
+  return readFile(logPath_);
+}
+std::string Process::logTail(size_t bytes) const {
+  return tailOf(logPath_, bytes);
+}
 
 // ---------------------------------------------------------------------------------------
 uint16_t freePort() {
@@ -254,7 +257,9 @@ bool waitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeou
 }
 
 // ---------------------------------------------------------------------------------------
-nlohmann::json HttpResponse::json() const { return nlohmann::json::parse(body); }
+nlohmann::json HttpResponse::json() const {
+  return nlohmann::json::parse(body);
+}
 
 namespace {
 
@@ -280,11 +285,11 @@ HttpResponse httpRequest(uint16_t port, const std::string& method, const std::st
     ::close(fd);
     return out;
   }
-  std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1:" +
-                    std::to_string(port) + "\r\nConnection: close\r\n";
+  std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) +
+                    "\r\nConnection: close\r\n";
   if (method != "GET") {
-    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-           "\r\n";
+    req +=
+        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   }
   req += "\r\n" + body;
   size_t sent = 0;
@@ -393,9 +398,8 @@ std::unique_ptr<Process> startCollector(const TempDir& dir, const CollectorSpec&
   std::remove(ready.c_str());
   auto p = std::make_unique<Process>(
       name,
-      std::vector<std::string>{bin, "--data-dir", spec.dataDir, "--ingest", spec.ingest(),
-                               "--http", "127.0.0.1:" + std::to_string(spec.httpPort),
-                               "--ready-file", ready},
+      std::vector<std::string>{bin, "--data-dir", spec.dataDir, "--ingest", spec.ingest(), "--http",
+                               "127.0.0.1:" + std::to_string(spec.httpPort), "--ready-file", ready},
       dir / (name + ".log"));
   const bool up = waitFor(
       [&] {

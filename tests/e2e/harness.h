@@ -24,7 +24,7 @@ using namespace std::chrono_literals;
 // A fresh directory under $TMPDIR (or /tmp), removed with everything in it at destruction
 // unless TRAINSCOPE_E2E_KEEP is set (then its path is printed).
 class TempDir {
-public:
+ public:
   TempDir();
   ~TempDir();
   TempDir(const TempDir&) = delete;
@@ -32,7 +32,7 @@ public:
   const std::string& path() const { return path_; }
   std::string operator/(const std::string& name) const { return path_ + "/" + name; }
 
-private:
+ private:
   std::string path_;
 };
 
@@ -40,7 +40,7 @@ private:
 // sends SIGTERM, then SIGKILL after `grace`, and reaps it; on exit or a fatal signal of the
 // test process every live child is SIGKILLed. Its log tail is kept for the failure report.
 class Process {
-public:
+ public:
   Process(std::string name, std::vector<std::string> argv, std::string logPath,
           std::vector<std::string> extraEnv = {});
   ~Process();
@@ -49,17 +49,17 @@ public:
 
   const std::string& name() const { return name_; }
   pid_t pid() const { return pid_; }
-  bool running();                      // not yet reaped and still alive
+  bool running();  // not yet reaped and still alive
   void kill(int sig);
   // The exit status (a code, or 128 + signal), or nothing if it is still running at timeout.
   std::optional<int> wait(std::chrono::milliseconds timeout);
   // SIGTERM, then SIGKILL after `grace`; returns the exit status.
   int stop(std::chrono::milliseconds grace = 5s);
-  std::string log() const;                  // the whole log so far
+  std::string log() const;  // the whole log so far
   std::string logTail(size_t bytes = 3000) const;
   const std::string& logPath() const { return logPath_; }
 
-private:
+ private:
   std::string name_;
   std::string logPath_;
   pid_t pid_ = -1;
@@ -74,9 +74,9 @@ bool waitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeou
              std::chrono::milliseconds interval = 50ms);
 
 struct HttpResponse {
-  int status = 0;     // 0 when the connection failed
+  int status = 0;  // 0 when the connection failed
   std::string body;
-  std::string error;  // why status is 0
+  std::string error;            // why status is 0
   nlohmann::json json() const;  // parses body; throws on bad JSON (the test fails)
 };
 
@@ -106,7 +106,7 @@ std::unique_ptr<Process> startCollector(const TempDir& dir, const CollectorSpec&
 
 struct AgentSpec {
   std::string node;
-  std::string endpoint;   // ipc://...
+  std::string endpoint;  // ipc://...
   std::string spoolDir;
   std::string collector;  // tcp://...
 };

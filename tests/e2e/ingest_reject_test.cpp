@@ -115,9 +115,8 @@ TEST_CASE("e2e: bad frames to the ingest port are rejected and counted") {
   // Counted by reason: /metrics when the collector serves it, else its log lines.
   auto metrics = httpGet(cs.httpPort, "/metrics");
   const std::string evidence =
-      metrics.status == 200 && metrics.body.find("reject") != std::string::npos
-          ? metrics.body
-          : collector->log();
+      metrics.status == 200 && metrics.body.find("reject") != std::string::npos ? metrics.body
+                                                                                : collector->log();
   INFO("collector evidence (/metrics status " << metrics.status << "):\n"
                                               << evidence.substr(0, 6000));
   for (const char* reason : {"malformed", "version", "oversized", "empty"}) {

@@ -114,7 +114,8 @@ TEST_CASE("sim model: warm-up steps are slower") {
   int64_t b = t0.endNs;
   for (int s = 1; s < 3; ++s) b = m.step(s, b).endNs;
   auto t3 = m.step(3, b);
-  CHECK(t0.endNs - t0.beginNs > static_cast<int64_t>(1.5 * static_cast<double>(t3.endNs - t3.beginNs)));
+  CHECK(t0.endNs - t0.beginNs >
+        static_cast<int64_t>(1.5 * static_cast<double>(t3.endNs - t3.beginNs)));
 }
 
 TEST_CASE("sim model: a straggler slows only that rank's compute and makes others wait") {
@@ -150,8 +151,7 @@ TEST_CASE("sim model: a slow link raises every rank's collective time, not compu
     StepModel m(o), hm(h);
     CHECK(mean(m, 5, 25, r, commNs) > 2.5 * mean(hm, 5, 25, r, commNs));
     StepModel m2(o), hm2(h);
-    CHECK(mean(m2, 5, 25, r, compute) / mean(hm2, 5, 25, r, compute) ==
-          Approx(1.0).epsilon(0.03));
+    CHECK(mean(m2, 5, 25, r, compute) / mean(hm2, 5, 25, r, compute) == Approx(1.0).epsilon(0.03));
   }
   StepModel m(o);
   CHECK(m.transferNs(4.0) == Approx(4 * m.transferNs(1.0)).epsilon(0.001));
@@ -244,7 +244,8 @@ TEST_CASE("sim inject: specs parse and bad ones are refused naming the key") {
   };
   CHECK_THAT(err("slow:rank=1"), Catch::Contains("unknown kind 'slow'"));
   CHECK_THAT(err("straggler:rank=1,from=2"), Catch::Contains("missing key 'factor'"));
-  CHECK_THAT(err("straggler:rank=1,from=2,factor=2,speed=3"), Catch::Contains("unknown key 'speed'"));
+  CHECK_THAT(err("straggler:rank=1,from=2,factor=2,speed=3"),
+             Catch::Contains("unknown key 'speed'"));
   CHECK_THAT(err("straggler:rank=x,from=2,factor=2"), Catch::Contains("rank='x'"));
   CHECK_THAT(err("straggler:rank=-1,from=2,factor=2"), Catch::Contains("rank=-1"));
   CHECK_THAT(err("straggler:rank=1,from=2,factor=0"), Catch::Contains("factor='0'"));
@@ -276,8 +277,8 @@ TEST_CASE("sim truth: the JSON lists each injected fault with kind, ranks, step 
   o.injects.push_back(must("spike:every=25,factor=2"));
   auto j = truthJson(o);
   REQUIRE(j.size() == 6);
-  CHECK(j[0] == nlohmann::json::parse(
-                    R"({"kind":"straggler","ranks":[1],"from_step":10,"factor":1.5})"));
+  CHECK(j[0] ==
+        nlohmann::json::parse(R"({"kind":"straggler","ranks":[1],"from_step":10,"factor":1.5})"));
   CHECK(j[1]["kind"] == "step_shift");
   CHECK(j[1]["ranks"] == nlohmann::json::parse("[0,1,2,3]"));
   CHECK(j[2]["kind"] == "slow_comm");

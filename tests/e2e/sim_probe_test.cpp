@@ -21,7 +21,7 @@ using namespace trainscope::e2e;
 namespace {
 
 class FakeAgent {
-public:
+ public:
   explicit FakeAgent(const std::string& endpoint) : router_(ctx_, zmq::socket_type::router) {
     router_.set(zmq::sockopt::linger, 0);
     router_.bind(endpoint);
@@ -36,7 +36,7 @@ public:
     return reports_;
   }
 
-private:
+ private:
   void loop() {
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}};
     while (!stop_) {
@@ -70,8 +70,8 @@ private:
   std::map<std::pair<uint32_t, int64_t>, wire::StepReport> reports_;  // guarded by mu_
 };
 
-double mean(const std::map<std::pair<uint32_t, int64_t>, wire::StepReport>& reports,
-            uint32_t rank, int64_t from, int64_t to, int64_t (wire::StepReport::*field)() const) {
+double mean(const std::map<std::pair<uint32_t, int64_t>, wire::StepReport>& reports, uint32_t rank,
+            int64_t from, int64_t to, int64_t (wire::StepReport::*field)() const) {
   double sum = 0;
   for (int64_t s = from; s < to; ++s) sum += static_cast<double>((reports.at({rank, s}).*field)());
   return sum / static_cast<double>(to - from);

@@ -26,8 +26,7 @@ int main(int argc, char** argv) {
   app.add_option("--ranks", o.ranks, "simulated ranks, one probe each")->capture_default_str();
   app.add_option("--steps", o.steps, "steps to run; 0 runs until SIGINT/SIGTERM")
       ->capture_default_str();
-  app.add_option("--step-ms", o.stepMs, "healthy step time in milliseconds")
-      ->capture_default_str();
+  app.add_option("--step-ms", o.stepMs, "healthy step time in milliseconds")->capture_default_str();
   app.add_option("--seed", o.seed, "random seed; the same seed gives the same timeline")
       ->capture_default_str();
   app.add_option("--noise", o.noise, "relative log-normal spread (sigma) of operator times")

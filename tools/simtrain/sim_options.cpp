@@ -19,8 +19,8 @@ Result<int64_t> parseInt(const std::string& spec, const std::string& key, const 
                                   "' is not an integer");
   }
   if (out < min) {
-    return Result<int64_t>::error("--inject '" + spec + "': " + key + "=" + v + " must be >= " +
-                                  std::to_string(min));
+    return Result<int64_t>::error("--inject '" + spec + "': " + key + "=" + v +
+                                  " must be >= " + std::to_string(min));
   }
   return out;
 }
@@ -44,12 +44,18 @@ Result<double> parseFactor(const std::string& spec, const std::string& v) {
 
 const char* truthKindName(Inject::Kind kind) {
   switch (kind) {
-    case Inject::Kind::kStraggler: return "straggler";
-    case Inject::Kind::kShift: return "step_shift";
-    case Inject::Kind::kComm: return "slow_comm";
-    case Inject::Kind::kOp: return "op_regression";
-    case Inject::Kind::kHang: return "hang";
-    case Inject::Kind::kSpike: return "spike";
+    case Inject::Kind::kStraggler:
+      return "straggler";
+    case Inject::Kind::kShift:
+      return "step_shift";
+    case Inject::Kind::kComm:
+      return "slow_comm";
+    case Inject::Kind::kOp:
+      return "op_regression";
+    case Inject::Kind::kHang:
+      return "hang";
+    case Inject::Kind::kSpike:
+      return "spike";
   }
   return "unknown";
 }
@@ -81,8 +87,7 @@ Result<Inject> parseInject(const std::string& spec) {
       const std::string item = rest.substr(pos, comma - pos);
       const auto eq = item.find('=');
       if (eq == std::string::npos || eq == 0) {
-        return Result<Inject>::error("--inject '" + spec + "': '" + item +
-                                     "' is not key=value");
+        return Result<Inject>::error("--inject '" + spec + "': '" + item + "' is not key=value");
       }
       const std::string key = item.substr(0, eq);
       if (!allowed.count(key)) {
@@ -153,8 +158,7 @@ Result<Inject> parseInject(const std::string& spec) {
 Status validate(const SimOptions& o, bool needAgents) {
   if (needAgents && o.agents.empty()) return Status::error("--agent: at least one is required");
   for (const auto& a : o.agents) {
-    if (a.rfind("ipc://", 0) != 0 && a.rfind("tcp://", 0) != 0 &&
-        a.rfind("inproc://", 0) != 0) {
+    if (a.rfind("ipc://", 0) != 0 && a.rfind("tcp://", 0) != 0 && a.rfind("inproc://", 0) != 0) {
       return Status::error("--agent '" + a + "': expected ipc://PATH or tcp://HOST:PORT");
     }
   }

@@ -42,12 +42,12 @@ struct SimOptions {
   double hangHoldS = 0.0;           // after a hang, stay alive this long; 0 = until killed
   bool quiet = false;               // no progress lines
   // Model constants (not flags): what a healthy step looks like.
-  uint32_t layers = 4;              // transformer blocks; more means more operators per step
-  uint32_t buckets = 4;             // gradient buckets all-reduced per step
+  uint32_t layers = 4;                 // transformer blocks; more means more operators per step
+  uint32_t buckets = 4;                // gradient buckets all-reduced per step
   uint64_t bucketBytes = 25ull << 20;  // bytes of one bucket
-  double bandwidthGBps = 0.0;       // all_reduce bus bandwidth; 0 scales it with --step-ms so
-                                    // one bucket takes kBucketShare of a healthy step
-  double latencyUs = 30.0;          // fixed cost of one collective
+  double bandwidthGBps = 0.0;          // all_reduce bus bandwidth; 0 scales it with --step-ms so
+                                       // one bucket takes kBucketShare of a healthy step
+  double latencyUs = 30.0;             // fixed cost of one collective
 };
 
 // Parses one --inject spec such as "straggler:rank=5,from=150,factor=1.4". Unknown kinds,

@@ -18,9 +18,13 @@ namespace trainscope::sim {
 namespace {
 
 volatile std::sig_atomic_t gStop = 0;
-extern "C" void onStopSignal(int) { gStop = 1; }
+extern "C" void onStopSignal(int) {
+  gStop = 1;
+}
 
-bool stopRequested() { return gStop != 0; }
+bool stopRequested() {
+  return gStop != 0;
+}
 
 std::string formatSeconds(double s) {
   char buf[64];
@@ -43,9 +47,12 @@ struct Names {
 
 uint32_t rangeKind(Phase p) {
   switch (p) {
-    case Phase::kData: return TS_RANGE_DATA;
-    case Phase::kCheckpoint: return TS_RANGE_OTHER;
-    default: return TS_RANGE_COMPUTE;
+    case Phase::kData:
+      return TS_RANGE_DATA;
+    case Phase::kCheckpoint:
+      return TS_RANGE_OTHER;
+    default:
+      return TS_RANGE_COMPUTE;
   }
 }
 
@@ -155,7 +162,8 @@ int run(const SimOptions& in) {
   const size_t nAgents = options.agents.size();
   std::vector<ts_probe*> probes;
   std::vector<std::string> hosts;
-  for (uint32_t r = 0; r < options.ranks; ++r) hosts.push_back("node" + std::to_string(r % nAgents));
+  for (uint32_t r = 0; r < options.ranks; ++r)
+    hosts.push_back("node" + std::to_string(r % nAgents));
   for (uint32_t r = 0; r < options.ranks; ++r) {
     ts_probe_config cfg;
     ts_config_init(&cfg);
@@ -185,8 +193,7 @@ int run(const SimOptions& in) {
 
   const int64_t wallStart = wallNowNs();
   const int64_t monoStart = monotonicNowNs();
-  const int64_t progressEvery =
-      options.steps > 0 ? std::max<int64_t>(1, options.steps / 10) : 100;
+  const int64_t progressEvery = options.steps > 0 ? std::max<int64_t>(1, options.steps / 10) : 100;
   int64_t begin = wallStart;
   int64_t stepsDone = 0;
   bool hung = false;
@@ -205,11 +212,10 @@ int run(const SimOptions& in) {
       const Totals t = totals(probes);
       std::printf("simtrain: step %lld%s, reports acked %llu, waiting for ack %llu\n",
                   static_cast<long long>(stepsDone),
-                  options.steps > 0
-                      ? ("/" + std::to_string(options.steps) + " (" +
-                         std::to_string(stepsDone * 100 / options.steps) + "%)")
-                            .c_str()
-                      : "",
+                  options.steps > 0 ? ("/" + std::to_string(options.steps) + " (" +
+                                       std::to_string(stepsDone * 100 / options.steps) + "%)")
+                                          .c_str()
+                                    : "",
                   static_cast<unsigned long long>(t.acked),
                   static_cast<unsigned long long>(t.backlog));
       std::fflush(stdout);

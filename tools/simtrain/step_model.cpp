@@ -35,7 +35,9 @@ constexpr NamedWeight kHead[] = {
 };
 constexpr const char* kOptimizerOp = "aten::_fused_adamw_";
 
-int64_t toNs(double ns) { return static_cast<int64_t>(std::llround(ns)); }
+int64_t toNs(double ns) {
+  return static_cast<int64_t>(std::llround(ns));
+}
 
 void sumCompute(StepTimeline& tl) {
   for (auto& rs : tl.ranks) {
@@ -52,11 +54,16 @@ void sumCompute(StepTimeline& tl) {
 
 const char* phaseName(Phase phase) {
   switch (phase) {
-    case Phase::kData: return "data_loading";
-    case Phase::kForward: return "forward";
-    case Phase::kBackward: return "backward";
-    case Phase::kOptimizer: return "optimizer";
-    case Phase::kCheckpoint: return "checkpoint";
+    case Phase::kData:
+      return "data_loading";
+    case Phase::kForward:
+      return "forward";
+    case Phase::kBackward:
+      return "backward";
+    case Phase::kOptimizer:
+      return "optimizer";
+    case Phase::kCheckpoint:
+      return "checkpoint";
   }
   return "unknown";
 }
@@ -145,8 +152,8 @@ double StepModel::commFactor(int64_t step) const {
 }
 
 int64_t StepModel::transferNs(double commFactor) const {
-  const double ns = options_.latencyUs * 1e3 +
-                    static_cast<double>(options_.bucketBytes) / bucketBytesPerNs_;
+  const double ns =
+      options_.latencyUs * 1e3 + static_cast<double>(options_.bucketBytes) / bucketBytesPerNs_;
   return toNs(ns * commFactor);
 }
 
@@ -184,9 +191,8 @@ StepTimeline StepModel::step(int64_t step, int64_t beginNs) {
       double cum = 0;
       for (size_t i = 0; i < ops.size(); ++i) {
         const auto& op = ops[i];
-        const int64_t d = std::max<int64_t>(
-            1, toNs(stepNs * share * op.weight / weight * cf * opFactor(op.op, r, step) *
-                    lognormal(sigma)));
+        const int64_t d = std::max<int64_t>(1, toNs(stepNs * share * op.weight / weight * cf *
+                                                    opFactor(op.op, r, step) * lognormal(sigma)));
         rs.ops.push_back({op.op, t, d});
         t += d;
         cum += op.weight;
@@ -203,15 +209,15 @@ StepTimeline StepModel::step(int64_t step, int64_t beginNs) {
     uint32_t nextBucket = 0;
     const bool hangsHere = hungRank && *hungRank == r;
     // Bucket b is ready once (b + 1) / buckets of the backward work is done.
-    const bool finished = runOps(backward_, backwardWeight_, kBackwardShare,
-                                 [&](double done, bool last) {
-                                   while (nextBucket < buckets &&
-                                          (last || done + 1e-9 >= double(nextBucket + 1) / buckets)) {
-                                     if (hangsHere) return false;  // stuck before it arrives
-                                     arrive[r][nextBucket++] = t;
-                                   }
-                                   return true;
-                                 });
+    const bool finished =
+        runOps(backward_, backwardWeight_, kBackwardShare, [&](double done, bool last) {
+          while (nextBucket < buckets &&
+                 (last || done + 1e-9 >= double(nextBucket + 1) / buckets)) {
+            if (hangsHere) return false;  // stuck before it arrives
+            arrive[r][nextBucket++] = t;
+          }
+          return true;
+        });
     if (finished) rs.ranges.push_back({Phase::kBackward, bwdStart, t});
     backwardEnd[r] = t;
   }
@@ -246,9 +252,9 @@ StepTimeline StepModel::step(int64_t step, int64_t beginNs) {
     }
     const int64_t optStart = std::max(backwardEnd[r], complete[buckets - 1]);
     const uint32_t optOp = static_cast<uint32_t>(opNames_.size() - 1);
-    const int64_t optNs = std::max<int64_t>(
-        1, toNs(stepNs * kOptimizerShare * computeFactor(r, step) * opFactor(optOp, r, step) *
-                lognormal(sigma)));
+    const int64_t optNs =
+        std::max<int64_t>(1, toNs(stepNs * kOptimizerShare * computeFactor(r, step) *
+                                  opFactor(optOp, r, step) * lognormal(sigma)));
     rs.ops.push_back({optOp, optStart, optNs});
     rs.ranges.push_back({Phase::kOptimizer, optStart, optStart + optNs});
     stepEnd = std::max(stepEnd, optStart + optNs);

@@ -62,13 +62,13 @@ struct RankStep {
 struct StepTimeline {
   int64_t step = 0;
   int64_t beginNs = 0;
-  int64_t endNs = 0;     // the same for every rank; 0 when the step hangs
-  bool hung = false;     // a hang was injected at this step: no rank ends it
+  int64_t endNs = 0;  // the same for every rank; 0 when the step hangs
+  bool hung = false;  // a hang was injected at this step: no rank ends it
   std::vector<RankStep> ranks;
 };
 
 class StepModel {
-public:
+ public:
   explicit StepModel(const SimOptions& options);
 
   // The timeline of `step`, starting at `beginNs` on every rank.
@@ -80,10 +80,10 @@ public:
   // Transfer time of one bucket at the given slow-down.
   int64_t transferNs(double commFactor) const;
 
-private:
+ private:
   struct OpTemplate {
-    uint32_t op;     // index into opNames_
-    double weight;   // relative cost within its phase
+    uint32_t op;    // index into opNames_
+    double weight;  // relative cost within its phase
   };
   double computeFactor(uint32_t rank, int64_t step) const;
   double opFactor(uint32_t op, uint32_t rank, int64_t step) const;

@@ -19,7 +19,9 @@ nlohmann::json truthJson(const SimOptions& options) {
     t["from_step"] = in.fromStep;
     t["factor"] = in.factor;
     switch (in.kind) {
-      case Inject::Kind::kOp: t["op"] = in.op; break;
+      case Inject::Kind::kOp:
+        t["op"] = in.op;
+        break;
       case Inject::Kind::kHang:
         t["from_step"] = in.atStep;
         t["factor"] = 0.0;
@@ -28,7 +30,8 @@ nlohmann::json truthJson(const SimOptions& options) {
         t["from_step"] = in.every;  // the first step that carries a checkpoint
         t["every"] = in.every;
         break;
-      default: break;
+      default:
+        break;
     }
     list.push_back(std::move(t));
   }
