@@ -287,8 +287,8 @@ Status SqliteStore::openConnections() {
     return Status::error(sqlError(writeDb_, "storage: opening " + path));
   }
   sqlite3_busy_timeout(writeDb_, 5000);
-  std::string pragmas = "PRAGMA journal_mode = WAL; PRAGMA temp_store = MEMORY;"
-                        " PRAGMA cache_size = -65536; PRAGMA wal_autocheckpoint = 4096;";
+  std::string pragmas = "PRAGMA page_size = 16384; PRAGMA journal_mode = WAL; PRAGMA temp_store = MEMORY;"
+                        " PRAGMA cache_size = -65536; PRAGMA wal_autocheckpoint = 2048;";
   pragmas += options_.synchronousFull ? " PRAGMA synchronous = FULL;"
                                       : " PRAGMA synchronous = NORMAL;";
   return exec(writeDb_, pragmas.c_str(), "storage: configuring " + path);

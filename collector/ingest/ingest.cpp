@@ -1,0 +1,611 @@
+#include "collector/ingest/ingest.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+namespace trainscope::ingest {
+namespace {
+
+constexpr const char* kComponent = "ingest";
+// Messages read from the socket per wake-up before the other sockets get a look.
+constexpr int kReadBurst = 256;
+
+struct AckTo {
+  std::string peer;  // ROUTER routing id
+  uint64_t seq = 0;
+};
+
+// One storage transaction's worth of accepted items and the acks that wait for it.
+struct Commit {
+  storage::WriteBatch batch;
+  std::vector<AckTo> acks;
+  uint64_t items = 0;
+  bool empty() const { return batch.empty() && acks.empty(); }
+};
+
+// Where a connection came from, for log lines: the agent's node name once it said hello, and
+// the peer address libzmq reports.
+struct Peer {
+  std::string id;
+  std::string node;
+  std::string address;
+};
+
+std::string describe(const Peer& p) {
+  std::string out = p.node.empty() ? std::string("unknown node") : "node " + p.node;
+  if (!p.address.empty()) out += " at " + p.address;
+  return out;
+}
+
+}  // namespace
+
+struct IngestServer::Impl {
+  Impl(IngestOptions o, storage::Store& s) : options(std::move(o)), store(s) {}
+
+  IngestOptions options;
+  storage::Store& store;
+  zmq::context_t ctx{1};
+  std::string boundEndpoint;
+  bool started = false;
+  std::atomic<bool> stopping{false};
+  std::thread socketThread;
+  std::thread writerThread;
+
+  // Sockets. router, wakeRecv and monitor belong to the socket thread; wakeSend to the writer.
+  zmq::socket_t router;
+  zmq::socket_t wakeRecv;
+  zmq::socket_t wakeSend;
+  zmq::socket_t monitor;
+
+  // Hand-off between the socket thread and the writer.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Commit> queue;                // guarded by mu
+  bool writerBusy = false;                 // guarded by mu
+  bool writerExit = false;                 // guarded by mu
+  std::deque<std::vector<AckTo>> done;     // guarded by mu: committed, acks not yet sent
+
+  // Counters.
+  std::atomic<uint64_t> frames{0}, batches{0}, itemsStored{0}, stepsStored{0}, heartbeats{0},
+      hellos{0}, acksSent{0}, commits{0}, commitFailures{0}, disconnects{0};
+  std::atomic<int64_t> lastCommitNs{0};
+  mutable std::mutex rejectMu;
+  std::map<std::string, uint64_t> rejects;  // guarded by rejectMu
+
+  // Socket-thread state.
+  Commit pending;
+  int64_t pendingSinceNs = 0;                          // monotonic
+  std::unordered_map<std::string, Peer> peers;         // routing id -> peer
+  std::unordered_map<int, std::string> fdPeers;        // socket fd -> routing id
+  std::unordered_map<std::string, uint32_t> worldSizes;
+  RateLimitedLog rejectLog{std::chrono::seconds(5)};
+  RateLimitedLog commitLog{std::chrono::seconds(5)};
+  RateLimitedLog peerLog{std::chrono::seconds(5)};
+
+  void countReject(const std::string& reason, uint64_t n = 1) {
+    std::lock_guard lock(rejectMu);
+    rejects[reason] += n;
+  }
+
+  void sendTo(const std::string& id, const std::string& frame) {
+    try {
+      // Never block the loop on one slow peer: an ack that cannot go out now is sent again
+      // when the agent resends the batch.
+      if (!router.send(zmq::buffer(id), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        return;
+      }
+      (void)router.send(zmq::buffer(frame), zmq::send_flags::dontwait);
+    } catch (const zmq::error_t& e) {
+      peerLog.log(LogLevel::kWarn, kComponent, std::string("send failed: ") + e.what());
+    }
+  }
+
+  void sendError(const std::string& id, const std::string& reason, const std::string& detail) {
+    if (id.empty()) return;
+    auto env = wire::errorReply(reason, detail);
+    sendTo(id, wire::encode(env));
+  }
+
+  Peer& peerOf(const std::string& id) {
+    auto& p = peers[id];
+    p.id = id;
+    return p;
+  }
+
+  void rejectFrame(const std::string& id, const std::string& reason, const std::string& detail) {
+    countReject(reason);
+    sendError(id, reason, detail);
+    rejectLog.log(LogLevel::kWarn, kComponent,
+                  "rejected frame from " + describe(peerOf(id)) + ": " + detail);
+  }
+
+  void handOff() {
+    if (pending.empty()) return;
+    {
+      std::lock_guard lock(mu);
+      queue.push_back(std::move(pending));
+    }
+    cv.notify_one();
+    pending = Commit{};
+    pendingSinceNs = 0;
+  }
+
+  void markPending() {
+    if (pendingSinceNs == 0) {
+      pendingSinceNs = monotonicNowNs();
+      pending.batch.receivedNs = wallNowNs();
+    }
+  }
+
+  void sendCompletedAcks() {
+    std::deque<std::vector<AckTo>> ready;
+    {
+      std::lock_guard lock(mu);
+      ready.swap(done);
+    }
+    for (const auto& acks : ready) {
+      for (const auto& a : acks) {
+        wire::Envelope env;
+        env.mutable_ack()->set_seq(a.seq);
+        sendTo(a.peer, wire::encode(env));
+        ++acksSent;
+      }
+    }
+  }
+
+  std::optional<uint32_t> worldSizeOf(const std::string& job) {
+    auto it = worldSizes.find(job);
+    if (it == worldSizes.end()) return std::nullopt;
+    return it->second;
+  }
+
+  void handleBatch(const std::string& id, wire::Envelope& env) {
+    auto* batch = env.mutable_batch();
+    ++batches;
+    Peer& peer = peerOf(id);
+    markPending();
+    size_t rejected = 0;
+    std::optional<Rejection> first;
+    auto rejectItem = [&](Rejection r) {
+      countReject(r.reason);
+      ++rejected;
+      if (!first) first = std::move(r);
+    };
+    for (auto& item : *batch->mutable_items()) {
+      if (item.schema_version() != 0 && item.schema_version() != wire::kSchemaVersion) {
+        rejectItem({"version", "item schema version " + std::to_string(item.schema_version())});
+        continue;
+      }
+      switch (item.body_case()) {
+        case wire::Envelope::kStep: {
+          if (auto r = validateStep(item.step(), worldSizeOf(item.step().job()),
+                                    options.limits)) {
+            rejectItem(std::move(*r));
+            break;
+          }
+          pending.batch.steps.push_back(std::move(*item.mutable_step()));
+          ++pending.items;
+          break;
+        }
+        case wire::Envelope::kRankHello: {
+          auto* info = item.mutable_rank_hello()->mutable_rank();
+          if (info->node().empty()) info->set_node(peer.node);
+          if (auto r = validateRankInfo(*info, options.limits)) {
+            rejectItem(std::move(*r));
+            break;
+          }
+          worldSizes[info->job()] = info->world_size();
+          pending.batch.ranks.push_back(std::move(*info));
+          ++pending.items;
+          break;
+        }
+        case wire::Envelope::kRankGoodbye: {
+          const auto& bye = item.rank_goodbye();
+          if (auto r = validateGoodbye(bye, worldSizeOf(bye.job()), options.limits)) {
+            rejectItem(std::move(*r));
+            break;
+          }
+          pending.batch.goodbyes.push_back(std::move(*item.mutable_rank_goodbye()));
+          ++pending.items;
+          break;
+        }
+        case wire::Envelope::kHost: {
+          auto* host = item.mutable_host();
+          if (host->node().empty()) host->set_node(peer.node);
+          if (auto r = validateHost(*host)) {
+            rejectItem(std::move(*r));
+            break;
+          }
+          pending.batch.hosts.push_back(std::move(*host));
+          ++pending.items;
+          break;
+        }
+        case wire::Envelope::kCommandStatus:
+        case wire::Envelope::kFileChunk:
+          if (options.onCommandItem) {
+            options.onCommandItem(peer.node, item);
+          } else {
+            rejectItem({"unsupported_item", "command results are not handled by this collector"});
+          }
+          break;
+        default:
+          rejectItem({"invalid_item_type",
+                      "item type " + std::to_string(static_cast<int>(item.body_case())) +
+                          " is not allowed in a batch"});
+          break;
+      }
+    }
+    // The batch is acked even when items were rejected: sending it again would not help.
+    pending.acks.push_back({id, batch->seq()});
+    if (rejected > 0) {
+      std::string detail = first->detail + " (" + std::to_string(rejected) + " of " +
+                           std::to_string(batch->items_size()) + " items rejected in batch seq " +
+                           std::to_string(batch->seq()) + ")";
+      sendError(id, first->reason, detail);
+      rejectLog.log(LogLevel::kWarn, kComponent,
+                    "rejected items from " + describe(peer) + ": " + first->reason + ": " + detail);
+    }
+  }
+
+  void handleFrame(const std::string& id, zmq::message_t& payload) {
+    const int64_t receivedNs = wallNowNs();
+    ++frames;
+    {
+      Peer& peer = peerOf(id);
+      if (peer.address.empty()) {
+        if (const char* addr = zmq_msg_gets(payload.handle(), "Peer-Address")) {
+          peer.address = addr;
+        }
+      }
+      int fd = zmq_msg_get(payload.handle(), ZMQ_SRCFD);
+      if (fd >= 0) fdPeers[fd] = id;
+    }
+    auto env = wire::decode(payload.data(), payload.size());
+    if (!env) {
+      rejectFrame(id, wire::rejectReason(env.message()), env.message());
+      return;
+    }
+    switch (env->body_case()) {
+      case wire::Envelope::kBatch:
+        handleBatch(id, *env);
+        break;
+      case wire::Envelope::kHeartbeat: {
+        const auto& hb = env->heartbeat();
+        wire::Envelope reply;
+        auto* r = reply.mutable_heartbeat_reply();
+        r->set_t1_ns(hb.t1_ns());
+        r->set_t2_ns(receivedNs);
+        r->set_t3_ns(wallNowNs());
+        sendTo(id, wire::encode(reply));
+        ++heartbeats;
+        Peer& peer = peerOf(id);
+        std::string node = hb.node().empty() ? peer.node : hb.node();
+        if (node.empty()) {
+          countReject("invalid_heartbeat");
+          rejectLog.log(LogLevel::kWarn, kComponent,
+                        "heartbeat without a node name from " + describe(peer));
+          break;
+        }
+        if (peer.node.empty()) peer.node = node;
+        storage::NodeUpdate u;
+        u.node = node;
+        u.seenNs = receivedNs;
+        u.offsetNs = hb.offset_ns();
+        u.rttNs = hb.rtt_ns();
+        u.spoolBytes = hb.spool_bytes();
+        u.spoolDropped = hb.spool_dropped();
+        u.ranks = hb.ranks();
+        u.hasClock = true;
+        markPending();
+        pending.batch.nodes.push_back(std::move(u));
+        break;
+      }
+      case wire::Envelope::kAgentHello: {
+        const auto& hello = env->agent_hello();
+        Peer& peer = peerOf(id);
+        if (hello.node().empty()) {
+          rejectFrame(id, "invalid_hello", "invalid_hello: AgentHello.node is empty");
+          break;
+        }
+        ++hellos;
+        if (peer.node != hello.node()) {
+          logInfo(kComponent, "agent " + hello.node() + " (" + hello.host() + ", pid " +
+                                  std::to_string(hello.pid()) + ", version " +
+                                  hello.agent_version() + ") connected" +
+                                  (peer.address.empty() ? "" : " from " + peer.address));
+        }
+        peer.node = hello.node();
+        storage::NodeUpdate u;
+        u.node = hello.node();
+        u.host = hello.host();
+        u.agentVersion = hello.agent_version();
+        u.pid = hello.pid();
+        u.seenNs = receivedNs;
+        markPending();
+        pending.batch.nodes.push_back(std::move(u));
+        break;
+      }
+      default:
+        rejectFrame(id, "unexpected_message",
+                    "unexpected_message: envelope type " +
+                        std::to_string(static_cast<int>(env->body_case())) +
+                        " is not accepted by the collector");
+        break;
+    }
+  }
+
+  // Reads one whole multi-part message. Returns false when none is waiting.
+  bool readOne() {
+    zmq::message_t idMsg;
+    if (!router.recv(idMsg, zmq::recv_flags::dontwait)) return false;
+    std::string id(static_cast<const char*>(idMsg.data()), idMsg.size());
+    std::vector<zmq::message_t> parts;
+    bool more = idMsg.more();
+    while (more) {
+      zmq::message_t part;
+      (void)router.recv(part, zmq::recv_flags::none);  // the rest of a message is already here
+      more = part.more();
+      parts.push_back(std::move(part));
+    }
+    if (parts.size() != 1) {
+      ++frames;
+      rejectFrame(id, "multipart",
+                  "multipart: expected one frame per message, got " +
+                      std::to_string(parts.size()));
+      return true;
+    }
+    handleFrame(id, parts[0]);
+    return true;
+  }
+
+  void readMonitor() {
+    for (;;) {
+      zmq::message_t event;
+      if (!monitor.recv(event, zmq::recv_flags::dontwait)) return;
+      zmq::message_t address;
+      if (event.more()) (void)monitor.recv(address, zmq::recv_flags::none);
+      if (event.size() < 6) continue;
+      uint16_t id = 0;
+      uint32_t value = 0;
+      std::memcpy(&id, event.data(), sizeof id);
+      std::memcpy(&value, static_cast<const char*>(event.data()) + 2, sizeof value);
+      if (id != ZMQ_EVENT_DISCONNECTED) continue;
+      ++disconnects;
+      const int fd = static_cast<int>(value);
+      std::string who = "a peer that sent nothing";
+      if (auto it = fdPeers.find(fd); it != fdPeers.end()) {
+        if (auto p = peers.find(it->second); p != peers.end()) {
+          who = describe(p->second);
+          peers.erase(p);
+        }
+        fdPeers.erase(it);
+      }
+      // libzmq closes a connection without telling us why; a message over maxMessageBytes is
+      // one cause, a peer going away the common one.
+      peerLog.log(LogLevel::kInfo, kComponent,
+                  "connection from " + who + " closed (peer left, or it sent a message over " +
+                      std::to_string(options.maxMessageBytes) + " bytes)");
+    }
+  }
+
+  void socketLoop() {
+    for (;;) {
+      sendCompletedAcks();
+      const bool stop = stopping.load();
+      size_t queued = 0;
+      {
+        std::lock_guard lock(mu);
+        queued = queue.size() + (writerBusy ? 1 : 0);
+        if (stop && pending.empty() && queued == 0 && done.empty()) break;
+      }
+      if (stop) handOff();
+      const bool readRouter = !stop && queued < options.maxQueuedCommits;
+      long timeoutMs = 100;
+      if (!pending.empty()) {
+        int64_t waitedNs = monotonicNowNs() - pendingSinceNs;
+        int64_t leftNs = std::chrono::nanoseconds(options.commitInterval).count() - waitedNs;
+        timeoutMs = std::max<long>(0, static_cast<long>(leftNs / 1'000'000));
+      }
+      zmq::pollitem_t items[] = {
+          {router.handle(), 0, static_cast<short>(readRouter ? ZMQ_POLLIN : 0), 0},
+          {wakeRecv.handle(), 0, ZMQ_POLLIN, 0},
+          {monitor.handle(), 0, ZMQ_POLLIN, 0},
+      };
+      try {
+        zmq::poll(items, 3, std::chrono::milliseconds(timeoutMs));
+        if ((items[1].revents & ZMQ_POLLIN) != 0) {
+          zmq::message_t m;
+          while (wakeRecv.recv(m, zmq::recv_flags::dontwait)) {
+          }
+        }
+        if ((items[2].revents & ZMQ_POLLIN) != 0) readMonitor();
+        if ((items[0].revents & ZMQ_POLLIN) != 0) {
+          for (int i = 0; i < kReadBurst; ++i) {
+            if (!readOne()) break;
+            if (pending.items >= options.commitItems) {
+              handOff();
+              std::lock_guard lock(mu);
+              if (queue.size() + (writerBusy ? 1 : 0) >= options.maxQueuedCommits) break;
+            }
+          }
+        }
+      } catch (const std::exception& e) {
+        // One bad message must not end ingest: log and carry on with the next.
+        rejectLog.log(LogLevel::kError, kComponent, std::string("socket loop: ") + e.what());
+      }
+      if (!pending.empty()) {
+        bool writerIdle = false;
+        {
+          std::lock_guard lock(mu);
+          writerIdle = queue.empty() && !writerBusy;
+        }
+        // Group commit: an idle writer takes what is here now (low ack latency when load is
+        // light); a busy one lets items gather up to the interval or the item bound.
+        if (writerIdle || pending.items >= options.commitItems ||
+            monotonicNowNs() - pendingSinceNs >=
+                std::chrono::nanoseconds(options.commitInterval).count()) {
+          handOff();
+        }
+      }
+    }
+  }
+
+  void writerLoop() {
+    for (;;) {
+      Commit c;
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return !queue.empty() || writerExit; });
+        if (queue.empty()) break;
+        c = std::move(queue.front());
+        queue.pop_front();
+        writerBusy = true;
+      }
+      const int64_t t0 = monotonicNowNs();
+      Status s = store.write(c.batch);
+      lastCommitNs = monotonicNowNs() - t0;
+      if (s) {
+        ++commits;
+        itemsStored += c.items;
+        stepsStored += c.batch.steps.size();
+        if (options.onCommitted) {
+          try {
+            options.onCommitted(c.batch);
+          } catch (const std::exception& e) {
+            commitLog.log(LogLevel::kError, kComponent,
+                          std::string("onCommitted hook failed: ") + e.what());
+          }
+        }
+      } else {
+        // Not acked: the agents send these batches again, so nothing is lost.
+        ++commitFailures;
+        commitLog.log(LogLevel::kError, kComponent,
+                      "commit of " + std::to_string(c.items) + " items failed, not acked: " +
+                          s.message());
+      }
+      {
+        std::lock_guard lock(mu);
+        if (s) done.push_back(std::move(c.acks));
+        writerBusy = false;
+      }
+      try {
+        (void)wakeSend.send(zmq::str_buffer("w"), zmq::send_flags::dontwait);
+      } catch (const zmq::error_t&) {
+        // The socket thread polls on a timeout as well; a lost wake-up only delays acks.
+      }
+    }
+  }
+};
+
+IngestServer::IngestServer(IngestOptions options, storage::Store& store)
+    : impl_(std::make_unique<Impl>(std::move(options), store)) {}
+
+IngestServer::~IngestServer() { stop(); }
+
+Status IngestServer::start() {
+  auto& m = *impl_;
+  if (m.started) return Status::error("ingest: already started");
+  std::string endpoint = m.options.endpoint;
+  try {
+    m.router = zmq::socket_t(m.ctx, zmq::socket_type::router);
+    m.router.set(zmq::sockopt::maxmsgsize, m.options.maxMessageBytes);
+    // Acks queued at shutdown get this long to leave.
+    m.router.set(zmq::sockopt::linger, 1000);
+    m.router.set(zmq::sockopt::rcvhwm, 10000);
+    m.router.set(zmq::sockopt::sndhwm, 100000);
+    const std::string tag = std::to_string(reinterpret_cast<uintptr_t>(this));
+    const std::string monitorEndpoint = "inproc://trainscope-ingest-monitor-" + tag;
+    if (zmq_socket_monitor(m.router.handle(), monitorEndpoint.c_str(), ZMQ_EVENT_DISCONNECTED) !=
+        0) {
+      return Status::error("ingest: cannot monitor the socket: " +
+                           std::string(zmq_strerror(zmq_errno())));
+    }
+    m.monitor = zmq::socket_t(m.ctx, zmq::socket_type::pair);
+    m.monitor.set(zmq::sockopt::linger, 0);
+    m.monitor.connect(monitorEndpoint);
+    m.router.bind(endpoint);
+    m.boundEndpoint = m.router.get(zmq::sockopt::last_endpoint);
+    const std::string wakeEndpoint = "inproc://trainscope-ingest-wake-" + tag;
+    m.wakeRecv = zmq::socket_t(m.ctx, zmq::socket_type::pair);
+    m.wakeRecv.set(zmq::sockopt::linger, 0);
+    m.wakeRecv.bind(wakeEndpoint);
+    m.wakeSend = zmq::socket_t(m.ctx, zmq::socket_type::pair);
+    m.wakeSend.set(zmq::sockopt::linger, 0);
+    m.wakeSend.connect(wakeEndpoint);
+  } catch (const zmq::error_t& e) {
+    return Status::error("ingest: cannot bind " + endpoint + ": " + e.what());
+  }
+  // Seed the world sizes from jobs stored earlier, so rank checks work across restarts.
+  if (auto jobs = m.store.jobs(); jobs) {
+    for (const auto& j : *jobs) {
+      if (j.worldSize > 0) m.worldSizes[j.job] = j.worldSize;
+    }
+  }
+  m.started = true;
+  m.writerThread = std::thread([&m] {
+    pthread_setname_np(pthread_self(), "ts-ingest-write");
+    m.writerLoop();
+  });
+  m.socketThread = std::thread([&m] {
+    pthread_setname_np(pthread_self(), "ts-ingest-sock");
+    m.socketLoop();
+  });
+  return Status::ok();
+}
+
+void IngestServer::stop() {
+  auto& m = *impl_;
+  if (!m.started) return;
+  m.started = false;
+  m.stopping = true;
+  m.socketThread.join();
+  {
+    std::lock_guard lock(m.mu);
+    m.writerExit = true;
+  }
+  m.cv.notify_all();
+  m.writerThread.join();
+  m.wakeSend.close();
+  m.wakeRecv.close();
+  m.router.close();
+  m.monitor.close();
+}
+
+std::string IngestServer::endpoint() const { return impl_->boundEndpoint; }
+
+IngestStats IngestServer::stats() const {
+  const auto& m = *impl_;
+  IngestStats s;
+  s.frames = m.frames.load();
+  s.batches = m.batches.load();
+  s.itemsStored = m.itemsStored.load();
+  s.stepsStored = m.stepsStored.load();
+  s.heartbeats = m.heartbeats.load();
+  s.hellos = m.hellos.load();
+  s.acksSent = m.acksSent.load();
+  s.commits = m.commits.load();
+  s.commitFailures = m.commitFailures.load();
+  s.disconnects = m.disconnects.load();
+  s.lastCommitNs = m.lastCommitNs.load();
+  {
+    std::lock_guard lock(m.rejectMu);
+    s.rejects = m.rejects;
+  }
+  return s;
+}
+
+}  // namespace trainscope::ingest

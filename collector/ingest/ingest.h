@@ -1,0 +1,89 @@
+// The collector's ingest stage: a ZeroMQ ROUTER socket that agents stream to (schema/PROTOCOL.md).
+// It validates every frame and item, answers heartbeats at once, commits telemetry to the Store
+// in batched transactions on a writer thread, and acks each Batch only after its commit.
+// start(), stop() and endpoint() belong to the thread that owns the server; stats() may be
+// called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "collector/ingest/validate.h"
+#include "collector/storage/store.h"
+#include "common/status.h"
+#include "schema/wire.h"
+
+namespace trainscope::ingest {
+
+struct IngestOptions {
+  // Where agents connect. "tcp://127.0.0.1:0" or "tcp://127.0.0.1:*" picks a free port
+  // (see endpoint()).
+  std::string endpoint = "tcp://127.0.0.1:7601";
+  // Longest items gather while the writer is busy before they are queued as one commit (an
+  // idle writer takes them at once): lower acks sooner, higher makes fewer, larger
+  // transactions.
+  std::chrono::milliseconds commitInterval{20};
+  // Commit earlier once this many items wait: larger means fewer transactions but a longer
+  // writer stall per commit and more memory held.
+  size_t commitItems = 4096;
+  // Commits handed to the writer but not yet done before ingest stops reading the socket:
+  // bounds memory when the disk is slow (agents then hold the data in their spools).
+  size_t maxQueuedCommits = 3;
+  // ZMQ_MAXMSGSIZE: libzmq drops the connection of a peer that sends a bigger message, so an
+  // oversized frame never reaches memory. A little above wire::kMaxFrameBytes so frames just
+  // over the wire limit still get a counted "oversized" ErrorReply.
+  int64_t maxMessageBytes = static_cast<int64_t>(wire::kMaxFrameBytes) + (64 << 10);
+  ValidationLimits limits;  // item field checks
+  // Called on the writer thread after each successful commit (detectors hook in here). Must be
+  // quick: the acks of that commit wait for it.
+  std::function<void(const storage::WriteBatch&)> onCommitted;
+  // Receives CommandStatus and FileChunk items (for the capture stage) on the socket thread,
+  // with the sending agent's node name. Unset: such items are counted as "unsupported_item".
+  // Their batch is acked after the next commit whether or not the hook kept them durably.
+  std::function<void(const std::string& node, const wire::Envelope& item)> onCommandItem;
+};
+
+// Counters since start. A snapshot; safe to take from any thread.
+struct IngestStats {
+  uint64_t frames = 0;          // messages received on the socket
+  uint64_t batches = 0;         // Batch envelopes accepted (before commit)
+  uint64_t itemsStored = 0;     // items committed: step reports, ranks, goodbyes, host samples
+  uint64_t stepsStored = 0;     // step reports committed (duplicates included; see StoreStats)
+  uint64_t heartbeats = 0;      // heartbeats answered
+  uint64_t hellos = 0;          // agent hellos received
+  uint64_t acksSent = 0;
+  uint64_t commits = 0;         // successful storage transactions
+  uint64_t commitFailures = 0;  // failed transactions (their batches are not acked)
+  uint64_t disconnects = 0;     // peer connections closed (incl. ones libzmq drops for size)
+  int64_t lastCommitNs = 0;     // duration of the last Store::write
+  std::map<std::string, uint64_t> rejects;  // by reason: oversized, malformed, version, ...
+};
+
+class IngestServer {
+public:
+  IngestServer(IngestOptions options, storage::Store& store);
+  ~IngestServer();  // stops
+  IngestServer(const IngestServer&) = delete;
+  IngestServer& operator=(const IngestServer&) = delete;
+
+  // Binds the socket and starts the socket and writer threads. Fails with a message naming
+  // the endpoint when it cannot bind.
+  Status start();
+  // Stops reading, commits what is pending, sends its acks, closes. Idempotent.
+  void stop();
+  // The bound endpoint, with the actual port ("tcp://127.0.0.1:41234"). Valid after start().
+  std::string endpoint() const;
+  IngestStats stats() const;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainscope::ingest

@@ -1,0 +1,112 @@
+#include "collector/ingest/validate.h"
+
+#include <cmath>
+
+#include "schema/wire.h"
+
+namespace trainscope::ingest {
+namespace {
+
+std::optional<Rejection> reject(const char* reason, std::string detail) {
+  return Rejection{reason, std::move(detail)};
+}
+
+std::optional<Rejection> checkJob(const std::string& job, const ValidationLimits& limits) {
+  if (job.empty()) return reject("missing_job", "job is empty");
+  if (job.size() > limits.maxJobBytes) {
+    return reject("invalid_job", "job is " + std::to_string(job.size()) + " bytes, limit " +
+                                     std::to_string(limits.maxJobBytes));
+  }
+  return std::nullopt;
+}
+
+std::string where(const std::string& job, uint32_t rank, int64_t step) {
+  return " (job " + job + " rank " + std::to_string(rank) + " step " + std::to_string(step) + ")";
+}
+
+}  // namespace
+
+std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<uint32_t> worldSize,
+                                      const ValidationLimits& limits) {
+  if (auto r = checkJob(s.job(), limits)) return r;
+  const std::string at = where(s.job(), s.rank(), s.step());
+  if (worldSize && s.rank() >= *worldSize) {
+    return reject("invalid_rank", "rank " + std::to_string(s.rank()) + " >= world_size " +
+                                      std::to_string(*worldSize) + at);
+  }
+  if (s.step() < 0) return reject("invalid_step", "step must be >= 0" + at);
+  if (s.start_ns() <= 0) return reject("invalid_time", "start_ns must be > 0" + at);
+  if (s.end_ns() < s.start_ns()) return reject("invalid_time", "end_ns < start_ns" + at);
+  if (s.duration_ns() < 0 || s.duration_ns() >= limits.maxDurationNs) {
+    return reject("invalid_duration",
+                  "duration_ns " + std::to_string(s.duration_ns()) + " out of range" + at);
+  }
+  const int64_t bound = s.duration_ns() + limits.slackNs;
+  struct Part {
+    const char* name;
+    int64_t value;
+  };
+  for (const Part& p : {Part{"compute_ns", s.compute_ns()}, Part{"comm_ns", s.comm_ns()},
+                        Part{"exposed_comm_ns", s.exposed_comm_ns()},
+                        Part{"data_ns", s.data_ns()}}) {
+    if (p.value < 0 || p.value > bound) {
+      return reject("invalid_breakdown", std::string(p.name) + " " + std::to_string(p.value) +
+                                             " not within 0..duration_ns" + at);
+    }
+  }
+  if (s.exposed_comm_ns() > s.comm_ns() + limits.slackNs) {
+    return reject("invalid_breakdown", "exposed_comm_ns > comm_ns" + at);
+  }
+  for (const auto& op : s.ops()) {
+    if (op.name().empty() || op.total_ns() < 0 || op.max_ns() < 0 ||
+        op.total_ns() >= limits.maxDurationNs) {
+      return reject("invalid_op", "operator '" + op.name() + "' has an empty name or a time "
+                                  "out of range" + at);
+    }
+  }
+  for (const auto& c : s.collectives()) {
+    if (c.total_ns() < 0 || c.max_ns() < 0 || c.total_ns() >= limits.maxDurationNs ||
+        !std::isfinite(c.bandwidth_bps()) || c.bandwidth_bps() < 0) {
+      return reject("invalid_collective",
+                    std::string("collective ") + wire::collectiveOpName(c.op()) +
+                        " has a time or bandwidth out of range" + at);
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Rejection> validateRankInfo(const wire::RankInfo& info,
+                                          const ValidationLimits& limits) {
+  if (auto r = checkJob(info.job(), limits)) return r;
+  if (info.world_size() == 0) return reject("invalid_rank", "world_size must be > 0");
+  if (info.rank() >= info.world_size()) {
+    return reject("invalid_rank", "rank " + std::to_string(info.rank()) + " >= world_size " +
+                                      std::to_string(info.world_size()));
+  }
+  return std::nullopt;
+}
+
+std::optional<Rejection> validateGoodbye(const wire::RankGoodbye& bye,
+                                         std::optional<uint32_t> worldSize,
+                                         const ValidationLimits& limits) {
+  if (auto r = checkJob(bye.job(), limits)) return r;
+  if (worldSize && bye.rank() >= *worldSize) {
+    return reject("invalid_rank", "goodbye from rank " + std::to_string(bye.rank()) +
+                                      " >= world_size " + std::to_string(*worldSize));
+  }
+  if (bye.last_step() < -1) return reject("invalid_step", "last_step must be >= -1");
+  return std::nullopt;
+}
+
+std::optional<Rejection> validateHost(const wire::HostSample& host) {
+  if (host.node().empty()) return reject("invalid_host", "node is empty");
+  if (host.time_ns() <= 0) return reject("invalid_host", "time_ns must be > 0");
+  if (!std::isfinite(host.cpu_percent()) || host.cpu_percent() < 0 ||
+      host.cpu_percent() > 100.5) {
+    return reject("invalid_host", "cpu_percent " + std::to_string(host.cpu_percent()) +
+                                      " not within 0..100");
+  }
+  return std::nullopt;
+}
+
+}  // namespace trainscope::ingest

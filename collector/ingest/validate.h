@@ -1,0 +1,36 @@
+// Field checks for the telemetry items an agent sends in a Batch. Pure functions, safe from any
+// thread. A failed check names the reason token it is counted under and the field at fault.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "schema/trainscope.pb.h"
+
+namespace trainscope::ingest {
+
+struct Rejection {
+  std::string reason;  // token the reject is counted under, e.g. "invalid_step"
+  std::string detail;  // names the field and the value at fault
+};
+
+struct ValidationLimits {
+  int64_t maxDurationNs = 24LL * 3600 * 1'000'000'000;  // longer steps are not sane
+  int64_t slackNs = 1'000'000;  // compute/comm/data may exceed the duration by this much
+                                // (their unions are measured with a different clock read)
+  size_t maxJobBytes = 256;     // a longer job id is rejected, not truncated
+};
+
+// `worldSize` is the job's size when a rank of it has registered, so rank can be checked.
+std::optional<Rejection> validateStep(const wire::StepReport& step,
+                                      std::optional<uint32_t> worldSize,
+                                      const ValidationLimits& limits);
+std::optional<Rejection> validateRankInfo(const wire::RankInfo& info,
+                                          const ValidationLimits& limits);
+std::optional<Rejection> validateGoodbye(const wire::RankGoodbye& bye,
+                                         std::optional<uint32_t> worldSize,
+                                         const ValidationLimits& limits);
+std::optional<Rejection> validateHost(const wire::HostSample& host);
+
+}  // namespace trainscope::ingest

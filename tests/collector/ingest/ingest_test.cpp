@@ -1,0 +1,456 @@
+#include <stdlib.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+
+#include <catch2/catch.hpp>
+#include <zmq.hpp>
+
+#include "collector/ingest/ingest.h"
+#include "collector/storage/store.h"
+#include "common/clock.h"
+#include "schema/wire.h"
+
+using namespace trainscope;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct TempDir {
+  TempDir() {
+    char tmpl[] = "/tmp/trainscope-ingest-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string path;
+};
+
+// A Store whose writes wait until the test opens the gate, to show acks wait for commits.
+class GatedStore final : public storage::Store {
+public:
+  explicit GatedStore(storage::Store& inner) : inner_(inner) {}
+  void close() {
+    std::lock_guard lock(mu_);
+    open_ = false;
+  }
+  void open() {
+    {
+      std::lock_guard lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  Status write(const storage::WriteBatch& batch) override {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return open_; });
+    lock.unlock();
+    return inner_.write(batch);
+  }
+  Result<std::vector<storage::JobRow>> jobs() override { return inner_.jobs(); }
+  Result<bool> jobExists(const std::string& j) override { return inner_.jobExists(j); }
+  Result<std::vector<storage::RankRow>> ranks(const std::string& j) override {
+    return inner_.ranks(j);
+  }
+  Result<std::vector<storage::StepRow>> steps(const storage::StepQuery& q) override {
+    return inner_.steps(q);
+  }
+  Result<std::vector<storage::StepSummaryRow>> summary(const storage::SummaryQuery& q) override {
+    return inner_.summary(q);
+  }
+  Result<std::vector<storage::NodeRow>> nodes() override { return inner_.nodes(); }
+  Result<uint64_t> applyRetention(int64_t now) override { return inner_.applyRetention(now); }
+  storage::StoreStats stats() override { return inner_.stats(); }
+
+private:
+  storage::Store& inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+};
+
+wire::StepReport report(const std::string& job, uint32_t rank, int64_t step) {
+  wire::StepReport r;
+  r.set_job(job);
+  r.set_rank(rank);
+  r.set_step(step);
+  r.set_start_ns(1'000'000'000'000 + step * 1'000'000);
+  r.set_end_ns(r.start_ns() + 500'000);
+  r.set_duration_ns(500'000);
+  r.set_compute_ns(300'000);
+  r.set_comm_ns(100'000);
+  r.set_exposed_comm_ns(50'000);
+  auto* op = r.add_ops();
+  op->set_name("aten::mm");
+  op->set_count(1);
+  op->set_total_ns(1000);
+  return r;
+}
+
+std::string batchFrame(uint64_t seq, const std::vector<wire::StepReport>& steps) {
+  wire::Envelope env;
+  env.mutable_batch()->set_seq(seq);
+  for (const auto& s : steps) *env.mutable_batch()->add_items()->mutable_step() = s;
+  return wire::encode(env);
+}
+
+struct Client {
+  Client(zmq::context_t& ctx, const std::string& endpoint)
+      : sock(ctx, zmq::socket_type::dealer) {
+    sock.set(zmq::sockopt::linger, 0);
+    sock.connect(endpoint);
+  }
+  void send(const std::string& frame) { sock.send(zmq::buffer(frame), zmq::send_flags::none); }
+  void sendEnv(wire::Envelope env) { send(wire::encode(env)); }
+  std::optional<wire::Envelope> recv(std::chrono::milliseconds timeout = 5000ms) {
+    zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, timeout) == 0) return std::nullopt;
+    zmq::message_t msg;
+    (void)sock.recv(msg, zmq::recv_flags::none);
+    auto env = wire::decode(msg.data(), msg.size());
+    if (!env) return std::nullopt;
+    return *env;
+  }
+  // The next reply of the given kind, skipping others (error replies arrive before acks).
+  std::optional<wire::Envelope> recvKind(wire::Envelope::BodyCase kind,
+                                         std::chrono::milliseconds timeout = 5000ms) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      auto env = recv(std::max(left, 1ms));
+      if (env && env->body_case() == kind) return env;
+    }
+    return std::nullopt;
+  }
+  zmq::socket_t sock;
+};
+
+struct Fixture {
+  explicit Fixture(storage::Store* storeOverride = nullptr,
+                   std::chrono::milliseconds interval = 20ms) {
+    storage::SqliteOptions so;
+    so.path = dir.path + "/ingest.db";
+    auto opened = storage::openSqliteStore(so);
+    REQUIRE(opened.isOk());
+    store = std::move(opened.value());
+    ingest::IngestOptions io;
+    io.endpoint = "tcp://127.0.0.1:0";
+    io.commitInterval = interval;
+    server = std::make_unique<ingest::IngestServer>(io, storeOverride ? *storeOverride : *store);
+    REQUIRE(server->start().isOk());
+  }
+  ~Fixture() { server->stop(); }
+  uint64_t rejects(const std::string& reason) {
+    auto s = server->stats();
+    auto it = s.rejects.find(reason);
+    return it == s.rejects.end() ? 0 : it->second;
+  }
+  size_t rows(const std::string& job) {
+    storage::StepQuery q;
+    q.job = job;
+    q.limit = 100000;
+    auto r = store->steps(q);
+    REQUIRE(r.isOk());
+    return r->size();
+  }
+  TempDir dir;
+  std::unique_ptr<storage::Store> store;
+  std::unique_ptr<ingest::IngestServer> server;
+  zmq::context_t ctx{1};
+};
+
+}  // namespace
+
+TEST_CASE("ingest: port 0 binds a free port and endpoint() reports it") {
+  Fixture f;
+  auto ep = f.server->endpoint();
+  CHECK(ep.rfind("tcp://127.0.0.1:", 0) == 0);
+  CHECK(ep != "tcp://127.0.0.1:0");
+  CHECK(std::stoi(ep.substr(ep.rfind(':') + 1)) > 0);
+}
+
+TEST_CASE("ingest: a batch is acked only after its rows are committed and queryable") {
+  TempDir dir;
+  storage::SqliteOptions so;
+  so.path = dir.path + "/gated.db";
+  auto inner = storage::openSqliteStore(so);
+  REQUIRE(inner.isOk());
+  GatedStore gated(**inner);
+  Fixture f(&gated);
+  Client c(f.ctx, f.server->endpoint());
+
+  gated.close();
+  c.send(batchFrame(1, {report("j", 0, 1), report("j", 1, 1), report("j", 0, 2)}));
+  // The commit is held: no ack may arrive.
+  CHECK_FALSE(c.recvKind(wire::Envelope::kAck, 300ms).has_value());
+  storage::StepQuery q;
+  q.job = "j";
+  CHECK((*inner)->steps(q)->empty());
+  gated.open();
+  auto ack = c.recvKind(wire::Envelope::kAck);
+  REQUIRE(ack.has_value());
+  CHECK(ack->ack().seq() == 1);
+  // The moment the ack is here, the rows are.
+  CHECK((*inner)->steps(q)->size() == 3);
+
+  // A resend of the same batch is acked again and stores nothing new.
+  c.send(batchFrame(1, {report("j", 0, 1), report("j", 1, 1), report("j", 0, 2)}));
+  ack = c.recvKind(wire::Envelope::kAck);
+  REQUIRE(ack.has_value());
+  CHECK(ack->ack().seq() == 1);
+  CHECK((*inner)->stats().duplicateSteps == 3);
+  CHECK((*inner)->steps(q)->size() == 3);
+  auto st = f.server->stats();
+  CHECK(st.batches == 2);
+  CHECK(st.acksSent == 2);
+  CHECK(st.stepsStored == 6);
+}
+
+TEST_CASE("ingest: invalid items are rejected by reason and the good items of the batch kept") {
+  Fixture f;
+  Client c(f.ctx, f.server->endpoint());
+
+  wire::Envelope env;
+  auto* b = env.mutable_batch();
+  b->set_seq(7);
+  // Registration tells ingest the world size, so a rank past it is caught.
+  auto* hello = b->add_items()->mutable_rank_hello()->mutable_rank();
+  hello->set_job("v");
+  hello->set_rank(0);
+  hello->set_world_size(2);
+  *b->add_items()->mutable_step() = report("v", 0, 1);  // good
+  *b->add_items()->mutable_step() = report("v", 1, 1);  // good
+  auto bad = report("v", 5, 1);
+  *b->add_items()->mutable_step() = bad;  // invalid_rank
+  bad = report("v", 0, -3);
+  *b->add_items()->mutable_step() = bad;  // invalid_step
+  bad = report("", 0, 2);
+  *b->add_items()->mutable_step() = bad;  // missing_job
+  bad = report("v", 0, 3);
+  bad.set_end_ns(bad.start_ns() - 1);
+  *b->add_items()->mutable_step() = bad;  // invalid_time
+  bad = report("v", 0, 4);
+  bad.set_duration_ns(-5);
+  *b->add_items()->mutable_step() = bad;  // invalid_duration
+  bad = report("v", 0, 5);
+  bad.set_duration_ns(2LL * 24 * 3600 * 1'000'000'000);
+  bad.set_end_ns(bad.start_ns() + bad.duration_ns());
+  *b->add_items()->mutable_step() = bad;  // invalid_duration (not sane)
+  bad = report("v", 0, 6);
+  bad.set_compute_ns(bad.duration_ns() + 5'000'000);  // beyond any clock slack
+  *b->add_items()->mutable_step() = bad;  // invalid_breakdown
+  b->add_items()->mutable_heartbeat()->set_node("x");  // invalid_item_type
+  b->add_items()->mutable_batch()->set_seq(1);         // invalid_item_type (nested batch)
+  auto* host = b->add_items()->mutable_host();
+  host->set_node("n");
+  host->set_time_ns(0);  // invalid_host
+  c.sendEnv(env);
+
+  auto err = c.recvKind(wire::Envelope::kError);
+  REQUIRE(err.has_value());
+  CHECK(err->error().detail().find("10 of 13 items rejected") != std::string::npos);
+  auto ack = c.recvKind(wire::Envelope::kAck);
+  REQUIRE(ack.has_value());
+  CHECK(ack->ack().seq() == 7);
+
+  CHECK(f.rows("v") == 2);
+  CHECK(f.rejects("invalid_rank") == 1);
+  CHECK(f.rejects("invalid_step") == 1);
+  CHECK(f.rejects("missing_job") == 1);
+  CHECK(f.rejects("invalid_time") == 1);
+  CHECK(f.rejects("invalid_duration") == 2);
+  CHECK(f.rejects("invalid_breakdown") == 1);
+  CHECK(f.rejects("invalid_item_type") == 2);
+  CHECK(f.rejects("invalid_host") == 1);
+  auto ranks = f.store->ranks("v");
+  REQUIRE(ranks.isOk());
+  CHECK(ranks->size() == 2);  // rank 0 registered, rank 1 seen through its step
+  CHECK(f.server->stats().itemsStored == 3);
+}
+
+TEST_CASE("ingest: bad frames are rejected and counted; ingest keeps serving, rows intact") {
+  Fixture f;
+  Client c(f.ctx, f.server->endpoint());
+  c.send(batchFrame(1, {report("g", 0, 1), report("g", 0, 2)}));
+  REQUIRE(c.recvKind(wire::Envelope::kAck).has_value());
+
+  auto expectError = [&](const std::string& reason) {
+    auto err = c.recvKind(wire::Envelope::kError);
+    REQUIRE(err.has_value());
+    CHECK(err->error().reason() == reason);
+    CHECK(err->error().expected_version() == wire::kSchemaVersion);
+  };
+
+  // Random bytes.
+  std::mt19937 rng(42);
+  std::string noise(300, '\0');
+  for (auto& ch : noise) ch = static_cast<char>(rng());
+  noise[0] = '\xff';  // an invalid tag, so it cannot parse by chance
+  c.send(noise);
+  expectError("malformed");
+
+  // A truncated protobuf: a batch cut in the middle of an item.
+  std::string whole = batchFrame(2, {report("g", 0, 3), report("g", 0, 4)});
+  c.send(whole.substr(0, whole.size() / 2));
+  expectError("malformed");
+
+  // A schema version this collector does not speak.
+  wire::Envelope future;
+  future.mutable_heartbeat()->set_node("n");
+  future.set_schema_version(99);
+  std::string futureFrame;
+  future.SerializeToString(&futureFrame);
+  c.send(futureFrame);
+  expectError("version");
+
+  // An envelope with no body.
+  wire::Envelope nothing;
+  c.send(wire::encode(nothing));
+  expectError("empty");
+
+  // A frame over the wire limit but under the socket's: decoded, rejected, answered.
+  c.send(std::string(wire::kMaxFrameBytes + 1000, 'x'));
+  expectError("oversized");
+
+  // Two frames in one message.
+  c.sock.send(zmq::str_buffer("a"), zmq::send_flags::sndmore);
+  c.sock.send(zmq::str_buffer("b"), zmq::send_flags::none);
+  expectError("multipart");
+
+  // A message the collector never accepts from an agent.
+  wire::Envelope ack;
+  ack.mutable_ack()->set_seq(1);
+  c.sendEnv(ack);
+  expectError("unexpected_message");
+
+  CHECK(f.rejects("malformed") == 2);
+  CHECK(f.rejects("version") == 1);
+  CHECK(f.rejects("empty") == 1);
+  CHECK(f.rejects("oversized") == 1);
+  CHECK(f.rejects("multipart") == 1);
+  CHECK(f.rejects("unexpected_message") == 1);
+
+  // Far over the socket limit: libzmq drops the connection before the frame is in memory.
+  {
+    Client big(f.ctx, f.server->endpoint());
+    big.send(batchFrame(1, {report("g", 0, 9)}));
+    REQUIRE(big.recvKind(wire::Envelope::kAck).has_value());
+    big.send(std::string(wire::kMaxFrameBytes * 2, 'x'));
+    auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (f.server->stats().disconnects == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(10ms);
+    }
+    CHECK(f.server->stats().disconnects >= 1);
+  }
+
+  // Still serving, and what was stored before is intact.
+  c.send(batchFrame(3, {report("g", 1, 1)}));
+  auto okAck = c.recvKind(wire::Envelope::kAck);
+  REQUIRE(okAck.has_value());
+  CHECK(okAck->ack().seq() == 3);
+  CHECK(f.rows("g") == 4);
+}
+
+TEST_CASE("ingest: heartbeats are answered at once and hello/heartbeat update the node") {
+  Fixture f;
+  Client c(f.ctx, f.server->endpoint());
+  wire::Envelope hello;
+  auto* h = hello.mutable_agent_hello();
+  h->set_node("node-a");
+  h->set_host("host-a");
+  h->set_agent_version("0.1.0");
+  h->set_pid(1234);
+  c.sendEnv(hello);
+
+  wire::Envelope beat;
+  auto* hb = beat.mutable_heartbeat();
+  hb->set_node("node-a");
+  hb->set_t1_ns(12345);
+  hb->set_offset_ns(-77);
+  hb->set_rtt_ns(900);
+  hb->set_spool_bytes(4096);
+  hb->set_spool_dropped(2);
+  hb->set_ranks(8);
+  const int64_t before = wallNowNs();
+  c.sendEnv(beat);
+  auto reply = c.recvKind(wire::Envelope::kHeartbeatReply);
+  const int64_t after = wallNowNs();
+  REQUIRE(reply.has_value());
+  CHECK(reply->heartbeat_reply().t1_ns() == 12345);
+  CHECK(reply->heartbeat_reply().t2_ns() >= before);
+  CHECK(reply->heartbeat_reply().t3_ns() >= reply->heartbeat_reply().t2_ns());
+  CHECK(reply->heartbeat_reply().t3_ns() <= after);
+
+  std::optional<storage::NodeRow> node;
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto nodes = f.store->nodes();
+    REQUIRE(nodes.isOk());
+    if (!nodes->empty() && (*nodes)[0].spoolBytes == 4096) {
+      node = (*nodes)[0];
+      break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(node.has_value());
+  CHECK(node->node == "node-a");
+  CHECK(node->host == "host-a");
+  CHECK(node->pid == 1234);
+  CHECK(node->offsetNs == -77);
+  CHECK(node->rttNs == 900);
+  CHECK(node->spoolDropped == 2);
+  CHECK(node->ranks == 8);
+  auto st = f.server->stats();
+  CHECK(st.heartbeats == 1);
+  CHECK(st.hellos == 1);
+
+  // A host sample without a node name is credited to the agent that sent it.
+  wire::Envelope env;
+  env.mutable_batch()->set_seq(1);
+  auto* sample = env.mutable_batch()->add_items()->mutable_host();
+  sample->set_time_ns(wallNowNs());
+  sample->set_cpu_percent(12.5);
+  c.sendEnv(env);
+  REQUIRE(c.recvKind(wire::Envelope::kAck).has_value());
+  auto nodes = f.store->nodes();
+  REQUIRE(nodes.isOk());
+  REQUIRE(nodes->size() == 1);
+  REQUIRE((*nodes)[0].latestHost.has_value());
+  CHECK((*nodes)[0].latestHost->cpu_percent() == 12.5);
+}
+
+TEST_CASE("ingest: stop commits what is pending and acks it before closing") {
+  TempDir dir;
+  storage::SqliteOptions so;
+  so.path = dir.path + "/stop.db";
+  auto inner = storage::openSqliteStore(so);
+  REQUIRE(inner.isOk());
+  GatedStore gated(**inner);
+  // A long interval: batch 2 would wait 10 s for its commit if stop did not flush it.
+  Fixture f(&gated, 10000ms);
+  Client c(f.ctx, f.server->endpoint());
+  gated.close();
+  c.send(batchFrame(1, {report("s", 0, 1)}));
+  std::this_thread::sleep_for(100ms);  // batch 1 is now held in the writer
+  c.send(batchFrame(2, {report("s", 0, 2)}));
+  std::this_thread::sleep_for(100ms);  // batch 2 is pending behind it
+  std::thread stopper([&] { f.server->stop(); });
+  std::this_thread::sleep_for(100ms);
+  gated.open();
+  auto a1 = c.recvKind(wire::Envelope::kAck, 3000ms);
+  auto a2 = c.recvKind(wire::Envelope::kAck, 3000ms);
+  stopper.join();
+  REQUIRE(a1.has_value());
+  REQUIRE(a2.has_value());
+  CHECK(a1->ack().seq() == 1);
+  CHECK(a2->ack().seq() == 2);
+  storage::StepQuery q;
+  q.job = "s";
+  CHECK((*inner)->steps(q)->size() == 2);
+}
