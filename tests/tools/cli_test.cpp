@@ -1,0 +1,302 @@
+// The trainscope CLI in-process: table formatting, each subcommand against a real HttpServer
+// over a fake store, and its exit codes (1 for API errors, 2 for an unreachable collector).
+#include "tools/cli/cli.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include <boost/asio.hpp>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "collector/http/server.h"
+#include "common/clock.h"
+#include "tests/collector/http/fake_store.h"
+
+using nlohmann::json;
+using namespace trainscope::cli;
+namespace storage = trainscope::storage;
+
+namespace {
+
+constexpr int64_t kSec = 1'000'000'000;
+constexpr int64_t kMs = 1'000'000;
+
+struct Run {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+Run cli(std::vector<std::string> args) {
+  std::ostringstream out;
+  std::ostringstream err;
+  Run r;
+  r.code = runCli(args, out, err);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+// A port nothing listens on: bind one, then close it.
+uint16_t deadPort() {
+  boost::asio::io_context ioc;
+  boost::asio::ip::tcp::acceptor a(
+      ioc, boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
+  uint16_t port = a.local_endpoint().port();
+  a.close();
+  return port;
+}
+
+struct Collector {
+  Collector() {
+    int64_t now = trainscope::wallNowNs();
+    storage::JobRow j;
+    j.job = "train";
+    j.worldSize = 2;
+    j.ranksSeen = 2;
+    j.firstSeenNs = now - 120 * kSec;
+    j.lastSeenNs = now - 3 * kSec;
+    j.latestStep = 2;
+    j.stepRows = 6;
+    store.jobRows = {j};
+    storage::RankRow r;
+    r.job = "train";
+    r.rank = 0;
+    r.worldSize = 2;
+    r.host = "gpu-host-1";
+    r.node = "node-a";
+    r.pid = 4242;
+    r.probeVersion = "0.1.0";
+    r.lastSeenNs = now - 3 * kSec;
+    r.latestStep = 2;
+    store.rankRows = {r};
+    for (int64_t step = 0; step < 3; ++step) {
+      for (uint32_t rank = 0; rank < 2; ++rank) {
+        storage::StepRow s;
+        s.job = "train";
+        s.rank = rank;
+        s.step = step;
+        s.durationNs = 123'456'789 + rank * kMs;
+        s.computeNs = 100 * kMs;
+        s.commNs = 20 * kMs;
+        s.exposedCommNs = 5 * kMs;
+        s.dataNs = 1'500'000;
+        s.records = 40;
+        store.stepRows.push_back(s);
+      }
+      store.summaryRows.push_back({step, 2, 100 * kMs, 110 * kMs, 220 * kMs, 1});
+    }
+    storage::NodeRow n;
+    n.node = "node-a";
+    n.host = "gpu-host-1";
+    n.agentVersion = "0.1.0";
+    n.lastSeenNs = now - 4 * kSec;
+    n.rttNs = 250'000;
+    n.spoolBytes = 3 * 1024 * 1024;
+    n.spoolDropped = 2;
+    n.ranks = 2;
+    trainscope::wire::HostSample h;
+    h.set_cpu_percent(42.0);
+    h.set_mem_total_bytes(16ull << 30);
+    h.set_mem_available_bytes(12ull << 30);
+    h.set_load1(3.5);
+    n.latestHost = h;
+    store.nodeRows = {n};
+
+    trainscope::http::HttpOptions o;
+    o.port = 0;
+    server = std::make_unique<trainscope::http::HttpServer>(o, store);
+    REQUIRE(server->start().isOk());
+    url = "http://127.0.0.1:" + std::to_string(server->port());
+  }
+
+  trainscope::testing::FakeStore store;
+  std::unique_ptr<trainscope::http::HttpServer> server;
+  std::string url;
+};
+
+}  // namespace
+
+TEST_CASE("cli: durations, bytes, ages and percents are formatted with units", "[cli]") {
+  CHECK(formatDurationMs(123'456'789) == "123.46 ms");
+  CHECK(formatDurationMs(0) == "0.00 ms");
+  CHECK(formatDurationMs(-1'500'000) == "-1.50 ms");
+  CHECK(formatBytes(0) == "0 B");
+  CHECK(formatBytes(1023) == "1023 B");
+  CHECK(formatBytes(1536) == "1.5 KiB");
+  CHECK(formatBytes(3ull << 20) == "3.0 MiB");
+  CHECK(formatBytes(16ull << 30) == "16.0 GiB");
+  CHECK(formatAge(0) == "just now");
+  CHECK(formatAge(-5 * kSec) == "just now");
+  CHECK(formatAge(3 * kSec + 999 * kMs) == "3s ago");
+  CHECK(formatAge(125 * kSec) == "2m ago");
+  CHECK(formatAge(7200 * kSec) == "2h ago");
+  CHECK(formatAge(3 * 86400 * kSec) == "3d ago");
+  CHECK(formatPercent(37.46) == "37.5%");
+}
+
+TEST_CASE("cli: tables align text left and numbers right", "[cli]") {
+  Table t({{"NAME"}, {"COUNT", true}, {"NOTE"}});
+  t.addRow({"a", "1", "x"});
+  t.addRow({"longer", "12345", "y"});
+  std::ostringstream out;
+  t.render(out);
+  CHECK(out.str() ==
+        "NAME    COUNT  NOTE\n"
+        "a           1  x\n"
+        "longer  12345  y\n");
+}
+
+TEST_CASE("cli: server URLs are parsed and bad ones refused", "[cli]") {
+  auto u = parseServerUrl("http://127.0.0.1:7600");
+  REQUIRE(u.isOk());
+  CHECK(u->host == "127.0.0.1");
+  CHECK(u->port == "7600");
+  CHECK(u->basePath.empty());
+  u = parseServerUrl("http://collector/prefix/");
+  REQUIRE(u.isOk());
+  CHECK(u->port == "80");
+  CHECK(u->basePath == "/prefix");
+  u = parseServerUrl("[::1]:81");
+  REQUIRE(u.isOk());
+  CHECK(u->host == "::1");
+  CHECK(u->port == "81");
+  CHECK_FALSE(parseServerUrl("https://x").isOk());
+  CHECK_FALSE(parseServerUrl("http://x:99999").isOk());
+  CHECK_FALSE(parseServerUrl("http://:80").isOk());
+}
+
+TEST_CASE("cli: jobs prints a table with state, rank counts and ages", "[cli]") {
+  Collector c;
+  Run r = cli({"--server", c.url, "jobs"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out ==
+        "JOB    STATE    RANKS  ENDED  LATEST STEP  STEP ROWS  FIRST SEEN  LAST SEEN\n"
+        "train  running    2/2      0            2          6  2m ago      3s ago\n");
+  CHECK(r.err.empty());
+}
+
+TEST_CASE("cli: --json prints the API's JSON, also after the subcommand", "[cli]") {
+  Collector c;
+  Run r = cli({"--server", c.url, "--json", "jobs"});
+  REQUIRE(r.code == 0);
+  json j = json::parse(r.out);
+  CHECK(j["jobs"][0]["job"] == "train");
+  CHECK(r.out.find("\n  ") != std::string::npos);  // pretty
+  r = cli({"--server", c.url, "nodes", "--json"});
+  REQUIRE(r.code == 0);
+  CHECK(json::parse(r.out)["nodes"][0]["node"] == "node-a");
+}
+
+TEST_CASE("cli: ranks, summary and nodes print their tables", "[cli]") {
+  Collector c;
+  Run r = cli({"--server", c.url, "ranks", "train"});
+  REQUIRE(r.code == 0);
+  CHECK(r.out.rfind("RANK  LOCAL  HOST        NODE    ", 0) == 0);
+  CHECK(r.out.find("gpu-host-1") != std::string::npos);
+  CHECK(r.out.find("active") != std::string::npos);
+
+  r = cli({"--server", c.url, "summary", "train", "--from", "1"});
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("MEDIAN") != std::string::npos);
+  CHECK(r.out.find("110.00 ms") != std::string::npos);
+  CHECK(r.out.find("2.00x") != std::string::npos);
+  CHECK(r.out.find("\n   0 ") == std::string::npos);  // step 0 filtered out
+  {
+    auto lock = c.store.lock();
+    CHECK(c.store.lastSummaryQuery->fromStep == std::optional<int64_t>(1));
+  }
+
+  r = cli({"--server", c.url, "nodes"});
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("42.0%") != std::string::npos);
+  CHECK(r.out.find("4.0 GiB / 16.0 GiB") != std::string::npos);
+  CHECK(r.out.find("3.0 MiB (2 dropped)") != std::string::npos);
+  CHECK(r.out.find("0.25 ms") != std::string::npos);
+  CHECK(r.out.find("4s ago") != std::string::npos);
+}
+
+TEST_CASE("cli: steps passes its filters and notes truncation", "[cli]") {
+  Collector c;
+  Run r = cli({"--server", c.url, "steps", "train", "--rank", "1", "--from", "1", "--to", "2"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.rfind("STEP  RANK   DURATION", 0) == 0);
+  CHECK(r.out.find("124.46 ms") != std::string::npos);
+  CHECK(r.out.find("1.50 ms") != std::string::npos);
+  {
+    auto lock = c.store.lock();
+    CHECK(c.store.lastStepQuery->rank == std::optional<uint32_t>(1));
+    CHECK(c.store.lastStepQuery->fromStep == std::optional<int64_t>(1));
+    CHECK(c.store.lastStepQuery->toStep == std::optional<int64_t>(2));
+  }
+  r = cli({"--server", c.url, "steps", "train", "--limit", "2"});
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("more exist") != std::string::npos);
+  r = cli({"--server", c.url, "steps", "train", "--limit", "6"});
+  CHECK(r.out.find("more exist") == std::string::npos);
+}
+
+TEST_CASE("cli: an unknown job exits 1 with the API's message", "[cli]") {
+  Collector c;
+  for (const char* cmd : {"ranks", "steps", "summary"}) {
+    Run r = cli({"--server", c.url, cmd, "nope"});
+    CHECK(r.code == kExitApiError);
+    CHECK(r.err == "trainscope: unknown job 'nope'\n");
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("cli: an unreachable collector exits 2 with one line naming it", "[cli]") {
+  std::string url = "http://127.0.0.1:" + std::to_string(deadPort());
+  Run r = cli({"--server", url, "jobs"});
+  CHECK(r.code == kExitUnreachable);
+  CHECK(r.err.rfind("trainscope: cannot reach collector at " + url + ": ", 0) == 0);
+  CHECK(r.err.find('\n') == r.err.size() - 1);
+  CHECK(r.out.empty());
+
+  // TRAINSCOPE_SERVER is used when --server is absent.
+  ::setenv("TRAINSCOPE_SERVER", url.c_str(), 1);
+  r = cli({"nodes"});
+  ::unsetenv("TRAINSCOPE_SERVER");
+  CHECK(r.code == kExitUnreachable);
+  CHECK(r.err.find(url) != std::string::npos);
+
+  r = cli({"--server", "ftp://x", "jobs"});
+  CHECK(r.code == kExitUnreachable);
+  CHECK(r.err.find("--server") != std::string::npos);
+}
+
+TEST_CASE("cli: a collector that never answers times out", "[cli]") {
+  // Listening but never accepting: the connect succeeds (backlog), the reply never comes.
+  boost::asio::io_context ioc;
+  boost::asio::ip::tcp::acceptor a(
+      ioc, boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
+  std::string url = "http://127.0.0.1:" + std::to_string(a.local_endpoint().port());
+  Run r = cli({"--server", url, "--timeout-ms", "300", "jobs"});
+  CHECK(r.code == kExitUnreachable);
+  CHECK(r.err == "trainscope: cannot reach collector at " + url + ": timed out after 300 ms\n");
+}
+
+TEST_CASE("cli: usage errors and --help", "[cli]") {
+  Run r = cli({});
+  CHECK(r.code != 0);
+  CHECK(r.err.find("subcommand") != std::string::npos);
+  r = cli({"steps"});
+  CHECK(r.code != 0);
+  CHECK(r.err.find("job is required") != std::string::npos);
+  r = cli({"steps", "train", "--rank", "-1"});
+  CHECK(r.code != 0);
+  CHECK(r.err.find("--rank") != std::string::npos);
+  r = cli({"bogus"});
+  CHECK(r.code != 0);
+  r = cli({"--help"});
+  CHECK(r.code == 0);
+  CHECK(r.out.find("--server") != std::string::npos);
+  CHECK(r.out.find("TRAINSCOPE_SERVER") != std::string::npos);
+  r = cli({"steps", "--help"});
+  CHECK(r.code == 0);
+  CHECK(r.out.find("--limit") != std::string::npos);
+}

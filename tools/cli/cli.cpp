@@ -1,0 +1,575 @@
+#include "tools/cli/cli.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <ostream>
+#include <sstream>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "common/clock.h"
+
+namespace trainscope::cli {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using nlohmann::json;
+using tcp = asio::ip::tcp;
+
+constexpr int64_t kNsPerSec = 1'000'000'000;
+
+std::string printf1(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
+// Reads a field the API documents; a missing one prints as "-" rather than failing the table.
+std::string str(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "-";
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_boolean()) return it->get<bool>() ? "yes" : "no";
+  return it->dump();
+}
+
+int64_t i64(const json& j, const char* key, int64_t fallback = 0) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<int64_t>() : fallback;
+}
+
+uint64_t u64(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<uint64_t>() : 0;
+}
+
+double f64(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+std::string ageSince(const Context& ctx, int64_t thenNs) {
+  if (thenNs <= 0) return "never";
+  return formatAge(ctx.nowNs - thenNs);
+}
+
+std::string stepText(int64_t step) { return step < 0 ? "-" : std::to_string(step); }
+
+void printJson(Context& ctx, const json& j) { ctx.out << j.dump(2) << "\n"; }
+
+std::string withQuery(std::string path, const std::vector<std::pair<std::string, std::string>>& q) {
+  char sep = '?';
+  for (const auto& [k, v] : q) {
+    path += sep + k + "=" + urlEncode(v);
+    sep = '&';
+  }
+  return path;
+}
+
+std::string jobPath(const std::string& job, const char* what) {
+  return "/api/v1/jobs/" + urlEncode(job) + "/" + what;
+}
+
+}  // namespace
+
+// ---- HTTP client -------------------------------------------------------------------------
+
+Result<ServerUrl> parseServerUrl(const std::string& url) {
+  std::string rest = url;
+  const std::string scheme = "http://";
+  if (rest.rfind(scheme, 0) == 0) {
+    rest = rest.substr(scheme.size());
+  } else if (rest.find("://") != std::string::npos) {
+    return Result<ServerUrl>::error("only http:// URLs are supported");
+  }
+  ServerUrl out;
+  size_t slash = rest.find('/');
+  std::string hostPort = rest.substr(0, slash);
+  if (slash != std::string::npos) out.basePath = rest.substr(slash);
+  while (!out.basePath.empty() && out.basePath.back() == '/') out.basePath.pop_back();
+  if (hostPort.empty()) return Result<ServerUrl>::error("no host");
+  if (hostPort.front() == '[') {  // [v6]:port
+    size_t close = hostPort.find(']');
+    if (close == std::string::npos) return Result<ServerUrl>::error("unclosed '[' in host");
+    out.host = hostPort.substr(1, close - 1);
+    if (close + 1 < hostPort.size()) {
+      if (hostPort[close + 1] != ':') return Result<ServerUrl>::error("junk after ']'");
+      out.port = hostPort.substr(close + 2);
+    }
+  } else {
+    size_t colon = hostPort.rfind(':');
+    out.host = hostPort.substr(0, colon);
+    if (colon != std::string::npos) out.port = hostPort.substr(colon + 1);
+  }
+  if (out.host.empty()) return Result<ServerUrl>::error("no host");
+  bool digits = !out.port.empty() && out.port.size() <= 5 &&
+                std::all_of(out.port.begin(), out.port.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits || std::stoul(out.port) == 0 || std::stoul(out.port) > 65535) {
+    return Result<ServerUrl>::error("port must be a number from 1 to 65535, got '" + out.port + "'");
+  }
+  return out;
+}
+
+Result<HttpReply> httpGet(const ServerUrl& server, const std::string& target,
+                          std::chrono::milliseconds timeout) {
+  asio::io_context ioc;
+  tcp::resolver resolver(ioc);
+  beast::tcp_stream stream(ioc);
+  asio::steady_timer deadline(ioc, timeout);
+  beast::flat_buffer buffer;
+  bhttp::request<bhttp::empty_body> req(bhttp::verb::get, target, 11);
+  req.set(bhttp::field::host, server.host + ":" + server.port);
+  req.set(bhttp::field::user_agent, "trainscope-cli");
+  req.set(bhttp::field::accept, "application/json");
+  req.keep_alive(false);
+  bhttp::response_parser<bhttp::string_body> parser;
+  parser.body_limit(256u << 20);  // a steps query with limit=100000 is tens of MB
+
+  beast::error_code failure;
+  bool timedOut = false;
+  bool done = false;
+  auto fail = [&](beast::error_code ec) {
+    if (!failure && !timedOut) failure = ec;
+    deadline.cancel();
+  };
+
+  deadline.async_wait([&](beast::error_code ec) {
+    if (ec || done) return;
+    timedOut = true;
+    resolver.cancel();
+    stream.cancel();
+    beast::error_code ignored;
+    stream.socket().close(ignored);
+  });
+  resolver.async_resolve(server.host, server.port, [&](beast::error_code ec,
+                                                        tcp::resolver::results_type results) {
+    if (ec) return fail(ec);
+    stream.async_connect(results, [&](beast::error_code ec2, const tcp::endpoint&) {
+      if (ec2) return fail(ec2);
+      bhttp::async_write(stream, req, [&](beast::error_code ec3, size_t) {
+        if (ec3) return fail(ec3);
+        bhttp::async_read(stream, buffer, parser, [&](beast::error_code ec4, size_t) {
+          if (ec4) return fail(ec4);
+          done = true;
+          deadline.cancel();
+        });
+      });
+    });
+  });
+  ioc.run();
+
+  if (timedOut) {
+    return Result<HttpReply>::error("timed out after " + std::to_string(timeout.count()) + " ms");
+  }
+  if (failure || !done) {
+    return Result<HttpReply>::error(failure ? failure.message() : "no response");
+  }
+  HttpReply reply;
+  reply.status = parser.get().result_int();
+  reply.body = std::move(parser.get().body());
+  beast::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  return reply;
+}
+
+std::string urlEncode(const std::string& s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '.' || c == '_' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+Result<json> fetchJson(Context& ctx, const std::string& target, int* exitCode) {
+  auto url = parseServerUrl(ctx.global.server);
+  if (!url) {
+    ctx.err << "trainscope: invalid --server URL '" << ctx.global.server << "': " << url.message()
+            << "\n";
+    *exitCode = kExitUnreachable;
+    return url.status();
+  }
+  auto reply = httpGet(*url, url->basePath + target, std::chrono::milliseconds(ctx.global.timeoutMs));
+  if (!reply) {
+    ctx.err << "trainscope: cannot reach collector at " << ctx.global.server << ": "
+            << reply.message() << "\n";
+    *exitCode = kExitUnreachable;
+    return reply.status();
+  }
+  json body = json::parse(reply->body, nullptr, false);
+  if (reply->status < 200 || reply->status >= 300) {
+    if (!body.is_discarded() && body.is_object() && body.contains("error") &&
+        body["error"].is_string()) {
+      ctx.err << "trainscope: " << body["error"].get<std::string>() << "\n";
+    } else {
+      ctx.err << "trainscope: HTTP " << reply->status << " from collector at "
+              << ctx.global.server << "\n";
+    }
+    *exitCode = kExitApiError;
+    return Status::error("HTTP " + std::to_string(reply->status));
+  }
+  if (body.is_discarded()) {
+    ctx.err << "trainscope: collector at " << ctx.global.server << " sent a reply that is not JSON\n";
+    *exitCode = kExitApiError;
+    return Status::error("not JSON");
+  }
+  *exitCode = kExitOk;
+  return body;
+}
+
+// ---- formatting --------------------------------------------------------------------------
+
+std::string formatDurationMs(int64_t ns) {
+  return printf1("%.2f ms", static_cast<double>(ns) / 1e6);
+}
+
+std::string formatBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double v = static_cast<double>(bytes) / 1024.0;
+  size_t unit = 0;
+  while (v >= 1024.0 && unit + 1 < std::size(kUnits)) {
+    v /= 1024.0;
+    ++unit;
+  }
+  return printf1("%.1f ", v) + kUnits[unit];
+}
+
+std::string formatAge(int64_t ageNs) {
+  if (ageNs < kNsPerSec) return "just now";  // also a peer clock slightly ahead of ours
+  int64_t s = ageNs / kNsPerSec;
+  if (s < 60) return std::to_string(s) + "s ago";
+  if (s < 3600) return std::to_string(s / 60) + "m ago";
+  if (s < 86400) return std::to_string(s / 3600) + "h ago";
+  return std::to_string(s / 86400) + "d ago";
+}
+
+std::string formatPercent(double percent) { return printf1("%.1f%%", percent); }
+
+void Table::addRow(std::vector<std::string> cells) {
+  cells.resize(columns_.size());
+  rows_.push_back(std::move(cells));
+}
+
+void Table::render(std::ostream& out) const {
+  std::vector<size_t> width(columns_.size());
+  for (size_t c = 0; c < columns_.size(); ++c) {
+    width[c] = columns_[c].title.size();
+    for (const auto& row : rows_) width[c] = std::max(width[c], row[c].size());
+  }
+  auto line = [&](auto cellOf) {
+    std::string text;
+    for (size_t c = 0; c < columns_.size(); ++c) {
+      const std::string& cell = cellOf(c);
+      std::string pad(width[c] - cell.size(), ' ');
+      bool last = c + 1 == columns_.size();
+      if (columns_[c].alignRight) {
+        text += pad + cell;
+      } else {
+        text += cell;
+        if (!last) text += pad;
+      }
+      if (!last) text += "  ";
+    }
+    out << text << "\n";
+  };
+  line([&](size_t c) -> const std::string& { return columns_[c].title; });
+  for (const auto& row : rows_) line([&](size_t c) -> const std::string& { return row[c]; });
+}
+
+// ---- subcommands -------------------------------------------------------------------------
+
+int runJobs(Context& ctx) {
+  int code = kExitOk;
+  auto body = fetchJson(ctx, "/api/v1/jobs", &code);
+  if (!body) return code;
+  if (ctx.global.json) {
+    printJson(ctx, *body);
+    return kExitOk;
+  }
+  const json& jobs = (*body)["jobs"];
+  if (jobs.empty()) {
+    ctx.out << "no jobs yet\n";
+    return kExitOk;
+  }
+  Table t({{"JOB"}, {"STATE"}, {"RANKS", true}, {"ENDED", true}, {"LATEST STEP", true},
+           {"STEP ROWS", true}, {"FIRST SEEN"}, {"LAST SEEN"}});
+  for (const auto& j : jobs) {
+    t.addRow({str(j, "job"), str(j, "state"),
+              std::to_string(u64(j, "ranks_seen")) + "/" + std::to_string(u64(j, "world_size")),
+              str(j, "ranks_ended"), stepText(i64(j, "latest_step", -1)), str(j, "step_rows"),
+              ageSince(ctx, i64(j, "first_seen_ns")), ageSince(ctx, i64(j, "last_seen_ns"))});
+  }
+  t.render(ctx.out);
+  return kExitOk;
+}
+
+int runRanks(Context& ctx, const std::string& job) {
+  int code = kExitOk;
+  auto body = fetchJson(ctx, jobPath(job, "ranks"), &code);
+  if (!body) return code;
+  if (ctx.global.json) {
+    printJson(ctx, *body);
+    return kExitOk;
+  }
+  const json& ranks = (*body)["ranks"];
+  if (ranks.empty()) {
+    ctx.out << "job '" << job << "' has no registered ranks\n";
+    return kExitOk;
+  }
+  Table t({{"RANK", true}, {"LOCAL", true}, {"HOST"}, {"NODE"}, {"PID", true},
+           {"LATEST STEP", true}, {"STATUS"}, {"LAST SEEN"}, {"PROBE"}});
+  for (const auto& r : ranks) {
+    bool ended = r.value("ended", false);
+    std::string status = ended ? "ended at step " + stepText(i64(r, "ended_step", -1)) : "active";
+    t.addRow({str(r, "rank"), str(r, "local_rank"), str(r, "host"), str(r, "node"), str(r, "pid"),
+              stepText(i64(r, "latest_step", -1)), status, ageSince(ctx, i64(r, "last_seen_ns")),
+              str(r, "probe_version")});
+  }
+  t.render(ctx.out);
+  return kExitOk;
+}
+
+int runSteps(Context& ctx, const StepsArgs& args) {
+  std::vector<std::pair<std::string, std::string>> q;
+  if (args.rank) q.emplace_back("rank", std::to_string(*args.rank));
+  if (args.from) q.emplace_back("from", std::to_string(*args.from));
+  if (args.to) q.emplace_back("to", std::to_string(*args.to));
+  if (args.limit) q.emplace_back("limit", std::to_string(*args.limit));
+  if (args.detail) q.emplace_back("detail", "1");
+  int code = kExitOk;
+  auto body = fetchJson(ctx, withQuery(jobPath(args.job, "steps"), q), &code);
+  if (!body) return code;
+  if (ctx.global.json) {
+    printJson(ctx, *body);
+    return kExitOk;
+  }
+  const json& steps = (*body)["steps"];
+  if (steps.empty()) {
+    ctx.out << "no steps match\n";
+    return kExitOk;
+  }
+  Table t({{"STEP", true}, {"RANK", true}, {"DURATION", true}, {"COMPUTE", true}, {"COMM", true},
+           {"EXPOSED COMM", true}, {"DATA", true}, {"RECORDS", true}, {"DROPPED", true}});
+  for (const auto& s : steps) {
+    t.addRow({str(s, "step"), str(s, "rank"), formatDurationMs(i64(s, "duration_ns")),
+              formatDurationMs(i64(s, "compute_ns")), formatDurationMs(i64(s, "comm_ns")),
+              formatDurationMs(i64(s, "exposed_comm_ns")), formatDurationMs(i64(s, "data_ns")),
+              str(s, "records"), str(s, "dropped")});
+  }
+  t.render(ctx.out);
+  if (body->value("truncated", false)) {
+    ctx.out << "(showing the first " << steps.size()
+            << " rows; more exist: raise --limit or narrow --from/--to/--rank)\n";
+  }
+  return kExitOk;
+}
+
+int runSummary(Context& ctx, const SummaryArgs& args) {
+  std::vector<std::pair<std::string, std::string>> q;
+  if (args.from) q.emplace_back("from", std::to_string(*args.from));
+  if (args.to) q.emplace_back("to", std::to_string(*args.to));
+  if (args.limit) q.emplace_back("limit", std::to_string(*args.limit));
+  int code = kExitOk;
+  auto body = fetchJson(ctx, withQuery(jobPath(args.job, "summary"), q), &code);
+  if (!body) return code;
+  if (ctx.global.json) {
+    printJson(ctx, *body);
+    return kExitOk;
+  }
+  const json& steps = (*body)["steps"];
+  if (steps.empty()) {
+    ctx.out << "no steps match\n";
+    return kExitOk;
+  }
+  Table t({{"STEP", true}, {"RANKS", true}, {"MIN", true}, {"MEDIAN", true}, {"MAX", true},
+           {"MAX/MEDIAN", true}, {"SLOWEST RANK", true}});
+  for (const auto& s : steps) {
+    int64_t median = i64(s, "median_ns");
+    int64_t max = i64(s, "max_ns");
+    std::string spread =
+        median > 0 ? printf1("%.2fx", static_cast<double>(max) / static_cast<double>(median)) : "-";
+    t.addRow({str(s, "step"), str(s, "ranks"), formatDurationMs(i64(s, "min_ns")),
+              formatDurationMs(median), formatDurationMs(max), spread, str(s, "slowest_rank")});
+  }
+  t.render(ctx.out);
+  if (body->value("truncated", false)) {
+    ctx.out << "(showing the first " << steps.size() << " steps; more exist: raise --limit or narrow --from/--to)\n";
+  }
+  return kExitOk;
+}
+
+int runNodes(Context& ctx) {
+  int code = kExitOk;
+  auto body = fetchJson(ctx, "/api/v1/nodes", &code);
+  if (!body) return code;
+  if (ctx.global.json) {
+    printJson(ctx, *body);
+    return kExitOk;
+  }
+  const json& nodes = (*body)["nodes"];
+  if (nodes.empty()) {
+    ctx.out << "no agents have connected yet\n";
+    return kExitOk;
+  }
+  Table t({{"NODE"}, {"HOST"}, {"RANKS", true}, {"CPU", true}, {"MEMORY USED", true},
+           {"LOAD", true}, {"RTT", true}, {"CLOCK OFFSET", true}, {"SPOOL", true},
+           {"LAST SEEN"}, {"AGENT"}});
+  for (const auto& n : nodes) {
+    std::string cpu = "-";
+    std::string mem = "-";
+    std::string load = "-";
+    auto h = n.find("latest_host");
+    if (h != n.end() && h->is_object()) {
+      cpu = formatPercent(f64(*h, "cpu_percent"));
+      uint64_t total = u64(*h, "mem_total_bytes");
+      uint64_t avail = std::min(total, u64(*h, "mem_available_bytes"));
+      mem = formatBytes(total - avail) + " / " + formatBytes(total);
+      load = printf1("%.2f", f64(*h, "load1"));
+    }
+    std::string spool = formatBytes(u64(n, "spool_bytes"));
+    if (u64(n, "spool_dropped") > 0) spool += " (" + str(n, "spool_dropped") + " dropped)";
+    double ageS = f64(n, "last_seen_age_s");
+    t.addRow({str(n, "node"), str(n, "host"), str(n, "ranks"), cpu, mem, load,
+              formatDurationMs(i64(n, "rtt_ns")), formatDurationMs(i64(n, "clock_offset_ns")),
+              spool, i64(n, "last_seen_ns") > 0 ? formatAge(static_cast<int64_t>(ageS * 1e9)) : "never",
+              str(n, "agent_version")});
+  }
+  t.render(ctx.out);
+  return kExitOk;
+}
+
+// ---- registration ------------------------------------------------------------------------
+
+void addJobsCommand(CLI::App& app, Action* action) {
+  auto* sub = app.add_subcommand("jobs", "List the training jobs the collector has seen, with "
+                                         "their state (running, stale: silent for 30 s, ended)");
+  sub->callback([action] { *action = [](Context& ctx) { return runJobs(ctx); }; });
+}
+
+void addRanksCommand(CLI::App& app, Action* action) {
+  auto job = std::make_shared<std::string>();
+  auto* sub = app.add_subcommand("ranks", "List the ranks of a job: host, node, pid, latest step "
+                                          "and whether each has ended");
+  sub->add_option("job", *job, "Job id (as shown by `trainscope jobs`)")->required();
+  sub->callback([action, job] { *action = [job](Context& ctx) { return runRanks(ctx, *job); }; });
+}
+
+void addStepsCommand(CLI::App& app, Action* action) {
+  struct Raw {
+    std::string job;
+    uint32_t rank = 0;
+    int64_t from = 0;
+    int64_t to = 0;
+    uint32_t limit = 0;
+    bool detail = false;
+  };
+  auto raw = std::make_shared<Raw>();
+  auto* sub = app.add_subcommand("steps", "Per-rank step times of a job: duration and where it "
+                                          "went (compute, communication, exposed communication, "
+                                          "data loading), ordered by step then rank");
+  sub->add_option("job", raw->job, "Job id")->required();
+  auto* rank = sub->add_option("--rank", raw->rank, "Only this global rank (default: all ranks)")
+                   ->check(CLI::Range(uint32_t{0}, std::numeric_limits<uint32_t>::max()));
+  auto* from = sub->add_option("--from", raw->from, "First step, inclusive (default: the first)");
+  auto* to = sub->add_option("--to", raw->to, "Last step, inclusive (default: the last)");
+  auto* limit = sub->add_option("--limit", raw->limit,
+                                "Rows at most (default 1000; the collector caps it)")
+                    ->check(CLI::Range(uint32_t{1}, std::numeric_limits<uint32_t>::max()));
+  sub->add_flag("--detail", raw->detail, "Ask for per-operator and per-collective totals "
+                                         "(shown with --json)");
+  sub->callback([action, raw, rank, from, to, limit] {
+    StepsArgs args;
+    args.job = raw->job;
+    if (rank->count() > 0) args.rank = raw->rank;
+    if (from->count() > 0) args.from = raw->from;
+    if (to->count() > 0) args.to = raw->to;
+    if (limit->count() > 0) args.limit = raw->limit;
+    args.detail = raw->detail;
+    *action = [args](Context& ctx) { return runSteps(ctx, args); };
+  });
+}
+
+void addSummaryCommand(CLI::App& app, Action* action) {
+  struct Raw {
+    std::string job;
+    int64_t from = 0;
+    int64_t to = 0;
+    uint32_t limit = 0;
+  };
+  auto raw = std::make_shared<Raw>();
+  auto* sub = app.add_subcommand("summary", "Per-step spread across ranks: min, median and max "
+                                            "step time and the slowest rank");
+  sub->add_option("job", raw->job, "Job id")->required();
+  auto* from = sub->add_option("--from", raw->from, "First step, inclusive (default: the first)");
+  auto* to = sub->add_option("--to", raw->to, "Last step, inclusive (default: the last)");
+  auto* limit = sub->add_option("--limit", raw->limit,
+                                "Steps at most (default 1000; the collector caps it)")
+                    ->check(CLI::Range(uint32_t{1}, std::numeric_limits<uint32_t>::max()));
+  sub->callback([action, raw, from, to, limit] {
+    SummaryArgs args;
+    args.job = raw->job;
+    if (from->count() > 0) args.from = raw->from;
+    if (to->count() > 0) args.to = raw->to;
+    if (limit->count() > 0) args.limit = raw->limit;
+    *action = [args](Context& ctx) { return runSummary(ctx, args); };
+  });
+}
+
+void addNodesCommand(CLI::App& app, Action* action) {
+  auto* sub = app.add_subcommand("nodes", "List the nodes (agents): host load, memory, clock "
+                                          "offset to the collector, spool and last contact");
+  sub->callback([action] { *action = [](Context& ctx) { return runNodes(ctx); }; });
+}
+
+int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CLI::App app{"trainscope: query a trainscope collector (jobs, ranks, step times, nodes).\n"
+               "Exit codes: 0 ok, 1 the collector answered with an error, 2 it could not be "
+               "reached.",
+               "trainscope"};
+  GlobalOptions global;
+  app.add_option("--server", global.server,
+                 "Collector base URL, http://HOST:PORT; the environment variable "
+                 "TRAINSCOPE_SERVER is used when the flag is absent")
+      ->envname("TRAINSCOPE_SERVER")
+      ->capture_default_str();
+  app.add_flag("--json", global.json, "Print the API's JSON (pretty) instead of a table");
+  app.add_option("--timeout-ms", global.timeoutMs,
+                 "Give up on the collector after this long (connect + request)")
+      ->check(CLI::Range(1, 600000))
+      ->capture_default_str();
+  app.require_subcommand(1);
+  app.fallthrough();  // global flags may also follow the subcommand
+
+  Action action;
+  addJobsCommand(app, &action);
+  addRanksCommand(app, &action);
+  addStepsCommand(app, &action);
+  addSummaryCommand(app, &action);
+  addNodesCommand(app, &action);
+
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses from the back
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e, out, err);
+  }
+  if (!action) return kExitOk;
+  Context ctx{global, out, err, wallNowNs()};
+  return action(ctx);
+}
+
+}  // namespace trainscope::cli

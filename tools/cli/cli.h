@@ -1,0 +1,132 @@
+// The `trainscope` command line: one function per subcommand, a small blocking HTTP client for
+// the collector's JSON API and the table formatting. Everything writes to the streams it is
+// given, so tests run commands in-process. Single-threaded: call from one thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace trainscope::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitApiError = 1;      // the collector answered with an error
+inline constexpr int kExitUnreachable = 2;   // no answer from the collector at all
+inline constexpr const char* kDefaultServer = "http://127.0.0.1:7600";
+
+struct GlobalOptions {
+  std::string server = kDefaultServer;  // collector base URL (flag, else $TRAINSCOPE_SERVER)
+  bool json = false;                    // print the API's JSON instead of a table
+  int timeoutMs = 5000;                 // connect + request; short so a dead collector is
+                                        // reported quickly rather than hanging a shell
+};
+
+// What every subcommand gets: options, output streams and the time used for "3s ago".
+struct Context {
+  GlobalOptions global;
+  std::ostream& out;
+  std::ostream& err;
+  int64_t nowNs = 0;
+};
+
+// ---- HTTP client -------------------------------------------------------------------------
+
+struct ServerUrl {
+  std::string host;
+  std::string port = "80";
+  std::string basePath;  // without a trailing '/', e.g. "" or "/trainscope"
+};
+
+// Accepts http://HOST[:PORT][/PATH] (and HOST:PORT without a scheme). https is refused.
+Result<ServerUrl> parseServerUrl(const std::string& url);
+
+struct HttpReply {
+  unsigned status = 0;
+  std::string body;
+};
+
+// One GET with an overall deadline covering resolve, connect, write and read. A failure to get
+// any HTTP answer is an error whose message is the reason ("Connection refused", "timed out").
+Result<HttpReply> httpGet(const ServerUrl& server, const std::string& target,
+                          std::chrono::milliseconds timeout);
+
+// Escapes everything but RFC 3986 unreserved characters (job names in paths).
+std::string urlEncode(const std::string& s);
+
+// GETs `target` from the collector and parses the JSON. On failure prints the one-line
+// message to ctx.err and returns the exit code (kExitUnreachable or kExitApiError).
+Result<nlohmann::json> fetchJson(Context& ctx, const std::string& target, int* exitCode);
+
+// ---- formatting --------------------------------------------------------------------------
+
+std::string formatDurationMs(int64_t ns);     // "12.34 ms"
+std::string formatBytes(uint64_t bytes);      // "512 B", "1.5 KiB", "16.0 GiB"
+std::string formatAge(int64_t ageNs);         // "just now", "3s ago", "5m ago", "2h ago", "4d ago"
+std::string formatPercent(double percent);    // "37.5%"
+
+// A text table: text columns left-aligned, numeric columns right-aligned, two spaces between.
+class Table {
+public:
+  struct Column {
+    std::string title;
+    bool alignRight = false;
+  };
+  explicit Table(std::vector<Column> columns) : columns_(std::move(columns)) {}
+  void addRow(std::vector<std::string> cells);
+  size_t rows() const { return rows_.size(); }
+  void render(std::ostream& out) const;
+
+private:
+  std::vector<Column> columns_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// ---- subcommands -------------------------------------------------------------------------
+// Each runs against the collector and returns the process exit code.
+
+struct StepsArgs {
+  std::string job;
+  std::optional<uint32_t> rank;
+  std::optional<int64_t> from;
+  std::optional<int64_t> to;
+  std::optional<uint32_t> limit;
+  bool detail = false;
+};
+
+struct SummaryArgs {
+  std::string job;
+  std::optional<int64_t> from;
+  std::optional<int64_t> to;
+  std::optional<uint32_t> limit;
+};
+
+int runJobs(Context& ctx);
+int runRanks(Context& ctx, const std::string& job);
+int runSteps(Context& ctx, const StepsArgs& args);
+int runSummary(Context& ctx, const SummaryArgs& args);
+int runNodes(Context& ctx);
+
+// Registering a subcommand: add it to `app` and, in its parse callback, set `*action` to what
+// runs it. Adding a subcommand is one more of these and one line in buildApp().
+using Action = std::function<int(Context&)>;
+void addJobsCommand(CLI::App& app, Action* action);
+void addRanksCommand(CLI::App& app, Action* action);
+void addStepsCommand(CLI::App& app, Action* action);
+void addSummaryCommand(CLI::App& app, Action* action);
+void addNodesCommand(CLI::App& app, Action* action);
+
+// The whole CLI: parses `args` (without the program name), runs the chosen subcommand and
+// returns the exit code. Usage errors print CLI11's message and return its exit code.
+int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+}  // namespace trainscope::cli
