@@ -1,0 +1,99 @@
+#include "agent/probe/config.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+using trainscope::probe::resolveConfig;
+
+namespace {
+// Sets (or with nullptr unsets) the probe's environment variables for one test.
+void env(const char* name, const char* value) {
+  if (value == nullptr) {
+    unsetenv(name);
+  } else {
+    setenv(name, value, 1);
+  }
+}
+void clearEnv() {
+  for (const char* n : {"TRAINSCOPE_AGENT", "TRAINSCOPE_JOB", "SLURM_JOB_ID",
+                        "TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK"}) {
+    env(n, nullptr);
+  }
+}
+}  // namespace
+
+TEST_CASE("identity comes from the environment in the documented order") {
+  clearEnv();
+  env("SLURM_JOB_ID", "slurm-7");
+  env("TORCHELASTIC_RUN_ID", "elastic-1");
+  env("RANK", "3");
+  env("WORLD_SIZE", "8");
+  env("TRAINSCOPE_AGENT", "ipc:///tmp/x.sock");
+  auto c = resolveConfig(nullptr);
+  REQUIRE(c.isOk());
+  CHECK(c->job == "slurm-7");
+  CHECK(c->rank == 3);
+  CHECK(c->worldSize == 8);
+  CHECK(c->localRank == 3);  // defaults to the rank
+  CHECK(c->endpoint == "ipc:///tmp/x.sock");
+  env("TRAINSCOPE_JOB", "mine");
+  env("LOCAL_RANK", "1");
+  c = resolveConfig(nullptr);
+  REQUIRE(c.isOk());
+  CHECK(c->job == "mine");
+  CHECK(c->localRank == 1);
+  clearEnv();
+}
+
+TEST_CASE("defaults without environment: generated job, rank 0 of 1, default endpoint") {
+  clearEnv();
+  auto c = resolveConfig(nullptr);
+  REQUIRE(c.isOk());
+  CHECK(c->rank == 0);
+  CHECK(c->worldSize == 1);
+  CHECK(c->endpoint == "ipc:///tmp/trainscope-agent.sock");
+  CHECK(c->job.find(std::to_string(c->pid)) != std::string::npos);
+  CHECK(c->ringRecords == 16384);
+  CHECK(c->flightSteps == 8);
+  CHECK(c->flightMaxBytes == 64u << 20);
+  CHECK(c->backlogReports == 4096);
+  CHECK(c->topOps == 32);
+  CHECK(c->connectAgent);
+}
+
+TEST_CASE("explicit config fields win over the environment") {
+  clearEnv();
+  env("RANK", "5");
+  env("WORLD_SIZE", "6");
+  ts_probe_config cfg;
+  ts_config_init(&cfg);
+  cfg.rank = 1;
+  cfg.world_size = 2;
+  cfg.job = "explicit";
+  auto c = resolveConfig(&cfg);
+  REQUIRE(c.isOk());
+  CHECK(c->rank == 1);
+  CHECK(c->worldSize == 2);
+  CHECK(c->job == "explicit");
+  clearEnv();
+}
+
+TEST_CASE("bad environment values are refused naming the variable") {
+  clearEnv();
+  env("RANK", "two");
+  auto c = resolveConfig(nullptr);
+  REQUIRE_FALSE(c.isOk());
+  CHECK(c.message().find("RANK") != std::string::npos);
+  env("RANK", "4");
+  env("WORLD_SIZE", "4");
+  c = resolveConfig(nullptr);
+  REQUIRE_FALSE(c.isOk());
+  CHECK(c.message().find("rank 4 must be less than world_size 4") != std::string::npos);
+  env("RANK", nullptr);
+  env("WORLD_SIZE", "0");
+  c = resolveConfig(nullptr);
+  REQUIRE_FALSE(c.isOk());
+  CHECK(c.message().find("WORLD_SIZE") != std::string::npos);
+  clearEnv();
+}
