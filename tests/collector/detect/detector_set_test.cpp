@@ -1,0 +1,110 @@
+#include <catch2/catch.hpp>
+
+#include "collector/detect/detector_set.h"
+#include "collector/detect/step_assembler.h"
+#include "tests/collector/detect/synth.h"
+
+using namespace trainscope::detect;
+using namespace trainscope::detect::test;
+
+namespace {
+trainscope::wire::StepReport report(uint32_t rank, int64_t step) {
+  trainscope::wire::StepReport r;
+  r.set_job("j");
+  r.set_rank(rank);
+  r.set_step(step);
+  r.set_duration_ns(1000);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("detect: steps are assembled in order from out-of-order, late and repeated reports") {
+  StepAssembler a("j", AssemblyOptions{});
+  std::vector<AssembledStep> out;
+  RankContext c;
+  a.add(report(1, 1), c, 2, &out);
+  a.add(report(0, 2), c, 2, &out);
+  a.add(report(1, 2), c, 2, &out);  // step 2 complete, but step 1 still waits for rank 0
+  CHECK(out.empty());
+  a.add(report(0, 1), c, 2, &out);
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].step == 1);
+  CHECK(out[1].step == 2);
+  CHECK(out[0].ranks[0].report.rank() == 0);
+  a.add(report(0, 1), c, 2, &out);  // after release: late
+  a.add(report(0, 3), c, 2, &out);
+  a.add(report(0, 3), c, 2, &out);  // replay: duplicate
+  CHECK(a.stats().late == 1);
+  CHECK(a.stats().duplicates == 1);
+  // Rank 1 never sends step 3: after the grace it is judged without it.
+  for (int64_t s = 4; s <= 7; ++s) a.add(report(0, s), c, 2, &out);
+  REQUIRE(out.size() == 3);
+  CHECK(out[2].step == 3);
+  CHECK(out[2].partial());
+}
+
+TEST_CASE("detect: pending steps are bounded") {
+  AssemblyOptions o;
+  o.graceSteps = 1000000;
+  o.maxPendingSteps = 16;
+  StepAssembler a("j", o);
+  std::vector<AssembledStep> out;
+  for (int64_t s = 0; s < 1000; ++s) a.add(report(0, s), RankContext{}, 2, &out);
+  CHECK(a.pendingSteps() <= 16);
+}
+
+TEST_CASE("detect: bad reports are refused with the field named") {
+  DetectorSet set;
+  auto r = report(0, 1);
+  r.set_job("");
+  CHECK(set.observe(r, RankContext{}).message().find("job") != std::string::npos);
+  r = report(0, -1);
+  CHECK(set.observe(r, RankContext{}).message().find("step") != std::string::npos);
+  r = report(4, 1);
+  RankContext c;
+  c.worldSize = 4;
+  auto st = set.observe(r, c);
+  REQUIRE_FALSE(st.isOk());
+  CHECK(st.message().find("world_size") != std::string::npos);
+  r = report(0, 1);
+  r.set_duration_ns(-5);
+  CHECK(set.observe(r, RankContext{}).message().find("duration_ns") != std::string::npos);
+  CHECK(set.stats().rejected == 4);
+}
+
+TEST_CASE("detect: ids are unique and resolution updates reuse them") {
+  EventLog log;
+  Anomaly a;
+  a.job = "j";
+  a.kind = AnomalyKind::kStraggler;
+  a.onsetStep = 5;
+  a.ranks = {3, 1, 2};
+  Anomaly first = log.open(a, rankSubject(a.ranks));
+  Anomaly second = log.open(a, rankSubject(a.ranks));
+  CHECK(first.id == "j/straggler/5/r1-3");
+  CHECK(second.id != first.id);
+  CHECK(first.ranks == std::vector<uint32_t>{1, 2, 3});
+  log.resolve(first, 9, 100);
+  auto ev = log.take();
+  REQUIRE(ev.size() == 3);
+  CHECK(ev[2].id == first.id);
+  CHECK(ev[2].state == AnomalyState::kResolved);
+  CHECK(ev[2].resolvedStep == 9);
+  CHECK(rankSubject({0, 1, 2, 5, 7, 8}) == "r0-2+r5+r7-8");
+  AnomalyKind k;
+  CHECK(parseAnomalyKind("slow_comm", &k));
+  CHECK(k == AnomalyKind::kSlowComm);
+  CHECK_FALSE(parseAnomalyKind("nope", &k));
+}
+
+TEST_CASE("detect: many jobs stay within maxJobs") {
+  DetectOptions o;
+  o.maxJobs = 4;
+  DetectorSet set(o);
+  for (int j = 0; j < 20; ++j) {
+    auto r = report(0, 1);
+    r.set_job("job" + std::to_string(j));
+    REQUIRE(set.observe(r, RankContext{}).isOk());
+  }
+  CHECK(set.stats().jobs == 4);
+}

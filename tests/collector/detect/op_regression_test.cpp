@@ -1,0 +1,95 @@
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+#include "collector/detect/detector_set.h"
+#include "collector/detect/op_regression.h"
+#include "tests/collector/detect/synth.h"
+
+using namespace trainscope::detect;
+using namespace trainscope::detect::test;
+
+namespace {
+std::vector<Anomaly> runWith(std::function<double(int64_t, uint32_t, const std::string&)> f,
+                             int64_t steps, uint64_t seed) {
+  SynthJob job;
+  job.seed = seed;
+  job.rng_.seed(seed);
+  job.opFactor = std::move(f);
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  run(job, set, 0, steps, &events);
+  return events;
+}
+}  // namespace
+
+TEST_CASE("op_regression: no alarm on 20,000 healthy steps x 8 ranks x 3 ops with 5% noise") {
+  for (uint64_t seed : {31u, 32u}) {
+    auto events = runWith(nullptr, 20000, seed);
+    INFO(describe(events));
+    CHECK(ofKind(events, AnomalyKind::kOpRegression).empty());
+  }
+}
+
+TEST_CASE("op_regression: one op 10% slower on one rank names the op and the rank, then resolves") {
+  auto events = runWith(
+      [](int64_t s, uint32_t r, const std::string& op) {
+        return op == "attention" && r == 3 && s >= 2000 && s < 3000 ? 1.10 : 1.0;
+      },
+      4000, 33);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kOpRegression);
+  REQUIRE(opened.size() == 1);
+  const Anomaly& a = opened[0];
+  CHECK(a.labels.at("op") == "attention");
+  CHECK(a.labels.at("scope") == "rank");
+  CHECK(a.ranks == std::vector<uint32_t>{3});
+  CHECK(a.nodes == std::vector<std::string>{"node-0"});
+  CHECK(a.magnitude == Approx(1.10).margin(0.05));  // estimated from the first steps
+  CHECK(std::llabs(a.onsetStep - 2000) <= 8);
+  auto resolved = ofKind(events, AnomalyKind::kOpRegression, AnomalyState::kResolved);
+  REQUIRE(resolved.size() == 1);
+  CHECK(resolved[0].id == a.id);
+  CHECK(std::llabs(resolved[0].resolvedStep - 3000) <= 8);
+}
+
+TEST_CASE("op_regression: one op 2x slower on every rank is one anomaly listing all ranks") {
+  auto events = runWith(
+      [](int64_t s, uint32_t, const std::string& op) { return op == "matmul" && s >= 1500 ? 2.0 : 1.0; },
+      1700, 34);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kOpRegression);
+  REQUIRE(opened.size() == 1);
+  CHECK(opened[0].labels.at("op") == "matmul");
+  CHECK(opened[0].labels.at("scope") == "all_ranks");
+  CHECK(opened[0].ranks == std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 7});
+  CHECK(opened[0].onsetStep == 1500);
+  CHECK(opened[0].detectedStep <= 1516);
+  CHECK(opened[0].magnitude == Approx(2.0).margin(0.05));
+}
+
+TEST_CASE("op_regression: ops that vanish are forgotten, keeping memory bounded") {
+  OpRegressionOptions o;
+  o.maxOpsPerJob = 8;
+  EventLog log;
+  OpRegressionDetector det("j", o, &log);
+  for (int64_t s = 0; s < 200; ++s) {
+    AssembledStep st;
+    st.job = "j";
+    st.step = s;
+    st.worldSize = 1;
+    RankStep rs;
+    rs.report.set_rank(0);
+    rs.report.set_step(s);
+    for (int k = 0; k < 4; ++k) {
+      auto* op = rs.report.add_ops();
+      op->set_name("op" + std::to_string(s * 4 + k));  // a new name every time
+      op->set_count(1);
+      op->set_total_ns(100000);
+    }
+    st.ranks.push_back(rs);
+    det.onStep(st);
+    REQUIRE(det.trackedOps() <= 8 + 4);
+  }
+  CHECK(log.take().empty());
+}

@@ -1,0 +1,79 @@
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+#include "collector/detect/detector_set.h"
+#include "tests/collector/detect/synth.h"
+
+using namespace trainscope::detect;
+using namespace trainscope::detect::test;
+
+namespace {
+std::vector<Anomaly> runWith(std::function<double(int64_t, uint32_t)> f, int64_t steps,
+                             uint64_t seed) {
+  SynthJob job;
+  job.seed = seed;
+  job.rng_.seed(seed);
+  job.computeFactor = std::move(f);
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  run(job, set, 0, steps, &events);
+  return events;
+}
+}  // namespace
+
+TEST_CASE("straggler: no alarm on 20,000 healthy steps x 8 ranks with 5% noise") {
+  for (uint64_t seed : {21u, 22u, 23u}) {
+    auto events = runWith(nullptr, 20000, seed);
+    INFO(describe(events));
+    CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
+  }
+}
+
+TEST_CASE("straggler: a rank 10% slower is named with its node, factor and onset, then resolved") {
+  auto events = runWith([](int64_t s, uint32_t r) { return r == 5 && s >= 2000 && s < 4000 ? 1.10 : 1.0; },
+                        6000, 24);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kStraggler);
+  REQUIRE(opened.size() == 1);
+  const Anomaly& a = opened[0];
+  CHECK(a.ranks == std::vector<uint32_t>{5});
+  CHECK(a.nodes == std::vector<std::string>{"node-1"});
+  CHECK(a.magnitude == Approx(1.10).margin(0.05));  // estimated from the first steps
+  CHECK(std::llabs(a.onsetStep - 2000) <= 8);
+  CHECK(a.detectedStep < 2060);
+  CHECK(a.evidence.at("peer_median_ms") == Approx(80.0).margin(2.0));
+  // It arrives last at the all-reduce.
+  CHECK(a.evidence.at("arrival_lag_ms") > 3.0);
+  auto resolved = ofKind(events, AnomalyKind::kStraggler, AnomalyState::kResolved);
+  REQUIRE(resolved.size() == 1);
+  CHECK(resolved[0].id == a.id);
+  CHECK(std::llabs(resolved[0].resolvedStep - 4000) <= 8);
+}
+
+TEST_CASE("straggler: a rank 2x slower is found within a few steps of its onset") {
+  auto events = runWith([](int64_t s, uint32_t r) { return r == 2 && s >= 1000 ? 2.0 : 1.0; },
+                        1200, 25);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kStraggler);
+  REQUIRE(opened.size() == 1);
+  CHECK(opened[0].ranks == std::vector<uint32_t>{2});
+  CHECK(opened[0].onsetStep == 1000);
+  CHECK(opened[0].detectedStep <= 1016);
+  CHECK(opened[0].magnitude == Approx(2.0).margin(0.05));
+}
+
+TEST_CASE("straggler: a job-wide slowdown (every rank 1.5x) names no straggler") {
+  auto events = runWith([](int64_t s, uint32_t) { return s >= 1000 ? 1.5 : 1.0; }, 3000, 26);
+  INFO(describe(events));
+  CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
+  CHECK(ofKind(events, AnomalyKind::kStepShift).size() == 1);
+}
+
+TEST_CASE("straggler: a rank slow from its first step is still found (peers are the baseline)") {
+  auto events = runWith([](int64_t, uint32_t r) { return r == 7 ? 1.25 : 1.0; }, 300, 27);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kStraggler);
+  REQUIRE(opened.size() == 1);
+  CHECK(opened[0].ranks == std::vector<uint32_t>{7});
+}
