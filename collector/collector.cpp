@@ -1,0 +1,182 @@
+#include "collector/collector.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <system_error>
+
+#include <nlohmann/json.hpp>
+
+#include "collector/http/server.h"
+#include "collector/ingest/ingest.h"
+#include "collector/storage/store.h"
+#include "common/clock.h"
+#include "common/log.h"
+
+#ifndef TRAINSCOPE_WEB_DIR
+#define TRAINSCOPE_WEB_DIR ""
+#endif
+
+namespace trainscope::collector {
+namespace {
+
+constexpr const char* kComponent = "collector";
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+
+Result<HostPort> parseHostPort(const std::string& text, const std::string& flag) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    return Result<HostPort>::error(flag + ": expected ADDR:PORT, got '" + text + "'");
+  }
+  HostPort out;
+  out.host = text.substr(0, colon);
+  const std::string portText = text.substr(colon + 1);
+  if (portText.find_first_not_of("0123456789") != std::string::npos || portText.size() > 5) {
+    return Result<HostPort>::error(flag + ": port '" + portText + "' is not a number");
+  }
+  const long port = std::stol(portText);
+  if (port > 65535) {
+    return Result<HostPort>::error(flag + ": port " + portText + " is out of range 0-65535");
+  }
+  out.port = static_cast<uint16_t>(port);
+  return out;
+}
+
+Status writeReadyFile(const std::string& path, const std::string& ingest, const std::string& http) {
+  nlohmann::json doc = {{"ingest", ingest}, {"http", http}, {"pid", static_cast<int>(getpid())}};
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return Status::error("--ready-file: cannot write " + tmp);
+    out << doc.dump() << "\n";
+    out.flush();
+    if (!out) return Status::error("--ready-file: cannot write " + tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return Status::error("--ready-file: cannot rename to " + path + ": " + ec.message());
+  return Status::ok();
+}
+
+void retention(storage::Store& store) {
+  const int64_t t0 = monotonicNowNs();
+  auto deleted = store.applyRetention(wallNowNs());
+  if (!deleted) {
+    logError(kComponent, "retention failed: " + deleted.message());
+  } else if (*deleted > 0) {
+    logInfo(kComponent, "retention deleted " + std::to_string(*deleted) + " rows in " +
+                            std::to_string((monotonicNowNs() - t0) / 1'000'000) + " ms");
+  }
+}
+
+}  // namespace
+
+std::string defaultWebRoot() {
+  std::error_code ec;
+  const std::string dir = TRAINSCOPE_WEB_DIR;
+  if (!dir.empty() && std::filesystem::is_directory(dir, ec)) return dir;
+  return "";
+}
+
+Status run(const CollectorOptions& options) {
+  if (!(options.retentionHours >= 0) || !std::isfinite(options.retentionHours)) {
+    return Status::error("--retention-hours: must be >= 0 (0 keeps everything)");
+  }
+  auto httpAddr = parseHostPort(options.http, "--http");
+  if (!httpAddr) return httpAddr.status();
+  if (options.ingest.rfind("tcp://", 0) != 0 && options.ingest.rfind("ipc://", 0) != 0) {
+    return Status::error("--ingest: expected tcp://ADDR:PORT (or ipc://PATH), got '" +
+                         options.ingest + "'");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(options.dataDir, ec);
+  if (ec || !std::filesystem::is_directory(options.dataDir)) {
+    return Status::error("--data-dir: cannot create " + options.dataDir +
+                         (ec ? ": " + ec.message() : std::string()));
+  }
+  if (!options.webRoot.empty() && !std::filesystem::is_directory(options.webRoot, ec)) {
+    return Status::error("--web-root: " + options.webRoot + " is not a directory");
+  }
+
+  // Signals are taken synchronously by this thread only: block them before any other thread
+  // starts, so the threads started below inherit the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  storage::SqliteOptions so;
+  so.path = (std::filesystem::path(options.dataDir) / "trainscope.db").string();
+  so.retentionNs = static_cast<int64_t>(options.retentionHours * 3600.0 * 1e9);
+  so.synchronousFull = options.synchronousFull;
+  auto store = storage::openSqliteStore(so);
+  if (!store) return Status::error("--data-dir: " + store.message());
+  retention(**store);
+
+  ingest::IngestOptions io;
+  io.endpoint = options.ingest;
+  ingest::IngestServer ingestServer(io, **store);
+  if (auto s = ingestServer.start(); !s) return Status::error("--ingest: " + s.message());
+
+  http::HttpOptions ho;
+  ho.address = httpAddr->host;
+  ho.port = httpAddr->port;
+  ho.webRoot = options.webRoot;
+  http::HttpServer httpServer(ho, **store);
+  if (auto s = httpServer.start(); !s) {
+    ingestServer.stop();
+    return Status::error("--http: " + s.message());
+  }
+  const std::string httpBound = httpAddr->host + ":" + std::to_string(httpServer.port());
+  logInfo(kComponent, "collector ready: ingest " + ingestServer.endpoint() + ", http " +
+                          httpBound + ", database " + so.path + ", web root " +
+                          (options.webRoot.empty() ? std::string("(none)") : options.webRoot) +
+                          ", pid " + std::to_string(getpid()));
+  if (!options.readyFile.empty()) {
+    if (auto s = writeReadyFile(options.readyFile, ingestServer.endpoint(), httpBound); !s) {
+      httpServer.stop();
+      ingestServer.stop();
+      return s;
+    }
+  }
+
+  int64_t nextRetention =
+      monotonicNowNs() + std::chrono::nanoseconds(options.retentionInterval).count();
+  for (;;) {
+    timespec wait{0, 500'000'000};
+    int sig = sigtimedwait(&signals, nullptr, &wait);
+    if (sig == SIGINT || sig == SIGTERM) {
+      logInfo(kComponent, std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+                              ", stopping");
+      break;
+    }
+    if (monotonicNowNs() >= nextRetention) {
+      retention(**store);
+      nextRetention =
+          monotonicNowNs() + std::chrono::nanoseconds(options.retentionInterval).count();
+    }
+  }
+  httpServer.stop();
+  // Commits what ingest holds and sends its acks before the socket closes.
+  ingestServer.stop();
+  auto is = ingestServer.stats();
+  auto ss = (*store)->stats();
+  logInfo(kComponent, "stopped: " + std::to_string(is.itemsStored) + " items stored, " +
+                          std::to_string(is.acksSent) + " acks sent this run; database holds " +
+                          std::to_string(ss.stepRows) + " step rows");
+  return Status::ok();
+}
+
+}  // namespace trainscope::collector

@@ -1,0 +1,42 @@
+// The trainscope collector daemon: opens storage, binds ingest and the HTTP server, applies
+// retention hourly and stops cleanly on SIGINT/SIGTERM. run() is called once, from main.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "common/status.h"
+
+namespace trainscope::collector {
+
+struct CollectorOptions {
+  // Where the database lives (DIR/trainscope.db); created if missing. Put it on a local disk:
+  // ingest speed is bounded by its write bandwidth.
+  std::string dataDir = "./trainscope-data";
+  // Where agents connect (ZeroMQ). Port 0 or * picks a free port; the ready file says which.
+  std::string ingest = "tcp://127.0.0.1:7601";
+  // HTTP API, dashboard and /metrics, as ADDR:PORT. Loopback by default: the API has no auth.
+  std::string http = "127.0.0.1:7600";
+  // Steps and host samples older than this (by receive time) are deleted: shorter keeps the
+  // disk small, longer keeps more history. 0 keeps everything.
+  double retentionHours = 168;
+  // How often retention runs: more often deletes in smaller bites.
+  std::chrono::seconds retentionInterval{3600};
+  // Dashboard files; "" serves none (see defaultWebRoot()).
+  std::string webRoot;
+  // Once ingest and HTTP are bound, {"ingest", "http", "pid"} is written here atomically; "" =
+  // none. Lets a supervisor or a test learn the ports picked for port 0.
+  std::string readyFile;
+  // SQLite synchronous=FULL survives power loss at some ingest speed; NORMAL (default)
+  // survives process crashes.
+  bool synchronousFull = false;
+};
+
+// The repository's web/ directory when it exists (a build run from the source tree), else "".
+std::string defaultWebRoot();
+
+// Runs until SIGINT or SIGTERM, then commits and acks what ingest holds and returns. Fails
+// with a message naming the option at fault when something cannot start.
+Status run(const CollectorOptions& options);
+
+}  // namespace trainscope::collector
