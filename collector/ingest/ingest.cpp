@@ -77,7 +77,9 @@ struct IngestServer::Impl {
   std::deque<Commit> queue;                // guarded by mu
   bool writerBusy = false;                 // guarded by mu
   bool writerExit = false;                 // guarded by mu
-  std::deque<std::vector<AckTo>> done;     // guarded by mu: committed, acks not yet sent
+  // Guarded by mu: committed, acks not yet sent. The whole Commit comes back so its batch is
+  // freed on the socket thread that allocated it, off the writer.
+  std::deque<Commit> done;
 
   // Counters.
   std::atomic<uint64_t> frames{0}, batches{0}, itemsStored{0}, stepsStored{0}, heartbeats{0},
@@ -152,13 +154,13 @@ struct IngestServer::Impl {
   }
 
   void sendCompletedAcks() {
-    std::deque<std::vector<AckTo>> ready;
+    std::deque<Commit> ready;
     {
       std::lock_guard lock(mu);
       ready.swap(done);
     }
-    for (const auto& acks : ready) {
-      for (const auto& a : acks) {
+    for (const auto& commit : ready) {
+      for (const auto& a : commit.acks) {
         wire::Envelope env;
         env.mutable_ack()->set_seq(a.seq);
         sendTo(a.peer, wire::encode(env));
@@ -197,6 +199,9 @@ struct IngestServer::Impl {
             rejectItem(std::move(*r));
             break;
           }
+          // Encoding the stored detail here keeps it off the writer, the slower stage.
+          pending.batch.stepDetails.emplace_back();
+          item.step().SerializeToString(&pending.batch.stepDetails.back());
           pending.batch.steps.push_back(std::move(*item.mutable_step()));
           ++pending.items;
           break;
@@ -499,7 +504,7 @@ struct IngestServer::Impl {
       }
       {
         std::lock_guard lock(mu);
-        if (s) done.push_back(std::move(c.acks));
+        if (s) done.push_back(std::move(c));
         writerBusy = false;
       }
       try {

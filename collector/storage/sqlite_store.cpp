@@ -406,15 +406,22 @@ Status SqliteStore::writeLocked(const WriteBatch& batch, uint64_t* inserted,
   const std::string* lastJob = nullptr;
   int64_t lastJobId = -1;
   auto* insert = stmts_[kInsertStep];
-  for (const auto& report : batch.steps) {
+  const bool haveDetails = batch.stepDetails.size() == batch.steps.size();
+  for (size_t i = 0; i < batch.steps.size(); ++i) {
+    const auto& report = batch.steps[i];
     if (lastJob == nullptr || *lastJob != report.job()) {
       auto jobId = jobIdLocked(report.job(), now);
       if (!jobId) return jobId.status();
       lastJob = &report.job();
       lastJobId = *jobId;
     }
-    detail.clear();
-    report.SerializeToString(&detail);
+    const std::string* blob = &detail;
+    if (haveDetails) {
+      blob = &batch.stepDetails[i];
+    } else {
+      detail.clear();
+      report.SerializeToString(&detail);
+    }
     sqlite3_bind_int64(insert, 1, lastJobId);
     sqlite3_bind_int64(insert, 2, report.rank());
     sqlite3_bind_int64(insert, 3, report.step());
@@ -428,7 +435,7 @@ Status SqliteStore::writeLocked(const WriteBatch& batch, uint64_t* inserted,
     sqlite3_bind_int64(insert, 11, toI64(report.records()));
     sqlite3_bind_int64(insert, 12, toI64(report.dropped()));
     sqlite3_bind_int64(insert, 13, now);
-    bindBlob(insert, 14, detail);
+    bindBlob(insert, 14, *blob);
     int rc = sqlite3_step(insert);
     sqlite3_reset(insert);
     if (rc != SQLITE_DONE) return Status::error(sqlError(writeDb_, "storage: inserting step"));

@@ -38,6 +38,10 @@ struct WriteBatch {
   std::vector<wire::HostSample> hosts;
   std::vector<NodeUpdate> nodes;
   int64_t receivedNs = 0;                  // collector clock when the batch arrived
+  // Optional: stepDetails[i] is steps[i] already serialized (a wire::StepReport). When its size
+  // matches steps, the store keeps these bytes instead of encoding each report again, which
+  // lets ingest do that work on its socket thread, off the single writer.
+  std::vector<std::string> stepDetails;
   bool empty() const {
     return steps.empty() && ranks.empty() && goodbyes.empty() && hosts.empty() && nodes.empty();
   }

@@ -4,11 +4,14 @@
 // Batch envelopes per schema/PROTOCOL.md (first send to last ack). Prints numbers; asserts
 // nothing.
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -72,6 +75,34 @@ struct TempDir {
   ~TempDir() { std::filesystem::remove_all(path); }
   std::string path;
 };
+
+// CPU seconds used so far by each thread of this process whose name starts with "ts-" or
+// "ZMQ", to show which stage is the bottleneck.
+std::string threadCpu() {
+  std::string out;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream commFile(entry.path() / "comm");
+    std::string comm;
+    std::getline(commFile, comm);
+    if (comm.rfind("ts-", 0) != 0 && comm.rfind("ZMQ", 0) != 0) continue;
+    std::ifstream statFile(entry.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(statFile)), std::istreambuf_iterator<char>());
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(stat.substr(close + 2));
+    std::string f;
+    double utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && fields >> f; ++i) {
+      if (i == 14) utime = std::stod(f);
+      if (i == 15) stime = std::stod(f);
+    }
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " %s=%.2fs", comm.c_str(), (utime + stime) / tick);
+    out += buf;
+  }
+  return out;
+}
 
 double seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -185,6 +216,7 @@ int socketBench(size_t reports, size_t clients, size_t itemsPerBatch, size_t win
   }
   for (auto& t : threads) t.join();
   auto t1 = std::chrono::steady_clock::now();
+  const std::string cpu = threadCpu();
   server.stop();
   if (failed) {
     std::fprintf(stderr, "socket bench: a client timed out waiting for acks\n");
@@ -197,6 +229,7 @@ int socketBench(size_t reports, size_t clients, size_t itemsPerBatch, size_t win
               static_cast<double>(perClient * clients) / seconds(t0, t1), itemsPerBatch, window,
               static_cast<unsigned long long>(stats.itemsStored),
               static_cast<double>(stats.lastCommitNs) / 1e6);
+  std::printf("  CPU by thread:%s\n", cpu.c_str());
   return 0;
 }
 

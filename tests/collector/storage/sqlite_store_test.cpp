@@ -435,3 +435,18 @@ TEST_CASE("storage: reads see committed rows while another thread writes") {
   CHECK_FALSE(failed);
   CHECK(store->stats().stepRows == 1600);
 }
+
+TEST_CASE("storage: pre-encoded step details are stored as given") {
+  auto store = open(":memory:");
+  WriteBatch b;
+  b.steps.push_back(report("j", 0, 0, 100));
+  auto encoded = report("j", 0, 0, 100);
+  encoded.mutable_ops(0)->set_name("from-pre-encoded");
+  b.stepDetails.push_back(encoded.SerializeAsString());
+  REQUIRE(store->write(b).isOk());
+  auto rows = store->steps(sq("j", 0, {}, {}, 10, true));
+  REQUIRE(rows.isOk());
+  REQUIRE(rows->size() == 1);
+  REQUIRE((*rows)[0].ops.size() == 1);
+  CHECK((*rows)[0].ops[0].name() == "from-pre-encoded");
+}
