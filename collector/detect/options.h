@@ -14,7 +14,8 @@ namespace trainscope::detect {
 struct PersistenceOptions {
   int warmupSamples = 10;     // first samples ignored (compile, caches); more = later first alarm
   int baselineMin = 20;       // samples needed to learn a baseline before judging; more = steadier
-  int baselineSize = 64;      // baseline ring (median/MAD); larger = slower to follow slow drift
+  int baselineSize = 256;     // baseline ring (median/MAD); larger = steadier, and slower to
+                              // absorb a regression not yet fired on (or to follow a drift)
   int window = 20;            // recent samples judged; larger = fewer false alarms, slower
   int fireCount = 15;         // exceeding samples in the window to open; lower = faster, noisier
   int releaseCount = 4;       // at most this many exceeding samples to resolve

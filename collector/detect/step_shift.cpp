@@ -28,7 +28,11 @@ void StepShiftCore::refreshReference() {
 
 bool StepShiftCore::predictedSpike(int64_t step) const {
   if (period_ <= 0 || lastSpike_ < 0) return false;
-  int64_t r = (step - lastSpike_) % period_;
+  // Near a multiple of the period after the last spike, never right after it: a step next to
+  // a spike must not count as the next one (that would chain through a real shift).
+  int64_t d = step - lastSpike_;
+  if (d < period_ - o_.spikeJitter) return false;
+  int64_t r = d % period_;
   return r <= o_.spikeJitter || period_ - r <= o_.spikeJitter;
 }
 
