@@ -25,7 +25,7 @@ HangDetector::RankState& HangDetector::state(uint32_t rank) {
 }
 
 int64_t HangDetector::threshold(const RankState& st) const {
-  double typical = st.durations.empty() ? 0.0 : median(st.durations.values());
+  double typical = st.typical;
   double t = std::max({o_.stepMultiple * typical, static_cast<double>(o_.floorNs),
                        o_.longestStepMultiple * st.longest});
   return static_cast<int64_t>(t);
@@ -58,6 +58,7 @@ void HangDetector::observe(const wire::StepReport& report, const RankContext& ct
     double d = static_cast<double>(report.duration_ns());
     st.durations.push(d);
     st.longest = std::max(st.longest, d);
+    if (st.durations.size() < 8 || st.stepsSeen % 8 == 0) st.typical = median(st.durations.values());
   }
   if (st.gone) {
     st.gone = false;
@@ -142,7 +143,7 @@ void HangDetector::tick(int64_t nowNs) {
   a.detectedNs = nowNs;
   a.magnitude = thr > 0 ? static_cast<double>(silence) / static_cast<double>(thr) : 1.0;
   a.confidence = std::min(1.0, 0.5 + 0.25 * a.magnitude);
-  double typical = first.durations.empty() ? 0.0 : median(first.durations.values());
+  double typical = first.typical;
   a.evidence = {{"silent_s", static_cast<double>(silence) / 1e9},
                 {"threshold_s", static_cast<double>(thr) / 1e9},
                 {"typical_step_ms", typical / 1e6},

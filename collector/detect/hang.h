@@ -44,6 +44,7 @@ private:
     int64_t lastActivityNs = 0;
     Ring<double> durations;
     double longest = 0.0;
+    double typical = 0.0;   // median of durations, refreshed every few steps (tick reads it)
     int64_t stepsSeen = 0;
     std::string node;
     bool ended = false;

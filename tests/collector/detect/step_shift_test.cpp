@@ -123,3 +123,19 @@ TEST_CASE("step_shift: periodic spikes do not hide a real shift and are left out
   CHECK(std::llabs(shifts[0].onsetStep - 2000) <= 3);
   CHECK(shifts[0].magnitude < 1.4);
 }
+
+TEST_CASE("step_shift: a 2x shift starting right after a checkpoint step is not taken for spikes") {
+  SynthJob job;
+  job.seed = 14;
+  job.rng_.seed(14);
+  job.checkpointEvery = 50;
+  job.computeFactor = [](int64_t s, uint32_t) { return s >= 2001 ? 2.0 : 1.0; };
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  run(job, set, 0, 2200, &events);
+  INFO(describe(events));
+  auto shifts = ofKind(events, AnomalyKind::kStepShift);
+  REQUIRE(shifts.size() == 1);
+  CHECK(std::llabs(shifts[0].onsetStep - 2001) <= 1);
+  CHECK(shifts[0].detectedStep <= 2008);
+}
