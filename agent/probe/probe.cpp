@@ -58,11 +58,11 @@ std::vector<Record> Probe::flightSnapshot(int64_t fromStep, int64_t toStep) {
 }
 
 void Probe::onReport(std::function<void(const wire::StepReport&)> fn) {
-  if (handle_ != nullptr) reinterpret_cast<Instance*>(handle_)->onReport = std::move(fn);
+  if (handle_ != nullptr) reinterpret_cast<Instance*>(handle_)->setOnReport(std::move(fn));
 }
 
 void Probe::onCommand(std::function<void(const wire::Command&)> fn) {
-  if (handle_ != nullptr) reinterpret_cast<Instance*>(handle_)->onCommand = std::move(fn);
+  if (handle_ != nullptr) reinterpret_cast<Instance*>(handle_)->setOnCommand(std::move(fn));
 }
 
 }  // namespace trainscope::probe

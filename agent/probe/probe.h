@@ -76,9 +76,9 @@ public:
   FlightRecorder& flightRecorder();
   std::vector<Record> flightSnapshot(int64_t fromStep, int64_t toStep);
 
-  // Hooks run on the probe's runtime thread. Set them right after construction, before
-  // recording: every report built (also in fold-only mode), and every Command from the agent
-  // (the seam for capture; unset commands are logged once and ignored).
+  // Hooks that run on the probe's runtime thread (set from any thread): every report built
+  // (also in fold-only mode), and every Command from the agent (the seam for capture; unset,
+  // commands are logged once and ignored). Keep them short.
   void onReport(std::function<void(const wire::StepReport&)> fn);
   void onCommand(std::function<void(const wire::Command&)> fn);
 

@@ -41,6 +41,16 @@ Instance::Instance(ProbeConfig config)
 
 Instance::~Instance() = default;
 
+void Instance::setOnReport(std::function<void(const wire::StepReport&)> fn) {
+  std::lock_guard<std::mutex> lock(hooksMu_);
+  onReport_ = std::move(fn);
+}
+
+void Instance::setOnCommand(std::function<void(const wire::Command&)> fn) {
+  std::lock_guard<std::mutex> lock(hooksMu_);
+  onCommand_ = std::move(fn);
+}
+
 Ring* Instance::registerRing(int slot) {
   // Threads past kMaxThreadSlots find their rings here; only this thread touches its map.
   thread_local std::unordered_map<uint64_t, Ring*> tRings;
@@ -80,8 +90,9 @@ Status Instance::open(void* zmqContext) {
   t.backlogReports = config_.backlogReports;
   transport_ = std::make_unique<Transport>(zmqContext, t, std::move(info));
   transport_->onCommand = [this](const wire::Command& cmd) {
-    if (onCommand) {
-      onCommand(cmd);
+    std::lock_guard<std::mutex> lock(hooksMu_);
+    if (onCommand_) {
+      onCommand_(cmd);
     } else {
       logOnce(LogLevel::kInfo, "probe", "command-ignored",
               "received command '" + cmd.id() +
@@ -113,15 +124,19 @@ void Instance::service(int64_t nowNs, bool closing) {
   } else {
     folder_.endPass();
   }
-  for (FoldedStep& f : folder_.take()) {
+  std::vector<FoldedStep> folded = folder_.take();
+  std::unique_lock<std::mutex> hooks(hooksMu_, std::defer_lock);
+  if (!folded.empty()) hooks.lock();
+  for (FoldedStep& f : folded) {
     f.report.set_dropped(dropped - droppedReported_);
     droppedReported_ = dropped;
     const int64_t step = f.report.step();
-    if (onReport) onReport(f.report);
+    if (onReport_) onReport_(f.report);
     if (transport_ != nullptr) transport_->addReport(std::move(f.report));
     flight_.add(step, std::move(f.records));
     stepsFolded_.fetch_add(1, std::memory_order_relaxed);
   }
+  if (hooks.owns_lock()) hooks.unlock();
   unattributed_.store(folder_.unattributed(), std::memory_order_relaxed);
   if (closing && !finished) {
     if (transport_ != nullptr) transport_->addGoodbye(folder_.lastStep(), wallNowNs());

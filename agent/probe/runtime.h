@@ -45,11 +45,12 @@ public:
   // Any thread.
   void stats(ts_probe_stats* out) const;
   FlightRecorder& flight() { return flight_; }
-  // Called on the runtime thread with every report built (fold-only mode included).
-  // Set before recording starts; not synchronized with the runtime thread.
-  std::function<void(const wire::StepReport&)> onReport;
-  // Called on the runtime thread for every Command from the agent (the capture seam).
-  std::function<void(const wire::Command&)> onCommand;
+  // Any thread. `fn` runs on the runtime thread with every report built (fold-only mode
+  // included); keep it short, it delays every instance's draining.
+  void setOnReport(std::function<void(const wire::StepReport&)> fn);
+  // Any thread. `fn` runs on the runtime thread for every Command from the agent (the seam
+  // for capture work); unset, commands are logged once and ignored.
+  void setOnCommand(std::function<void(const wire::Command&)> fn);
 
   // Runtime thread only.
   Status open(void* zmqContext);
@@ -75,6 +76,10 @@ private:
   uint64_t droppedReported_ = 0;              // ring drops already put in a report
   int64_t lastIoNs_ = 0;
   std::vector<Ring*> ringView_;               // runtime thread's copy of rings_
+
+  std::mutex hooksMu_;
+  std::function<void(const wire::StepReport&)> onReport_;  // guarded by hooksMu_
+  std::function<void(const wire::Command&)> onCommand_;    // guarded by hooksMu_
 
   std::atomic<uint64_t> records_{0};
   std::atomic<uint64_t> dropped_{0};
