@@ -178,6 +178,12 @@ struct Agent::Impl {
 
   // Timers (monotonic ns).
   int64_t nextSample = 0, nextHeartbeat = 0, nextHello = 0, nextSync = 0;
+  int64_t nextProbeDrain = 0;  // the probe socket is not polled before this
+
+  // What one drain of the probe socket collected: written with one append, then acked.
+  std::vector<std::string> inRecords;
+  std::vector<std::pair<std::string, uint64_t>> inAcks;  // routing id, batch seq
+  uint64_t inBatchItems = 0;
 
   RateLimitedLog rejectLog{std::chrono::seconds(5)};
   RateLimitedLog upstreamLog{std::chrono::seconds(5)};
@@ -190,6 +196,7 @@ struct Agent::Impl {
   Status start();
   Status run();
   void drainProbes(int64_t now);
+  void flushProbeInput(int64_t now);
   void handleProbeFrame(const std::string& rid, const zmq::message_t& frame, int64_t now);
   void registerRank(const std::string& rid, const wire::RankInfo& info, int64_t now, bool* changed);
   void reject(const std::string& rid, const std::string& reason, const std::string& detail);
@@ -333,18 +340,16 @@ void Agent::Impl::handleProbeFrame(const std::string& rid, const zmq::message_t&
       bool changed = false;
       registerRank(rid, *info, now, &changed);
       // Periodic hellos only refresh the registry; the collector hears of new or changed ranks.
-      if (changed) spoolItems({wire::encode(env)}, now);
+      if (changed) inRecords.push_back(wire::encode(env));
       return;
     }
     case wire::Envelope::kRankGoodbye: {
       ranks.erase(std::make_pair(env.rank_goodbye().job(), env.rank_goodbye().rank()));
-      spoolItems({wire::encode(env)}, now);
+      inRecords.push_back(wire::encode(env));
       return;
     }
     case wire::Envelope::kBatch: {
       auto* batch = env.mutable_batch();
-      std::vector<std::string> records;
-      records.reserve(static_cast<size_t>(batch->items_size()));
       for (auto& item : *batch->mutable_items()) {
         if (!allowedItem(item.body_case())) {
           reject("", "bad_item", "batch " + std::to_string(batch->seq()) +
@@ -366,14 +371,10 @@ void Agent::Impl::handleProbeFrame(const std::string& rid, const zmq::message_t&
                                            std::to_string(batch->seq()));
           continue;
         }
-        records.push_back(std::move(rec));
+        inRecords.push_back(std::move(rec));
+        ++inBatchItems;
       }
-      if (!spoolItems(records, now)) return;  // no ack: the probe sends it again
-      ++counters.probeBatches;
-      counters.probeItems += records.size();
-      wire::Envelope ack;
-      ack.mutable_ack()->set_seq(batch->seq());
-      sendToProbe(rid, ack);
+      inAcks.emplace_back(rid, batch->seq());
       return;
     }
     default:
@@ -387,10 +388,10 @@ void Agent::Impl::handleProbeFrame(const std::string& rid, const zmq::message_t&
 void Agent::Impl::drainProbes(int64_t now) {
   for (int i = 0; i < kDrainLimit; ++i) {
     zmq::message_t rid;
-    if (!probes.recv(rid, zmq::recv_flags::dontwait)) return;
+    if (!probes.recv(rid, zmq::recv_flags::dontwait)) break;
     if (!rid.more()) continue;
     zmq::message_t frame;
-    if (!probes.recv(frame, zmq::recv_flags::dontwait)) return;
+    if (!probes.recv(frame, zmq::recv_flags::dontwait)) break;
     std::string ridStr = rid.to_string();
     if (frame.more()) {
       // One frame per message is the protocol; drop the extra parts.
@@ -401,6 +402,25 @@ void Agent::Impl::drainProbes(int64_t now) {
     }
     handleProbeFrame(ridStr, frame, now);
   }
+  flushProbeInput(now);
+}
+
+void Agent::Impl::flushProbeInput(int64_t now) {
+  // One write for everything this drain collected, then the acks: an ack always follows
+  // the write of its batch, and a failed write acks nothing (the probes send again).
+  bool ok = spoolItems(inRecords, now);
+  if (ok) {
+    counters.probeBatches += inAcks.size();
+    counters.probeItems += inBatchItems;
+    for (const auto& [rid, seq] : inAcks) {
+      wire::Envelope ack;
+      ack.mutable_ack()->set_seq(seq);
+      sendToProbe(rid, ack);
+    }
+  }
+  inRecords.clear();
+  inAcks.clear();
+  inBatchItems = 0;
 }
 
 void Agent::Impl::handleAck(uint64_t seq) {
@@ -612,6 +632,7 @@ void Agent::Impl::pumpUpstream(int64_t now) {
 
 int64_t Agent::Impl::nextDeadline(int64_t now) const {
   int64_t d = std::min({nextSample, nextHeartbeat, nextHello, nextSync});
+  if (nextProbeDrain > now) d = std::min(d, nextProbeDrain);
   if (!inflight.empty()) d = std::min(d, inflight.front().sentMono + opts.resendTimeoutMs * kMs);
   bool windowOpen = inflight.size() < static_cast<size_t>(opts.windowBatches);
   if (windowOpen && unsentSinceMono != 0) {
@@ -640,8 +661,11 @@ Status Agent::Impl::run() {
     int64_t now = monotonicNowNs();
     long timeoutMs = static_cast<long>((nextDeadline(now) - now + kMs - 1) / kMs);
     timeoutMs = std::min(timeoutMs, 1000L);
+    // Between drains the probe socket is left out of the poll, so messages from many ranks
+    // are read, written and acked together instead of waking the loop one by one.
+    bool pollProbes = now >= nextProbeDrain;
     zmq_pollitem_t items[] = {
-        {probes.handle(), 0, ZMQ_POLLIN, 0},
+        {probes.handle(), 0, static_cast<short>(pollProbes ? ZMQ_POLLIN : 0), 0},
         {upstream.handle(), 0, ZMQ_POLLIN, 0},
         {monitor.handle(), 0, ZMQ_POLLIN, 0},
         {nullptr, stopFd, ZMQ_POLLIN, 0},
@@ -654,7 +678,10 @@ Status Agent::Impl::run() {
     now = monotonicNowNs();
     try {
       if (rc > 0) {
-        if (items[0].revents & ZMQ_POLLIN) drainProbes(now);
+        if (items[0].revents & ZMQ_POLLIN) {
+          drainProbes(now);
+          nextProbeDrain = now + opts.probeCoalesceMs * kMs;
+        }
         if (items[1].revents & ZMQ_POLLIN) drainUpstream(now);
         if (items[2].revents & ZMQ_POLLIN) drainMonitor(now);
       }

@@ -38,6 +38,10 @@ int main(int argc, char** argv) {
   app.add_option("--batch-linger-ms", opts.batchLingerMs,
                  "how long spooled items may wait to fill an upstream batch")
       ->capture_default_str();
+  app.add_option("--probe-coalesce-ms", opts.probeCoalesceMs,
+                 "least time between two reads of the probe socket; longer costs less CPU with "
+                 "many ranks and delays acks")
+      ->capture_default_str();
   app.add_option("--window", opts.windowBatches, "upstream batches in flight before waiting for an ack")
       ->capture_default_str();
   app.add_option("--resend-timeout-ms", opts.resendTimeoutMs,

@@ -50,6 +50,10 @@ Status finalizeOptions(AgentOptions& opts) {
       return Status::error(std::string(p.flag) + ": must be positive, got " + std::to_string(p.value));
     }
   }
+  if (opts.probeCoalesceMs < 0 || opts.probeCoalesceMs > 500) {
+    return Status::error("--probe-coalesce-ms: must be within 0..500, got " +
+                         std::to_string(opts.probeCoalesceMs));
+  }
   if (opts.batchLingerMs < 0) {
     return Status::error("--batch-linger-ms: must not be negative, got " +
                          std::to_string(opts.batchLingerMs));

@@ -36,6 +36,9 @@ struct AgentOptions {
   // How long spooled items may wait to fill an upstream batch. Longer means fewer, larger
   // batches (less CPU) for more delivery latency.
   int batchLingerMs = 100;
+  // Least time between two reads of the probe socket. Longer wakes the agent less often
+  // (less CPU with many ranks) for later acks; probes resend only after 1 s without one.
+  int probeCoalesceMs = 20;
   // Upstream batches in flight before waiting for an ack. More hides latency, resends more.
   int windowBatches = 4;
   // Resend from the oldest unacked batch after this long without an ack.

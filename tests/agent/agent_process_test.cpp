@@ -1,0 +1,209 @@
+// Runs the real trainscope-agent executable (path in $TRAINSCOPE_AGENT_BIN): flag errors,
+// --help, stale/live socket handling and graceful shutdown on SIGTERM.
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <zmq.hpp>
+
+#include "agent/spool.h"
+#include "schema/wire.h"
+#include "tests/agent/temp_dir.h"
+
+namespace wire = trainscope::wire;
+using trainscope::agent::testing::TempDir;
+
+namespace {
+
+std::string agentBin() {
+  const char* p = std::getenv("TRAINSCOPE_AGENT_BIN");
+  return p != nullptr ? p : "";
+}
+
+// A child process with its stdout+stderr in a file; killed if still running at the end.
+class Proc {
+public:
+  Proc(const std::vector<std::string>& args, const std::string& logPath) : log_(logPath) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int fd = ::open(logPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+      std::vector<char*> argv;
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+  }
+  ~Proc() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  // Exit code, or -1 if it did not exit within the timeout (-2 when killed by a signal).
+  int wait(int timeoutMs = 10000) {
+    for (int waited = 0; waited <= timeoutMs; waited += 10) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -2;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+  void signal(int sig) { ::kill(pid_, sig); }
+  std::string output() const {
+    std::ifstream in(log_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+private:
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  std::string log_;
+};
+
+bool waitForFile(const std::string& path, const std::string& text = "", int timeoutMs = 10000) {
+  for (int waited = 0; waited <= timeoutMs; waited += 10) {
+    if (std::filesystem::exists(path)) {
+      if (text.empty()) return true;
+      std::ifstream in(path);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      if (ss.str().find(text) != std::string::npos) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// Leaves a socket file with no listener behind, as a killed agent does.
+void makeStaleSocket(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  ::close(fd);
+}
+
+std::vector<std::string> baseArgs(const TempDir& tmp, const std::string& spool) {
+  return {agentBin(),      "--endpoint",  "ipc://" + tmp.sub("agent.sock"),
+          "--collector",   "tcp://127.0.0.1:1", "--node", "proc-test",
+          "--spool-dir",   tmp.sub(spool)};
+}
+
+}  // namespace
+
+TEST_CASE("agent executable names the flag in its errors and documents every flag") {
+  if (agentBin().empty()) {
+    WARN("TRAINSCOPE_AGENT_BIN not set");
+    std::exit(77);
+  }
+  TempDir tmp;
+  {
+    Proc p({agentBin(), "--endpoint", "/tmp/x.sock"}, tmp.sub("bad1.log"));
+    CHECK(p.wait() == 2);
+    CHECK_THAT(p.output(), Catch::Contains("--endpoint") && Catch::Contains("ipc://"));
+  }
+  {
+    Proc p({agentBin(), "--collector", "http://x:1"}, tmp.sub("bad2.log"));
+    CHECK(p.wait() == 2);
+    CHECK_THAT(p.output(), Catch::Contains("--collector"));
+  }
+  {
+    Proc p({agentBin(), "--sample-interval-ms", "0"}, tmp.sub("bad3.log"));
+    CHECK(p.wait() == 2);
+    CHECK_THAT(p.output(), Catch::Contains("--sample-interval-ms"));
+  }
+  {
+    Proc p({agentBin(), "--help"}, tmp.sub("help.log"));
+    CHECK(p.wait() == 0);
+    std::string help = p.output();
+    for (const char* flag : {"--collector", "--endpoint", "--node", "--spool-dir",
+                             "--spool-max-bytes", "--sample-interval-ms", "--heartbeat-interval-ms",
+                             "--proc-root", "--log-level"}) {
+      CHECK_THAT(help, Catch::Contains(flag));
+    }
+    CHECK_THAT(help, Catch::Contains("tcp://127.0.0.1:7601"));
+    CHECK_THAT(help, Catch::Contains("ipc:///tmp/trainscope-agent.sock"));
+  }
+}
+
+TEST_CASE("agent replaces a stale socket, refuses a live one and flushes its spool on SIGTERM") {
+  if (agentBin().empty()) std::exit(77);
+  TempDir tmp;
+  std::string sock = tmp.sub("agent.sock");
+  makeStaleSocket(sock);
+  REQUIRE(std::filesystem::exists(sock));
+
+  Proc first(baseArgs(tmp, "spool1"), tmp.sub("first.log"));
+  REQUIRE(waitForFile(tmp.sub("first.log"), "probes on"));
+  CHECK_THAT(first.output(), Catch::Contains("removed stale socket"));
+
+  // A probe's batch is spooled and acked although no collector is reachable.
+  {
+    zmq::context_t ctx;
+    zmq::socket_t probe(ctx, zmq::socket_type::dealer);
+    probe.set(zmq::sockopt::linger, 0);
+    probe.connect("ipc://" + sock);
+    wire::Envelope batch;
+    batch.mutable_batch()->set_seq(7);
+    auto* step = batch.mutable_batch()->add_items()->mutable_step();
+    step->set_job("j");
+    step->set_step(1);
+    std::string data = wire::encode(batch);
+    probe.send(zmq::buffer(data), zmq::send_flags::none);
+    zmq::pollitem_t item{probe.handle(), 0, ZMQ_POLLIN, 0};
+    REQUIRE(zmq::poll(&item, 1, std::chrono::milliseconds(5000)) == 1);
+    zmq::message_t reply;
+    REQUIRE(probe.recv(reply, zmq::recv_flags::none));
+    auto env = wire::decode(reply.data(), reply.size());
+    REQUIRE(env.isOk());
+    REQUIRE(env->has_ack());
+    CHECK(env->ack().seq() == 7);
+  }
+
+  Proc second(baseArgs(tmp, "spool2"), tmp.sub("second.log"));
+  CHECK(second.wait() == 1);
+  CHECK_THAT(second.output(), Catch::Contains("already listening"));
+
+  first.signal(SIGTERM);
+  CHECK(first.wait() == 0);
+  CHECK_THAT(first.output(), Catch::Contains("stopping"));
+  CHECK_FALSE(std::filesystem::exists(sock));
+
+  // The acked batch is on disk for the next agent.
+  trainscope::agent::SpoolOptions so;
+  so.dir = tmp.sub("spool1");
+  auto spool = trainscope::agent::Spool::open(so);
+  REQUIRE(spool.isOk());
+  std::vector<std::string> records;
+  uint64_t next = 0;
+  REQUIRE((*spool)->read(0, 100, 1 << 20, &records, &next).isOk());
+  bool foundStep = false;
+  for (const auto& r : records) {
+    auto e = wire::decode(r.data(), r.size());
+    REQUIRE(e.isOk());
+    if (e->has_step() && e->step().job() == "j") foundStep = true;
+  }
+  CHECK(foundStep);
+}
