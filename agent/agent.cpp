@@ -171,6 +171,9 @@ struct Agent::Impl {
 
   // Upstream sending state.
   uint64_t sendCursor = 0;         // next spool index to send
+  uint64_t highestSent = 0;        // highest batch seq ever sent (acks above it are bogus)
+  std::string heldFrame;           // a built batch the socket refused, sent again as is
+  uint64_t heldSeq = 0;            // its seq; 0 when none is held
   std::deque<InFlight> inflight;   // oldest first
   int64_t unsentSinceMono = 0;     // when the oldest unsent record was appended; 0: none
   int64_t retryAtMono = 0;         // no send attempts before this
@@ -425,13 +428,19 @@ void Agent::Impl::flushProbeInput(int64_t now) {
 
 void Agent::Impl::handleAck(uint64_t seq) {
   if (seq <= spool->ackedIndex()) return;  // a late ack of something already acked
-  if (seq > sendCursor) {
+  if (seq > highestSent) {
     upstreamLog.log(LogLevel::kWarn, kLog, "collector acked seq " + std::to_string(seq) +
                                                 " beyond what was sent (" +
-                                                std::to_string(sendCursor) + "); ignoring it");
+                                                std::to_string(highestSent) + "); ignoring it");
     return;
   }
   spool->ack(seq);
+  // A late ack of a batch sent before a restart of sending also moves the cursor on.
+  if (seq > sendCursor) {
+    sendCursor = seq;
+    heldSeq = 0;
+    heldFrame.clear();
+  }
   while (!inflight.empty() && inflight.front().seq <= seq) inflight.pop_front();
 }
 
@@ -516,6 +525,8 @@ void Agent::Impl::restartFromAcked(const std::string& why) {
   }
   inflight.clear();
   sendCursor = from;
+  heldSeq = 0;
+  heldFrame.clear();
   if (spool->nextIndex() > from) unsentSinceMono = 1;  // long ago: send at once
 }
 
@@ -597,36 +608,49 @@ void Agent::Impl::takeSample(int64_t now) {
 
 void Agent::Impl::pumpUpstream(int64_t now) {
   if (now < retryAtMono) return;
+  // Without a collector (ZMQ_IMMEDIATE refuses sends) there is nothing to try; the monitor
+  // reports the handshake that opens the way again.
+  if (!connected) return;
   while (inflight.size() < static_cast<size_t>(opts.windowBatches)) {
-    sendCursor = std::max(sendCursor, spool->firstUnacked());
+    if (sendCursor < spool->firstUnacked()) {
+      sendCursor = spool->firstUnacked();  // the spool bound dropped what we were at
+      heldSeq = 0;
+      heldFrame.clear();
+    }
     uint64_t unsent = spool->nextIndex() - sendCursor;
     if (unsent == 0) {
       unsentSinceMono = 0;
       return;
     }
-    if (unsent < kMaxBatchItems && unsentSinceMono != 0 &&
-        now - unsentSinceMono < opts.batchLingerMs * kMs) {
-      return;  // let the batch fill; the loop wakes at the linger deadline
+    if (heldSeq == 0) {
+      if (unsent < kMaxBatchItems && unsentSinceMono != 0 &&
+          now - unsentSinceMono < opts.batchLingerMs * kMs) {
+        return;  // let the batch fill; the loop wakes at the linger deadline
+      }
+      std::vector<std::string> items;
+      uint64_t next = sendCursor;
+      Status st = spool->read(sendCursor, kMaxBatchItems, kMaxBatchBytes, &items, &next);
+      if (!st) {
+        spoolLog.log(LogLevel::kError, kLog, st.message());
+        retryAtMono = now + kRetryNs;
+        return;
+      }
+      if (next == sendCursor) return;
+      heldFrame = encodeBatchFrame(next, items);
+      heldSeq = next;
     }
-    std::vector<std::string> items;
-    uint64_t next = sendCursor;
-    Status st = spool->read(sendCursor, kMaxBatchItems, kMaxBatchBytes, &items, &next);
-    if (!st) {
-      spoolLog.log(LogLevel::kError, kLog, st.message());
-      retryAtMono = now + kRetryNs;
-      return;
-    }
-    if (next == sendCursor) return;
-    std::string frame = encodeBatchFrame(next, items);
-    if (!upstream.send(zmq::buffer(frame), zmq::send_flags::dontwait)) {
-      // No connected collector (ZMQ_IMMEDIATE) or a full pipe: the spool keeps it.
+    if (!upstream.send(zmq::buffer(heldFrame), zmq::send_flags::dontwait)) {
+      // The connection went away or its pipe is full: keep the frame for the next try.
       retryAtMono = now + kRetryNs;
       return;
     }
     ++counters.upstreamBatches;
-    inflight.push_back(InFlight{next, now});
-    sendCursor = next;
-    unsentSinceMono = sendCursor < spool->nextIndex() ? unsentSinceMono : 0;
+    inflight.push_back(InFlight{heldSeq, now});
+    highestSent = std::max(highestSent, heldSeq);
+    sendCursor = heldSeq;
+    heldSeq = 0;
+    heldFrame.clear();
+    if (sendCursor >= spool->nextIndex()) unsentSinceMono = 0;
   }
 }
 
@@ -635,7 +659,7 @@ int64_t Agent::Impl::nextDeadline(int64_t now) const {
   if (nextProbeDrain > now) d = std::min(d, nextProbeDrain);
   if (!inflight.empty()) d = std::min(d, inflight.front().sentMono + opts.resendTimeoutMs * kMs);
   bool windowOpen = inflight.size() < static_cast<size_t>(opts.windowBatches);
-  if (windowOpen && unsentSinceMono != 0) {
+  if (connected && windowOpen && unsentSinceMono != 0) {
     d = std::min(d, std::max(unsentSinceMono + opts.batchLingerMs * kMs, retryAtMono));
   }
   return std::max(d, now);
