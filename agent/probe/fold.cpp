@@ -233,6 +233,8 @@ void StepFolder::finalize(const Span& span) {
   auto clip = [&](int64_t a, int64_t b) {
     return std::make_pair(std::max(a, span.begin), std::min(b, span.end));
   };
+  out.records.reserve(out.records.size() + pending_.size());
+  compute.reserve(pending_.size());
   size_t kept = 0;
   for (Record& r : pending_) {
     if (r.t0 < span.begin) {

@@ -62,6 +62,11 @@ public:
   void setAutoAck(bool on) { autoAck_ = on; }
   // Acks everything received so far (cumulative).
   void ackNow() { ackRequested_ = true; }
+  // Sends `env` to the last peer heard from (from the agent's thread).
+  void sendToPeer(const wire::Envelope& env) {
+    std::lock_guard<std::mutex> lock(mu_);
+    outbox_.push_back(env);
+  }
 
   std::vector<ReceivedBatch> batches() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -111,6 +116,18 @@ private:
       zmq_pollitem_t item{sock_, 0, ZMQ_POLLIN, 0};
       zmq_poll(&item, 1, 10);
       if (ackRequested_.exchange(false) && !peer.empty()) sendAck(peer, maxSeq);
+      if (!peer.empty()) {
+        std::vector<wire::Envelope> out;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          out.swap(outbox_);
+        }
+        for (wire::Envelope& env : out) {
+          const std::string frame = wire::encode(env);
+          zmq_send(sock_, peer.data(), peer.size(), ZMQ_SNDMORE);
+          zmq_send(sock_, frame.data(), frame.size(), 0);
+        }
+      }
       if ((item.revents & ZMQ_POLLIN) == 0) continue;
       zmq_msg_t id;
       zmq_msg_t body;
@@ -141,6 +158,7 @@ private:
   std::atomic<bool> ackRequested_{false};
   std::mutex mu_;
   std::vector<ReceivedBatch> batches_;  // guarded by mu_
+  std::vector<wire::Envelope> outbox_;  // guarded by mu_
   std::thread thread_;
 };
 

@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <chrono>
 #include <thread>
 
@@ -148,4 +150,36 @@ TEST_CASE("destroy with no agent returns within its timeout") {
                       std::chrono::steady_clock::now() - t0)
                       .count();
   CHECK(ms < 1000);
+}
+
+TEST_CASE("commands from the agent reach the command hook; error replies do not break") {
+  TempDir dir;
+  const std::string ep = "ipc://" + dir.path() + "/agent.sock";
+  FakeAgent agent(ep);
+  Probe p(connected(ep));
+  REQUIRE(p.ok());
+  std::atomic<int> commands{0};
+  std::string lastId;
+  std::mutex mu;
+  p.onCommand([&](const trainscope::wire::Command& cmd) {
+    std::lock_guard<std::mutex> lock(mu);
+    lastId = cmd.id();
+    ++commands;
+  });
+  recordSteps(p, 0, 1);
+  REQUIRE(p.flush(5000) == 0);  // the agent knows the peer now
+  trainscope::wire::Envelope err = trainscope::wire::errorReply("version", "test");
+  agent.sendToPeer(err);
+  trainscope::wire::Envelope cmd;
+  cmd.mutable_command()->set_id("cap-1");
+  cmd.mutable_command()->mutable_capture()->set_start_step(10);
+  agent.sendToPeer(cmd);
+  REQUIRE(FakeAgent::waitFor([&] { return commands.load() == 1; }, 3000));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    CHECK(lastId == "cap-1");
+  }
+  recordSteps(p, 1, 2);  // still working after both
+  REQUIRE(p.flush(5000) == 0);
+  CHECK(agent.steps() == std::vector<int64_t>{0, 1});
 }
