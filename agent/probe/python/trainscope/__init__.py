@@ -162,7 +162,7 @@ def _probe():
         with _lock:
             if _handle is None:
                 _handle = lib.ts_default()
-                atexit.register(shutdown)
+                atexit.register(_shutdown_at_exit)
     return _handle
 
 
@@ -192,7 +192,7 @@ def init(**overrides):
         if lib.ts_init(ctypes.byref(cfg)) != 0:
             raise ProbeError("init(): " + lib.ts_last_error().decode(errors="replace"))
         _handle = lib.ts_default()
-        atexit.register(shutdown)
+        atexit.register(_shutdown_at_exit)
     return _handle
 
 
@@ -307,6 +307,16 @@ def stats():
     s = _Stats()
     _get_lib().ts_probe_get_stats(_probe(), ctypes.byref(s))
     return {name: getattr(s, name) for name, _ in _Stats._fields_}
+
+
+def _shutdown_at_exit():
+    # Never hold the interpreter's exit for long: wait for the goodbye's ack only when the
+    # agent has been heard from recently.
+    try:
+        connected = _handle is not None and stats()["connected"] == 1
+    except Exception:  # noqa: BLE001 - exit must go on
+        connected = False
+    shutdown(200 if connected else 0)
 
 
 def shutdown(timeout_ms=500):
