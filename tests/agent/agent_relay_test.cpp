@@ -78,6 +78,9 @@ private:
 
 wire::Envelope stepItem(int64_t step) {
   wire::Envelope e;
+  // The real probe stamps its items; odd steps go without, so the agent's re-encoding path
+  // is exercised next to the one that stores the probe's bytes as they came.
+  if (step % 2 == 0) e.set_schema_version(wire::kSchemaVersion);
   auto* s = e.mutable_step();
   s->set_job("jobA");
   s->set_rank(3);
