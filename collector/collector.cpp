@@ -140,8 +140,8 @@ Status run(const CollectorOptions& options) {
     return Status::error("--http: " + s.message());
   }
   const std::string httpBound = httpAddr->host + ":" + std::to_string(httpServer.port());
-  logInfo(kComponent, "collector ready: ingest " + ingestServer.endpoint() + ", http " +
-                          httpBound + ", database " + so.path + ", web root " +
+  logInfo(kComponent, "collector ready: ingest " + ingestServer.endpoint() + ", http " + httpBound +
+                          ", database " + so.path + ", web root " +
                           (options.webRoot.empty() ? std::string("(none)") : options.webRoot) +
                           ", pid " + std::to_string(getpid()));
   if (!options.readyFile.empty()) {
@@ -158,8 +158,8 @@ Status run(const CollectorOptions& options) {
     timespec wait{0, 500'000'000};
     int sig = sigtimedwait(&signals, nullptr, &wait);
     if (sig == SIGINT || sig == SIGTERM) {
-      logInfo(kComponent, std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
-                              ", stopping");
+      logInfo(kComponent,
+              std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ", stopping");
       break;
     }
     if (monotonicNowNs() >= nextRetention) {

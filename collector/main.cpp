@@ -12,8 +12,9 @@ int main(int argc, char** argv) {
   options.webRoot = trainscope::collector::defaultWebRoot();
   std::string logLevel = "info";
 
-  CLI::App app{"trainscope-collector: receives telemetry from trainscope agents, stores it in "
-               "SQLite and serves the HTTP API, dashboard and /metrics."};
+  CLI::App app{
+      "trainscope-collector: receives telemetry from trainscope agents, stores it in "
+      "SQLite and serves the HTTP API, dashboard and /metrics."};
   app.add_option("--data-dir", options.dataDir,
                  "directory for the database (DIR/trainscope.db); created if missing")
       ->capture_default_str();
@@ -43,8 +44,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   using trainscope::LogLevel;
-  trainscope::setLogLevel(logLevel == "debug"  ? LogLevel::kDebug
-                          : logLevel == "warn" ? LogLevel::kWarn
+  trainscope::setLogLevel(logLevel == "debug"   ? LogLevel::kDebug
+                          : logLevel == "warn"  ? LogLevel::kWarn
                           : logLevel == "error" ? LogLevel::kError
                                                 : LogLevel::kInfo);
   auto status = trainscope::collector::run(options);

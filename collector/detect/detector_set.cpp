@@ -113,6 +113,7 @@ void DetectorSet::forgetJob(const std::string& name) {
   retired_.late += a.late;
   retired_.partialSteps += a.partialSteps;
   retired_.droppedSteps += a.droppedSteps;
+  retired_.rewinds += a.rewinds;
   retired_.stepsJudged += it->second->stepsJudged;
   jobs_.erase(it);
 }
@@ -128,6 +129,7 @@ DetectStats DetectorSet::stats() const {
     s.late += a.late;
     s.partialSteps += a.partialSteps;
     s.droppedSteps += a.droppedSteps;
+    s.rewinds += a.rewinds;
     s.stepsJudged += j->stepsJudged;
   }
   s.rejected = rejected_;

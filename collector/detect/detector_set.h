@@ -32,6 +32,7 @@ struct DetectStats {
   uint64_t stepsJudged = 0;    // assembled steps fed to the detectors
   uint64_t partialSteps = 0;   // judged without every rank
   uint64_t droppedSteps = 0;   // forced out with too few ranks
+  uint64_t rewinds = 0;        // jobs that started over at a lower step (restarts)
   uint64_t anomaliesOpened = 0;
   uint64_t anomaliesResolved = 0;
   size_t jobs = 0;             // jobs tracked now

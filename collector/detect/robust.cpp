@@ -126,7 +126,12 @@ PersistenceTracker::Transition PersistenceTracker::push(int64_t step, double val
   histSteps_.push(step);
   histValues_.push(value);
 
-  if (!active_ && flagged_ >= o_.fireCount) {
+  // The window as a whole must also sit clearly (1.5 standard errors of its median) above
+  // baseline * (1 + minExcess): a series a little above the baseline (a rank always 4 % slower)
+  // crosses the per-sample level often but is not a regression, and must not flap.
+  double windowSe = 1.2533 * relSigma() / std::sqrt(static_cast<double>(recent_.size()));
+  if (!active_ && flagged_ >= o_.fireCount &&
+      median(recent_.values()) >= baseline() * (1.0 + o_.minExcess + 1.5 * windowSe)) {
     active_ = true;
     std::vector<double> hv = histValues_.values();
     size_t split = bestSplit(hv, +1);
@@ -134,7 +139,10 @@ PersistenceTracker::Transition PersistenceTracker::push(int64_t step, double val
     resolvedStep_ = -1;
     return Transition::kOpened;
   }
-  if (active_ && flagged_ <= o_.releaseCount) {
+  // Hysteresis: back to normal only when few samples exceed and the window median is within
+  // half of minExcess of the baseline.
+  if (active_ && flagged_ <= o_.releaseCount &&
+      median(recent_.values()) < baseline() * (1.0 + o_.minExcess / 2)) {
     active_ = false;
     // Only the part of the history after the onset can hold the way back down.
     std::vector<double> hv;

@@ -57,8 +57,9 @@ private:
 };
 
 // Detects a sustained rise of one series against its own robust baseline (or a fixed one),
-// with persistence: opens when fireCount of the last `window` samples exceed the level,
-// resolves when at most releaseCount do. Onset and resolution steps are estimated with a
+// with persistence: opens when fireCount of the last `window` samples exceed the level and
+// their median is clearly (1.5 standard errors) above baseline * (1 + minExcess); resolves when
+// at most releaseCount samples exceed and the median is within minExcess/2 of the baseline. Onset and resolution steps are estimated with a
 // least-squares split of the recent history, not taken as the step the decision was made.
 class PersistenceTracker {
 public:

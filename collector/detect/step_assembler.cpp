@@ -12,10 +12,24 @@ void StepAssembler::add(const wire::StepReport& report, const RankContext& ctx,
                         uint32_t worldSize, std::vector<AssembledStep>* out) {
   ++stats_.reports;
   int64_t step = report.step();
+  int64_t endNs = report.end_ns() + ctx.clockOffsetNs;
   if (step <= lastReleased_) {
     ++stats_.late;
-    return;
+    // A replay resends old reports (old end times); a restarted job sends new ones at low
+    // step numbers (end times later than anything seen).
+    bool restartLike = step < lastReleased_ - o_.graceSteps && endNs > maxEndNs_;
+    consecutiveLate_ = restartLike ? consecutiveLate_ + 1 : 0;
+    if (consecutiveLate_ < std::max<uint64_t>(16, 2 * static_cast<uint64_t>(worldSize))) return;
+    // A restart: forget the old timeline and take steps from here on.
+    ++stats_.rewinds;
+    pending_.clear();
+    lastReleased_ = step - 1;
+    maxSeen_ = step;
+    consecutiveLate_ = 0;
+  } else {
+    consecutiveLate_ = 0;
   }
+  maxEndNs_ = std::max(maxEndNs_, endNs);
   auto [it, inserted] = pending_.try_emplace(step);
   AssembledStep& s = it->second;
   if (inserted) {

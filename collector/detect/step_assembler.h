@@ -1,7 +1,11 @@
 // Collects one job's step reports, which arrive from different ranks in any order and late,
 // into complete steps handed out in step order. A step is complete when every rank reported
 // it, or when a report `graceSteps` later arrived (the missing ranks are then left out).
-// Memory is bounded by maxPendingSteps. Used from the caller's thread only.
+// Memory is bounded by maxPendingSteps. A job restarted from a checkpoint under the same id
+// reports steps below those already handed out, but with end times later than any seen (a
+// replay's are older); after max(16, 2 x world size) such reports in a row the assembler
+// starts over from there.
+// Used from the caller's thread only.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +39,7 @@ struct AssemblyStats {
   uint64_t late = 0;           // for a step already handed out
   uint64_t partialSteps = 0;   // handed out without every rank
   uint64_t droppedSteps = 0;   // forced out with too few ranks to judge
+  uint64_t rewinds = 0;        // the job started over at a lower step (restart from checkpoint)
 };
 
 class StepAssembler {
@@ -58,6 +63,8 @@ private:
   std::map<int64_t, AssembledStep> pending_;
   int64_t lastReleased_ = -1;   // steps at or below were handed out
   int64_t maxSeen_ = -1;
+  uint64_t consecutiveLate_ = 0;  // restart-like reports in a row (see add)
+  int64_t maxEndNs_ = 0;          // latest end time of an accepted report (collector clock)
   AssemblyStats stats_;
 };
 

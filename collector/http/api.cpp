@@ -4,6 +4,7 @@
 #include <exception>
 #include <limits>
 
+#include "collector/http/json_writer.h"
 #include "collector/http/request_target.h"
 #include "collector/http/static_files.h"
 #include "common/log.h"
@@ -23,8 +24,8 @@ ApiResponse jsonResponse(const json& body) {
 }
 
 ApiResponse methodNotAllowed(std::string_view method, const std::string& path) {
-  ApiResponse r = errorResponse(405, "method " + std::string(method) + " not allowed for " + path +
-                                         " (allowed: GET)");
+  ApiResponse r = errorResponse(
+      405, "method " + std::string(method) + " not allowed for " + path + " (allowed: GET)");
   r.headers.emplace_back("Allow", "GET");
   return r;
 }
@@ -55,6 +56,26 @@ Status parseRange(const QueryParams& params, size_t maxRows, RangeParams* out) {
   out->to = *to;
   out->limit = *limit ? static_cast<size_t>(**limit) : std::min(kDefaultRowLimit, maxRows);
   return Status::ok();
+}
+
+// {"job":J,"steps":[...],"limit":L,"truncated":T}, written directly: a page may hold
+// maxStepRows rows, and building nlohmann objects for 100,000 of them takes seconds.
+template <typename Row, typename WriteRow>
+ApiResponse pageResponse(const std::string& job, const std::vector<Row>& rows, size_t limit,
+                         bool truncated, size_t bytesPerRow, WriteRow writeRow) {
+  ApiResponse r;
+  r.body.reserve(64 + rows.size() * bytesPerRow);
+  JsonWriter w(&r.body);
+  w.beginObject();
+  w.field("job", job);
+  w.key("steps");
+  w.beginArray();
+  for (const auto& row : rows) writeRow(w, row);
+  w.endArray();
+  w.field("limit", static_cast<uint64_t>(limit));
+  w.field("truncated", truncated);
+  w.endObject();
+  return r;
 }
 
 }  // namespace
@@ -98,46 +119,72 @@ json rankJson(const storage::RankRow& r) {
               {"ended_step", r.endedStep}};
 }
 
-json stepJson(const storage::StepRow& s, bool detail) {
-  json j{{"rank", s.rank},
-         {"step", s.step},
-         {"start_ns", s.startNs},
-         {"end_ns", s.endNs},
-         {"duration_ns", s.durationNs},
-         {"compute_ns", s.computeNs},
-         {"comm_ns", s.commNs},
-         {"exposed_comm_ns", s.exposedCommNs},
-         {"data_ns", s.dataNs},
-         {"records", s.records},
-         {"dropped", s.dropped}};
+void writeStepJson(JsonWriter& w, const storage::StepRow& s, bool detail) {
+  w.beginObject();
+  w.field("rank", s.rank);
+  w.field("step", s.step);
+  w.field("start_ns", s.startNs);
+  w.field("end_ns", s.endNs);
+  w.field("duration_ns", s.durationNs);
+  w.field("compute_ns", s.computeNs);
+  w.field("comm_ns", s.commNs);
+  w.field("exposed_comm_ns", s.exposedCommNs);
+  w.field("data_ns", s.dataNs);
+  w.field("records", s.records);
+  w.field("dropped", s.dropped);
   if (detail) {
-    json ops = json::array();
+    w.key("ops");
+    w.beginArray();
     for (const auto& op : s.ops) {
-      ops.push_back(json{{"name", op.name()},
-                         {"count", op.count()},
-                         {"total_ns", op.total_ns()},
-                         {"max_ns", op.max_ns()}});
+      w.beginObject();
+      w.field("name", op.name());
+      w.field("count", op.count());
+      w.field("total_ns", op.total_ns());
+      w.field("max_ns", op.max_ns());
+      w.endObject();
     }
-    json colls = json::array();
+    w.endArray();
+    w.key("collectives");
+    w.beginArray();
     for (const auto& c : s.collectives) {
-      double bw = std::isfinite(c.bandwidth_bps()) ? c.bandwidth_bps() : 0.0;
-      colls.push_back(json{{"op", wire::collectiveOpName(c.op())},
-                           {"group", c.group()},
-                           {"bytes", c.bytes()},
-                           {"count", c.count()},
-                           {"total_ns", c.total_ns()},
-                           {"max_ns", c.max_ns()},
-                           {"bandwidth_bps", bw}});
+      w.beginObject();
+      w.field("op", wire::collectiveOpName(c.op()));
+      w.field("group", c.group());
+      w.field("bytes", c.bytes());
+      w.field("count", c.count());
+      w.field("total_ns", c.total_ns());
+      w.field("max_ns", c.max_ns());
+      w.field("bandwidth_bps", c.bandwidth_bps());
+      w.endObject();
     }
-    j["ops"] = std::move(ops);
-    j["collectives"] = std::move(colls);
+    w.endArray();
   }
-  return j;
+  w.endObject();
+}
+
+void writeSummaryJson(JsonWriter& w, const storage::StepSummaryRow& r) {
+  w.beginObject();
+  w.field("step", r.step);
+  w.field("ranks", r.ranks);
+  w.field("min_ns", r.minNs);
+  w.field("median_ns", r.medianNs);
+  w.field("max_ns", r.maxNs);
+  w.field("slowest_rank", r.slowestRank);
+  w.endObject();
+}
+
+json stepJson(const storage::StepRow& s, bool detail) {
+  std::string text;
+  JsonWriter w(&text);
+  writeStepJson(w, s, detail);
+  return json::parse(text);
 }
 
 json summaryJson(const storage::StepSummaryRow& r) {
-  return json{{"step", r.step},       {"ranks", r.ranks},         {"min_ns", r.minNs},
-              {"median_ns", r.medianNs}, {"max_ns", r.maxNs}, {"slowest_rank", r.slowestRank}};
+  std::string text;
+  JsonWriter w(&text);
+  writeSummaryJson(w, r);
+  return json::parse(text);
 }
 
 json hostSampleJson(const wire::HostSample& h) {
@@ -171,7 +218,8 @@ json hostSampleJson(const wire::HostSample& h) {
 
 json nodeJson(const storage::NodeRow& n, int64_t nowNs) {
   // Seconds with millisecond resolution; a node clock ahead of ours must not read negative.
-  double ageS = std::round(static_cast<double>(std::max<int64_t>(0, nowNs - n.lastSeenNs)) / 1e6) / 1e3;
+  double ageS =
+      std::round(static_cast<double>(std::max<int64_t>(0, nowNs - n.lastSeenNs)) / 1e6) / 1e3;
   return json{{"node", n.node},
               {"host", n.host},
               {"agent_version", n.agentVersion},
@@ -236,7 +284,9 @@ ApiResponse Api::handle(std::string_view method, std::string_view target) const 
   }
 }
 
-ApiResponse Api::healthz() const { return jsonResponse(json{{"status", "ok"}}); }
+ApiResponse Api::healthz() const {
+  return jsonResponse(json{{"status", "ok"}});
+}
 
 ApiResponse Api::jobs() const {
   auto rows = store_.jobs();
@@ -307,12 +357,10 @@ ApiResponse Api::steps(const std::string& job, const Query& query) const {
   if (!rows) return errorResponse(500, rows.message());
   bool truncated = rows->size() > range.limit;
   if (truncated) rows->resize(range.limit);
-  json list = json::array();
-  for (const auto& row : *rows) list.push_back(stepJson(row, *detail));
-  return jsonResponse(json{{"job", job},
-                           {"steps", std::move(list)},
-                           {"limit", range.limit},
-                           {"truncated", truncated}});
+  return pageResponse(job, *rows, range.limit, truncated, *detail ? 1024 : 256,
+                      [&](JsonWriter& w, const storage::StepRow& row) {
+                        writeStepJson(w, row, *detail);
+                      });
 }
 
 ApiResponse Api::summary(const std::string& job, const Query& query) const {
@@ -336,12 +384,7 @@ ApiResponse Api::summary(const std::string& job, const Query& query) const {
   if (!rows) return errorResponse(500, rows.message());
   bool truncated = rows->size() > range.limit;
   if (truncated) rows->resize(range.limit);
-  json list = json::array();
-  for (const auto& row : *rows) list.push_back(summaryJson(row));
-  return jsonResponse(json{{"job", job},
-                           {"steps", std::move(list)},
-                           {"limit", range.limit},
-                           {"truncated", truncated}});
+  return pageResponse(job, *rows, range.limit, truncated, 128, writeSummaryJson);
 }
 
 }  // namespace trainscope::http

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "collector/http/json_writer.h"
 #include "collector/http/server.h"
 #include "collector/storage/store.h"
 #include "common/clock.h"
@@ -33,14 +34,14 @@ struct ApiResponse {
 ApiResponse errorResponse(unsigned status, const std::string& message);
 
 class Api {
-public:
+ public:
   // `store` and `clock` must outlive the Api.
   Api(HttpOptions options, storage::Store& store, const Clock& clock);
 
   // Routes one request. Never throws; a failing store query becomes a 500 with its message.
   ApiResponse handle(std::string_view method, std::string_view target) const;
 
-private:
+ private:
   ApiResponse healthz() const;
   ApiResponse jobs() const;
   ApiResponse nodes() const;
@@ -64,6 +65,9 @@ std::string jobState(const storage::JobRow& job, int64_t nowNs);
 nlohmann::json jobJson(const storage::JobRow& job, int64_t nowNs);
 nlohmann::json rankJson(const storage::RankRow& rank);
 nlohmann::json stepJson(const storage::StepRow& step, bool detail);
+// The same shapes written straight to text, for large pages.
+void writeStepJson(JsonWriter& w, const storage::StepRow& step, bool detail);
+void writeSummaryJson(JsonWriter& w, const storage::StepSummaryRow& row);
 nlohmann::json summaryJson(const storage::StepSummaryRow& row);
 nlohmann::json hostSampleJson(const wire::HostSample& sample);
 nlohmann::json nodeJson(const storage::NodeRow& node, int64_t nowNs);

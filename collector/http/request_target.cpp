@@ -150,8 +150,8 @@ Result<std::optional<uint64_t>> QueryParams::unsignedInt(std::string_view name,
                     quoted(*v) + "'");
   }
   if (out > max) {
-    return R::error("parameter '" + std::string(name) + "' must be at most " +
-                    std::to_string(max) + ", got '" + quoted(*v) + "'");
+    return R::error("parameter '" + std::string(name) + "' must be at most " + std::to_string(max) +
+                    ", got '" + quoted(*v) + "'");
   }
   return std::optional<uint64_t>(out);
 }
@@ -164,8 +164,8 @@ Result<std::optional<int64_t>> QueryParams::signedInt(std::string_view name) con
   const char* end = v->data() + v->size();
   auto [ptr, ec] = std::from_chars(v->data(), end, out);
   if (v->empty() || ec != std::errc() || ptr != end) {
-    return R::error("parameter '" + std::string(name) + "' must be an integer, got '" +
-                    quoted(*v) + "'");
+    return R::error("parameter '" + std::string(name) + "' must be an integer, got '" + quoted(*v) +
+                    "'");
   }
   return std::optional<int64_t>(out);
 }

@@ -21,8 +21,8 @@ Result<std::string> percentDecode(std::string_view in, bool plusIsSpace);
 std::string percentEncode(std::string_view in);
 
 struct RequestTarget {
-  std::string rawPath;                 // the path as sent, before decoding
-  std::vector<std::string> segments;   // decoded, split on '/', empty segments dropped
+  std::string rawPath;                // the path as sent, before decoding
+  std::vector<std::string> segments;  // decoded, split on '/', empty segments dropped
   std::vector<std::pair<std::string, std::string>> query;  // decoded, in order
 };
 
@@ -32,7 +32,7 @@ Result<RequestTarget> parseRequestTarget(std::string_view target);
 
 // Typed access to query parameters. Every error names the parameter and quotes the value.
 class QueryParams {
-public:
+ public:
   explicit QueryParams(const std::vector<std::pair<std::string, std::string>>& query)
       : query_(query) {}
 
@@ -47,7 +47,7 @@ public:
   // Absent -> fallback. Accepts 1/0/true/false/yes/no.
   Result<bool> boolean(std::string_view name, bool fallback) const;
 
-private:
+ private:
   const std::vector<std::pair<std::string, std::string>>& query_;
 };
 

@@ -26,6 +26,9 @@ using tcp = asio::ip::tcp;
 // Headers are small (GET targets with a few parameters); this bounds a slow-loris header.
 constexpr uint32_t kMaxHeaderBytes = 16 * 1024;
 constexpr const char* kServerName = "trainscope";
+// How long stop() lets responses already being written finish before closing them anyway
+// (a client that stopped reading must not hold up the collector's shutdown).
+constexpr auto kStopGrace = std::chrono::seconds(2);
 
 std::string endpointText(const std::string& address, uint16_t port) {
   bool v6 = address.find(':') != std::string::npos;
@@ -43,6 +46,10 @@ struct ServerCore {
   SystemClock clock;
   Api api;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+  // Set by stop(): responses being written may finish, nothing new is read.
+  bool stopping = false;
+  // Bounds how long stop() waits for those responses; cancelled when the last one is done.
+  asio::steady_timer* stopGrace = nullptr;
 };
 
 }  // namespace
@@ -60,6 +67,7 @@ struct HttpServer::Impl {
   asio::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
   asio::steady_timer acceptRetry{ioc};
+  asio::steady_timer stopGrace{ioc};
   std::thread thread;
   std::atomic<uint16_t> port{0};
   bool running = false;  // owner thread only
@@ -71,10 +79,17 @@ namespace {
 // One client connection: read a request, answer it, repeat while keep-alive holds.
 // Lives on the I/O thread only.
 class Session : public std::enable_shared_from_this<Session> {
-public:
-  Session(tcp::socket socket, ServerCore& server)
-      : stream_(std::move(socket)), server_(server) {}
-  ~Session() { server_.sessions.erase(this); }
+ public:
+  Session(tcp::socket socket, ServerCore& server) : stream_(std::move(socket)), server_(server) {}
+  ~Session() {
+    server_.sessions.erase(this);
+    if (server_.stopping && server_.sessions.empty() && server_.stopGrace != nullptr) {
+      server_.stopGrace->cancel();
+    }
+  }
+
+  // True while a response is being written; stop() lets it finish.
+  bool busy() const { return busy_; }
 
   void start() {
     server_.sessions.emplace(this, weak_from_this());
@@ -87,16 +102,15 @@ public:
     stream_.close();
   }
 
-private:
+ private:
   void doRead() {
     parser_.emplace();
     parser_->body_limit(server_.options.maxBodyBytes);
     parser_->header_limit(kMaxHeaderBytes);
     stream_.expires_after(std::chrono::milliseconds(server_.options.readTimeoutMs));
-    bhttp::async_read(stream_, buffer_, *parser_,
-                      [self = shared_from_this()](beast::error_code ec, size_t) {
-                        self->onRead(ec);
-                      });
+    bhttp::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->onRead(ec); });
   }
 
   void onRead(beast::error_code ec) {
@@ -144,18 +158,20 @@ private:
     res_.set(bhttp::field::content_type, r.contentType);
     if (r.contentType == "application/json") res_.set(bhttp::field::cache_control, "no-store");
     for (const auto& [name, value] : r.headers) res_.set(name, value);
-    res_.keep_alive(keepAlive);
+    res_.keep_alive(keepAlive && !server_.stopping);
     res_.body() = std::move(r.body);
     res_.prepare_payload();
     stream_.expires_after(std::chrono::milliseconds(server_.options.readTimeoutMs));
+    busy_ = true;
     bhttp::async_write(stream_, res_, [self = shared_from_this()](beast::error_code ec, size_t) {
       self->onWrite(ec);
     });
   }
 
   void onWrite(beast::error_code ec) {
+    busy_ = false;
     if (ec) return;
-    if (res_.need_eof()) {
+    if (res_.need_eof() || server_.stopping) {
       beast::error_code ignored;
       stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
       return;
@@ -168,6 +184,7 @@ private:
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   bhttp::response<bhttp::string_body> res_;
   ServerCore& server_;
+  bool busy_ = false;
 };
 
 }  // namespace
@@ -193,18 +210,40 @@ void HttpServer::Impl::closeAll() {
   beast::error_code ec;
   acceptor.close(ec);
   acceptRetry.cancel();
+  core.stopping = true;
   // Copy first: closing cancels handlers, which may destroy sessions and edit the map.
   std::vector<std::shared_ptr<Session>> live;
   for (auto& [ptr, weak] : core.sessions) {
     if (auto s = weak.lock()) live.push_back(std::move(s));
   }
-  for (auto& s : live) s->close();
+  bool anyBusy = false;
+  for (auto& s : live) {
+    if (s->busy()) {
+      anyBusy = true;  // closes itself once its response is written
+    } else {
+      s->close();
+    }
+  }
+  if (!anyBusy) return;
+  core.stopGrace = &stopGrace;
+  stopGrace.expires_after(kStopGrace);
+  stopGrace.async_wait([this](beast::error_code ec) {
+    core.stopGrace = nullptr;
+    if (ec) return;
+    std::vector<std::shared_ptr<Session>> stuck;
+    for (auto& [ptr, weak] : core.sessions) {
+      if (auto s = weak.lock()) stuck.push_back(std::move(s));
+    }
+    for (auto& s : stuck) s->close();
+  });
 }
 
 HttpServer::HttpServer(HttpOptions options, storage::Store& store)
     : impl_(std::make_unique<Impl>(std::move(options), store)) {}
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+}
 
 Status HttpServer::start() {
   Impl& s = *impl_;
@@ -224,6 +263,7 @@ Status HttpServer::start() {
     return Status::error("cannot bind HTTP server to " + where + ": " + ec.message());
   }
   s.port = s.acceptor.local_endpoint(ec).port();
+  s.core.stopping = false;
   s.ioc.restart();
   s.doAccept();
   s.thread = std::thread([&s] {
@@ -250,6 +290,8 @@ void HttpServer::stop() {
   s.running = false;
 }
 
-uint16_t HttpServer::port() const { return impl_->port.load(); }
+uint16_t HttpServer::port() const {
+  return impl_->port.load();
+}
 
 }  // namespace trainscope::http

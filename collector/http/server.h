@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "common/status.h"
 #include "collector/storage/store.h"
+#include "common/status.h"
 
 namespace trainscope::http {
 
@@ -24,7 +24,7 @@ struct HttpOptions {
 };
 
 class HttpServer {
-public:
+ public:
   HttpServer(HttpOptions options, storage::Store& store);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
@@ -38,7 +38,7 @@ public:
   // The bound port (useful with port 0).
   uint16_t port() const;
 
-private:
+ private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

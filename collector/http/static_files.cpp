@@ -1,7 +1,7 @@
 #include "collector/http/static_files.h"
 
-#include <filesystem>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <system_error>

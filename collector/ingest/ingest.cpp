@@ -74,9 +74,9 @@ struct IngestServer::Impl {
   // Hand-off between the socket thread and the writer.
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<Commit> queue;                // guarded by mu
-  bool writerBusy = false;                 // guarded by mu
-  bool writerExit = false;                 // guarded by mu
+  std::deque<Commit> queue;  // guarded by mu
+  bool writerBusy = false;   // guarded by mu
+  bool writerExit = false;   // guarded by mu
   // Guarded by mu: committed, acks not yet sent. The whole Commit comes back so its batch is
   // freed on the socket thread that allocated it, off the writer.
   std::deque<Commit> done;
@@ -90,9 +90,9 @@ struct IngestServer::Impl {
 
   // Socket-thread state.
   Commit pending;
-  int64_t pendingSinceNs = 0;                          // monotonic
-  std::unordered_map<std::string, Peer> peers;         // routing id -> peer
-  std::unordered_map<int, std::string> fdPeers;        // socket fd -> routing id
+  int64_t pendingSinceNs = 0;                    // monotonic
+  std::unordered_map<std::string, Peer> peers;   // routing id -> peer
+  std::unordered_map<int, std::string> fdPeers;  // socket fd -> routing id
   std::unordered_map<std::string, uint32_t> worldSizes;
   RateLimitedLog rejectLog{std::chrono::seconds(5)};
   RateLimitedLog commitLog{std::chrono::seconds(5)};
@@ -194,8 +194,7 @@ struct IngestServer::Impl {
       }
       switch (item.body_case()) {
         case wire::Envelope::kStep: {
-          if (auto r = validateStep(item.step(), worldSizeOf(item.step().job()),
-                                    options.limits)) {
+          if (auto r = validateStep(item.step(), worldSizeOf(item.step().job()), options.limits)) {
             rejectItem(std::move(*r));
             break;
           }
@@ -248,9 +247,9 @@ struct IngestServer::Impl {
           }
           break;
         default:
-          rejectItem({"invalid_item_type",
-                      "item type " + std::to_string(static_cast<int>(item.body_case())) +
-                          " is not allowed in a batch"});
+          rejectItem({"invalid_item_type", "item type " +
+                                               std::to_string(static_cast<int>(item.body_case())) +
+                                               " is not allowed in a batch"});
           break;
       }
     }
@@ -369,8 +368,7 @@ struct IngestServer::Impl {
     if (parts.size() != 1) {
       ++frames;
       rejectFrame(id, "multipart",
-                  "multipart: expected one frame per message, got " +
-                      std::to_string(parts.size()));
+                  "multipart: expected one frame per message, got " + std::to_string(parts.size()));
       return true;
     }
     handleFrame(id, parts[0]);
@@ -498,9 +496,9 @@ struct IngestServer::Impl {
       } else {
         // Not acked: the agents send these batches again, so nothing is lost.
         ++commitFailures;
-        commitLog.log(LogLevel::kError, kComponent,
-                      "commit of " + std::to_string(c.items) + " items failed, not acked: " +
-                          s.message());
+        commitLog.log(
+            LogLevel::kError, kComponent,
+            "commit of " + std::to_string(c.items) + " items failed, not acked: " + s.message());
       }
       {
         std::lock_guard lock(mu);
@@ -519,7 +517,9 @@ struct IngestServer::Impl {
 IngestServer::IngestServer(IngestOptions options, storage::Store& store)
     : impl_(std::make_unique<Impl>(std::move(options), store)) {}
 
-IngestServer::~IngestServer() { stop(); }
+IngestServer::~IngestServer() {
+  stop();
+}
 
 Status IngestServer::start() {
   auto& m = *impl_;
@@ -530,7 +530,10 @@ Status IngestServer::start() {
     m.router.set(zmq::sockopt::maxmsgsize, m.options.maxMessageBytes);
     // Acks queued at shutdown get this long to leave.
     m.router.set(zmq::sockopt::linger, 1000);
-    m.router.set(zmq::sockopt::rcvhwm, 10000);
+    // Per peer: messages queued before libzmq stops reading that connection. With frames up to
+    // maxMessageBytes this bounds what one agent can make us hold; agents keep only a few
+    // batches in flight.
+    m.router.set(zmq::sockopt::rcvhwm, 64);
     m.router.set(zmq::sockopt::sndhwm, 100000);
     const std::string tag = std::to_string(reinterpret_cast<uintptr_t>(this));
     const std::string monitorEndpoint = "inproc://trainscope-ingest-monitor-" + tag;
@@ -590,7 +593,9 @@ void IngestServer::stop() {
   m.monitor.close();
 }
 
-std::string IngestServer::endpoint() const { return impl_->boundEndpoint; }
+std::string IngestServer::endpoint() const {
+  return impl_->boundEndpoint;
+}
 
 IngestStats IngestServer::stats() const {
   const auto& m = *impl_;

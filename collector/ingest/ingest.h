@@ -51,12 +51,12 @@ struct IngestOptions {
 
 // Counters since start. A snapshot; safe to take from any thread.
 struct IngestStats {
-  uint64_t frames = 0;          // messages received on the socket
-  uint64_t batches = 0;         // Batch envelopes accepted (before commit)
-  uint64_t itemsStored = 0;     // items committed: step reports, ranks, goodbyes, host samples
-  uint64_t stepsStored = 0;     // step reports committed (duplicates included; see StoreStats)
-  uint64_t heartbeats = 0;      // heartbeats answered
-  uint64_t hellos = 0;          // agent hellos received
+  uint64_t frames = 0;       // messages received on the socket
+  uint64_t batches = 0;      // Batch envelopes accepted (before commit)
+  uint64_t itemsStored = 0;  // items committed: step reports, ranks, goodbyes, host samples
+  uint64_t stepsStored = 0;  // step reports committed (duplicates included; see StoreStats)
+  uint64_t heartbeats = 0;   // heartbeats answered
+  uint64_t hellos = 0;       // agent hellos received
   uint64_t acksSent = 0;
   uint64_t commits = 0;         // successful storage transactions
   uint64_t commitFailures = 0;  // failed transactions (their batches are not acked)
@@ -66,7 +66,7 @@ struct IngestStats {
 };
 
 class IngestServer {
-public:
+ public:
   IngestServer(IngestOptions options, storage::Store& store);
   ~IngestServer();  // stops
   IngestServer(const IngestServer&) = delete;
@@ -81,7 +81,7 @@ public:
   std::string endpoint() const;
   IngestStats stats() const;
 
-private:
+ private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

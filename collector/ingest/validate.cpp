@@ -46,9 +46,9 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
     const char* name;
     int64_t value;
   };
-  for (const Part& p : {Part{"compute_ns", s.compute_ns()}, Part{"comm_ns", s.comm_ns()},
-                        Part{"exposed_comm_ns", s.exposed_comm_ns()},
-                        Part{"data_ns", s.data_ns()}}) {
+  for (const Part& p :
+       {Part{"compute_ns", s.compute_ns()}, Part{"comm_ns", s.comm_ns()},
+        Part{"exposed_comm_ns", s.exposed_comm_ns()}, Part{"data_ns", s.data_ns()}}) {
     if (p.value < 0 || p.value > bound) {
       return reject("invalid_breakdown", std::string(p.name) + " " + std::to_string(p.value) +
                                              " not within 0..duration_ns" + at);
@@ -60,16 +60,18 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
   for (const auto& op : s.ops()) {
     if (op.name().empty() || op.total_ns() < 0 || op.max_ns() < 0 ||
         op.total_ns() >= limits.maxDurationNs) {
-      return reject("invalid_op", "operator '" + op.name() + "' has an empty name or a time "
-                                  "out of range" + at);
+      return reject("invalid_op", "operator '" + op.name() +
+                                      "' has an empty name or a time "
+                                      "out of range" +
+                                      at);
     }
   }
   for (const auto& c : s.collectives()) {
     if (c.total_ns() < 0 || c.max_ns() < 0 || c.total_ns() >= limits.maxDurationNs ||
         !std::isfinite(c.bandwidth_bps()) || c.bandwidth_bps() < 0) {
-      return reject("invalid_collective",
-                    std::string("collective ") + wire::collectiveOpName(c.op()) +
-                        " has a time or bandwidth out of range" + at);
+      return reject("invalid_collective", std::string("collective ") +
+                                              wire::collectiveOpName(c.op()) +
+                                              " has a time or bandwidth out of range" + at);
     }
   }
   return std::nullopt;
@@ -101,10 +103,9 @@ std::optional<Rejection> validateGoodbye(const wire::RankGoodbye& bye,
 std::optional<Rejection> validateHost(const wire::HostSample& host) {
   if (host.node().empty()) return reject("invalid_host", "node is empty");
   if (host.time_ns() <= 0) return reject("invalid_host", "time_ns must be > 0");
-  if (!std::isfinite(host.cpu_percent()) || host.cpu_percent() < 0 ||
-      host.cpu_percent() > 100.5) {
-    return reject("invalid_host", "cpu_percent " + std::to_string(host.cpu_percent()) +
-                                      " not within 0..100");
+  if (!std::isfinite(host.cpu_percent()) || host.cpu_percent() < 0 || host.cpu_percent() > 100.5) {
+    return reject("invalid_host",
+                  "cpu_percent " + std::to_string(host.cpu_percent()) + " not within 0..100");
   }
   return std::nullopt;
 }

@@ -179,7 +179,7 @@ Status exec(sqlite3* db, const char* sql, const std::string& what) {
 
 // A statement prepared for one read, finalized on scope exit.
 class ReadStmt {
-public:
+ public:
   ReadStmt(sqlite3* db, const std::string& sql) : db_(db) {
     rc_ = sqlite3_prepare_v2(db, sql.c_str(), static_cast<int>(sql.size()), &stmt_, nullptr);
   }
@@ -190,7 +190,7 @@ public:
   sqlite3_stmt* get() { return stmt_; }
   std::string error(const std::string& what) const { return sqlError(db_, what); }
 
-private:
+ private:
   sqlite3* db_;
   sqlite3_stmt* stmt_ = nullptr;
   int rc_ = SQLITE_ERROR;
@@ -211,7 +211,9 @@ void bindBlob(sqlite3_stmt* s, int index, const std::string& blob) {
   sqlite3_bind_blob(s, index, blob.data(), static_cast<int>(blob.size()), SQLITE_STATIC);
 }
 
-int64_t toI64(uint64_t v) { return static_cast<int64_t>(v); }
+int64_t toI64(uint64_t v) {
+  return static_cast<int64_t>(v);
+}
 
 // Runs a prepared write statement to completion and resets it for the next use.
 Status step(sqlite3* db, sqlite3_stmt* s, const char* what) {
@@ -230,8 +232,12 @@ uint64_t fileSize(const std::string& path) {
 
 }  // namespace
 
-const std::vector<Migration>& migrations() { return migrationList(); }
-int currentSchemaVersion() { return migrationList().back().version; }
+const std::vector<Migration>& migrations() {
+  return migrationList();
+}
+int currentSchemaVersion() {
+  return migrationList().back().version;
+}
 
 Result<std::unique_ptr<Store>> openSqliteStore(const SqliteOptions& options) {
   auto store = SqliteStore::open(options);
@@ -262,12 +268,11 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(const SqliteOptions& opti
   if (!store->inMemory_) {
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
     if (sqlite3_open_v2(options.path.c_str(), &store->readDb_, flags, nullptr) != SQLITE_OK) {
-      return Status::error(sqlError(store->readDb_, "storage: opening read connection to " +
-                                                        options.path));
+      return Status::error(
+          sqlError(store->readDb_, "storage: opening read connection to " + options.path));
     }
     sqlite3_busy_timeout(store->readDb_, 5000);
-    if (auto s = exec(store->readDb_, "PRAGMA query_only = 1", "storage: read connection");
-        !s) {
+    if (auto s = exec(store->readDb_, "PRAGMA query_only = 1", "storage: read connection"); !s) {
       return s;
     }
   }
@@ -287,10 +292,11 @@ Status SqliteStore::openConnections() {
     return Status::error(sqlError(writeDb_, "storage: opening " + path));
   }
   sqlite3_busy_timeout(writeDb_, 5000);
-  std::string pragmas = "PRAGMA page_size = 16384; PRAGMA journal_mode = WAL; PRAGMA temp_store = MEMORY;"
-                        " PRAGMA cache_size = -65536; PRAGMA wal_autocheckpoint = 2048;";
-  pragmas += options_.synchronousFull ? " PRAGMA synchronous = FULL;"
-                                      : " PRAGMA synchronous = NORMAL;";
+  std::string pragmas =
+      "PRAGMA page_size = 16384; PRAGMA journal_mode = WAL; PRAGMA temp_store = MEMORY;"
+      " PRAGMA cache_size = -65536; PRAGMA wal_autocheckpoint = 2048;";
+  pragmas +=
+      options_.synchronousFull ? " PRAGMA synchronous = FULL;" : " PRAGMA synchronous = NORMAL;";
   return exec(writeDb_, pragmas.c_str(), "storage: configuring " + path);
 }
 
@@ -308,17 +314,17 @@ Status SqliteStore::migrate() {
   for (const auto& m : migrationList()) {
     if (m.version <= have) continue;
     if (auto s = exec(writeDb_, "BEGIN IMMEDIATE", "storage: migration begin"); !s) return s;
-    std::string sql = std::string(m.sql) + "\nPRAGMA user_version = " +
-                      std::to_string(m.version) + ";";
-    auto s = exec(writeDb_, sql.c_str(), "storage: migration to version " +
-                                             std::to_string(m.version));
+    std::string sql =
+        std::string(m.sql) + "\nPRAGMA user_version = " + std::to_string(m.version) + ";";
+    auto s =
+        exec(writeDb_, sql.c_str(), "storage: migration to version " + std::to_string(m.version));
     if (s) s = exec(writeDb_, "COMMIT", "storage: migration commit");
     if (!s) {
       exec(writeDb_, "ROLLBACK", "storage: migration rollback");
       return s;
     }
-    logInfo(kComponent, "migrated " + options_.path + " to schema version " +
-                            std::to_string(m.version));
+    logInfo(kComponent,
+            "migrated " + options_.path + " to schema version " + std::to_string(m.version));
   }
   return Status::ok();
 }
@@ -370,8 +376,7 @@ Status SqliteStore::write(const WriteBatch& batch) {
   return Status::ok();
 }
 
-Status SqliteStore::writeLocked(const WriteBatch& batch, uint64_t* inserted,
-                                uint64_t* duplicates) {
+Status SqliteStore::writeLocked(const WriteBatch& batch, uint64_t* inserted, uint64_t* duplicates) {
   const int64_t now = batch.receivedNs != 0 ? batch.receivedNs : wallNowNs();
 
   for (const auto& info : batch.ranks) {
@@ -680,8 +685,8 @@ Result<std::vector<StepSummaryRow>> SqliteStore::summary(const SummaryQuery& que
     int64_t maxNs = durations.back().first;
     row.maxNs = maxNs;
     // The slowest rank; on a tie the lowest rank number, so the answer is stable.
-    auto first = std::lower_bound(durations.begin(), durations.end(),
-                                  std::make_pair(maxNs, uint32_t{0}));
+    auto first =
+        std::lower_bound(durations.begin(), durations.end(), std::make_pair(maxNs, uint32_t{0}));
     row.slowestRank = first->second;
     out.push_back(row);
     durations.clear();
@@ -752,7 +757,8 @@ Result<uint64_t> SqliteStore::applyRetention(int64_t nowNs) {
       std::string t(table);
       ReadStmt bounds(writeDb_, "SELECT min(id), coalesce((SELECT id FROM " + t +
                                     " WHERE received_ns >= ?1 ORDER BY id LIMIT 1),"
-                                    " max(id) + 1) FROM " + t);
+                                    " max(id) + 1) FROM " +
+                                    t);
       if (!bounds.ok()) return Result<uint64_t>::error(bounds.error("storage: retention"));
       sqlite3_bind_int64(bounds.get(), 1, horizon);
       if (sqlite3_step(bounds.get()) != SQLITE_ROW ||

@@ -34,7 +34,7 @@ int currentSchemaVersion();
 // step's end time: agents' clocks may be off, and a spool replayed after an outage should not be
 // deleted the moment it lands.
 class SqliteStore final : public Store {
-public:
+ public:
   ~SqliteStore() override;
   SqliteStore(const SqliteStore&) = delete;
   SqliteStore& operator=(const SqliteStore&) = delete;
@@ -51,7 +51,7 @@ public:
   Result<uint64_t> applyRetention(int64_t nowNs) override;
   StoreStats stats() override;
 
-private:
+ private:
   explicit SqliteStore(SqliteOptions options);
   Status openConnections();
   Status migrate();
@@ -66,8 +66,8 @@ private:
   bool inMemory_ = false;
 
   std::mutex writeMu_;
-  sqlite3* writeDb_ = nullptr;                          // guarded by writeMu_
-  std::unordered_map<std::string, int64_t> jobIds_;     // guarded by writeMu_; job -> jobs.id
+  sqlite3* writeDb_ = nullptr;                       // guarded by writeMu_
+  std::unordered_map<std::string, int64_t> jobIds_;  // guarded by writeMu_; job -> jobs.id
   // Prepared write statements, guarded by writeMu_ (indexes into stmts_).
   std::vector<sqlite3_stmt*> stmts_;
 

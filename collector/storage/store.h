@@ -20,24 +20,24 @@ struct NodeUpdate {
   std::string host;
   std::string agentVersion;
   uint32_t pid = 0;
-  int64_t seenNs = 0;        // collector clock
-  int64_t offsetNs = 0;      // collector clock - agent clock
+  int64_t seenNs = 0;    // collector clock
+  int64_t offsetNs = 0;  // collector clock - agent clock
   int64_t rttNs = 0;
   uint64_t spoolBytes = 0;
   uint64_t spoolDropped = 0;
   uint32_t ranks = 0;
-  bool hasClock = false;     // offsetNs/rttNs/spool fields are valid (from a heartbeat)
+  bool hasClock = false;  // offsetNs/rttNs/spool fields are valid (from a heartbeat)
 };
 
 // One transaction's worth of ingested data. Keys are idempotent: a step report for a
 // (job, rank, step) already stored is ignored, so replays never duplicate rows.
 struct WriteBatch {
   std::vector<wire::StepReport> steps;
-  std::vector<wire::RankInfo> ranks;       // registrations (node filled in by the agent)
+  std::vector<wire::RankInfo> ranks;  // registrations (node filled in by the agent)
   std::vector<wire::RankGoodbye> goodbyes;
   std::vector<wire::HostSample> hosts;
   std::vector<NodeUpdate> nodes;
-  int64_t receivedNs = 0;                  // collector clock when the batch arrived
+  int64_t receivedNs = 0;  // collector clock when the batch arrived
   // Optional: stepDetails[i] is steps[i] already serialized (a wire::StepReport). When its size
   // matches steps, the store keeps these bytes instead of encoding each report again, which
   // lets ingest do that work on its socket thread, off the single writer.
@@ -52,10 +52,10 @@ struct JobRow {
   uint32_t worldSize = 0;
   uint32_t ranksSeen = 0;
   int64_t firstSeenNs = 0;
-  int64_t lastSeenNs = 0;     // last time any rank of it reported (collector clock)
-  int64_t latestStep = -1;    // highest step any rank reported
+  int64_t lastSeenNs = 0;   // last time any rank of it reported (collector clock)
+  int64_t latestStep = -1;  // highest step any rank reported
   uint64_t stepRows = 0;
-  uint32_t ranksEnded = 0;    // ranks that said goodbye
+  uint32_t ranksEnded = 0;  // ranks that said goodbye
 };
 
 struct RankRow {
@@ -70,7 +70,7 @@ struct RankRow {
   int64_t firstSeenNs = 0;
   int64_t lastSeenNs = 0;
   int64_t latestStep = -1;
-  bool ended = false;         // said goodbye
+  bool ended = false;  // said goodbye
   int64_t endedStep = -1;
 };
 
@@ -95,10 +95,10 @@ struct StepRow {
 struct StepQuery {
   std::string job;
   std::optional<uint32_t> rank;
-  std::optional<int64_t> fromStep;   // inclusive
-  std::optional<int64_t> toStep;     // inclusive
-  size_t limit = 1000;               // rows at most, ordered by (step, rank)
-  bool detail = false;               // fill ops and collectives
+  std::optional<int64_t> fromStep;  // inclusive
+  std::optional<int64_t> toStep;    // inclusive
+  size_t limit = 1000;              // rows at most, ordered by (step, rank)
+  bool detail = false;              // fill ops and collectives
 };
 
 // One step across the ranks that reported it.
@@ -115,7 +115,7 @@ struct SummaryQuery {
   std::string job;
   std::optional<int64_t> fromStep;
   std::optional<int64_t> toStep;
-  size_t limit = 1000;   // steps at most, ordered by step
+  size_t limit = 1000;  // steps at most, ordered by step
 };
 
 struct NodeRow {
@@ -135,13 +135,13 @@ struct NodeRow {
 
 struct StoreStats {
   uint64_t stepRows = 0;
-  uint64_t duplicateSteps = 0;   // step reports ignored because the key was stored already
+  uint64_t duplicateSteps = 0;  // step reports ignored because the key was stored already
   uint64_t transactions = 0;
-  uint64_t bytesOnDisk = 0;      // database and WAL
+  uint64_t bytesOnDisk = 0;  // database and WAL
 };
 
 class Store {
-public:
+ public:
   virtual ~Store() = default;
 
   // Writes everything in one transaction. On failure nothing of the batch is stored.
@@ -162,10 +162,10 @@ public:
 };
 
 struct SqliteOptions {
-  std::string path;                      // database file; ":memory:" for tests
+  std::string path;                                       // database file; ":memory:" for tests
   int64_t retentionNs = 7LL * 24 * 3600 * 1'000'000'000;  // keep a week; 0 keeps everything
-  bool synchronousFull = false;          // FULL survives power loss; NORMAL (default) survives
-                                         // process crashes, which is what WAL needs here
+  bool synchronousFull = false;  // FULL survives power loss; NORMAL (default) survives
+                                 // process crashes, which is what WAL needs here
 };
 
 // Opens (creating and migrating as needed) a SQLite store. Defined in sqlite_store.cpp.

@@ -43,8 +43,8 @@ wire::StepReport makeReport(const std::string& job, uint32_t rank, int64_t step)
   r.set_exposed_comm_ns(dur / 10);
   r.set_data_ns(dur / 20);
   r.set_records(400);
-  static const char* kOps[] = {"aten::mm", "aten::addmm", "aten::bmm", "aten::softmax",
-                               "aten::layer_norm", "aten::gelu", "aten::add", "aten::mul"};
+  static const char* kOps[] = {"aten::mm",         "aten::addmm", "aten::bmm", "aten::softmax",
+                               "aten::layer_norm", "aten::gelu",  "aten::add", "aten::mul"};
   for (int i = 0; i < 32; ++i) {
     auto* op = r.add_ops();
     op->set_name(std::string(kOps[i % 8]) + "_" + std::to_string(i));
@@ -121,8 +121,8 @@ int rawBench(size_t reports, size_t batchSize, uint32_t ranks) {
   std::vector<storage::WriteBatch> batches;
   storage::WriteBatch current;
   for (size_t i = 0; i < reports; ++i) {
-    current.steps.push_back(makeReport("bench", static_cast<uint32_t>(i % ranks),
-                                       static_cast<int64_t>(i / ranks)));
+    current.steps.push_back(
+        makeReport("bench", static_cast<uint32_t>(i % ranks), static_cast<int64_t>(i / ranks)));
     if (current.steps.size() == batchSize) batches.push_back(std::move(current)), current = {};
   }
   if (!current.empty()) batches.push_back(std::move(current));
@@ -136,11 +136,12 @@ int rawBench(size_t reports, size_t batchSize, uint32_t ranks) {
   }
   auto t1 = std::chrono::steady_clock::now();
   auto st = (*store)->stats();
-  std::printf("raw Store::write: %zu reports in %.3f s = %.0f reports/s (batch %zu, %.1f MiB on "
-              "disk, %llu rows)\n",
-              reports, seconds(t0, t1), static_cast<double>(reports) / seconds(t0, t1),
-              batchSize, static_cast<double>(st.bytesOnDisk) / (1 << 20),
-              static_cast<unsigned long long>(st.stepRows));
+  std::printf(
+      "raw Store::write: %zu reports in %.3f s = %.0f reports/s (batch %zu, %.1f MiB on "
+      "disk, %llu rows)\n",
+      reports, seconds(t0, t1), static_cast<double>(reports) / seconds(t0, t1), batchSize,
+      static_cast<double>(st.bytesOnDisk) / (1 << 20),
+      static_cast<unsigned long long>(st.stepRows));
   return 0;
 }
 
@@ -177,8 +178,8 @@ int socketBench(size_t reports, size_t clients, size_t itemsPerBatch, size_t win
         size_t i = c * perClient + made;
         auto* item = batch->add_items();
         item->set_schema_version(wire::kSchemaVersion);
-        *item->mutable_step() = makeReport("bench", static_cast<uint32_t>(i % ranks),
-                                           static_cast<int64_t>(i / ranks));
+        *item->mutable_step() =
+            makeReport("bench", static_cast<uint32_t>(i % ranks), static_cast<int64_t>(i / ranks));
       }
       frames[c].push_back(wire::encode(env));
     }
@@ -223,12 +224,13 @@ int socketBench(size_t reports, size_t clients, size_t itemsPerBatch, size_t win
     return 1;
   }
   auto stats = server.stats();
-  std::printf("end-to-end via ingest socket: %zu reports from %zu clients in %.3f s = %.0f "
-              "reports/s (%zu items/batch, window %zu, %llu stored, last commit %.1f ms)\n",
-              perClient * clients, clients, seconds(t0, t1),
-              static_cast<double>(perClient * clients) / seconds(t0, t1), itemsPerBatch, window,
-              static_cast<unsigned long long>(stats.itemsStored),
-              static_cast<double>(stats.lastCommitNs) / 1e6);
+  std::printf(
+      "end-to-end via ingest socket: %zu reports from %zu clients in %.3f s = %.0f "
+      "reports/s (%zu items/batch, window %zu, %llu stored, last commit %.1f ms)\n",
+      perClient * clients, clients, seconds(t0, t1),
+      static_cast<double>(perClient * clients) / seconds(t0, t1), itemsPerBatch, window,
+      static_cast<unsigned long long>(stats.itemsStored),
+      static_cast<double>(stats.lastCommitNs) / 1e6);
   std::printf("  CPU by thread:%s\n", cpu.c_str());
   return 0;
 }

@@ -33,7 +33,7 @@ struct TempDir {
 
 // A Store whose writes wait until the test opens the gate, to show acks wait for commits.
 class GatedStore final : public storage::Store {
-public:
+ public:
   explicit GatedStore(storage::Store& inner) : inner_(inner) {}
   void close() {
     std::lock_guard lock(mu_);
@@ -67,7 +67,7 @@ public:
   Result<uint64_t> applyRetention(int64_t now) override { return inner_.applyRetention(now); }
   storage::StoreStats stats() override { return inner_.stats(); }
 
-private:
+ private:
   storage::Store& inner_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -100,8 +100,7 @@ std::string batchFrame(uint64_t seq, const std::vector<wire::StepReport>& steps)
 }
 
 struct Client {
-  Client(zmq::context_t& ctx, const std::string& endpoint)
-      : sock(ctx, zmq::socket_type::dealer) {
+  Client(zmq::context_t& ctx, const std::string& endpoint) : sock(ctx, zmq::socket_type::dealer) {
     sock.set(zmq::sockopt::linger, 0);
     sock.connect(endpoint);
   }
@@ -243,8 +242,8 @@ TEST_CASE("ingest: invalid items are rejected by reason and the good items of th
   bad.set_end_ns(bad.start_ns() + bad.duration_ns());
   *b->add_items()->mutable_step() = bad;  // invalid_duration (not sane)
   bad = report("v", 0, 6);
-  bad.set_compute_ns(bad.duration_ns() + 5'000'000);  // beyond any clock slack
-  *b->add_items()->mutable_step() = bad;  // invalid_breakdown
+  bad.set_compute_ns(bad.duration_ns() + 5'000'000);   // beyond any clock slack
+  *b->add_items()->mutable_step() = bad;               // invalid_breakdown
   b->add_items()->mutable_heartbeat()->set_node("x");  // invalid_item_type
   b->add_items()->mutable_batch()->set_seq(1);         // invalid_item_type (nested batch)
   auto* host = b->add_items()->mutable_host();

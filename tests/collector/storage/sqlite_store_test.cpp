@@ -81,8 +81,8 @@ void execSql(const std::string& path, const std::string& sql) {
 }
 
 StepQuery sq(const std::string& job, std::optional<uint32_t> rank = {},
-             std::optional<int64_t> from = {}, std::optional<int64_t> to = {},
-             size_t limit = 1000, bool detail = false) {
+             std::optional<int64_t> from = {}, std::optional<int64_t> to = {}, size_t limit = 1000,
+             bool detail = false) {
   StepQuery q;
   q.job = job;
   q.rank = rank;
@@ -339,7 +339,7 @@ TEST_CASE("storage: ranks, goodbyes and nodes with their latest host sample") {
   REQUIRE(nodes.isOk());
   REQUIRE(nodes->size() == 1);
   const auto& n = (*nodes)[0];
-  CHECK(n.host == "h1");      // the heartbeat did not wipe the hello's fields
+  CHECK(n.host == "h1");  // the heartbeat did not wipe the hello's fields
   CHECK(n.pid == 7);
   CHECK(n.offsetNs == -33);
   CHECK(n.rttNs == 120);
