@@ -1,6 +1,8 @@
 // Whole-system robustness of ingest: malformed frames sent straight to the collector's
 // ingest port are rejected and counted, and the collector keeps storing valid data.
+#include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -103,6 +105,8 @@ TEST_CASE("e2e: bad frames to the ingest port are rejected and counted") {
     }
   }
   INFO("error replies: " << replies << " (" << reasons << ")");
+  // Every bad frame is answered: the ROUTER knows the sender of each.
+  CHECK(replies >= 15);
 
   // Still serving, earlier rows intact, a later valid run stored.
   REQUIRE(collector->running());
@@ -121,5 +125,25 @@ TEST_CASE("e2e: bad frames to the ingest port are rejected and counted") {
   INFO("/metrics status " << metrics.status << "; evidence:\n" << evidence.substr(0, 6000));
   for (const char* reason : {"malformed", "version", "oversized", "empty"}) {
     CHECK(evidence.find(reason) != std::string::npos);
+  }
+  // Where /metrics has reject counters by reason, each bad kind was counted (sent 3 times).
+  if (metrics.status == 200) {
+    std::istringstream lines(metrics.body);
+    std::string line;
+    std::map<std::string, double> counted;
+    while (std::getline(lines, line)) {
+      if (line.empty() || line[0] == '#' || line.find("reject") == std::string::npos) continue;
+      for (const char* reason : {"malformed", "version", "oversized", "empty"}) {
+        if (line.find(std::string("\"") + reason + "\"") != std::string::npos) {
+          counted[reason] += std::stod(line.substr(line.find_last_of(' ') + 1));
+        }
+      }
+    }
+    if (!counted.empty()) {
+      for (const char* reason : {"malformed", "version", "oversized", "empty"}) {
+        INFO("reason " << reason);
+        CHECK(counted[reason] >= 3);
+      }
+    }
   }
 }
