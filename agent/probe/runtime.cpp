@@ -1,5 +1,6 @@
 #include "agent/probe/runtime.h"
 
+#include <pthread.h>
 #include <zmq.h>
 
 #include <algorithm>
@@ -177,10 +178,18 @@ Runtime::Runtime() : ctx_(zmq_ctx_new()) {
   // The simulator hosts ~1024 ranks in one process, one DEALER each.
   zmq_ctx_set(ctx_, ZMQ_MAX_SOCKETS, 8192);
   zmq_ctx_set(ctx_, ZMQ_IO_THREADS, 1);
+  pthread_atfork(nullptr, nullptr, [] {
+    Runtime& rt = Runtime::get();
+    rt.forked_.store(true);
+    rt.stopped_.store(true);
+  });
 }
 
 Status Runtime::add(Instance* inst) {
   if (ctx_ == nullptr) return Status::error("cannot create a ZeroMQ context");
+  if (forked_.load()) {
+    return Status::error("the probe cannot start in a child forked from a process using it");
+  }
   if (stopped_.load()) return Status::error("the probe runtime has stopped (process exiting)");
   if (Status s = inst->open(ctx_); !s) return s;
   std::lock_guard<std::mutex> lock(mu_);
@@ -198,6 +207,11 @@ Status Runtime::add(Instance* inst) {
 }
 
 void Runtime::remove(Instance* inst, int32_t timeoutMs) {
+  if (forked_.load()) {
+    // The lock may have been held by a thread that did not survive the fork.
+    inst->abandonTransport();
+    return;
+  }
   inst->closeDeadlineNs = monotonicNowNs() + static_cast<int64_t>(std::max(timeoutMs, 0)) * 1'000'000;
   inst->closeRequested.store(true, std::memory_order_release);
   std::unique_lock<std::mutex> lock(mu_);
@@ -216,6 +230,7 @@ void Runtime::remove(Instance* inst, int32_t timeoutMs) {
 }
 
 int32_t Runtime::flush(Instance* inst, int32_t timeoutMs) {
+  if (forked_.load()) return 1;
   const int64_t deadline = monotonicNowNs() + static_cast<int64_t>(std::max(timeoutMs, 0)) * 1'000'000;
   // Passes that start after this call drain everything recorded before it; the folder needs
   // one more pass to declare a step final, and one may be in progress now.
@@ -237,6 +252,11 @@ int32_t Runtime::flush(Instance* inst, int32_t timeoutMs) {
 }
 
 void Runtime::stop() {
+  if (forked_.load()) {
+    // The thread handle names a thread of the parent: leak it, never join it.
+    static_cast<void>(new std::thread(std::move(thread_)));
+    return;
+  }
   std::thread t;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -58,6 +58,8 @@ public:
   bool transportIdle() const { return transport_ == nullptr || transport_->idle(); }
   std::atomic<bool> idleFlag{true};           // transportIdle() as of the last pass; any thread
   void closeTransport() { transport_.reset(); }
+  // After fork: drops the socket without closing it (the child must not use the context).
+  void abandonTransport() { (void)transport_.release(); }
 
   std::atomic<uint64_t> passes{0};            // completed passes; read by flush()
   std::atomic<bool> closeRequested{false};    // set by Runtime::remove
@@ -102,6 +104,10 @@ public:
   // Stops the thread (process exit). Instances still registered stop being serviced.
   void stop();
   bool stopped() const { return stopped_.load(); }
+  // True in a child forked from a process whose probe was running: the runtime thread and
+  // the ZeroMQ context did not come along, so the child records nothing and leaks rather
+  // than touching them (DataLoader workers fork).
+  bool forked() const { return forked_.load(); }
 
 private:
   Runtime();
@@ -113,6 +119,7 @@ private:
   std::vector<Instance*> instances_;  // guarded by mu_
   std::thread thread_;                // guarded by mu_ (started once)
   std::atomic<bool> stopped_{false};
+  std::atomic<bool> forked_{false};
   bool wake_ = false;                 // guarded by mu_
 };
 

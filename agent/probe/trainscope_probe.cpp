@@ -103,6 +103,9 @@ std::atomic<Instance*> gDefault{nullptr};
 std::once_flag gAtExitOnce;
 
 void atExit() {
+  // A forked child (a DataLoader worker) has no runtime thread; locks may be held by threads
+  // that stayed in the parent. Touch nothing.
+  if (Runtime::get().forked()) return;
   // Never hold the exit for long: a short wait for the goodbye's ack, none if the agent has
   // not been heard from.
   if (Instance* d = gDefault.load()) {

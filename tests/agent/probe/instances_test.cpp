@@ -2,7 +2,12 @@
 // built by the runtime thread, flight recorder and stats.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <thread>
 #include <mutex>
@@ -151,4 +156,38 @@ TEST_CASE("interned names are stable and shared") {
   CHECK(std::string(ts_name_str(a)) == "conv2d");
   CHECK(std::string(ts_name_str(0)).empty());
   CHECK(std::string(ts_name_str(0xffffff)).empty());
+}
+
+TEST_CASE("a forked child neither hangs nor crashes in flush, destroy and exit") {
+  ts_probe_config c = foldOnly(0, 1);
+  c.connect_agent = 0;
+  c.agent_endpoint = "ipc:///tmp/ts-probe-test-nobody.sock";
+  ts_probe* p = ts_probe_create(&c);
+  REQUIRE(p != nullptr);
+  ts_step_begin(p, 0, 0);
+  ts_step_end(p, 0, 0);
+  ts_default();  // the exit handler will shut this one down in the child
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ts_step_begin(p, 1, 0);  // records go nowhere, but must not crash
+    ts_step_end(p, 1, 0);
+    const int flushed = ts_probe_flush(p, 5000);
+    ts_probe_destroy(p, 5000);
+    std::exit(flushed == 1 ? 0 : 3);  // runs the probe's exit handler
+  }
+  int status = 0;
+  bool exited = false;
+  for (int i = 0; i < 500 && !exited; ++i) {
+    exited = waitpid(pid, &status, WNOHANG) == pid;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  CHECK(exited);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  ts_probe_destroy(p, 0);
 }
