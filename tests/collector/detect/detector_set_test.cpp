@@ -108,3 +108,31 @@ TEST_CASE("detect: many jobs stay within maxJobs") {
   }
   CHECK(set.stats().jobs == 4);
 }
+
+TEST_CASE("detect: a job restarted from a checkpoint under the same id is followed; replays are not restarts") {
+  StepAssembler a("j", AssemblyOptions{});
+  std::vector<AssembledStep> out;
+  RankContext c;
+  auto rep = [](uint32_t rank, int64_t step, int64_t endNs) {
+    auto r = report(rank, step);
+    r.set_end_ns(endNs);
+    return r;
+  };
+  for (int64_t s = 0; s < 200; ++s) {
+    for (uint32_t r = 0; r < 2; ++r) a.add(rep(r, s, 1000 + s), c, 2, &out);
+  }
+  REQUIRE(out.size() == 200);
+  // A replay of old reports (old end times) changes nothing.
+  for (int64_t s = 100; s < 150; ++s) {
+    for (uint32_t r = 0; r < 2; ++r) a.add(rep(r, s, 1000 + s), c, 2, &out);
+  }
+  CHECK(out.size() == 200);
+  CHECK(a.stats().rewinds == 0);
+  // The job restarts at step 120 with new end times.
+  for (int64_t s = 120; s < 160; ++s) {
+    for (uint32_t r = 0; r < 2; ++r) a.add(rep(r, s, 5000 + s), c, 2, &out);
+  }
+  CHECK(a.stats().rewinds == 1);
+  CHECK(out.size() > 220);
+  CHECK(out.back().step == 159);
+}
