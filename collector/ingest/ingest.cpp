@@ -78,7 +78,8 @@ struct IngestServer::Impl {
   bool writerBusy = false;   // guarded by mu
   bool writerExit = false;   // guarded by mu
   // Guarded by mu: committed, acks not yet sent. The whole Commit comes back so its batch is
-  // freed on the socket thread that allocated it, off the writer.
+  // freed on the socket thread that allocated it: a free from another thread measured about
+  // twice as costly, and on the writer, the stage every commit waits for.
   std::deque<Commit> done;
 
   // Counters.
