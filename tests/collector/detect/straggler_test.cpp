@@ -77,3 +77,17 @@ TEST_CASE("straggler: a rank slow from its first step is still found (peers are 
   REQUIRE(opened.size() == 1);
   CHECK(opened[0].ranks == std::vector<uint32_t>{7});
 }
+
+TEST_CASE("straggler: a rank always 2% slower than its peers (inside minExcess) raises nothing") {
+  SynthJob job;
+  job.seed = 28;
+  job.rng_.seed(28);
+  job.computeFactor = [](int64_t, uint32_t r) { return r == 3 ? 1.02 : 1.0; };
+  job.opFactor = [](int64_t, uint32_t r, const std::string&) { return r == 3 ? 1.02 : 1.0; };
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  run(job, set, 0, 20000, &events);
+  INFO(describe(events));
+  CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
+  CHECK(ofKind(events, AnomalyKind::kOpRegression).empty());
+}
