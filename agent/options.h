@@ -38,7 +38,7 @@ struct AgentOptions {
   int batchLingerMs = 100;
   // Least time between two reads of the probe socket. Longer wakes the agent less often
   // (less CPU with many ranks) for later acks; probes resend only after 1 s without one.
-  int probeCoalesceMs = 20;
+  int probeCoalesceMs = 50;
   // Upstream batches in flight before waiting for an ack. More hides latency, resends more.
   int windowBatches = 4;
   // Resend from the oldest unacked batch after this long without an ack.

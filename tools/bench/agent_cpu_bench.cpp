@@ -35,6 +35,7 @@ struct BenchOptions {
   int stepsPerSec = 10;        // StepReports per rank per second
   int seconds = 20;            // measured duration
   int warmupSeconds = 2;       // excluded from the measurement
+  std::vector<std::string> agentArgs;  // extra flags for the agent
 };
 
 uint64_t cpuTicks(pid_t pid) {
@@ -144,6 +145,8 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", opts.seconds, "measured duration")->capture_default_str()->check(CLI::Range(1, 3600));
   app.add_option("--warmup-seconds", opts.warmupSeconds, "excluded start-up time")
       ->capture_default_str()->check(CLI::Range(0, 600));
+  app.add_option("--agent-arg", opts.agentArgs,
+                 "extra flag passed to the agent, repeatable (e.g. --agent-arg=--probe-coalesce-ms=0)");
   CLI11_PARSE(app, argc, argv);
 
   std::string agentPath = findAgent(opts.agentPath);
@@ -173,10 +176,14 @@ int main(int argc, char** argv) {
   if (pid == 0) {
     int devnull = ::open("/dev/null", O_WRONLY);
     if (devnull >= 0) dup2(devnull, STDOUT_FILENO);
-    std::string ep = "ipc://" + sock, spool = dir + "/spool";
-    execl(agentPath.c_str(), agentPath.c_str(), "--collector", collectorEp.c_str(), "--endpoint",
-          ep.c_str(), "--spool-dir", spool.c_str(), "--node", "bench", "--log-level", "warn",
-          static_cast<char*>(nullptr));
+    std::vector<std::string> args{agentPath, "--collector", collectorEp, "--endpoint",
+                                  "ipc://" + sock, "--spool-dir", dir + "/spool", "--node",
+                                  "bench", "--log-level", "warn"};
+    args.insert(args.end(), opts.agentArgs.begin(), opts.agentArgs.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(agentPath.c_str(), argv.data());
     std::perror("exec trainscope-agent");
     _exit(127);
   }
