@@ -143,6 +143,34 @@ TEST_CASE("e2e: 16 ranks x 300 steps over 2 agents arrive exactly once") {
   INFO("nodes: " << nodes.dump());
   CHECK(both);
 
+  // Every step is complete across ranks in the summary.
+  auto summary = httpGet(stack.http(), "/api/v1/jobs/" + job + "/summary?limit=1000");
+  REQUIRE(summary.status == 200);
+  const json steps = summary.json().at("steps");
+  CHECK(steps.size() == static_cast<size_t>(kSteps));
+  int partial = 0;
+  for (const auto& st : steps) partial += st.value("ranks", 0) == kRanks ? 0 : 1;
+  CHECK(partial == 0);
+
+  // The CLI reads the same collector.
+  auto cli = std::make_unique<Process>(
+      "cli",
+      std::vector<std::string>{binaryFromEnv("TRAINSCOPE_CLI_BIN"), "--server",
+                               "http://127.0.0.1:" + std::to_string(stack.http()), "--json",
+                               "jobs"},
+      stack.dir / "cli.log");
+  REQUIRE(cli->wait(20s) == 0);
+  std::string out = cli->log();
+  out = out.substr(out.find('\n') + 1);  // the harness's command line comes first
+  const json cliJobs = json::parse(out, nullptr, false);
+  INFO("cli output: " << out.substr(0, 2000));
+  REQUIRE(!cliJobs.is_discarded());
+  bool listed = false;
+  for (const auto& j : cliJobs.at("jobs")) {
+    listed |= j.value("job", "") == job && j.value("step_rows", int64_t{0}) == kRows;
+  }
+  CHECK(listed);
+
   // The ranks are where the simulator put them: rank r on node<r % 2>.
   auto ranks = httpGet(stack.http(), "/api/v1/jobs/" + job + "/ranks");
   REQUIRE(ranks.status == 200);
