@@ -48,7 +48,8 @@ Result<ProbeConfig> resolveConfig(const ts_probe_config* config) {
   }
   if (out.endpoint.empty()) return Result<ProbeConfig>::error("agent_endpoint is empty");
   const std::string_view ep(out.endpoint);
-  if (ep.substr(0, 6) != "ipc://" && ep.substr(0, 6) != "tcp://" && ep.substr(0, 9) != "inproc://") {
+  if (ep.substr(0, 6) != "ipc://" && ep.substr(0, 6) != "tcp://" &&
+      ep.substr(0, 9) != "inproc://") {
     return Result<ProbeConfig>::error("agent_endpoint '" + out.endpoint +
                                       "' must start with ipc://, tcp:// or inproc://");
   }

@@ -20,13 +20,13 @@ struct ProbeConfig {
   uint32_t localRank = 0;
   std::string host;
   uint32_t pid = 0;
-  uint32_t flightSteps = 8;            // steps of full records kept; more costs memory
-  uint64_t flightMaxBytes = 64u << 20; // hard bound on the flight recorder
-  uint32_t ringRecords = 16384;        // per thread and instance, 64 B each; bigger rides out
-                                       // longer runtime stalls without drops
-  uint32_t backlogReports = 4096;      // unacked reports kept while the agent is away
-  uint32_t topOps = 32;                // operators per report; more costs bytes per report
-  bool connectAgent = true;            // false: fold only (benchmarks, tests)
+  uint32_t flightSteps = 8;             // steps of full records kept; more costs memory
+  uint64_t flightMaxBytes = 64u << 20;  // hard bound on the flight recorder
+  uint32_t ringRecords = 16384;         // per thread and instance, 64 B each; bigger rides out
+                                        // longer runtime stalls without drops
+  uint32_t backlogReports = 4096;       // unacked reports kept while the agent is away
+  uint32_t topOps = 32;                 // operators per report; more costs bytes per report
+  bool connectAgent = true;             // false: fold only (benchmarks, tests)
 };
 
 // NULL `config` means all defaults. The error names the offending field or variable.

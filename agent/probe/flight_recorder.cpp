@@ -12,8 +12,7 @@ void FlightRecorder::add(int64_t step, std::vector<Record> records) {
   if (records.size() > maxRecords) records.resize(maxRecords);
   const uint64_t size = records.size() * sizeof(Record);
   std::lock_guard<std::mutex> lock(mu_);
-  while (!entries_.empty() &&
-         (entries_.size() >= maxSteps_ || bytes_ + size > maxBytes_)) {
+  while (!entries_.empty() && (entries_.size() >= maxSteps_ || bytes_ + size > maxBytes_)) {
     bytes_ -= entries_.front().records.size() * sizeof(Record);
     entries_.pop_front();
   }

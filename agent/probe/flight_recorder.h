@@ -13,7 +13,7 @@
 namespace trainscope::probe {
 
 class FlightRecorder {
-public:
+ public:
   FlightRecorder(uint32_t maxSteps, uint64_t maxBytes);
 
   // Adds one completed step's records; evicts the oldest steps past either bound. A single
@@ -29,7 +29,7 @@ public:
   // Steps held now, oldest first.
   std::vector<int64_t> heldSteps() const;
 
-private:
+ private:
   struct Entry {
     int64_t step;
     std::vector<Record> records;

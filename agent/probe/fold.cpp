@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "agent/probe/intern.h"
-#include "common/log.h"
 #include "agent/probe/trainscope_probe.h"
+#include "common/log.h"
 
 namespace trainscope::probe {
 namespace {
@@ -37,7 +37,9 @@ int64_t lengthOf(const Intervals& m) {
 
 }  // namespace
 
-int64_t unionLength(Intervals intervals) { return lengthOf(merged(std::move(intervals))); }
+int64_t unionLength(Intervals intervals) {
+  return lengthOf(merged(std::move(intervals)));
+}
 
 int64_t overlapLength(Intervals a, Intervals b) {
   const Intervals ma = merged(std::move(a));
@@ -99,9 +101,9 @@ void StepFolder::add(uint32_t ring, const Record& r) {
     }
     case RecordType::kStepEnd: {
       if (spans_.empty() || spans_.back().end >= 0 || spans_.back().step != r.step) {
-        logOnce(LogLevel::kWarn, "probe", "step-end-unmatched",
-                "step_end(" + std::to_string(r.step) +
-                    ") does not match an open step_begin; ignored");
+        logOnce(
+            LogLevel::kWarn, "probe", "step-end-unmatched",
+            "step_end(" + std::to_string(r.step) + ") does not match an open step_begin; ignored");
         return;
       }
       spans_.back().end = std::max(r.t0, spans_.back().begin);
@@ -303,8 +305,7 @@ void StepFolder::finalize(const Span& span) {
 
   std::vector<std::pair<uint32_t, OpAcc>> sorted(ops.begin(), ops.end());
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
-    return a.second.total != b.second.total ? a.second.total > b.second.total
-                                            : a.first < b.first;
+    return a.second.total != b.second.total ? a.second.total > b.second.total : a.first < b.first;
   });
   const size_t top = std::min<size_t>(sorted.size(), options_.topOps);
   for (size_t i = 0; i < top; ++i) {
@@ -331,9 +332,8 @@ void StepFolder::finalize(const Span& span) {
     c->set_first_arrival_ns(a.first);
     c->set_last_completion_ns(a.last);
   }
-  rep.set_records(static_cast<uint64_t>(
-      std::count_if(out.records.begin(), out.records.end(),
-                    [](const Record& r) { return r.step != -1; })));
+  rep.set_records(static_cast<uint64_t>(std::count_if(
+      out.records.begin(), out.records.end(), [](const Record& r) { return r.step != -1; })));
 
   lastEnd_ = span.end;
   lastStep_ = span.step;

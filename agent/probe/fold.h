@@ -15,14 +15,14 @@
 namespace trainscope::probe {
 
 struct FoldOptions {
-  std::string job;                   // copied into every report
-  uint32_t rank = 0;                 // copied into every report
-  uint32_t topOps = 32;              // operators kept per report; more costs bytes per report
-  uint32_t maxPending = 1u << 18;    // records waiting for their step (16 MiB); past it the
-                                     // oldest are dropped as unattributed, so a step that
-                                     // never ends cannot grow memory without bound
-  uint32_t maxPairDepth = 64;        // open range/collective begins kept per ring
-  uint32_t maxLooseRecords = 4096;   // unattributed records kept for the flight recorder
+  std::string job;                  // copied into every report
+  uint32_t rank = 0;                // copied into every report
+  uint32_t topOps = 32;             // operators kept per report; more costs bytes per report
+  uint32_t maxPending = 1u << 18;   // records waiting for their step (16 MiB); past it the
+                                    // oldest are dropped as unattributed, so a step that
+                                    // never ends cannot grow memory without bound
+  uint32_t maxPairDepth = 64;       // open range/collective begins kept per ring
+  uint32_t maxLooseRecords = 4096;  // unattributed records kept for the flight recorder
 };
 
 // One finished step: its report and the records folded into it (for the flight recorder).
@@ -32,7 +32,7 @@ struct FoldedStep {
 };
 
 class StepFolder {
-public:
+ public:
   explicit StepFolder(FoldOptions options);
 
   // Feeds one record taken from ring `ring`; push/pop and begin/end pair per ring.
@@ -50,12 +50,12 @@ public:
   uint64_t records() const { return records_; }
   int64_t lastStep() const { return lastStep_; }  // -1 until a step is final
 
-private:
+ private:
   struct Span {
     int64_t step;
     int64_t begin;
-    int64_t end = -1;     // -1 while open
-    uint64_t endPass = 0; // pass in which the end was seen
+    int64_t end = -1;      // -1 while open
+    uint64_t endPass = 0;  // pass in which the end was seen
   };
   struct Pairing {
     std::vector<Record> ranges;
@@ -68,15 +68,15 @@ private:
   void markUnattributed(Record r);
 
   FoldOptions options_;
-  std::deque<Span> spans_;            // ended-but-not-final steps, then at most one open step
-  std::vector<Record> pending_;       // complete intervals not yet given to a step
-  std::vector<Record> loose_;         // unattributed, for the next step's flight entry
+  std::deque<Span> spans_;       // ended-but-not-final steps, then at most one open step
+  std::vector<Record> pending_;  // complete intervals not yet given to a step
+  std::vector<Record> loose_;    // unattributed, for the next step's flight entry
   std::unordered_map<uint32_t, Pairing> pairing_;
   std::vector<FoldedStep> ready_;
   uint64_t pass_ = 0;
   uint64_t unattributed_ = 0;
   uint64_t records_ = 0;
-  int64_t lastEnd_ = INT64_MIN;       // end of the last final step
+  int64_t lastEnd_ = INT64_MIN;  // end of the last final step
   int64_t lastStep_ = -1;
 };
 

@@ -9,7 +9,7 @@ namespace {
 
 struct InternTable {
   std::mutex mu;
-  std::deque<std::string> strings;                      // guarded by mu; deque keeps c_str stable
+  std::deque<std::string> strings;                     // guarded by mu; deque keeps c_str stable
   std::unordered_map<std::string_view, uint32_t> ids;  // guarded by mu; views into `strings`
 };
 

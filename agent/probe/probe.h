@@ -20,19 +20,19 @@ class FlightRecorder;
 
 // An interned name: intern once, record by id.
 class Name {
-public:
+ public:
   Name() = default;
   explicit Name(std::string_view name);
   ts_name id() const { return id_; }
   const char* str() const { return ts_name_str(id_); }
 
-private:
+ private:
   ts_name id_ = 0;
 };
 
 // Owns one probe instance (or borrows the default one). Moving transfers ownership.
 class Probe {
-public:
+ public:
   // Creates an instance; check ok() (the reason is in error()).
   explicit Probe(const ts_probe_config& config, int32_t destroyTimeoutMs = 1000);
   // Borrows the process's default instance (never destroyed by this object).
@@ -82,7 +82,7 @@ public:
   void onReport(std::function<void(const wire::StepReport&)> fn);
   void onCommand(std::function<void(const wire::Command&)> fn);
 
-private:
+ private:
   Probe() = default;
   ts_probe* handle_ = nullptr;
   bool owned_ = false;
@@ -92,19 +92,19 @@ private:
 
 // Step `step` from construction to destruction.
 class StepScope {
-public:
+ public:
   StepScope(Probe& probe, int64_t step) : probe_(probe), step_(step) { probe_.stepBegin(step_); }
   ~StepScope() { probe_.stepEnd(step_); }
   StepScope(const StepScope&) = delete;
   StepScope& operator=(const StepScope&) = delete;
 
-private:
+ private:
   Probe& probe_;
   int64_t step_;
 };
 
 class RangeScope {
-public:
+ public:
   RangeScope(Probe& probe, Name name, ts_range_kind kind = TS_RANGE_OTHER) : probe_(probe) {
     probe_.rangePush(name, kind);
   }
@@ -112,21 +112,20 @@ public:
   RangeScope(const RangeScope&) = delete;
   RangeScope& operator=(const RangeScope&) = delete;
 
-private:
+ private:
   Probe& probe_;
 };
 
 class CollectiveScope {
-public:
-  CollectiveScope(Probe& probe, ts_collective_op op, Name group, uint64_t bytes)
-      : probe_(probe) {
+ public:
+  CollectiveScope(Probe& probe, ts_collective_op op, Name group, uint64_t bytes) : probe_(probe) {
     probe_.collectiveBegin(op, group, bytes);
   }
   ~CollectiveScope() { probe_.collectiveEnd(); }
   CollectiveScope(const CollectiveScope&) = delete;
   CollectiveScope& operator=(const CollectiveScope&) = delete;
 
-private:
+ private:
   Probe& probe_;
 };
 

@@ -21,15 +21,15 @@ enum class RecordType : uint8_t {
 // One cache line per record, so a producer never shares a line with the record being read.
 struct alignas(64) Record {
   RecordType type;
-  uint8_t kind;      // ts_range_kind for ranges, ts_collective_op for collectives
+  uint8_t kind;  // ts_range_kind for ranges, ts_collective_op for collectives
   uint16_t reserved;
-  uint32_t name;     // ts_name of the range or operator
-  uint32_t group;    // ts_name of the collective's process group
+  uint32_t name;   // ts_name of the range or operator
+  uint32_t group;  // ts_name of the collective's process group
   uint32_t reserved2;
-  int64_t step;      // step number for step records; the step it was folded into otherwise
-  int64_t t0;        // ns since the epoch
-  int64_t t1;        // ns since the epoch (end), where the type has one
-  uint64_t bytes;    // collective bytes of one call
+  int64_t step;    // step number for step records; the step it was folded into otherwise
+  int64_t t0;      // ns since the epoch
+  int64_t t1;      // ns since the epoch (end), where the type has one
+  uint64_t bytes;  // collective bytes of one call
 };
 static_assert(sizeof(Record) == 64, "a record is one cache line");
 

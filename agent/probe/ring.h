@@ -13,7 +13,7 @@
 namespace trainscope::probe {
 
 class Ring {
-public:
+ public:
   // `capacity` must be a power of two (callers round up).
   explicit Ring(uint32_t capacity)
       : mask_(capacity - 1), buf_(new Record[capacity]) {}  // uninitialized: pages fault in lazily
@@ -65,12 +65,12 @@ public:
   // Any thread: records dropped because the ring was full.
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
 
-private:
+ private:
   const uint64_t mask_;
   std::unique_ptr<Record[]> buf_;
   alignas(64) std::atomic<uint64_t> head_{0};  // written by the producer
-  uint64_t cachedTail_ = 0;                     // producer's copy of tail_
-  std::atomic<uint64_t> dropped_{0};            // written by the producer
+  uint64_t cachedTail_ = 0;                    // producer's copy of tail_
+  std::atomic<uint64_t> dropped_{0};           // written by the producer
   alignas(64) std::atomic<uint64_t> tail_{0};  // written by the consumer
 };
 

@@ -212,7 +212,8 @@ void Runtime::remove(Instance* inst, int32_t timeoutMs) {
     inst->abandonTransport();
     return;
   }
-  inst->closeDeadlineNs = monotonicNowNs() + static_cast<int64_t>(std::max(timeoutMs, 0)) * 1'000'000;
+  inst->closeDeadlineNs =
+      monotonicNowNs() + static_cast<int64_t>(std::max(timeoutMs, 0)) * 1'000'000;
   inst->closeRequested.store(true, std::memory_order_release);
   std::unique_lock<std::mutex> lock(mu_);
   wake_ = true;
@@ -231,7 +232,8 @@ void Runtime::remove(Instance* inst, int32_t timeoutMs) {
 
 int32_t Runtime::flush(Instance* inst, int32_t timeoutMs) {
   if (forked_.load()) return 1;
-  const int64_t deadline = monotonicNowNs() + static_cast<int64_t>(std::max(timeoutMs, 0)) * 1'000'000;
+  const int64_t deadline =
+      monotonicNowNs() + static_cast<int64_t>(std::max(timeoutMs, 0)) * 1'000'000;
   // Passes that start after this call drain everything recorded before it; the folder needs
   // one more pass to declare a step final, and one may be in progress now.
   const uint64_t target = inst->passes.load(std::memory_order_acquire) + 3;

@@ -26,7 +26,7 @@ namespace trainscope::probe {
 inline constexpr int kMaxThreadSlots = 256;
 
 class Instance {
-public:
+ public:
   explicit Instance(ProbeConfig config);
   ~Instance();
   Instance(const Instance&) = delete;
@@ -56,17 +56,17 @@ public:
   Status open(void* zmqContext);
   void service(int64_t nowNs, bool closing);  // one drain/fold/IO pass
   bool transportIdle() const { return transport_ == nullptr || transport_->idle(); }
-  std::atomic<bool> idleFlag{true};           // transportIdle() as of the last pass; any thread
+  std::atomic<bool> idleFlag{true};  // transportIdle() as of the last pass; any thread
   void closeTransport() { transport_.reset(); }
   // After fork: drops the socket without closing it (the child must not use the context).
   void abandonTransport() { (void)transport_.release(); }
 
-  std::atomic<uint64_t> passes{0};            // completed passes; read by flush()
-  std::atomic<bool> closeRequested{false};    // set by Runtime::remove
-  bool finished = false;                      // runtime thread: final fold and goodbye done
-  int64_t closeDeadlineNs = 0;                // set before closeRequested; monotonic
+  std::atomic<uint64_t> passes{0};          // completed passes; read by flush()
+  std::atomic<bool> closeRequested{false};  // set by Runtime::remove
+  bool finished = false;                    // runtime thread: final fold and goodbye done
+  int64_t closeDeadlineNs = 0;              // set before closeRequested; monotonic
 
-private:
+ private:
   const ProbeConfig config_;
   const uint64_t id_;
   std::atomic<Ring*> slots_[kMaxThreadSlots] = {};
@@ -75,9 +75,9 @@ private:
   StepFolder folder_;
   FlightRecorder flight_;
   std::unique_ptr<Transport> transport_;
-  uint64_t droppedReported_ = 0;              // ring drops already put in a report
+  uint64_t droppedReported_ = 0;  // ring drops already put in a report
   int64_t lastIoNs_ = 0;
-  std::vector<Ring*> ringView_;               // runtime thread's copy of rings_
+  std::vector<Ring*> ringView_;  // runtime thread's copy of rings_
 
   std::mutex hooksMu_;
   std::function<void(const wire::StepReport&)> onReport_;  // guarded by hooksMu_
@@ -91,7 +91,7 @@ private:
 
 // The process-wide runtime. Any thread may call its public functions.
 class Runtime {
-public:
+ public:
   static Runtime& get();
 
   // Opens the instance's transport and starts servicing it (starts the thread if needed).
@@ -109,7 +109,7 @@ public:
   // than touching them (DataLoader workers fork).
   bool forked() const { return forked_.load(); }
 
-private:
+ private:
   Runtime();
   void loop();
 
@@ -120,7 +120,7 @@ private:
   std::thread thread_;                // guarded by mu_ (started once)
   std::atomic<bool> stopped_{false};
   std::atomic<bool> forked_{false};
-  bool wake_ = false;                 // guarded by mu_
+  bool wake_ = false;  // guarded by mu_
 };
 
 }  // namespace trainscope::probe

@@ -67,19 +67,24 @@ inline Ring* ringOf(ts_probe* probe) {
   auto* inst = reinterpret_cast<Instance*>(probe);
   const int slot = tSlot;
   if (slot >= 0) [[likely]] {
-    if (Ring* r = inst->ringAt(slot)) [[likely]] return r;
+    if (Ring* r = inst->ringAt(slot)) [[likely]]
+      return r;
   }
   return slowRing(inst);
 }
 
-inline int64_t orNow(int64_t t) { return t != 0 ? t : trainscope::wallNowNs(); }
+inline int64_t orNow(int64_t t) {
+  return t != 0 ? t : trainscope::wallNowNs();
+}
 
 // Claims a slot on the calling thread's ring; nullptr when the probe is NULL or the ring is
 // full (counted there).
 inline Record* claim(ts_probe* probe, Ring** ring) {
-  if (probe == nullptr) [[unlikely]] return nullptr;
+  if (probe == nullptr) [[unlikely]]
+    return nullptr;
   Ring* r = ringOf(probe);
-  if (r == nullptr) [[unlikely]] return nullptr;
+  if (r == nullptr) [[unlikely]]
+    return nullptr;
   *ring = r;
   return r->claim();
 }
@@ -231,9 +236,13 @@ ts_name ts_intern(const char* name) {
   }
 }
 
-const char* ts_name_str(ts_name name) { return trainscope::probe::nameString(name); }
+const char* ts_name_str(ts_name name) {
+  return trainscope::probe::nameString(name);
+}
 
-int64_t ts_now_ns(void) { return trainscope::wallNowNs(); }
+int64_t ts_now_ns(void) {
+  return trainscope::wallNowNs();
+}
 
 void ts_step_begin(ts_probe* probe, int64_t step, int64_t t_ns) {
   Ring* ring = nullptr;
@@ -285,8 +294,8 @@ void ts_op(ts_probe* probe, ts_name name, int64_t start_ns, int64_t duration_ns)
   }
 }
 
-void ts_collective(ts_probe* probe, uint32_t op, ts_name group, uint64_t bytes,
-                   int64_t arrive_ns, int64_t complete_ns) {
+void ts_collective(ts_probe* probe, uint32_t op, ts_name group, uint64_t bytes, int64_t arrive_ns,
+                   int64_t complete_ns) {
   Ring* ring = nullptr;
   if (Record* rec = claim(probe, &ring)) {
     fill(rec, RecordType::kCollective, static_cast<uint8_t>(op), 0, group, 0, orNow(arrive_ns),
@@ -299,8 +308,7 @@ void ts_collective_begin(ts_probe* probe, uint32_t op, ts_name group, uint64_t b
                          int64_t t_ns) {
   Ring* ring = nullptr;
   if (Record* rec = claim(probe, &ring)) {
-    fill(rec, RecordType::kCollBegin, static_cast<uint8_t>(op), 0, group, 0, orNow(t_ns), 0,
-         bytes);
+    fill(rec, RecordType::kCollBegin, static_cast<uint8_t>(op), 0, group, 0, orNow(t_ns), 0, bytes);
     ring->publish();
   }
 }
@@ -331,6 +339,8 @@ void ts_probe_get_stats(ts_probe* probe, ts_probe_stats* out) {
   reinterpret_cast<Instance*>(probe)->stats(out);
 }
 
-const char* ts_last_error(void) { return tLastError.c_str(); }
+const char* ts_last_error(void) {
+  return tLastError.c_str();
+}
 
 }  // extern "C"

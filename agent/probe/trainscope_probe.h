@@ -69,17 +69,17 @@ typedef struct ts_probe_config {
 } ts_probe_config;
 
 typedef struct ts_probe_stats {
-  uint64_t records;          /* records taken from rings */
-  uint64_t dropped;          /* records dropped because a ring was full */
-  uint64_t steps_folded;     /* step reports built */
-  uint64_t reports_sent;     /* step reports handed to the transport (first sends) */
-  uint64_t reports_acked;    /* step reports the agent confirmed */
-  uint64_t backlog;          /* step reports waiting for an ack now */
-  uint64_t backlog_dropped;  /* step reports dropped from a full backlog */
-  uint64_t unattributed;     /* records outside any step */
-  uint64_t flight_bytes;     /* bytes the flight recorder holds now */
-  uint64_t flight_steps;     /* steps the flight recorder holds now */
-  uint32_t connected;        /* 1 when the agent acknowledged recently */
+  uint64_t records;         /* records taken from rings */
+  uint64_t dropped;         /* records dropped because a ring was full */
+  uint64_t steps_folded;    /* step reports built */
+  uint64_t reports_sent;    /* step reports handed to the transport (first sends) */
+  uint64_t reports_acked;   /* step reports the agent confirmed */
+  uint64_t backlog;         /* step reports waiting for an ack now */
+  uint64_t backlog_dropped; /* step reports dropped from a full backlog */
+  uint64_t unattributed;    /* records outside any step */
+  uint64_t flight_bytes;    /* bytes the flight recorder holds now */
+  uint64_t flight_steps;    /* steps the flight recorder holds now */
+  uint32_t connected;       /* 1 when the agent acknowledged recently */
 } ts_probe_stats;
 
 /* Fills `config` with the defaults above (all "from the environment"). */
@@ -123,11 +123,10 @@ void ts_range(ts_probe* probe, ts_name name, uint32_t kind, int64_t start_ns, in
 void ts_op(ts_probe* probe, ts_name name, int64_t start_ns, int64_t duration_ns);
 
 /* One collective: the time this rank arrived and the time it completed. */
-void ts_collective(ts_probe* probe, uint32_t op, ts_name group, uint64_t bytes,
-                   int64_t arrive_ns, int64_t complete_ns);
+void ts_collective(ts_probe* probe, uint32_t op, ts_name group, uint64_t bytes, int64_t arrive_ns,
+                   int64_t complete_ns);
 /* The same as a begin/end pair on one thread (end closes the latest open begin). */
-void ts_collective_begin(ts_probe* probe, uint32_t op, ts_name group, uint64_t bytes,
-                         int64_t t_ns);
+void ts_collective_begin(ts_probe* probe, uint32_t op, ts_name group, uint64_t bytes, int64_t t_ns);
 void ts_collective_end(ts_probe* probe, int64_t t_ns);
 
 /* Waits up to `timeout_ms` until every step ended so far is folded and acknowledged by the

@@ -175,9 +175,9 @@ void Transport::receive(int64_t nowNs) {
         break;
       }
       case wire::Envelope::kError:
-        logOnce(LogLevel::kWarn, "probe", "agent-error-" + env.error().reason(),
-                "the agent rejected a frame: " + env.error().reason() + ": " +
-                    env.error().detail());
+        logOnce(
+            LogLevel::kWarn, "probe", "agent-error-" + env.error().reason(),
+            "the agent rejected a frame: " + env.error().reason() + ": " + env.error().detail());
         break;
       case wire::Envelope::kCommand:
         if (onCommand) {
@@ -189,8 +189,8 @@ void Transport::receive(int64_t nowNs) {
         break;
       default:
         logOnce(LogLevel::kWarn, "probe", "unexpected-" + std::to_string(env.body_case()),
-                "unexpected message from the agent (body " +
-                    std::to_string(env.body_case()) + "); ignored");
+                "unexpected message from the agent (body " + std::to_string(env.body_case()) +
+                    "); ignored");
         break;
     }
   }

@@ -17,19 +17,19 @@
 namespace trainscope::probe {
 
 struct TransportOptions {
-  std::string endpoint;                        // agent ROUTER endpoint
-  uint32_t backlogReports = 4096;              // reports kept unacked; more rides out longer
-                                               // agent outages at ~1.7 KiB per report
-  int64_t batchIntervalNs = 10'000'000;        // longest a queued item waits for its batch;
-                                               // shorter means more, smaller frames
-  uint32_t batchMaxItems = 256;                // items per batch; bounds the frame size
-  int64_t resendAfterNs = 1'000'000'000;       // unacked batch resend delay (PROTOCOL.md)
-  int64_t helloIntervalNs = 2'000'000'000;     // RankHello period (PROTOCOL.md)
-  int64_t connectedWindowNs = 3'000'000'000;   // "connected" = an ack within this window
+  std::string endpoint;                       // agent ROUTER endpoint
+  uint32_t backlogReports = 4096;             // reports kept unacked; more rides out longer
+                                              // agent outages at ~1.7 KiB per report
+  int64_t batchIntervalNs = 10'000'000;       // longest a queued item waits for its batch;
+                                              // shorter means more, smaller frames
+  uint32_t batchMaxItems = 256;               // items per batch; bounds the frame size
+  int64_t resendAfterNs = 1'000'000'000;      // unacked batch resend delay (PROTOCOL.md)
+  int64_t helloIntervalNs = 2'000'000'000;    // RankHello period (PROTOCOL.md)
+  int64_t connectedWindowNs = 3'000'000'000;  // "connected" = an ack within this window
 };
 
 class Transport {
-public:
+ public:
   Transport(void* zmqContext, TransportOptions options, wire::RankInfo info);
   ~Transport();
   Transport(const Transport&) = delete;
@@ -55,14 +55,14 @@ public:
   // and ignored.
   std::function<void(const wire::Command&)> onCommand;
 
-  std::atomic<uint64_t> reportsSent{0};     // reports whose batch went out the first time
+  std::atomic<uint64_t> reportsSent{0};  // reports whose batch went out the first time
   std::atomic<uint64_t> reportsAcked{0};
   std::atomic<uint64_t> backlogReports{0};  // reports queued or unacked now
   std::atomic<uint64_t> backlogDropped{0};
-  std::atomic<uint64_t> batchesSent{0};     // including resends
+  std::atomic<uint64_t> batchesSent{0};  // including resends
   std::atomic<uint64_t> lastAckedSeq{0};
 
-private:
+ private:
   struct Pending {
     uint64_t seq;
     std::string frame;
@@ -84,7 +84,7 @@ private:
   std::vector<wire::Envelope> queued_;  // items not yet in a batch
   uint32_t queuedReports_ = 0;
   int64_t firstQueuedNs_ = 0;
-  std::deque<Pending> backlog_;         // batches waiting for an ack, oldest first
+  std::deque<Pending> backlog_;  // batches waiting for an ack, oldest first
   uint64_t nextSeq_ = 1;
   bool linkUp_ = false;
   bool helloOutstanding_ = false;

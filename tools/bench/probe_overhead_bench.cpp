@@ -5,9 +5,9 @@
 // medians and the overhead in %; no assertions.
 #include <algorithm>
 #include <cmath>
-#include <ctime>
 #include <cstdint>
 #include <cstdio>
+#include <ctime>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -18,12 +18,12 @@
 namespace {
 
 struct BenchOptions {
-  double stepMs = 10.0;   // busy work per step; longer steps dilute the probe's cost
-  int records = 2000;     // operator records per step
-  int blocks = 20;        // A/B block pairs; more pairs, tighter estimate, longer run
+  double stepMs = 10.0;  // busy work per step; longer steps dilute the probe's cost
+  int records = 2000;    // operator records per step
+  int blocks = 20;       // A/B block pairs; more pairs, tighter estimate, longer run
   int stepsPerBlock = 10;
-  bool clockRead = false; // true: ts_op(t=0) reads the clock per record (as a caller
-                          // without its own timestamps would)
+  bool clockRead = false;  // true: ts_op(t=0) reads the clock per record (as a caller
+                           // without its own timestamps would)
 };
 
 volatile double gSink = 0;
@@ -66,8 +66,9 @@ int main(int argc, char** argv) {
                "timestamps)");
   CLI11_PARSE(app, argc, argv);
   if (o.stepMs <= 0 || o.records < 1 || o.blocks < 1 || o.stepsPerBlock < 1) {
-    std::fprintf(stderr, "--step-ms must be > 0; --records, --blocks and --steps-per-block "
-                         ">= 1\n");
+    std::fprintf(stderr,
+                 "--step-ms must be > 0; --records, --blocks and --steps-per-block "
+                 ">= 1\n");
     return 2;
   }
 
@@ -80,8 +81,8 @@ int main(int argc, char** argv) {
     for (int c = 0; c < o.records; ++c) x = spin(perChunk, x);
     gSink = x;
     const double ms = static_cast<double>(cpuNowNs(CLOCK_THREAD_CPUTIME_ID) - t0) / 1e6;
-    perChunk = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(perChunk) *
-                                                         o.stepMs / ms));
+    perChunk =
+        std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(perChunk) * o.stepMs / ms));
   }
 
   ts_probe_config c;
@@ -156,10 +157,11 @@ int main(int argc, char** argv) {
   }
   probe.flush(2000);
   const ts_probe_stats st = probe.stats();
-  std::printf("probe_overhead_bench: %d records/step, %.2f ms CPU work/step, %d x %d steps per "
-              "side, timestamps: %s\n",
-              o.records, median(off[1]) / 1e6, o.blocks, o.stepsPerBlock,
-              o.clockRead ? "t=0 (clock read per record)" : "caller's");
+  std::printf(
+      "probe_overhead_bench: %d records/step, %.2f ms CPU work/step, %d x %d steps per "
+      "side, timestamps: %s\n",
+      o.records, median(off[1]) / 1e6, o.blocks, o.stepsPerBlock,
+      o.clockRead ? "t=0 (clock read per record)" : "caller's");
   std::printf("%-26s %12s %12s %10s %16s %12s\n", "measure", "off_us", "on_us", "overhead",
               "pairs_median", "per_record");
   const char* names[3] = {"step wall time", "training-thread CPU", "process CPU (+runtime)"};
@@ -170,8 +172,9 @@ int main(int argc, char** argv) {
                 mOn / 1e3, 100.0 * (mOn - mOff) / mOff, 100.0 * median(pairDiffs[m]),
                 (mOn - mOff) / o.records);
   }
-  std::printf("training-thread CPU is the step cost on a machine with a core to spare for the\n"
-              "runtime thread; step wall time also counts preemption by other processes.\n");
+  std::printf(
+      "training-thread CPU is the step cost on a machine with a core to spare for the\n"
+      "runtime thread; step wall time also counts preemption by other processes.\n");
   std::printf("records=%llu dropped=%llu steps_folded=%llu\n",
               static_cast<unsigned long long>(st.records),
               static_cast<unsigned long long>(st.dropped),

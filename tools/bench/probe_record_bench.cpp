@@ -22,10 +22,10 @@
 namespace {
 
 struct BenchOptions {
-  int bursts = 800;       // bursts per kind of call; more samples, longer run
+  int bursts = 800;          // bursts per kind of call; more samples, longer run
   int batchesPerBurst = 16;  // timed batches per burst; bigger bursts risk ring overflow
-  int batch = 64;         // calls per timed batch; smaller shows more clock overhead
-  int pauseUs = 3000;     // pause after a burst so the runtime drains (it runs every ~2 ms)
+  int batch = 64;            // calls per timed batch; smaller shows more clock overhead
+  int pauseUs = 3000;        // pause after a burst so the runtime drains (it runs every ~2 ms)
 };
 
 struct Figures {
@@ -68,8 +68,9 @@ Figures run(trainscope::probe::Probe& probe, const BenchOptions& o, int callsPer
 
 int main(int argc, char** argv) {
   BenchOptions o;
-  CLI::App app{"probe_record_bench: median and p99 ns per probe record call on the training "
-               "thread while the runtime thread drains (fold-only probe, no agent)"};
+  CLI::App app{
+      "probe_record_bench: median and p99 ns per probe record call on the training "
+      "thread while the runtime thread drains (fold-only probe, no agent)"};
   app.add_option("--bursts", o.bursts, "bursts per kind of call (each its own step)")
       ->capture_default_str();
   app.add_option("--batches-per-burst", o.batchesPerBurst, "timed batches per burst")
@@ -79,8 +80,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (o.bursts < 1 || o.batchesPerBurst < 1 || o.batch < 1 || o.pauseUs < 0) {
-    std::fprintf(stderr, "--bursts, --batches-per-burst and --batch must be >= 1, "
-                         "--pause-us >= 0\n");
+    std::fprintf(stderr,
+                 "--bursts, --batches-per-burst and --batch must be >= 1, "
+                 "--pause-us >= 0\n");
     return 2;
   }
 
@@ -118,21 +120,20 @@ int main(int argc, char** argv) {
                   })});
   rows.push_back({"ts_op, explicit timestamps",
                   run(probe, o, 1, [&](int64_t i) { ts_op(p, name, base + i, 10); })});
-  rows.push_back({"ts_op, t=0 (clock read)",
-                  run(probe, o, 1, [&](int64_t) { ts_op(p, name, 0, 10); })});
+  rows.push_back(
+      {"ts_op, t=0 (clock read)", run(probe, o, 1, [&](int64_t) { ts_op(p, name, 0, 10); })});
   rows.push_back({"ts_collective, explicit timestamps", run(probe, o, 1, [&](int64_t i) {
                     ts_collective(p, TS_COLL_ALL_REDUCE, group, 4096, base + i, base + i + 5);
                   })});
-  rows.push_back({"ts_range_push + ts_range_pop, t=0 (per call)",
-                  run(probe, o, 2, [&](int64_t) {
+  rows.push_back({"ts_range_push + ts_range_pop, t=0 (per call)", run(probe, o, 2, [&](int64_t) {
                     ts_range_push(p, name, TS_RANGE_COMPUTE, 0);
                     ts_range_pop(p, 0);
                   })});
-  rows.push_back({"ts_range_push + ts_range_pop, explicit (per call)",
-                  run(probe, o, 2, [&](int64_t i) {
-                    ts_range_push(p, name, TS_RANGE_COMPUTE, base + i);
-                    ts_range_pop(p, base + i + 1);
-                  })});
+  rows.push_back(
+      {"ts_range_push + ts_range_pop, explicit (per call)", run(probe, o, 2, [&](int64_t i) {
+         ts_range_push(p, name, TS_RANGE_COMPUTE, base + i);
+         ts_range_pop(p, base + i + 1);
+       })});
   probe.flush(2000);
   const ts_probe_stats st = probe.stats();
 

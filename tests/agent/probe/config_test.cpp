@@ -16,8 +16,8 @@ void env(const char* name, const char* value) {
   }
 }
 void clearEnv() {
-  for (const char* n : {"TRAINSCOPE_AGENT", "TRAINSCOPE_JOB", "SLURM_JOB_ID",
-                        "TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK"}) {
+  for (const char* n : {"TRAINSCOPE_AGENT", "TRAINSCOPE_JOB", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID",
+                        "RANK", "WORLD_SIZE", "LOCAL_RANK"}) {
     env(n, nullptr);
   }
 }

@@ -4,6 +4,7 @@
 
 #include <zmq.h>
 
+#include <unistd.h>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -11,7 +12,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "schema/wire.h"
@@ -20,7 +20,7 @@ namespace trainscope::probe::testing {
 
 // A fresh directory under /tmp for ipc endpoints; removed (with its sockets) at destruction.
 class TempDir {
-public:
+ public:
   TempDir() {
     char tmpl[] = "/tmp/ts-probe-test-XXXXXX";
     const char* d = mkdtemp(tmpl);
@@ -33,7 +33,7 @@ public:
   }
   const std::string& path() const { return path_; }
 
-private:
+ private:
   std::string path_;
 };
 
@@ -43,7 +43,7 @@ struct ReceivedBatch {
 };
 
 class FakeAgent {
-public:
+ public:
   explicit FakeAgent(std::string endpoint) : endpoint_(std::move(endpoint)) {
     ctx_ = zmq_ctx_new();
     sock_ = zmq_socket(ctx_, ZMQ_ROUTER);
@@ -100,7 +100,7 @@ public:
     return pred();
   }
 
-private:
+ private:
   void sendAck(const std::string& peer, uint64_t seq) {
     wire::Envelope env;
     env.mutable_ack()->set_seq(seq);

@@ -80,13 +80,13 @@ TEST_CASE("fold computes compute, comm, exposed comm and data unions") {
   StepFolder f(opts());
   f.add(0, step(RecordType::kStepBegin, 1, 1000));
   f.add(0, op("A", 1100, 1300));
-  f.add(0, op("A", 1200, 1400));                     // overlaps the first: union 300
-  f.add(0, range(TS_RANGE_COMPUTE, 1500, 1600));     // compute union 400
+  f.add(0, op("A", 1200, 1400));                               // overlaps the first: union 300
+  f.add(0, range(TS_RANGE_COMPUTE, 1500, 1600));               // compute union 400
   f.add(0, coll(TS_COLL_ALL_REDUCE, "dp", 1000, 1350, 1550));  // 100 under compute
   f.add(0, coll(TS_COLL_ALL_REDUCE, "dp", 1000, 1700, 1800));  // fully exposed
   f.add(0, coll(TS_COLL_ALL_GATHER, "dp", 64, 1760, 1790));    // inside the previous one
   f.add(0, range(TS_RANGE_DATA, 1000, 1100));
-  f.add(0, range(TS_RANGE_OTHER, 1000, 2000));       // counts as neither
+  f.add(0, range(TS_RANGE_OTHER, 1000, 2000));  // counts as neither
   f.add(0, step(RecordType::kStepEnd, 1, 2000));
   f.endPass();
   CHECK(f.take().empty());  // the end was seen in this pass: not final yet
@@ -114,7 +114,7 @@ TEST_CASE("fold computes compute, comm, exposed comm and data unions") {
 
   REQUIRE(rep.collectives_size() == 2);
   const auto& ar = rep.collectives(0).op() == trainscope::wire::ALL_REDUCE ? rep.collectives(0)
-                                                                             : rep.collectives(1);
+                                                                           : rep.collectives(1);
   CHECK(ar.group() == "dp");
   CHECK(ar.bytes() == 1000);
   CHECK(ar.count() == 2);
@@ -157,15 +157,15 @@ TEST_CASE("fold keeps the top operators by total time and counts the rest") {
 
 TEST_CASE("fold attributes records by start time and pairs pushes per ring") {
   StepFolder f(opts());
-  f.add(0, op("before", 10, 20));                    // before any step
+  f.add(0, op("before", 10, 20));  // before any step
   f.add(0, step(RecordType::kStepBegin, 1, 100));
-  f.add(0, push(TS_RANGE_COMPUTE, 110));             // ring 0
-  f.add(1, push(TS_RANGE_DATA, 115));                // ring 1, interleaved
-  f.add(0, pop(210));                                // closes ring 0's compute range: 100
-  f.add(1, pop(265));                                // closes ring 1's data range: 150
+  f.add(0, push(TS_RANGE_COMPUTE, 110));  // ring 0
+  f.add(1, push(TS_RANGE_DATA, 115));     // ring 1, interleaved
+  f.add(0, pop(210));                     // closes ring 0's compute range: 100
+  f.add(1, pop(265));                     // closes ring 1's data range: 150
   f.add(0, step(RecordType::kStepEnd, 1, 300));
-  f.add(1, op("gap", 310, 320));                     // between steps
-  f.add(1, op("late-start", 290, 305));              // starts inside step 1, ends after
+  f.add(1, op("gap", 310, 320));         // between steps
+  f.add(1, op("late-start", 290, 305));  // starts inside step 1, ends after
   f.add(0, step(RecordType::kStepBegin, 2, 400));
   f.add(1, op("in2", 410, 420));
   f.add(0, step(RecordType::kStepEnd, 2, 500));

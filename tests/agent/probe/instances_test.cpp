@@ -5,12 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <map>
-#include <thread>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "agent/probe/flight_recorder.h"
@@ -90,9 +90,7 @@ TEST_CASE("scopes record steps, ranges and collectives with the clock") {
   p.op(Name("outside"), 0, 10);  // before any step: unattributed
   for (int s = 0; s < 3; ++s) {
     StepScope step(p, s);
-    {
-      RangeScope fwd(p, Name("forward"), TS_RANGE_COMPUTE);
-    }
+    { RangeScope fwd(p, Name("forward"), TS_RANGE_COMPUTE); }
     CollectiveScope ar(p, TS_COLL_ALL_REDUCE, Name("dp"), 1 << 20);
   }
   REQUIRE(p.flush(2000) == 0);
@@ -121,7 +119,7 @@ TEST_CASE("a full ring drops records and the next report counts them") {
   });
   const Name n("burst");
   p.stepBegin(1, 1000);
-  for (int i = 0; i < 1000; ++i) p.op(n, 1001 + i, 1);  // far faster than a 2 ms drain
+  for (int i = 0; i < 1000; ++i) p.op(n, 1001 + i, 1);         // far faster than a 2 ms drain
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the end must not be dropped
   p.stepEnd(1, 5000);
   REQUIRE(p.flush(2000) == 0);

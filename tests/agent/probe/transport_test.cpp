@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 #include "agent/probe/probe.h"
@@ -78,7 +78,7 @@ TEST_CASE("a batch without an ack is sent again after a second") {
   REQUIRE(FakeAgent::waitFor([&] { return agent.steps().size() >= 2; }, 3000));
   const auto steps = agent.steps();
   CHECK(steps[0] == 0);
-  CHECK(steps[1] == 0);  // the same report again
+  CHECK(steps[1] == 0);                // the same report again
   CHECK(p.stats().reports_sent == 1);  // resends are not first sends
   agent.ackNow();
   REQUIRE(p.flush(3000) == 0);
@@ -146,9 +146,9 @@ TEST_CASE("destroy with no agent returns within its timeout") {
     REQUIRE(p.ok());
     recordSteps(p, 0, 3);
   }
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::steady_clock::now() - t0)
-                      .count();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   CHECK(ms < 1000);
 }
 
