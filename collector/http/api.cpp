@@ -357,10 +357,9 @@ ApiResponse Api::steps(const std::string& job, const Query& query) const {
   if (!rows) return errorResponse(500, rows.message());
   bool truncated = rows->size() > range.limit;
   if (truncated) rows->resize(range.limit);
-  return pageResponse(job, *rows, range.limit, truncated, *detail ? 1024 : 256,
-                      [&](JsonWriter& w, const storage::StepRow& row) {
-                        writeStepJson(w, row, *detail);
-                      });
+  return pageResponse(
+      job, *rows, range.limit, truncated, *detail ? 1024 : 256,
+      [&](JsonWriter& w, const storage::StepRow& row) { writeStepJson(w, row, *detail); });
 }
 
 ApiResponse Api::summary(const std::string& job, const Query& query) const {

@@ -59,9 +59,13 @@ std::string ageSince(const Context& ctx, int64_t thenNs) {
   return formatAge(ctx.nowNs - thenNs);
 }
 
-std::string stepText(int64_t step) { return step < 0 ? "-" : std::to_string(step); }
+std::string stepText(int64_t step) {
+  return step < 0 ? "-" : std::to_string(step);
+}
 
-void printJson(Context& ctx, const json& j) { ctx.out << j.dump(2) << "\n"; }
+void printJson(Context& ctx, const json& j) {
+  ctx.out << j.dump(2) << "\n";
+}
 
 std::string withQuery(std::string path, const std::vector<std::pair<std::string, std::string>>& q) {
   char sep = '?';
@@ -108,10 +112,12 @@ Result<ServerUrl> parseServerUrl(const std::string& url) {
     if (colon != std::string::npos) out.port = hostPort.substr(colon + 1);
   }
   if (out.host.empty()) return Result<ServerUrl>::error("no host");
-  bool digits = !out.port.empty() && out.port.size() <= 5 &&
-                std::all_of(out.port.begin(), out.port.end(), [](char c) { return c >= '0' && c <= '9'; });
+  bool digits =
+      !out.port.empty() && out.port.size() <= 5 &&
+      std::all_of(out.port.begin(), out.port.end(), [](char c) { return c >= '0' && c <= '9'; });
   if (!digits || std::stoul(out.port) == 0 || std::stoul(out.port) > 65535) {
-    return Result<ServerUrl>::error("port must be a number from 1 to 65535, got '" + out.port + "'");
+    return Result<ServerUrl>::error("port must be a number from 1 to 65535, got '" + out.port +
+                                    "'");
   }
   return out;
 }
@@ -147,21 +153,21 @@ Result<HttpReply> httpGet(const ServerUrl& server, const std::string& target,
     beast::error_code ignored;
     stream.socket().close(ignored);
   });
-  resolver.async_resolve(server.host, server.port, [&](beast::error_code ec,
-                                                        tcp::resolver::results_type results) {
-    if (ec) return fail(ec);
-    stream.async_connect(results, [&](beast::error_code ec2, const tcp::endpoint&) {
-      if (ec2) return fail(ec2);
-      bhttp::async_write(stream, req, [&](beast::error_code ec3, size_t) {
-        if (ec3) return fail(ec3);
-        bhttp::async_read(stream, buffer, parser, [&](beast::error_code ec4, size_t) {
-          if (ec4) return fail(ec4);
-          done = true;
-          deadline.cancel();
+  resolver.async_resolve(
+      server.host, server.port, [&](beast::error_code ec, tcp::resolver::results_type results) {
+        if (ec) return fail(ec);
+        stream.async_connect(results, [&](beast::error_code ec2, const tcp::endpoint&) {
+          if (ec2) return fail(ec2);
+          bhttp::async_write(stream, req, [&](beast::error_code ec3, size_t) {
+            if (ec3) return fail(ec3);
+            bhttp::async_read(stream, buffer, parser, [&](beast::error_code ec4, size_t) {
+              if (ec4) return fail(ec4);
+              done = true;
+              deadline.cancel();
+            });
+          });
         });
       });
-    });
-  });
   ioc.run();
 
   if (timedOut) {
@@ -202,7 +208,8 @@ Result<json> fetchJson(Context& ctx, const std::string& target, int* exitCode) {
     *exitCode = kExitUnreachable;
     return url.status();
   }
-  auto reply = httpGet(*url, url->basePath + target, std::chrono::milliseconds(ctx.global.timeoutMs));
+  auto reply =
+      httpGet(*url, url->basePath + target, std::chrono::milliseconds(ctx.global.timeoutMs));
   if (!reply) {
     ctx.err << "trainscope: cannot reach collector at " << ctx.global.server << ": "
             << reply.message() << "\n";
@@ -215,14 +222,15 @@ Result<json> fetchJson(Context& ctx, const std::string& target, int* exitCode) {
         body["error"].is_string()) {
       ctx.err << "trainscope: " << body["error"].get<std::string>() << "\n";
     } else {
-      ctx.err << "trainscope: HTTP " << reply->status << " from collector at "
-              << ctx.global.server << "\n";
+      ctx.err << "trainscope: HTTP " << reply->status << " from collector at " << ctx.global.server
+              << "\n";
     }
     *exitCode = kExitApiError;
     return Status::error("HTTP " + std::to_string(reply->status));
   }
   if (body.is_discarded()) {
-    ctx.err << "trainscope: collector at " << ctx.global.server << " sent a reply that is not JSON\n";
+    ctx.err << "trainscope: collector at " << ctx.global.server
+            << " sent a reply that is not JSON\n";
     *exitCode = kExitApiError;
     return Status::error("not JSON");
   }
@@ -257,7 +265,9 @@ std::string formatAge(int64_t ageNs) {
   return std::to_string(s / 86400) + "d ago";
 }
 
-std::string formatPercent(double percent) { return printf1("%.1f%%", percent); }
+std::string formatPercent(double percent) {
+  return printf1("%.1f%%", percent);
+}
 
 void Table::addRow(std::vector<std::string> cells) {
   cells.resize(columns_.size());
@@ -305,8 +315,14 @@ int runJobs(Context& ctx) {
     ctx.out << "no jobs yet\n";
     return kExitOk;
   }
-  Table t({{"JOB"}, {"STATE"}, {"RANKS", true}, {"ENDED", true}, {"LATEST STEP", true},
-           {"STEP ROWS", true}, {"FIRST SEEN"}, {"LAST SEEN"}});
+  Table t({{"JOB"},
+           {"STATE"},
+           {"RANKS", true},
+           {"ENDED", true},
+           {"LATEST STEP", true},
+           {"STEP ROWS", true},
+           {"FIRST SEEN"},
+           {"LAST SEEN"}});
   for (const auto& j : jobs) {
     t.addRow({str(j, "job"), str(j, "state"),
               std::to_string(u64(j, "ranks_seen")) + "/" + std::to_string(u64(j, "world_size")),
@@ -330,8 +346,15 @@ int runRanks(Context& ctx, const std::string& job) {
     ctx.out << "job '" << job << "' has no registered ranks\n";
     return kExitOk;
   }
-  Table t({{"RANK", true}, {"LOCAL", true}, {"HOST"}, {"NODE"}, {"PID", true},
-           {"LATEST STEP", true}, {"STATUS"}, {"LAST SEEN"}, {"PROBE"}});
+  Table t({{"RANK", true},
+           {"LOCAL", true},
+           {"HOST"},
+           {"NODE"},
+           {"PID", true},
+           {"LATEST STEP", true},
+           {"STATUS"},
+           {"LAST SEEN"},
+           {"PROBE"}});
   for (const auto& r : ranks) {
     bool ended = r.value("ended", false);
     std::string status = ended ? "ended at step " + stepText(i64(r, "ended_step", -1)) : "active";
@@ -362,8 +385,15 @@ int runSteps(Context& ctx, const StepsArgs& args) {
     ctx.out << "no steps match\n";
     return kExitOk;
   }
-  Table t({{"STEP", true}, {"RANK", true}, {"DURATION", true}, {"COMPUTE", true}, {"COMM", true},
-           {"EXPOSED COMM", true}, {"DATA", true}, {"RECORDS", true}, {"DROPPED", true}});
+  Table t({{"STEP", true},
+           {"RANK", true},
+           {"DURATION", true},
+           {"COMPUTE", true},
+           {"COMM", true},
+           {"EXPOSED COMM", true},
+           {"DATA", true},
+           {"RECORDS", true},
+           {"DROPPED", true}});
   for (const auto& s : steps) {
     t.addRow({str(s, "step"), str(s, "rank"), formatDurationMs(i64(s, "duration_ns")),
               formatDurationMs(i64(s, "compute_ns")), formatDurationMs(i64(s, "comm_ns")),
@@ -395,8 +425,13 @@ int runSummary(Context& ctx, const SummaryArgs& args) {
     ctx.out << "no steps match\n";
     return kExitOk;
   }
-  Table t({{"STEP", true}, {"RANKS", true}, {"MIN", true}, {"MEDIAN", true}, {"MAX", true},
-           {"MAX/MEDIAN", true}, {"SLOWEST RANK", true}});
+  Table t({{"STEP", true},
+           {"RANKS", true},
+           {"MIN", true},
+           {"MEDIAN", true},
+           {"MAX", true},
+           {"MAX/MEDIAN", true},
+           {"SLOWEST RANK", true}});
   for (const auto& s : steps) {
     int64_t median = i64(s, "median_ns");
     int64_t max = i64(s, "max_ns");
@@ -407,7 +442,8 @@ int runSummary(Context& ctx, const SummaryArgs& args) {
   }
   t.render(ctx.out);
   if (body->value("truncated", false)) {
-    ctx.out << "(showing the first " << steps.size() << " steps; more exist: raise --limit or narrow --from/--to)\n";
+    ctx.out << "(showing the first " << steps.size()
+            << " steps; more exist: raise --limit or narrow --from/--to)\n";
   }
   return kExitOk;
 }
@@ -425,9 +461,17 @@ int runNodes(Context& ctx) {
     ctx.out << "no agents have connected yet\n";
     return kExitOk;
   }
-  Table t({{"NODE"}, {"HOST"}, {"RANKS", true}, {"CPU", true}, {"MEMORY USED", true},
-           {"LOAD", true}, {"RTT", true}, {"CLOCK OFFSET", true}, {"SPOOL", true},
-           {"LAST SEEN"}, {"AGENT"}});
+  Table t({{"NODE"},
+           {"HOST"},
+           {"RANKS", true},
+           {"CPU", true},
+           {"MEMORY USED", true},
+           {"LOAD", true},
+           {"RTT", true},
+           {"CLOCK OFFSET", true},
+           {"SPOOL", true},
+           {"LAST SEEN"},
+           {"AGENT"}});
   for (const auto& n : nodes) {
     std::string cpu = "-";
     std::string mem = "-";
@@ -445,7 +489,8 @@ int runNodes(Context& ctx) {
     double ageS = f64(n, "last_seen_age_s");
     t.addRow({str(n, "node"), str(n, "host"), str(n, "ranks"), cpu, mem, load,
               formatDurationMs(i64(n, "rtt_ns")), formatDurationMs(i64(n, "clock_offset_ns")),
-              spool, i64(n, "last_seen_ns") > 0 ? formatAge(static_cast<int64_t>(ageS * 1e9)) : "never",
+              spool,
+              i64(n, "last_seen_ns") > 0 ? formatAge(static_cast<int64_t>(ageS * 1e9)) : "never",
               str(n, "agent_version")});
   }
   t.render(ctx.out);
@@ -455,15 +500,17 @@ int runNodes(Context& ctx) {
 // ---- registration ------------------------------------------------------------------------
 
 void addJobsCommand(CLI::App& app, Action* action) {
-  auto* sub = app.add_subcommand("jobs", "List the training jobs the collector has seen, with "
-                                         "their state (running, stale: silent for 30 s, ended)");
+  auto* sub = app.add_subcommand("jobs",
+                                 "List the training jobs the collector has seen, with "
+                                 "their state (running, stale: silent for 30 s, ended)");
   sub->callback([action] { *action = [](Context& ctx) { return runJobs(ctx); }; });
 }
 
 void addRanksCommand(CLI::App& app, Action* action) {
   auto job = std::make_shared<std::string>();
-  auto* sub = app.add_subcommand("ranks", "List the ranks of a job: host, node, pid, latest step "
-                                          "and whether each has ended");
+  auto* sub = app.add_subcommand("ranks",
+                                 "List the ranks of a job: host, node, pid, latest step "
+                                 "and whether each has ended");
   sub->add_option("job", *job, "Job id (as shown by `trainscope jobs`)")->required();
   sub->callback([action, job] { *action = [job](Context& ctx) { return runRanks(ctx, *job); }; });
 }
@@ -478,19 +525,21 @@ void addStepsCommand(CLI::App& app, Action* action) {
     bool detail = false;
   };
   auto raw = std::make_shared<Raw>();
-  auto* sub = app.add_subcommand("steps", "Per-rank step times of a job: duration and where it "
-                                          "went (compute, communication, exposed communication, "
-                                          "data loading), ordered by step then rank");
+  auto* sub = app.add_subcommand("steps",
+                                 "Per-rank step times of a job: duration and where it "
+                                 "went (compute, communication, exposed communication, "
+                                 "data loading), ordered by step then rank");
   sub->add_option("job", raw->job, "Job id")->required();
   auto* rank = sub->add_option("--rank", raw->rank, "Only this global rank (default: all ranks)")
                    ->check(CLI::Range(uint32_t{0}, std::numeric_limits<uint32_t>::max()));
   auto* from = sub->add_option("--from", raw->from, "First step, inclusive (default: the first)");
   auto* to = sub->add_option("--to", raw->to, "Last step, inclusive (default: the last)");
-  auto* limit = sub->add_option("--limit", raw->limit,
-                                "Rows at most (default 1000; the collector caps it)")
-                    ->check(CLI::Range(uint32_t{1}, std::numeric_limits<uint32_t>::max()));
-  sub->add_flag("--detail", raw->detail, "Ask for per-operator and per-collective totals "
-                                         "(shown with --json)");
+  auto* limit =
+      sub->add_option("--limit", raw->limit, "Rows at most (default 1000; the collector caps it)")
+          ->check(CLI::Range(uint32_t{1}, std::numeric_limits<uint32_t>::max()));
+  sub->add_flag("--detail", raw->detail,
+                "Ask for per-operator and per-collective totals "
+                "(shown with --json)");
   sub->callback([action, raw, rank, from, to, limit] {
     StepsArgs args;
     args.job = raw->job;
@@ -511,14 +560,15 @@ void addSummaryCommand(CLI::App& app, Action* action) {
     uint32_t limit = 0;
   };
   auto raw = std::make_shared<Raw>();
-  auto* sub = app.add_subcommand("summary", "Per-step spread across ranks: min, median and max "
-                                            "step time and the slowest rank");
+  auto* sub = app.add_subcommand("summary",
+                                 "Per-step spread across ranks: min, median and max "
+                                 "step time and the slowest rank");
   sub->add_option("job", raw->job, "Job id")->required();
   auto* from = sub->add_option("--from", raw->from, "First step, inclusive (default: the first)");
   auto* to = sub->add_option("--to", raw->to, "Last step, inclusive (default: the last)");
-  auto* limit = sub->add_option("--limit", raw->limit,
-                                "Steps at most (default 1000; the collector caps it)")
-                    ->check(CLI::Range(uint32_t{1}, std::numeric_limits<uint32_t>::max()));
+  auto* limit =
+      sub->add_option("--limit", raw->limit, "Steps at most (default 1000; the collector caps it)")
+          ->check(CLI::Range(uint32_t{1}, std::numeric_limits<uint32_t>::max()));
   sub->callback([action, raw, from, to, limit] {
     SummaryArgs args;
     args.job = raw->job;
@@ -530,16 +580,18 @@ void addSummaryCommand(CLI::App& app, Action* action) {
 }
 
 void addNodesCommand(CLI::App& app, Action* action) {
-  auto* sub = app.add_subcommand("nodes", "List the nodes (agents): host load, memory, clock "
-                                          "offset to the collector, spool and last contact");
+  auto* sub = app.add_subcommand("nodes",
+                                 "List the nodes (agents): host load, memory, clock "
+                                 "offset to the collector, spool and last contact");
   sub->callback([action] { *action = [](Context& ctx) { return runNodes(ctx); }; });
 }
 
 int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{"trainscope: query a trainscope collector (jobs, ranks, step times, nodes).\n"
-               "Exit codes: 0 ok, 1 the collector answered with an error, 2 it could not be "
-               "reached.",
-               "trainscope"};
+  CLI::App app{
+      "trainscope: query a trainscope collector (jobs, ranks, step times, nodes).\n"
+      "Exit codes: 0 ok, 1 the collector answered with an error, 2 it could not be "
+      "reached.",
+      "trainscope"};
   GlobalOptions global;
   app.add_option("--server", global.server,
                  "Collector base URL, http://HOST:PORT; the environment variable "

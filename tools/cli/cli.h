@@ -20,8 +20,8 @@
 namespace trainscope::cli {
 
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitApiError = 1;      // the collector answered with an error
-inline constexpr int kExitUnreachable = 2;   // no answer from the collector at all
+inline constexpr int kExitApiError = 1;     // the collector answered with an error
+inline constexpr int kExitUnreachable = 2;  // no answer from the collector at all
 inline constexpr const char* kDefaultServer = "http://127.0.0.1:7600";
 
 struct GlobalOptions {
@@ -69,14 +69,14 @@ Result<nlohmann::json> fetchJson(Context& ctx, const std::string& target, int* e
 
 // ---- formatting --------------------------------------------------------------------------
 
-std::string formatDurationMs(int64_t ns);     // "12.34 ms"
-std::string formatBytes(uint64_t bytes);      // "512 B", "1.5 KiB", "16.0 GiB"
-std::string formatAge(int64_t ageNs);         // "just now", "3s ago", "5m ago", "2h ago", "4d ago"
-std::string formatPercent(double percent);    // "37.5%"
+std::string formatDurationMs(int64_t ns);   // "12.34 ms"
+std::string formatBytes(uint64_t bytes);    // "512 B", "1.5 KiB", "16.0 GiB"
+std::string formatAge(int64_t ageNs);       // "just now", "3s ago", "5m ago", "2h ago", "4d ago"
+std::string formatPercent(double percent);  // "37.5%"
 
 // A text table: text columns left-aligned, numeric columns right-aligned, two spaces between.
 class Table {
-public:
+ public:
   struct Column {
     std::string title;
     bool alignRight = false;
@@ -86,7 +86,7 @@ public:
   size_t rows() const { return rows_.size(); }
   void render(std::ostream& out) const;
 
-private:
+ private:
   std::vector<Column> columns_;
   std::vector<std::vector<std::string>> rows_;
 };

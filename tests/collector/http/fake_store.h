@@ -14,8 +14,10 @@
 namespace trainscope::testing {
 
 class FakeStore final : public storage::Store {
-public:
-  Status write(const storage::WriteBatch&) override { return Status::error("fake store is read-only"); }
+ public:
+  Status write(const storage::WriteBatch&) override {
+    return Status::error("fake store is read-only");
+  }
 
   Result<std::vector<storage::JobRow>> jobs() override {
     std::lock_guard lock(mu_);
@@ -81,7 +83,7 @@ public:
   // Set by the test before the server starts (or under lock()).
   std::vector<storage::JobRow> jobRows;
   std::vector<storage::RankRow> rankRows;
-  std::vector<storage::StepRow> stepRows;       // all jobs; ordered by (step, rank) as stored
+  std::vector<storage::StepRow> stepRows;            // all jobs; ordered by (step, rank) as stored
   std::vector<storage::StepSummaryRow> summaryRows;  // for any job
   std::vector<storage::NodeRow> nodeRows;
   std::optional<std::string> failWith;
@@ -91,7 +93,7 @@ public:
 
   std::unique_lock<std::mutex> lock() { return std::unique_lock(mu_); }
 
-private:
+ private:
   std::mutex mu_;
 };
 

@@ -7,12 +7,14 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include "collector/http/api.h"
+#include "collector/http/json_writer.h"
 #include "collector/http/request_target.h"
 #include "common/clock.h"
 #include "tests/collector/http/fake_store.h"
@@ -100,7 +102,8 @@ struct Fixture {
     r.endedStep = 4;
     store.rankRows = {r};
     for (int64_t step = 0; step < 5; ++step) {
-      for (uint32_t rank = 0; rank < 2; ++rank) store.stepRows.push_back(stepRow("train", rank, step));
+      for (uint32_t rank = 0; rank < 2; ++rank)
+        store.stepRows.push_back(stepRow("train", rank, step));
     }
     for (int64_t step = 0; step < 5; ++step) {
       store.summaryRows.push_back({step, 2, 80, 85, 90, 1});
@@ -231,10 +234,18 @@ TEST_CASE("ranks returns the job's ranks; unknown job is 404", "[http]") {
   json j = f.get("/api/v1/jobs/train/ranks");
   CHECK(j["job"] == "train");
   REQUIRE(j["ranks"].size() == 1);
-  json expected = {{"rank", 1},           {"world_size", 2},   {"local_rank", 1},
-                   {"host", "h1"},        {"node", "n1"},      {"pid", 4242},
-                   {"probe_version", "0.1.0"}, {"first_seen_ns", 5}, {"last_seen_ns", 6},
-                   {"latest_step", 4},    {"ended", true},     {"ended_step", 4}};
+  json expected = {{"rank", 1},
+                   {"world_size", 2},
+                   {"local_rank", 1},
+                   {"host", "h1"},
+                   {"node", "n1"},
+                   {"pid", 4242},
+                   {"probe_version", "0.1.0"},
+                   {"first_seen_ns", 5},
+                   {"last_seen_ns", 6},
+                   {"latest_step", 4},
+                   {"ended", true},
+                   {"ended_step", 4}};
   CHECK(j["ranks"][0] == expected);
   CHECK(f.error("/api/v1/jobs/nope/ranks", 404) == "unknown job 'nope'");
   CHECK(f.error("/api/v1/jobs/train/ranks?x=1", 400).find("'x'") != std::string::npos);
@@ -256,9 +267,10 @@ TEST_CASE("steps returns rows with the documented shape and passes filters throu
   CHECK(j["limit"] == 1000);
   CHECK(j["truncated"] == false);
   REQUIRE(j["steps"].size() == 10);
-  json expected = {{"rank", 1},       {"step", 0},       {"start_ns", 1000}, {"end_ns", 1090},
-                   {"duration_ns", 90}, {"compute_ns", 60}, {"comm_ns", 30}, {"exposed_comm_ns", 10},
-                   {"data_ns", 5},     {"records", 7},    {"dropped", 1}};
+  json expected = {
+      {"rank", 1},         {"step", 0},        {"start_ns", 1000}, {"end_ns", 1090},
+      {"duration_ns", 90}, {"compute_ns", 60}, {"comm_ns", 30},    {"exposed_comm_ns", 10},
+      {"data_ns", 5},      {"records", 7},     {"dropped", 1}};
   CHECK(j["steps"][1] == expected);
   {
     auto lock = f.store.lock();
@@ -327,8 +339,10 @@ TEST_CASE("steps rejects bad parameters naming them", "[http]") {
   o.maxStepRows = 500;
   f.start(o);
   const std::string base = "/api/v1/jobs/train/steps?";
-  CHECK(f.error(base + "rank=x", 400) == "parameter 'rank' must be a non-negative integer, got 'x'");
-  CHECK(f.error(base + "rank=-1", 400) == "parameter 'rank' must be a non-negative integer, got '-1'");
+  CHECK(f.error(base + "rank=x", 400) ==
+        "parameter 'rank' must be a non-negative integer, got 'x'");
+  CHECK(f.error(base + "rank=-1", 400) ==
+        "parameter 'rank' must be a non-negative integer, got '-1'");
   CHECK(f.error(base + "rank=", 400).find("'rank'") != std::string::npos);
   CHECK(f.error(base + "from=abc", 400) == "parameter 'from' must be an integer, got 'abc'");
   CHECK(f.error(base + "to=1.5", 400) == "parameter 'to' must be an integer, got '1.5'");
@@ -358,8 +372,12 @@ TEST_CASE("summary returns per-step rows and passes the range through", "[http]"
   json j = f.get("/api/v1/jobs/train/summary?from=1&to=2");
   CHECK(j["job"] == "train");
   REQUIRE(j["steps"].size() == 2);
-  CHECK(j["steps"][0] == json{{"step", 1}, {"ranks", 2}, {"min_ns", 80}, {"median_ns", 85},
-                              {"max_ns", 90}, {"slowest_rank", 1}});
+  CHECK(j["steps"][0] == json{{"step", 1},
+                              {"ranks", 2},
+                              {"min_ns", 80},
+                              {"median_ns", 85},
+                              {"max_ns", 90},
+                              {"slowest_rank", 1}});
   {
     auto lock = f.store.lock();
     CHECK(f.store.lastSummaryQuery->fromStep == std::optional<int64_t>(1));
@@ -369,7 +387,8 @@ TEST_CASE("summary returns per-step rows and passes the range through", "[http]"
   j = f.get("/api/v1/jobs/train/summary?limit=3");
   CHECK(j["steps"].size() == 3);
   CHECK(j["truncated"] == true);
-  CHECK(f.error("/api/v1/jobs/train/summary?rank=1", 400).rfind("unknown parameter 'rank'", 0) == 0);
+  CHECK(f.error("/api/v1/jobs/train/summary?rank=1", 400).rfind("unknown parameter 'rank'", 0) ==
+        0);
   CHECK(f.error("/api/v1/jobs/train/summary?from=9&to=1", 400).find("'from'") != std::string::npos);
 }
 
@@ -396,10 +415,16 @@ TEST_CASE("nodes include clock, spool and the latest host sample", "[http]") {
   CHECK(h["mem_total_bytes"] == (16ull << 30));
   CHECK(h["mem_available_bytes"] == (8ull << 30));
   CHECK(h["load1"] == 1.25);
-  CHECK(h["net"][0] == json{{"iface", "eth0"}, {"rx_bytes", 10}, {"tx_bytes", 20},
-                            {"rx_bps", 1.5}, {"tx_bps", 2.5}});
-  CHECK(h["procs"][0] == json{{"job", "train"}, {"rank", 1}, {"pid", 4242}, {"cpu_percent", 99.0},
-                              {"rss_bytes", 1 << 30}, {"alive", true}});
+  CHECK(
+      h["net"][0] ==
+      json{
+          {"iface", "eth0"}, {"rx_bytes", 10}, {"tx_bytes", 20}, {"rx_bps", 1.5}, {"tx_bps", 2.5}});
+  CHECK(h["procs"][0] == json{{"job", "train"},
+                              {"rank", 1},
+                              {"pid", 4242},
+                              {"cpu_percent", 99.0},
+                              {"rss_bytes", 1 << 30},
+                              {"alive", true}});
   CHECK(j["nodes"][1]["latest_host"].is_null());
 }
 
@@ -560,4 +585,83 @@ TEST_CASE("request targets decode segments and query values", "[http]") {
   CHECK_FALSE(parseRequestTarget("/a%2").isOk());
   CHECK_FALSE(parseRequestTarget("nope").isOk());
   CHECK(trainscope::http::percentEncode("a b/c") == "a%20b%2Fc");
+}
+
+namespace {
+
+// A store whose steps reply is tens of MB, more than the loopback socket buffers hold, so the
+// server is still writing it while the test calls stop().
+void fillManySteps(FakeStore& store) {
+  store.stepRows.clear();
+  for (int64_t step = 0; step < 100000; ++step) store.stepRows.push_back(stepRow("train", 0, step));
+}
+
+}  // namespace
+
+TEST_CASE("stop lets a response being written finish, then closes", "[http]") {
+  Fixture f;
+  fillManySteps(f.store);
+  f.start();
+  TestConnection c(f.server->port());
+  namespace http = boost::beast::http;
+  http::request<http::empty_body> req(http::verb::get,
+                                      "/api/v1/jobs/train/steps?limit=100000&detail=1", 11);
+  http::write(c.stream(), req);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the server is mid-write
+  std::thread stopper([&] { f.server->stop(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(1u << 30);
+  boost::beast::flat_buffer buffer;
+  boost::system::error_code ec;
+  http::read(c.stream(), buffer, parser, ec);
+  stopper.join();
+  REQUIRE_FALSE(ec);
+  CHECK(parser.get().result_int() == 200);
+  json j = json::parse(parser.get().body());
+  CHECK(j["steps"].size() == 100000);
+  CHECK(c.closedByServer());
+}
+
+TEST_CASE("stop does not wait for ever on a client that stopped reading", "[http]") {
+  Fixture f;
+  fillManySteps(f.store);
+  f.start();
+  TestConnection c(f.server->port());
+  namespace http = boost::beast::http;
+  http::request<http::empty_body> req(http::verb::get,
+                                      "/api/v1/jobs/train/steps?limit=100000&detail=1", 11);
+  http::write(c.stream(), req);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto t0 = std::chrono::steady_clock::now();
+  f.server->stop();
+  auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(took >= std::chrono::milliseconds(1500));  // it did wait for the response a while
+  CHECK(took < std::chrono::seconds(5));
+}
+
+TEST_CASE("the JSON writer nests, escapes and replaces invalid UTF-8", "[http]") {
+  using trainscope::http::JsonWriter;
+  std::string text;
+  JsonWriter w(&text);
+  w.beginObject();
+  w.field("s", std::string_view("a\"b\\c\n\x01 \xC3\xA9 \xFF end"));
+  w.key("list");
+  w.beginArray();
+  w.value(int64_t{-5});
+  w.value(uint64_t{18446744073709551615u});
+  w.value(1.5);
+  w.value(std::numeric_limits<double>::infinity());
+  w.beginObject();
+  w.endObject();
+  w.null();
+  w.value(true);
+  w.endArray();
+  w.field("after", 1u);
+  w.endObject();
+  CHECK(text ==
+        "{\"s\":\"a\\\"b\\\\c\\n\\u0001 \xC3\xA9 \xEF\xBF\xBD end\",\"list\":[-5,"
+        "18446744073709551615,1.5,0,{},null,true],\"after\":1}");
+  json parsed = json::parse(text);  // well-formed for a strict parser
+  CHECK(parsed["list"].size() == 7);
 }

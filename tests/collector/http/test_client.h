@@ -24,7 +24,7 @@ struct TestResponse {
 };
 
 class TestConnection {
-public:
+ public:
   explicit TestConnection(uint16_t port) : stream_(ioc_) {
     namespace asio = boost::asio;
     stream_.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
@@ -67,7 +67,7 @@ public:
 
   boost::beast::tcp_stream& stream() { return stream_; }
 
-private:
+ private:
   boost::asio::io_context ioc_;
   boost::beast::tcp_stream stream_;
   boost::beast::flat_buffer buffer_;
