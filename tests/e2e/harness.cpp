@@ -401,9 +401,11 @@ std::unique_ptr<Process> startCollector(const TempDir& dir, const CollectorSpec&
       std::vector<std::string>{bin, "--data-dir", spec.dataDir, "--ingest", spec.ingest(), "--http",
                                "127.0.0.1:" + std::to_string(spec.httpPort), "--ready-file", ready},
       dir / (name + ".log"));
+  // Stops early when the collector exits: the REQUIRE below then shows its log.
   const bool up = waitFor(
       [&] {
-        return !readFile(ready).empty() && httpGet(spec.httpPort, "/healthz", 1s).status == 200;
+        return !p->running() ||
+               (!readFile(ready).empty() && httpGet(spec.httpPort, "/healthz", 1s).status == 200);
       },
       15s, 50ms);
   INFO(name << " log:\n" << p->logTail());
@@ -421,7 +423,8 @@ std::unique_ptr<Process> startAgent(const TempDir& dir, const AgentSpec& spec,
                                "--node", spec.node, "--spool-dir", spec.spoolDir},
       dir / (name + ".log"));
   const std::string sock = spec.endpoint.rfind("ipc://", 0) == 0 ? spec.endpoint.substr(6) : "";
-  const bool up = waitFor([&] { return sock.empty() || ::access(sock.c_str(), F_OK) == 0; }, 10s);
+  const bool up = waitFor(
+      [&] { return !p->running() || sock.empty() || ::access(sock.c_str(), F_OK) == 0; }, 10s);
   INFO(name << " log:\n" << p->logTail());
   REQUIRE(p->running());
   REQUIRE(up);
