@@ -84,7 +84,7 @@ void retention(storage::Store& store) {
 
 std::string defaultWebRoot() {
   std::error_code ec;
-  const std::string dir = TRAINSCOPE_WEB_DIR;
+  std::string dir = TRAINSCOPE_WEB_DIR;
   if (!dir.empty() && std::filesystem::is_directory(dir, ec)) return dir;
   return "";
 }

@@ -755,10 +755,11 @@ Result<uint64_t> SqliteStore::applyRetention(int64_t nowNs) {
     for (;;) {
       std::lock_guard lock(writeMu_);
       std::string t(table);
-      ReadStmt bounds(writeDb_, "SELECT min(id), coalesce((SELECT id FROM " + t +
-                                    " WHERE received_ns >= ?1 ORDER BY id LIMIT 1),"
-                                    " max(id) + 1) FROM " +
-                                    t);
+      std::string boundsSql = "SELECT min(id), coalesce((SELECT id FROM ";
+      boundsSql += t;
+      boundsSql += " WHERE received_ns >= ?1 ORDER BY id LIMIT 1), max(id) + 1) FROM ";
+      boundsSql += t;
+      ReadStmt bounds(writeDb_, boundsSql);
       if (!bounds.ok()) return Result<uint64_t>::error(bounds.error("storage: retention"));
       sqlite3_bind_int64(bounds.get(), 1, horizon);
       if (sqlite3_step(bounds.get()) != SQLITE_ROW ||
