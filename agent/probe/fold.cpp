@@ -203,7 +203,7 @@ void StepFolder::sweepUnattributed() {
   const int64_t horizon = spans_.empty() ? lastEnd_ : spans_.front().begin;
   if (horizon == INT64_MIN) return;
   auto keep = std::partition(pending_.begin(), pending_.end(), [&](const Record& r) {
-    return spans_.empty() ? r.t0 > horizon : r.t0 >= horizon;
+    return r.t0 >= horizon;
   });
   for (auto it = keep; it != pending_.end(); ++it) markUnattributed(*it);
   pending_.erase(keep, pending_.end());
@@ -246,7 +246,9 @@ void StepFolder::finalize(const Span& span) {
       out.records.push_back(r);
       continue;
     }
-    if (r.t0 > span.end) {
+    if (r.t0 >= span.end) {
+      // Steps are half-open, [begin, end): a record that starts as one step ends belongs to
+      // the next one (a loop that records data loading right after step_end).
       pending_[kept++] = r;
       continue;
     }

@@ -109,7 +109,8 @@ const char* ts_name_str(ts_name name);
 /* The clock every record uses, in ns since the epoch. */
 int64_t ts_now_ns(void);
 
-/* Steps. A step is [begin, end]; records whose start falls inside it belong to it. */
+/* Steps. A step is [begin, end): records whose start falls inside it belong to it, so a record
+ * starting at the very moment a step ends belongs to the next step. */
 void ts_step_begin(ts_probe* probe, int64_t step, int64_t t_ns);
 void ts_step_end(ts_probe* probe, int64_t step, int64_t t_ns);
 
