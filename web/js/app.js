@@ -1,0 +1,484 @@
+// The dashboard: hash routes (#/ jobs, #/jobs/JOB, #/jobs/JOB/anomalies/ID), state kept
+// current by the live feed, pages rendered from the REST API once and then updated by deltas.
+import { get, enc } from './api.js';
+import { LiveFeed } from './live.js';
+import { Heatmap, heatmapFromRows, legendGradient } from './heatmap.js';
+
+const state = {
+  jobs: new Map(),       // job -> job JSON (API shape)
+  nodes: new Map(),      // node -> node JSON
+  anomalies: new Map(),  // id -> anomaly JSON
+  stepMs: new Map(),     // job -> latest step's median step time (ms)
+  listeners: new Set(),  // called with each live message after state is updated
+};
+
+const app = document.getElementById('app');
+const el = (tag, attrs = {}, ...children) => {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === 'class') e.className = v;
+    else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else if (k === 'dataset') Object.assign(e.dataset, v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+};
+const ms = (ns) => (ns / 1e6).toFixed(1);
+const jobHref = (job) => '#/jobs/' + enc(job);
+const anomalyHref = (a) => jobHref(a.job) + '/anomalies/' + enc(a.id);
+
+function openAnomalies(job) {
+  let n = 0;
+  for (const a of state.anomalies.values()) if (a.job === job && a.state === 'open') n++;
+  return n;
+}
+
+// running / ended / stale from the API; "hung" when a hang anomaly is open for the job.
+function jobStatus(j) {
+  for (const a of state.anomalies.values()) {
+    if (a.job === j.job && a.kind === 'hang' && a.state === 'open') return 'hung';
+  }
+  return j.state;
+}
+
+// ---- live feed -------------------------------------------------------------------------
+function applyLive(msg) {
+  if (msg.type === 'snapshot') {
+    state.jobs.clear();
+    state.nodes.clear();
+  }
+  for (const j of msg.jobs || []) state.jobs.set(j.job, j);
+  for (const n of msg.nodes || []) state.nodes.set(n.node, n);
+  for (const a of msg.anomalies || []) state.anomalies.set(a.id, a);
+  for (const [job, rows] of Object.entries(msg.summary || {})) {
+    if (rows.length) state.stepMs.set(job, rows[rows.length - 1].median_ns / 1e6);
+  }
+  if (msg.type === 'snapshot') {
+    // Current step time of each job: its latest summary row, fetched once per snapshot.
+    for (const j of state.jobs.values()) {
+      if (j.latest_step < 0) continue;
+      get(`/api/v1/jobs/${enc(j.job)}/summary?from=${Math.max(0, j.latest_step - 1)}`)
+        .then((r) => {
+          if (r.steps.length) state.stepMs.set(j.job, r.steps[r.steps.length - 1].median_ns / 1e6);
+          for (const f of state.listeners) f({ type: 'stepms' });
+        }).catch(() => {});
+    }
+  }
+  for (const f of state.listeners) f(msg);
+}
+
+// One REST read at start, so the pages have data even before (or without) the WebSocket.
+Promise.all([get('/api/v1/jobs'), get('/api/v1/nodes')]).then(([j, n]) => {
+  if (state.jobs.size) return;  // the live snapshot came first
+  applyLive({ type: 'snapshot', jobs: j.jobs, nodes: n.nodes, anomalies: [] });
+}).catch((e) => console.warn('initial load', e));
+
+const conn = document.getElementById('conn');
+new LiveFeed(applyLive, (s) => {
+  conn.dataset.state = s;
+  conn.textContent = s === 'open' ? 'live' : s === 'closed' ? 'reconnecting…' : 'connecting…';
+});
+
+// ---- sortable table ----------------------------------------------------------------------
+// columns: [{key, label, num, get(row) -> sort value, render(row) -> node/text}]
+function sortableTable(columns, rows, initialKey, initialDesc = false) {
+  let key = initialKey, desc = initialDesc;
+  const table = el('table');
+  const draw = () => {
+    const col = columns.find((c) => c.key === key) || columns[0];
+    const sorted = [...rows].sort((a, b) => {
+      const x = col.get(a), y = col.get(b);
+      const c = x < y ? -1 : x > y ? 1 : 0;
+      return desc ? -c : c;
+    });
+    table.replaceChildren(
+      el('thead', {}, el('tr', {}, columns.map((c) => el('th', {
+        class: `sortable ${c.num ? 'num' : ''} ${c.key === key ? (desc ? 'sorted-desc' : 'sorted-asc') : ''}`,
+        dataset: { key: c.key },
+        onclick: () => { if (key === c.key) desc = !desc; else { key = c.key; desc = false; } draw(); },
+      }, c.label)))),
+      el('tbody', {}, sorted.map((r) => el('tr', {}, columns.map((c) =>
+        el('td', { class: c.num ? 'num' : '' }, c.render ? c.render(r) : c.get(r)))))));
+  };
+  draw();
+  table.update = (newRows) => { rows = newRows; draw(); };
+  return table;
+}
+
+// ---- jobs page ---------------------------------------------------------------------------
+function jobsPage() {
+  const wrap = el('section', { class: 'panel' });
+  app.replaceChildren(el('h1', {}, 'Jobs'), wrap);
+  const columns = [
+    { key: 'job', label: 'job', get: (j) => j.job, render: (j) => el('a', { href: jobHref(j.job) }, j.job) },
+    { key: 'status', label: 'status', get: jobStatus,
+      render: (j) => el('span', { class: 'state-' + jobStatus(j) }, jobStatus(j)) },
+    { key: 'world', label: 'world size', num: true, get: (j) => j.world_size },
+    { key: 'reporting', label: 'ranks reporting', num: true, get: (j) => j.ranks_seen - j.ranks_ended,
+      render: (j) => `${j.ranks_seen - j.ranks_ended} / ${j.world_size}` },
+    { key: 'step', label: 'latest step', num: true, get: (j) => j.latest_step },
+    { key: 'steptime', label: 'step time (ms)', num: true, get: (j) => state.stepMs.get(j.job) ?? -1,
+      render: (j) => (state.stepMs.has(j.job) ? state.stepMs.get(j.job).toFixed(1) : '') },
+    { key: 'anomalies', label: 'open anomalies', num: true, get: (j) => openAnomalies(j.job) },
+    { key: 'seen', label: 'last report', get: (j) => j.last_seen_ns,
+      render: (j) => new Date(j.last_seen_ns / 1e6).toLocaleTimeString() },
+  ];
+  const rows = () => [...state.jobs.values()];
+  const table = sortableTable(columns, rows(), 'seen', true);
+  table.id = 'jobs-table';
+  wrap.append(state.jobs.size ? table : el('p', { class: 'muted', id: 'no-jobs' }, 'No jobs yet.'), );
+  const listener = () => {
+    if (!wrap.contains(table)) wrap.replaceChildren(table);
+    table.update(rows());
+  };
+  state.listeners.add(listener);
+  return () => state.listeners.delete(listener);
+}
+
+// ---- job page ----------------------------------------------------------------------------
+// The heatmap reads at most this many step rows per load (the API's page size).
+const kMaxHeatmapRows = 100000;
+
+async function fetchSteps(job, from, to, opts = '') {
+  // Pages of the API's limit, until the range is covered.
+  const out = [];
+  let next = from;
+  for (;;) {
+    const r = await get(`/api/v1/jobs/${enc(job)}/steps?from=${next}&to=${to}&limit=${kMaxHeatmapRows}${opts}`);
+    out.push(...r.steps);
+    if (!r.truncated || r.steps.length === 0) break;
+    next = r.steps[r.steps.length - 1].step;  // the last step may be partial: read it again
+    while (out.length && out[out.length - 1].step === next) out.pop();
+  }
+  return out;
+}
+
+function jobPage(job, anomalyId) {
+  let alive = true;
+  const j = state.jobs.get(job);
+  const title = el('h1', {}, 'Job ', el('span', { id: 'job-name' }, job), ' ',
+    el('span', { id: 'job-status', class: j ? 'state-' + jobStatus(j) : '' }, j ? jobStatus(j) : ''));
+  const meta = el('p', { class: 'muted', id: 'job-meta' });
+  const chartBox = el('div', { id: 'step-chart' });
+  const hmCanvas = el('canvas', { class: 'heatmap', id: 'heatmap' });
+  const hmWrap = el('div', { class: 'heatmap-wrap' }, hmCanvas, el('div', { class: 'heatmap-sel' }));
+  const fromIn = el('input', { type: 'number', id: 'hm-from', min: '0' });
+  const toIn = el('input', { type: 'number', id: 'hm-to', min: '0' });
+  const hmInfo = el('span', { class: 'muted', id: 'hm-info' });
+  const followBox = el('input', { type: 'checkbox', id: 'hm-follow', checked: '' });
+  const ranksBox = el('div', { id: 'ranks' }, el('p', { class: 'muted' }, 'loading…'));
+  const bwBox = el('div', { id: 'bandwidth-chart' });
+  const opsBox = el('div', { id: 'top-ops' });
+  const anomaliesBox = el('div', { id: 'anomalies' });
+  const nodesBox = el('div', { id: 'nodes' });
+  app.replaceChildren(
+    el('p', {}, el('a', { href: '#/' }, '← all jobs')), title, meta,
+    el('section', { class: 'panel' }, el('h2', {}, 'Step time (median and max across ranks, ms); anomalies marked where they began — drag to zoom, the heatmap follows'), chartBox),
+    el('section', { class: 'panel' },
+      el('h2', {}, 'Compute time relative to the step\'s median, rank × step (a straggler is a bright row)'),
+      el('div', { class: 'controls' }, 'steps', fromIn, '–', toIn,
+        el('button', { id: 'hm-apply', onclick: () => loadHeatmap(+fromIn.value, +toIn.value, false) }, 'show'),
+        el('button', { id: 'hm-latest', onclick: () => { followBox.checked = true; loadHeatmap(null, null, true); } }, 'latest'),
+        el('label', {}, followBox, ' follow live'),
+        el('span', {}, '0.9× ', el('span', { class: 'legend-bar', style: `background:${legendGradient()}` }), ' ≥1.6×'),
+        hmInfo),
+      hmWrap),
+    el('section', { class: 'panel' }, el('h2', {}, 'Ranks (latest step; click a column to sort)'), ranksBox),
+    el('div', { class: 'grid' },
+      el('section', { class: 'panel' }, el('h2', {}, 'Collective bandwidth over time (rank 0\'s view, GB/s)'), bwBox),
+      el('section', { class: 'panel' }, el('h2', {}, 'Top operators (latest step, summed over ranks)'), opsBox)),
+    el('section', { class: 'panel' }, el('h2', {}, 'Anomalies'), anomaliesBox),
+    el('section', { class: 'panel' }, el('h2', {}, 'Nodes'), nodesBox));
+
+  const heatmap = new Heatmap(hmCanvas, (a, b) => { followBox.checked = false; loadHeatmap(a, b, false); });
+  let ranks = [];
+  let summary = { x: [], med: [], max: [] };
+  let chart = null;
+  let hm = { from: 0, to: -1, follow: true, loading: false };
+
+  const markers = () => [...state.anomalies.values()].filter((a) => a.job === job);
+  const drawMarkers = (u) => {
+    const ctx = u.ctx;
+    ctx.save();
+    for (const a of markers()) {
+      const x = u.valToPos(a.onset_step, 'x', true);
+      if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
+      ctx.strokeStyle = a.state === 'open' ? '#ff6b6b' : '#ffc857';
+      ctx.lineWidth = 2;
+      ctx.setLineDash([4, 3]);
+      ctx.beginPath();
+      ctx.moveTo(x, u.bbox.top);
+      ctx.lineTo(x, u.bbox.top + u.bbox.height);
+      ctx.stroke();
+      ctx.fillStyle = ctx.strokeStyle;
+      ctx.font = `${11 * (window.devicePixelRatio || 1)}px sans-serif`;
+      ctx.fillText(a.kind, x + 4, u.bbox.top + 12 * (window.devicePixelRatio || 1));
+    }
+    ctx.restore();
+  };
+
+  function drawChart() {
+    const data = [summary.x, summary.med, summary.max];
+    if (chart) { chart.setData(data); return; }
+    chart = new uPlot({
+      width: Math.max(400, chartBox.clientWidth || 900), height: 260,
+      scales: { x: { time: false } },
+      axes: [{ stroke: '#8a94a0', grid: { stroke: '#262d36' }, label: 'step' },
+             { stroke: '#8a94a0', grid: { stroke: '#262d36' }, label: 'ms' }],
+      series: [{ label: 'step' },
+               { label: 'median', stroke: '#5fb3ff', width: 1.5 },
+               { label: 'max', stroke: '#ff9f43', width: 1 }],
+      hooks: {
+        draw: [drawMarkers],
+        setSelect: [(u) => {
+          if (u.select.width < 4) return;
+          const a = Math.round(u.posToVal(u.select.left, 'x'));
+          const b = Math.round(u.posToVal(u.select.left + u.select.width, 'x'));
+          followBox.checked = false;
+          loadHeatmap(Math.max(0, a), b, false);
+        }],
+      },
+    }, data, chartBox);
+  }
+
+  function appendSummary(rows) {
+    for (const r of rows) {
+      const last = summary.x.length ? summary.x[summary.x.length - 1] : -1;
+      const y1 = r.median_ns / 1e6, y2 = r.max_ns / 1e6;
+      if (r.step > last) { summary.x.push(r.step); summary.med.push(y1); summary.max.push(y2); }
+      else {
+        // A step seen before (it was still arriving): replace it.
+        const i = summary.x.lastIndexOf(r.step);
+        if (i >= 0) { summary.med[i] = y1; summary.max[i] = y2; }
+      }
+    }
+  }
+
+  async function loadSummary() {
+    const r = await get(`/api/v1/jobs/${enc(job)}/summary?limit=100000`);
+    summary = { x: [], med: [], max: [] };
+    appendSummary(r.steps);
+    if (r.truncated) {
+      // Very long runs: the rest arrives from the next page.
+      let more = r;
+      while (more.truncated && alive) {
+        const from = summary.x[summary.x.length - 1] + 1;
+        more = await get(`/api/v1/jobs/${enc(job)}/summary?from=${from}&limit=100000`);
+        appendSummary(more.steps);
+      }
+    }
+    drawChart();
+  }
+
+  async function loadHeatmap(from, to, follow) {
+    const jr = state.jobs.get(job);
+    if (!jr || !ranks.length) return;
+    const window = Math.max(10, Math.floor(kMaxHeatmapRows / Math.max(1, ranks.length)));
+    if (follow || from === null) {
+      to = jr.latest_step;
+      from = Math.max(0, to - Math.min(window, 1000) + 1);
+    }
+    if (to < from) [from, to] = [to, from];
+    hm = { from, to, follow, loading: true };
+    fromIn.value = from; toIn.value = to;
+    hmInfo.textContent = 'loading…';
+    const t0 = performance.now();
+    const rows = await fetchSteps(job, from, to);
+    const t1 = performance.now();
+    heatmap.set(heatmapFromRows(rows, ranks.map((r) => r.rank), from, to));
+    hm.loading = false;
+    hmInfo.textContent = `${ranks.length} ranks × ${to - from + 1} steps; fetched in ${(t1 - t0).toFixed(0)} ms, drawn in ${hmCanvas.dataset.renderMs} ms; brightest row: rank ${hmCanvas.dataset.brightestRow} (${hmCanvas.dataset.brightestRatio}× median)`;
+  }
+
+  async function loadRanks() {
+    const jr = state.jobs.get(job);
+    const rr = await get(`/api/v1/jobs/${enc(job)}/ranks`);
+    ranks = rr.ranks;
+    const latest = jr ? jr.latest_step : 0;
+    // Each rank's newest row within the last two steps, with operators and collectives.
+    const rows = await get(`/api/v1/jobs/${enc(job)}/steps?from=${Math.max(0, latest - 1)}&detail=1&limit=100000`);
+    const byRank = new Map();
+    for (const s of rows.steps) byRank.set(s.rank, s);
+    const table = ranks.map((r) => {
+      const s = byRank.get(r.rank);
+      let top = null;
+      for (const op of (s && s.ops) || []) if (!top || op.total_ns > top.total_ns) top = op;
+      return { rank: r.rank, node: r.node || r.host, step: s ? s.step : r.latest_step,
+               duration: s ? s.duration_ns : 0, compute: s ? s.compute_ns : 0,
+               comm: s ? s.exposed_comm_ns : 0, data: s ? s.data_ns : 0,
+               top: top ? top.name : '', topNs: top ? top.total_ns : 0, ended: r.ended };
+    });
+    const cols = [
+      { key: 'rank', label: 'rank', num: true, get: (r) => r.rank },
+      { key: 'node', label: 'node', get: (r) => r.node },
+      { key: 'step', label: 'latest step', num: true, get: (r) => r.step },
+      { key: 'duration', label: 'step (ms)', num: true, get: (r) => r.duration, render: (r) => ms(r.duration) },
+      { key: 'compute', label: 'compute (ms)', num: true, get: (r) => r.compute, render: (r) => ms(r.compute) },
+      { key: 'comm', label: 'exposed comm (ms)', num: true, get: (r) => r.comm, render: (r) => ms(r.comm) },
+      { key: 'data', label: 'data wait (ms)', num: true, get: (r) => r.data, render: (r) => ms(r.data) },
+      { key: 'top', label: 'top operator', get: (r) => r.top, render: (r) => r.top ? `${r.top} (${ms(r.topNs)} ms)` : '' },
+    ];
+    if (ranksBox.firstChild && ranksBox.firstChild.update) ranksBox.firstChild.update(table);
+    else ranksBox.replaceChildren(sortableTable(cols, table, 'rank'));
+    // Top operators summed over ranks.
+    const ops = new Map();
+    for (const s of byRank.values()) for (const op of s.ops || []) {
+      const o = ops.get(op.name) || { name: op.name, total: 0, count: 0 };
+      o.total += op.total_ns; o.count += op.count; ops.set(op.name, o);
+    }
+    const topOps = [...ops.values()].sort((a, b) => b.total - a.total).slice(0, 12);
+    opsBox.replaceChildren(el('table', {},
+      el('thead', {}, el('tr', {}, el('th', {}, 'operator'), el('th', { class: 'num' }, 'total (ms)'), el('th', { class: 'num' }, 'calls'))),
+      el('tbody', {}, topOps.map((o) => el('tr', {}, el('td', {}, o.name), el('td', { class: 'num' }, ms(o.total)), el('td', { class: 'num' }, o.count))))));
+    if (!topOps.length) opsBox.replaceChildren(el('p', { class: 'muted' }, 'No operator timings reported.'));
+  }
+
+  let bwChart = null;
+  async function loadBandwidth() {
+    const jr = state.jobs.get(job);
+    if (!jr || jr.latest_step < 0 || !ranks.length) return;
+    const r0 = ranks[0].rank;
+    const from = Math.max(0, jr.latest_step - 1999);
+    const r = await get(`/api/v1/jobs/${enc(job)}/steps?rank=${r0}&from=${from}&detail=1&limit=2000`);
+    const opsSeen = new Set();
+    for (const s of r.steps) for (const c of s.collectives) opsSeen.add(c.op);
+    const opsList = [...opsSeen].sort();
+    if (!opsList.length) { bwBox.replaceChildren(el('p', { class: 'muted' }, 'No collectives reported.')); return; }
+    const x = r.steps.map((s) => s.step);
+    const series = opsList.map((op) => r.steps.map((s) => {
+      let bytes = 0, ns = 0;
+      for (const c of s.collectives) if (c.op === op) { bytes += c.bytes * c.count; ns += c.total_ns; }
+      return ns > 0 ? bytes / ns : null;  // bytes per ns = GB/s
+    }));
+    const colors = ['#5fb3ff', '#ff9f43', '#5fd38d', '#c678dd', '#ffc857', '#ff6b6b'];
+    if (bwChart) bwChart.destroy();
+    bwChart = new uPlot({
+      width: Math.max(300, bwBox.clientWidth || 500), height: 220, scales: { x: { time: false } },
+      axes: [{ stroke: '#8a94a0', grid: { stroke: '#262d36' } }, { stroke: '#8a94a0', grid: { stroke: '#262d36' } }],
+      series: [{ label: 'step' }, ...opsList.map((op, i) => ({ label: op, stroke: colors[i % colors.length] }))],
+    }, [x, ...series], bwBox);
+  }
+
+  function drawAnomalies() {
+    const list = markers().sort((a, b) => b.detected_ns - a.detected_ns);
+    if (!list.length) { anomaliesBox.replaceChildren(el('p', { class: 'muted' }, 'None detected.')); return; }
+    anomaliesBox.replaceChildren(el('table', {},
+      el('thead', {}, el('tr', {}, ['kind', 'state', 'ranks', 'nodes', 'onset step', 'size', 'summary', 'evidence'].map((h) => el('th', {}, h)))),
+      el('tbody', {}, list.map((a) => el('tr', { class: 'anomaly' + (a.id === anomalyId ? ' selected' : ''), id: 'anomaly-' + a.id, dataset: { id: a.id } },
+        el('td', {}, el('a', { href: anomalyHref(a) }, a.kind)),
+        el('td', { class: a.state === 'open' ? 'state-stale' : 'state-ended' }, a.state),
+        el('td', {}, (a.ranks || []).join(', ')),
+        el('td', {}, (a.nodes || []).join(', ')),
+        el('td', { class: 'num' }, a.onset_step),
+        el('td', { class: 'num' }, `${Number(a.magnitude).toFixed(2)}×`),
+        el('td', { class: 'evidence' }, a.summary || ''),
+        el('td', { class: 'evidence' }, Object.entries(a.evidence || {}).map(([k, v]) => `${k}=${Number(v).toPrecision(4)}`).join(' ')))))));
+    if (anomalyId) {
+      const row = document.getElementById('anomaly-' + anomalyId);
+      if (row) row.scrollIntoView({ block: 'center' });
+    }
+  }
+
+  function drawNodes() {
+    const used = new Set(ranks.map((r) => r.node || r.host));
+    const list = [...state.nodes.values()].filter((n) => used.has(n.node) || used.has(n.host));
+    if (!list.length) { nodesBox.replaceChildren(el('p', { class: 'muted' }, 'No agent reports for this job\'s nodes.')); return; }
+    nodesBox.replaceChildren(el('table', {},
+      el('thead', {}, el('tr', {}, ['node', 'host', 'ranks', 'last seen (s ago)', 'CPU %', 'load1', 'memory available', 'clock offset (ms)', 'spool'].map((h) => el('th', {}, h)))),
+      el('tbody', {}, list.map((n) => {
+        const h = n.latest_host || {};
+        return el('tr', {}, el('td', {}, n.node), el('td', {}, n.host), el('td', { class: 'num' }, n.ranks),
+          el('td', { class: 'num' }, n.last_seen_age_s), el('td', { class: 'num' }, h.cpu_percent !== undefined ? h.cpu_percent.toFixed(0) : ''),
+          el('td', { class: 'num' }, h.load1 !== undefined ? h.load1.toFixed(2) : ''),
+          el('td', { class: 'num' }, h.mem_available_bytes ? (h.mem_available_bytes / 2 ** 30).toFixed(1) + ' GiB' : ''),
+          el('td', { class: 'num' }, (n.clock_offset_ns / 1e6).toFixed(2)),
+          el('td', { class: 'num' }, n.spool_bytes));
+      }))));
+  }
+
+  function drawMeta() {
+    const jr = state.jobs.get(job);
+    if (!jr) { meta.textContent = 'unknown job (not reported yet)'; return; }
+    const st = jobStatus(jr);
+    title.querySelector('#job-status').textContent = st;
+    title.querySelector('#job-status').className = 'state-' + st;
+    meta.textContent = `world size ${jr.world_size}, ${jr.ranks_seen - jr.ranks_ended} ranks reporting, latest step ${jr.latest_step}, ${openAnomalies(job)} open anomalies`;
+  }
+
+  async function loadAll() {
+    drawMeta();
+    if (!state.jobs.get(job)) return;
+    await loadRanks();
+    await Promise.all([loadSummary(), loadHeatmap(null, null, true), loadBandwidth()]);
+    drawAnomalies();
+    drawNodes();
+    app.dataset.ready = '1';
+  }
+
+  // Live updates: summary rows arrive in the delta; ranks and the heatmap's tail are re-read
+  // when the job moved, at most one refresh in flight.
+  // The heatmap's window can be 100,000 rows: re-read it at most every kHeatmapRefreshMs.
+  const kRefreshMs = 1000, kHeatmapRefreshMs = 3000;
+  let refreshing = false, again = false, lastHeatmap = performance.now();
+  async function refresh() {
+    if (refreshing) { again = true; return; }
+    refreshing = true;
+    const started = performance.now();
+    try {
+      await loadRanks();
+      if (followBox.checked && !hm.loading && started - lastHeatmap >= kHeatmapRefreshMs) {
+        lastHeatmap = started;
+        await loadHeatmap(null, null, true);
+      }
+    } catch (e) { console.warn(e); }
+    // Spaced out: deltas come every half second, the tables need not.
+    const wait = Math.max(0, kRefreshMs - (performance.now() - started));
+    setTimeout(() => {
+      refreshing = false;
+      if (again && alive) { again = false; refresh(); }
+    }, wait);
+  }
+  let loaded = false;
+  const listener = (msg) => {
+    if (!alive) return;
+    if (msg.type === 'snapshot' && !loaded && state.jobs.get(job)) { loaded = true; loadAll().catch(showError); return; }
+    if (msg.type === 'stepms') return;
+    drawMeta();
+    if ((msg.anomalies || []).some((a) => a.job === job)) { drawAnomalies(); if (chart) chart.redraw(); }
+    if ((msg.nodes || []).length) drawNodes();
+    const rows = (msg.summary || {})[job];
+    if (rows && rows.length && chart) {
+      appendSummary(rows);
+      chart.setData([summary.x, summary.med, summary.max], !chart.select || chart.select.width === 0);
+      refresh();
+    }
+  };
+  state.listeners.add(listener);
+  if (state.jobs.get(job)) { loaded = true; loadAll().catch(showError); }
+  else drawMeta();
+  return () => { alive = false; state.listeners.delete(listener); };
+}
+
+function showError(e) {
+  app.append(el('p', { class: 'state-stale' }, 'Error: ' + e.message));
+}
+
+// ---- router ------------------------------------------------------------------------------
+let leave = null;
+function route() {
+  if (leave) leave();
+  delete app.dataset.ready;
+  const parts = location.hash.replace(/^#\/?/, '').split('/').filter((p) => p.length).map(decodeURIComponent);
+  if (parts[0] === 'jobs' && parts.length >= 2) {
+    leave = jobPage(parts[1], parts[2] === 'anomalies' ? parts[3] : null);
+  } else {
+    leave = jobsPage();
+  }
+}
+window.addEventListener('hashchange', route);
+route();
+window.trainscope = { state, Heatmap, heatmapFromRows };
