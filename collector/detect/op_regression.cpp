@@ -5,9 +5,21 @@
 
 namespace trainscope::detect {
 
+namespace {
+// Shares are tiny numbers; scaled so the trackers' values stay in a comfortable range.
+constexpr double kShareScale = 1e6;
+}  // namespace
+
 OpRegressionDetector::OpRegressionDetector(std::string job, const OpRegressionOptions& options,
                                            EventLog* log)
     : job_(std::move(job)), o_(options), log_(log) {}
+
+double OpRegressionDetector::recentMedian(const Ring<double>& ring, int64_t n) {
+  size_t take = static_cast<size_t>(std::clamp<int64_t>(n, 1, static_cast<int64_t>(ring.size())));
+  std::vector<double> v;
+  for (size_t i = ring.size() - take; i < ring.size(); ++i) v.push_back(ring[i]);
+  return median(std::move(v));
+}
 
 void OpRegressionDetector::evict(int64_t step) {
   for (auto it = ops_.begin(); it != ops_.end();) {
@@ -27,16 +39,27 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
   // op -> (rank, per-call ns, node)
   struct Sample {
     uint32_t rank;
-    double perCall;
+    double perCall;  // ns
+    double rankFactor;  // rank compute / median compute of the step
     const std::string* node;
   };
   std::map<std::string, std::vector<Sample>> samples;
+  std::vector<double> computes;
   for (const RankStep& r : step.ranks) {
+    if (r.report.compute_ns() > 0) computes.push_back(static_cast<double>(r.report.compute_ns()));
+  }
+  const double medianCompute = median(computes);
+  for (const RankStep& r : step.ranks) {
+    // How much slower this rank computes than its peers this step: a straggler's ops all carry
+    // it, so it is divided out of the rank's op series.
+    const double rankFactor = medianCompute > 0.0 && r.report.compute_ns() > 0
+                                  ? static_cast<double>(r.report.compute_ns()) / medianCompute
+                                  : 1.0;
     for (const auto& op : r.report.ops()) {
       if (op.count() == 0 || op.total_ns() <= 0) continue;
       double perCall = static_cast<double>(op.total_ns()) / static_cast<double>(op.count());
       if (perCall < static_cast<double>(o_.minCallNs)) continue;
-      samples[op.name()].push_back({r.report.rank(), perCall, &r.ctx.node});
+      samples[op.name()].push_back({r.report.rank(), perCall, rankFactor, &r.ctx.node});
     }
   }
   std::vector<uint32_t> allRanks;
@@ -52,13 +75,18 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
 
     std::vector<uint32_t> opened;
     std::vector<double> values;
+    for (const Sample& s : list) values.push_back(s.perCall);
+    const double medianCall = median(values);
     for (const Sample& s : list) {
-      values.push_back(s.perCall);
       auto rit = op.ranks.find(s.rank);
       if (rit == op.ranks.end()) rit = op.ranks.emplace(s.rank, RankSeries(o_.persistence)).first;
       RankSeries& rsr = rit->second;
       rsr.node = *s.node;
-      auto t = rsr.tracker.push(step.step, s.perCall);
+      rsr.perCall.push(s.perCall);
+      // Relative to the same op on the other ranks this step (which carries job-wide changes)
+      // and to how much slower this rank computes than its peers (which carries a straggler).
+      double rel = medianCall > 0.0 ? s.perCall / medianCall / s.rankFactor : s.perCall;
+      auto t = rsr.tracker.push(step.step, rel);
       if (t == PersistenceTracker::Transition::kOpened) {
         opened.push_back(s.rank);
       } else if (t == PersistenceTracker::Transition::kResolved && rsr.open) {
@@ -66,13 +94,17 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
         rsr.open = false;
       }
     }
-    auto jt = op.job.push(step.step, median(values));
+    op.perCall.push(medianCall);
+    // Job level: the op's median per-call time relative to the job's median compute, so a
+    // job-wide step-time shift (every op slower alike) is not an op regression.
+    auto jt = op.job.push(step.step, medianCompute > 0.0 ? medianCall / medianCompute * kShareScale
+                                                         : medianCall);
 
     // Ranks trending up together make this a job-wide regression; the per-rank trackers stay
     // silent and the job-level tracker reports it once.
     size_t trending = 0;
     for (auto& [rank, rsr] : op.ranks) {
-      if (rsr.tracker.active() || rsr.tracker.exceedCount() * 2 >= o_.persistence.fireCount) {
+      if (rsr.tracker.active() || rsr.tracker.cusum() >= o_.persistence.cusumH / 3) {
         ++trending;
       }
     }
@@ -92,14 +124,16 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
       a.detectedNs = step.nowNs;
       a.magnitude = op.job.baseline() > 0 ? op.job.level() / op.job.baseline() : 1.0;
       a.confidence = op.job.confidence();
-      a.evidence = {{"baseline_us", op.job.baseline() / 1e3},
-                    {"current_us", op.job.level() / 1e3},
+      double currentNs = recentMedian(op.perCall, step.step - a.onsetStep + 1);
+      double baseNs = a.magnitude > 0 ? currentNs / a.magnitude : currentNs;
+      a.evidence = {{"baseline_us", baseNs / 1e3},
+                    {"current_us", currentNs / 1e3},
                     {"ratio", a.magnitude},
                     {"noise_sigma", op.job.relSigma()},
                     {"ranks_reporting", static_cast<double>(list.size())}};
       a.labels = {{"op", name}, {"scope", "all_ranks"}};
       a.summary = "op " + name + " slowed on all ranks: " + formatRatio(a.magnitude) +
-                  " per call (" + formatMs(op.job.baseline()) + " -> " + formatMs(op.job.level()) +
+                  " per call (" + formatMs(baseNs) + " -> " + formatMs(currentNs) +
                   ") from step " + std::to_string(a.onsetStep);
       op.jobAnomaly = log_->open(std::move(a), name + "/all");
       op.jobOpen = true;
@@ -125,16 +159,18 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
       a.detectedNs = step.nowNs;
       a.magnitude = t.baseline() > 0 ? t.level() / t.baseline() : 1.0;
       a.confidence = t.confidence();
-      a.evidence = {{"baseline_us", t.baseline() / 1e3},
-                    {"current_us", t.level() / 1e3},
+      double currentNs = recentMedian(rsr.perCall, step.step - a.onsetStep + 1);
+      double baseNs = a.magnitude > 0 ? currentNs / a.magnitude : currentNs;
+      a.evidence = {{"baseline_us", baseNs / 1e3},
+                    {"current_us", currentNs / 1e3},
                     {"ratio", a.magnitude},
                     {"noise_sigma", t.relSigma()},
-                    {"peer_median_us", median(values) / 1e3}};
+                    {"peer_median_us", medianCall / 1e3}};
       a.labels = {{"op", name}, {"scope", "rank"}};
       a.summary = "op " + name + " slowed on rank " + std::to_string(rank) +
                   (rsr.node.empty() ? "" : " (" + rsr.node + ")") + ": " +
-                  formatRatio(a.magnitude) + " per call (" + formatMs(t.baseline()) + " -> " +
-                  formatMs(t.level()) + ") from step " + std::to_string(a.onsetStep);
+                  formatRatio(a.magnitude) + " per call (" + formatMs(baseNs) + " -> " +
+                  formatMs(currentNs) + ") from step " + std::to_string(a.onsetStep);
       rsr.anomaly = log_->open(std::move(a), name + "/" + rankSubject({rank}));
       rsr.open = true;
     }

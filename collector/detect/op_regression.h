@@ -1,11 +1,15 @@
-// op_regression: an operator whose time per call (total_ns / count) rose against its own
-// robust baseline, on one rank or on all of them. Each (op, rank) series has a
-// PersistenceTracker (baseline = median of past healthy samples after warm-up; opens when
-// fireCount of the last `window` samples exceed it by max(minExcess, noiseSigmas * sigma)); a
-// job-level tracker follows the median across ranks. When at least jobWideFraction of the
-// ranks move together the regression is reported once with every rank; otherwise per rank.
-// Ops missing from a report (top-N truncation) are simply not sampled that step. Memory is
-// bounded by maxOpsPerJob. Used from the caller's thread only.
+// op_regression: an operator whose time per call (total_ns / count) rose, on one rank or on
+// all of them. A rank's series is its per-call time relative to the same op's median over the
+// ranks of the step, divided by the rank's compute relative to the median compute (so a job
+// that slows as a whole, or a straggler whose every op is slower, raises no op regression);
+// the job's series is the op's median per-call time relative to the median compute (so a
+// job-wide step-time shift does not either; an op that is a large share of compute shows a
+// smaller rise there than it has). Each series has a PersistenceTracker (own baseline after
+// warm-up, CUSUM on the excess over minExcess). When the job-level tracker opens, or at least
+// jobWideFraction of the ranks rise together, the regression is reported once with every
+// rank; otherwise per rank. Evidence gives the raw per-call times in microseconds. Ops missing
+// from a report (top-N truncation) are simply not sampled that step. Memory is bounded by
+// maxOpsPerJob. Used from the caller's thread only.
 #pragma once
 
 #include <cstdint>
@@ -26,9 +30,12 @@ public:
   size_t trackedOps() const { return ops_.size(); }
 
 private:
+  static constexpr size_t kPerCallHistory = 32;
+  static double recentMedian(const Ring<double>& ring, int64_t n);
   struct RankSeries {
     explicit RankSeries(const PersistenceOptions& o) : tracker(o) {}
     PersistenceTracker tracker;
+    Ring<double> perCall{kPerCallHistory};  // raw per-call ns, for the evidence
     std::string node;
     bool open = false;
     Anomaly anomaly;
@@ -36,6 +43,7 @@ private:
   struct OpState {
     explicit OpState(const PersistenceOptions& o) : job(o) {}
     PersistenceTracker job;
+    Ring<double> perCall{kPerCallHistory};  // median per-call ns across ranks
     bool jobOpen = false;
     Anomaly jobAnomaly;
     std::map<uint32_t, RankSeries> ranks;

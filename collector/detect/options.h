@@ -7,21 +7,33 @@
 
 namespace trainscope::detect {
 
-// Shared shape of the "own baseline + persistence" detectors (op_regression, slow_comm,
-// straggler). A sample exceeds when it is above baseline * (1 + max(minExcess, noiseSigmas *
-// relative robust sigma)); the detector opens when `fireCount` of the last `window` samples
-// exceed and resolves when at most `releaseCount` do.
+// Shared shape of the "own baseline + sequential test" detectors (op_regression, slow_comm,
+// straggler). Each sample is turned into its relative excess e = value / baseline - 1 and fed to
+// a one-sided CUSUM, S = max(0, S + min(e / sigma - max(minExcess / sigma, cusumMinK),
+// cusumClip)), sigma being the series' robust relative spread (floored at minRelSigma); the
+// detector opens when S reaches cusumH and the median since the excursion began is above
+// baseline * (1 + minExcess). A rise of (minExcess + d) is thus found after about cusumH / (d / sigma) samples: a
+// 10 % fault on a 1 %-noise series in 4 samples, on a 5 %-noise series in ~12, and a rise
+// below minExcess never. It resolves when at most releaseCount of the last `window` samples
+// exceed baseline * (1 + max(minExcess, noiseSigmas * sigma)) and their median is back within
+// minExcess / 2 of the baseline.
 struct PersistenceOptions {
   int warmupSamples = 10;     // first samples ignored (compile, caches); more = later first alarm
-  int baselineMin = 20;       // samples needed to learn a baseline before judging; more = steadier
+  int baselineMin = 32;       // samples needed to learn a baseline before judging; more = steadier
   int baselineSize = 256;     // baseline ring (median/MAD); larger = steadier, and slower to
                               // absorb a regression not yet fired on (or to follow a drift)
-  int window = 20;            // recent samples judged; larger = fewer false alarms, slower
-  int fireCount = 15;         // exceeding samples in the window to open; lower = faster, noisier
-  int releaseCount = 4;       // at most this many exceeding samples to resolve
-  double minExcess = 0.05;    // smallest relative rise that counts; 10 % faults need < 0.1
-  double noiseSigmas = 1.0;   // exceed level in robust sigmas when the series is noisier than
-                              // minExcess; higher = quieter on noisy series, misses small faults
+  int window = 20;            // recent samples kept out of the baseline, judged for resolution
+                              // and for the level; larger = slower resolution
+  double cusumH = 12.0;       // CUSUM alarm level in sigmas; higher = fewer false alarms, later
+  double cusumClip = 3.0;     // cap of one sample's CUSUM increment, so one outlier (or three)
+                              // cannot open an episode alone; lower = more robust, slower
+  double cusumMinK = 1.0;     // least CUSUM allowance in sigmas, for series noisier than
+                              // minExcess; higher = quieter on noisy series, slower there
+  int releaseCount = 4;       // at most this many exceeding samples in the window to resolve
+  double minExcess = 0.05;    // rises up to this fraction are tolerated (CUSUM allowance); a
+                              // 10 % fault needs < 0.1; higher = quieter, misses small faults
+  double noiseSigmas = 1.0;   // exceed level (resolution) in robust sigmas above minExcess on
+                              // noisy series; higher = resolves sooner on noisy series
   double minRelSigma = 0.005; // floor of the relative sigma, so a noiseless series is not twitchy
 };
 

@@ -97,9 +97,19 @@ double PersistenceTracker::level() const {
 }
 
 double PersistenceTracker::confidence() const {
-  double span = std::max(1, o_.window - o_.fireCount + 1);
-  double c = 0.6 + 0.4 * static_cast<double>(flagged_ - o_.fireCount + 1) / span;
-  return std::clamp(c, 0.0, 1.0);
+  double h = std::max(1e-9, o_.cusumH);
+  return std::clamp(0.6 + 0.4 * (cusum_ - h) / h, 0.0, 1.0);
+}
+
+bool PersistenceTracker::excursionAbove(double level) const {
+  // Median of the samples since the CUSUM excursion began (at least 3): a few large outliers
+  // can lift the CUSUM, but not the median of the stretch.
+  std::vector<double> v;
+  for (size_t i = histSteps_.size(); i-- > 0;) {
+    if (histSteps_[i] < cusumStart_ && v.size() >= 3) break;
+    v.push_back(histValues_[i]);
+  }
+  return median(std::move(v)) >= level;
 }
 
 PersistenceTracker::Transition PersistenceTracker::push(int64_t step, double value) {
@@ -110,11 +120,15 @@ PersistenceTracker::Transition PersistenceTracker::push(int64_t step, double val
     dirty_ = true;
     return Transition::kNone;
   }
-  bool exceeds = value > exceedLevel();
+  const double base = baseline();
+  const double sigma = relSigma();
+  const bool exceeds = value > exceedLevel();
   if (recent_.full()) {
-    // The oldest recent sample joins the baseline unless it belongs to an open episode, so a
-    // regression is judged against what came before it.
-    if (!active_ && fixedBaseline_ <= 0.0) {
+    // The oldest recent sample joins the baseline only from a calm stretch: not in an open
+    // episode or a rising excursion (a regression is judged against what came before it), and
+    // not while the series sits clearly below the baseline (e.g. an op whose share fell while
+    // another op regressed), which would otherwise read as a rise once that ends.
+    if (!active_ && fixedBaseline_ <= 0.0 && cusum_ < o_.cusumH / 2 && lowCusum_ < o_.cusumH / 2) {
       base_.push(recent_.front());
       ++sinceRefresh_;
     }
@@ -126,24 +140,43 @@ PersistenceTracker::Transition PersistenceTracker::push(int64_t step, double val
   histSteps_.push(step);
   histValues_.push(value);
 
-  // The window as a whole must also sit clearly (1.5 standard errors of its median) above
-  // baseline * (1 + minExcess): a series a little above the baseline (a rank always 4 % slower)
-  // crosses the per-sample level often but is not a regression, and must not flap.
-  double windowSe = 1.2533 * relSigma() / std::sqrt(static_cast<double>(recent_.size()));
-  if (!active_ && flagged_ >= o_.fireCount &&
-      median(recent_.values()) >= baseline() * (1.0 + o_.minExcess + 1.5 * windowSe)) {
+  // Sequential test: each sample adds its excess over minExcess in sigmas (capped, so a lone
+  // outlier cannot open an episode), and a healthy sample pulls the sum back by minExcess/sigma.
+  if (base > 0.0) {
+    double k = std::max(o_.minExcess / sigma, o_.cusumMinK);
+    double inc = std::min((value / base - 1.0) / sigma - k, o_.cusumClip);
+    if (cusum_ <= 0.0 && inc > 0.0) cusumStart_ = step;
+    cusum_ = std::max(0.0, cusum_ + inc);
+    cusum_ = std::min(cusum_, 4.0 * std::max(o_.cusumH, 1.0));  // a long episode stays bounded
+    double dec = std::min((1.0 - value / base) / sigma - k, o_.cusumClip);
+    lowCusum_ = std::clamp(lowCusum_ + dec, 0.0, 4.0 * std::max(o_.cusumH, 1.0));
+  }
+
+  if (!active_ && cusum_ >= o_.cusumH && excursionAbove(base * (1.0 + o_.minExcess))) {
     active_ = true;
-    std::vector<double> hv = histValues_.values();
+    // The excursion start can be pulled early by a noisy sample just before the change; a
+    // least-squares split of the history around it places the onset.
+    std::vector<double> hv;
+    std::vector<int64_t> hs;
+    for (size_t i = 0; i < histSteps_.size(); ++i) {
+      if (histSteps_[i] >= cusumStart_ - 10) {
+        hv.push_back(histValues_[i]);
+        hs.push_back(histSteps_[i]);
+      }
+    }
     size_t split = bestSplit(hv, +1);
-    onsetStep_ = histSteps_[split];
+    onsetStep_ = hs.empty() ? step : hs[split];
     resolvedStep_ = -1;
+    sinceOpen_ = 0;
     return Transition::kOpened;
   }
-  // Hysteresis: back to normal only when few samples exceed and the window median is within
-  // half of minExcess of the baseline.
-  if (active_ && flagged_ <= o_.releaseCount &&
-      median(recent_.values()) < baseline() * (1.0 + o_.minExcess / 2)) {
+  // Hysteresis: back to normal only when a whole window was seen since the opening, few of
+  // its samples exceed and its median is within half of minExcess of the baseline.
+  if (active_) ++sinceOpen_;
+  if (active_ && sinceOpen_ >= o_.window && flagged_ <= o_.releaseCount &&
+      median(recent_.values()) < base * (1.0 + o_.minExcess / 2)) {
     active_ = false;
+    cusum_ = 0.0;
     // Only the part of the history after the onset can hold the way back down.
     std::vector<double> hv;
     std::vector<int64_t> hs;

@@ -56,11 +56,12 @@ private:
   size_t size_ = 0;
 };
 
-// Detects a sustained rise of one series against its own robust baseline (or a fixed one),
-// with persistence: opens when fireCount of the last `window` samples exceed the level and
-// their median is clearly (1.5 standard errors) above baseline * (1 + minExcess); resolves when
-// at most releaseCount samples exceed and the median is within minExcess/2 of the baseline. Onset and resolution steps are estimated with a
-// least-squares split of the recent history, not taken as the step the decision was made.
+// Detects a sustained rise of one series against its own robust baseline (or a fixed one)
+// with a one-sided CUSUM on the standardised excess over minExcess (see PersistenceOptions):
+// opens when the CUSUM reaches cusumH; resolves when at most releaseCount of the last `window`
+// samples exceed and their median is within minExcess/2 of the baseline. Onset and resolution
+// steps are estimated with a least-squares split of the recent history, not taken as the step
+// the decision was made.
 class PersistenceTracker {
 public:
   enum class Transition { kNone, kOpened, kResolved };
@@ -83,14 +84,17 @@ public:
   double relSigma() const;             // robust relative sigma of the baseline
   double exceedLevel() const;          // baseline * (1 + max(minExcess, noiseSigmas*relSigma))
   int exceedCount() const;             // exceeding samples in the window
+  double cusum() const { return cusum_; }  // the CUSUM statistic now (sigmas)
+  bool rising() const { return cusum_ > 0.0; }  // an excursion above minExcess is under way
   int64_t onsetStep() const { return onsetStep_; }
   int64_t resolvedStep() const { return resolvedStep_; }
   double level() const;                // median of recent samples at/after the onset
   double lastValue() const { return recent_.empty() ? 0.0 : recent_.back(); }
-  double confidence() const;           // 0..1 from how far past fireCount the window is
+  double confidence() const;           // 0..1 from how far past cusumH the statistic is
 
 private:
   void refreshBaseline() const;
+  bool excursionAbove(double level) const;
 
   PersistenceOptions o_;
   double fixedBaseline_;
@@ -102,6 +106,10 @@ private:
   Ring<int64_t> histSteps_;
   Ring<double> histValues_;
   int flagged_ = 0;
+  double cusum_ = 0.0;
+  double lowCusum_ = 0.0;              // the same test downwards (baseline admission only)
+  int64_t cusumStart_ = -1;            // first step of the current CUSUM excursion
+  int sinceOpen_ = 0;                  // samples since the episode opened
   bool active_ = false;
   int64_t onsetStep_ = -1;
   int64_t resolvedStep_ = -1;

@@ -97,13 +97,15 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
     }
     if (t != PersistenceTracker::Transition::kOpened) continue;
 
-    // Did compute rise over the same window? Then the job slowed, not its communication.
+    // Did compute rise since the onset? Then the job slowed, not its communication.
     size_t w = static_cast<size_t>(std::max(1, o_.persistence.window));
+    size_t since = static_cast<size_t>(std::clamp<int64_t>(
+        step.step - ks.tracker.onsetStep() + 1, 3, static_cast<int64_t>(w)));
     double computeRatio = 1.0;
-    if (compute_.size() > w + 8) {
+    if (compute_.size() > since + 8) {
       std::vector<double> all = compute_.values();
-      std::vector<double> before(all.begin(), all.end() - static_cast<std::ptrdiff_t>(w));
-      std::vector<double> recent(all.end() - static_cast<std::ptrdiff_t>(w), all.end());
+      std::vector<double> before(all.begin(), all.end() - static_cast<std::ptrdiff_t>(since));
+      std::vector<double> recent(all.end() - static_cast<std::ptrdiff_t>(since), all.end());
       double b = median(before);
       if (b > 0) computeRatio = median(recent) / b;
     }

@@ -8,8 +8,8 @@
 // of total_ns / count. The rank that arrived last waited for nobody, so its time is the pure
 // transfer time (for several calls per step it is an upper bound, tight when the same rank is
 // usually last). A straggler leaves it unchanged; a slow link or NIC raises it. It goes
-// through a PersistenceTracker (own robust baseline, fireCount of the last window samples
-// above it); on opening, the median compute of the job over the window is compared with the
+// through a PersistenceTracker (own robust baseline, CUSUM on the excess over minExcess
+// above it); on opening, the median compute of the job since the onset is compared with the
 // compute before it, and a rise above maxComputeRise suppresses the report (the whole job
 // slowed, not its communication).
 //

@@ -1,8 +1,8 @@
 // straggler: the rank the others wait for. In a synchronous job every rank's step takes the
 // same wall time and healthy ranks spend their extra time waiting inside collectives, so the
 // step duration cannot tell who is slow; each rank's compute_ns can. Per step the detector
-// takes ratio = rank compute / median compute of its peers (the other ranks) and opens when
-// fireCount of the last `window` ratios exceed 1 + max(minExcess, noiseSigmas * sigma), sigma
+// takes ratio = rank compute / median compute of its peers (the other ranks) and runs a CUSUM
+// on the ratio's excess over 1 + minExcess in units of sigma (PersistenceOptions), sigma
 // being the job-wide robust spread of the ratios (median over recent steps of 1.4826*MAD
 // across ranks) — so the level adapts to a noisier job. A job-wide slowdown moves every rank
 // and its peers together and leaves the ratios at 1. The first collective arrival of the rank

@@ -1,0 +1,211 @@
+#include "tools/bench/detect_eval/eval_run.h"
+
+#include <algorithm>
+#include <ctime>
+#include <random>
+
+#include "agent/probe/fold.h"
+#include "agent/probe/intern.h"
+#include "agent/probe/trainscope_probe.h"
+#include "collector/detect/detector_set.h"
+#include "tools/simtrain/step_model.h"
+#include "tools/simtrain/truth.h"
+
+namespace trainscope::bench {
+namespace {
+
+using probe::Record;
+using probe::RecordType;
+
+// Reports reach the collector this long after the step ended (agent coalescing, network).
+constexpr int64_t kDeliveryNs = 2'000'000;
+// Silence is ticked through in steps of this much simulated time after a hang.
+constexpr int64_t kHangTickNs = 500'000'000;
+constexpr int64_t kEpochNs = 1'700'000'000'000'000'000;
+constexpr uint32_t kRanksPerNode = 8;
+
+struct Names {
+  std::vector<uint32_t> ops;
+  uint32_t phase[5] = {};
+  uint32_t group = 0;
+};
+
+uint8_t rangeKind(sim::Phase p) {
+  switch (p) {
+    case sim::Phase::kData:
+      return TS_RANGE_DATA;
+    case sim::Phase::kCheckpoint:
+      return TS_RANGE_OTHER;
+    default:
+      return TS_RANGE_COMPUTE;
+  }
+}
+
+Record makeRecord(RecordType type, uint8_t kind, uint32_t name, uint32_t group, int64_t step,
+                  int64_t t0, int64_t t1, uint64_t bytes) {
+  Record r{};
+  r.type = type;
+  r.kind = kind;
+  r.name = name;
+  r.group = group;
+  r.step = step;
+  r.t0 = t0;
+  r.t1 = t1;
+  r.bytes = bytes;
+  return r;
+}
+
+// The records one rank's probe would hold for this step, in the order trainscope-simtrain's
+// runner records them (ranges before the ops they contain, ops before collectives).
+void feedRank(probe::StepFolder& folder, const Names& names, int64_t step,
+              const sim::RankStep& rs, bool hung) {
+  struct Ev {
+    int64_t t;
+    int order;
+    size_t idx;
+  };
+  std::vector<Ev> evs;
+  evs.reserve(rs.ranges.size() + rs.ops.size() + rs.colls.size());
+  for (size_t i = 0; i < rs.ranges.size(); ++i) evs.push_back({rs.ranges[i].startNs, 0, i});
+  for (size_t i = 0; i < rs.ops.size(); ++i) evs.push_back({rs.ops[i].startNs, 1, i});
+  for (size_t i = 0; i < rs.colls.size(); ++i) evs.push_back({rs.colls[i].arriveNs, 2, i});
+  std::stable_sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) {
+    return a.t != b.t ? a.t < b.t : a.order < b.order;
+  });
+  folder.add(0, makeRecord(RecordType::kStepBegin, 0, 0, 0, step, rs.beginNs, 0, 0));
+  for (const Ev& e : evs) {
+    if (e.order == 0) {
+      const auto& r = rs.ranges[e.idx];
+      folder.add(0, makeRecord(RecordType::kRange, rangeKind(r.phase),
+                               names.phase[static_cast<int>(r.phase)], 0, 0, r.startNs, r.endNs,
+                               0));
+    } else if (e.order == 1) {
+      const auto& o = rs.ops[e.idx];
+      folder.add(0, makeRecord(RecordType::kOp, 0, names.ops[o.op], 0, 0, o.startNs,
+                               o.startNs + o.durationNs, 0));
+    } else {
+      const auto& c = rs.colls[e.idx];
+      if (c.completeNs == 0) {
+        folder.add(0, makeRecord(RecordType::kCollBegin, TS_COLL_ALL_REDUCE, 0, names.group, 0,
+                                 c.arriveNs, 0, c.bytes));
+      } else {
+        folder.add(0, makeRecord(RecordType::kCollective, TS_COLL_ALL_REDUCE, 0, names.group, 0,
+                                 c.arriveNs, c.completeNs, c.bytes));
+      }
+    }
+  }
+  if (!hung && rs.endNs > 0) {
+    folder.add(0, makeRecord(RecordType::kStepEnd, 0, 0, 0, step, rs.endNs, 0, 0));
+  }
+}
+
+std::vector<TruthFault> truthOf(const sim::SimOptions& o) {
+  std::vector<TruthFault> out;
+  for (const auto& t : sim::truthJson(o)) {
+    if (t["kind"] == "spike") continue;
+    TruthFault f;
+    f.kind = t["kind"].get<std::string>();
+    f.ranks = t["ranks"].get<std::vector<uint32_t>>();
+    f.fromStep = t["from_step"].get<int64_t>();
+    f.factor = t["factor"].get<double>();
+    if (t.contains("op")) f.op = t["op"].get<std::string>();
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace
+
+ScenarioResult runScenario(const Scenario& scenario) {
+  ScenarioResult res;
+  res.scenario = scenario;
+  res.truth = truthOf(scenario.sim);
+  res.stepNs = scenario.sim.stepMs * 1e6;
+  const sim::SimOptions& o = scenario.sim;
+  const std::string job = o.job.empty() ? "eval" : o.job;
+
+  sim::StepModel model(o);
+  Names names;
+  for (const auto& n : model.opNames()) names.ops.push_back(probe::internName(n));
+  for (int i = 0; i < 5; ++i) names.phase[i] = probe::internName(sim::phaseName(static_cast<sim::Phase>(i)));
+  names.group = probe::internName("dp");
+
+  std::vector<probe::StepFolder> folders;
+  folders.reserve(o.ranks);
+  std::vector<detect::RankContext> ctx(o.ranks);
+  for (uint32_t r = 0; r < o.ranks; ++r) {
+    probe::FoldOptions f;
+    f.job = job;
+    f.rank = r;
+    folders.emplace_back(f);
+    ctx[r].node = "node" + std::to_string(r / kRanksPerNode);
+    ctx[r].worldSize = o.ranks;
+  }
+
+  detect::DetectorSet set;  // default options: what users get
+  std::mt19937_64 shuffleRng(o.seed * 7919 + 17);
+  std::vector<wire::StepReport> reports;
+  reports.reserve(o.ranks);
+  std::vector<uint32_t> order(o.ranks);
+  // Thread CPU time, so other processes on a loaded machine do not inflate the cost.
+  auto cpuNs = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  };
+  auto collect = [&] {
+    std::vector<detect::Anomaly> ev = set.takeEvents();
+    for (auto& a : ev) {
+      if (a.state == detect::AnomalyState::kOpen) res.detections.push_back(std::move(a));
+    }
+  };
+
+  int64_t begin = kEpochNs;
+  int64_t lastEnd = begin;
+  for (int64_t s = 0; s < o.steps; ++s) {
+    sim::StepTimeline tl = model.step(s, begin);
+    for (auto& t : res.truth) {
+      if (t.fromStep == s) t.startNs = begin;
+    }
+    reports.clear();
+    for (uint32_t r = 0; r < o.ranks; ++r) {
+      feedRank(folders[r], names, s, tl.ranks[r], tl.hung);
+      // Two drain passes: the first sees the end, the second makes the step final.
+      folders[r].endPass();
+      folders[r].endPass();
+      for (auto& f : folders[r].take()) reports.push_back(std::move(f.report));
+    }
+    for (uint32_t i = 0; i < reports.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(reports.size()),
+                 shuffleRng);
+    const int64_t now = (tl.hung ? lastEnd : tl.endNs) + kDeliveryNs;
+    const int64_t t0 = cpuNs();
+    for (uint32_t i = 0; i < reports.size(); ++i) {
+      const wire::StepReport& rep = reports[order[i]];
+      detect::RankContext c = ctx[rep.rank()];
+      c.receivedNs = now;
+      (void)set.observe(rep, c);
+    }
+    set.tick(now);
+    res.detectNs += cpuNs() - t0;
+    res.reports += reports.size();
+    collect();
+    if (tl.hung) {
+      for (int64_t t = kHangTickNs; t <= static_cast<int64_t>(scenario.hangTickS * 1e9);
+           t += kHangTickNs) {
+        const int64_t h0 = cpuNs();
+        set.tick(lastEnd + t);
+        res.detectNs += cpuNs() - h0;
+        collect();
+      }
+      break;
+    }
+    lastEnd = tl.endNs;
+    begin = tl.endNs;
+  }
+  res.stepsJudged = static_cast<int64_t>(set.stats().stepsJudged);
+  collect();
+  return res;
+}
+
+}  // namespace trainscope::bench

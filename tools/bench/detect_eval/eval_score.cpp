@@ -1,0 +1,265 @@
+#include "tools/bench/detect_eval/eval_score.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace trainscope::bench {
+namespace {
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  double pos = q * static_cast<double>(v.size() - 1);
+  size_t lo = static_cast<size_t>(std::floor(pos));
+  size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+bool kindMatches(const detect::Anomaly& a, const TruthFault& t) {
+  if (detect::anomalyKindName(a.kind) != t.kind) return false;
+  if (t.kind == "op_regression") {
+    auto it = a.labels.find("op");
+    if (it == a.labels.end() || it->second != t.op) return false;
+  }
+  if (t.kind == "hang") return a.detectedNs >= t.startNs;
+  return a.detectedStep >= t.fromStep;
+}
+
+bool active(const detect::Anomaly& a, const TruthFault& t) {
+  return t.kind == "hang" ? a.detectedNs >= t.startNs : a.detectedStep >= t.fromStep;
+}
+
+// The ranks are right when they include a faulty rank and, for a single-rank fault, name at
+// most 2 others; for a job-wide fault, when they include every faulty rank.
+bool ranksRight(const detect::Anomaly& a, const TruthFault& t, uint32_t world) {
+  std::set<uint32_t> named(a.ranks.begin(), a.ranks.end());
+  if (t.ranks.size() == 1) {
+    return named.count(t.ranks[0]) > 0 && named.size() <= 3;
+  }
+  (void)world;
+  for (uint32_t r : t.ranks) {
+    if (!named.count(r)) return false;
+  }
+  return true;
+}
+
+struct Cell {
+  int faults = 0;
+  int found = 0;
+  int ranksOk = 0;
+  std::vector<double> latency;  // steps
+  std::vector<double> latencyS; // seconds (hangs)
+  std::vector<std::string> missed;
+};
+
+struct KindPrecision {
+  int matched = 0;
+  int secondary = 0;
+  int falseAlarms = 0;
+  std::map<std::string, int> secondaryBy;  // injected kind -> count
+};
+
+std::string fmt(double v, const char* f = "%.2f") {
+  if (std::isnan(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const Targets& targets,
+                             std::FILE* out, bool* passed) {
+  nlohmann::json js;
+  bool ok = true;
+  // group ("fault >= 10%" / "fault 5%") -> fault label -> (magnitude, onset) cell
+  std::map<std::string, std::map<std::string, std::map<std::pair<double, int64_t>, Cell>>> cells;
+  std::map<std::string, std::map<std::string, KindPrecision>> precision;  // group -> det kind
+  std::map<std::string, std::vector<std::string>> falseList;
+  int64_t healthySteps5 = 0, healthyFalse5 = 0;
+  std::map<std::string, std::pair<int64_t, int64_t>> healthyBy;  // "ranks/noise" -> steps, FAs
+  int64_t totalNs = 0;
+  uint64_t totalReports = 0;
+  std::vector<std::string> healthyFalseList;
+
+  for (const ScenarioResult& r : results) {
+    totalNs += r.detectNs;
+    totalReports += r.reports;
+    const Scenario& sc = r.scenario;
+    if (sc.group == "healthy") {
+      int fa = 0;
+      for (const auto& a : r.detections) {
+        if (a.kind == detect::AnomalyKind::kSpike) continue;
+        ++fa;
+        if (healthyFalseList.size() < 20) healthyFalseList.push_back(sc.name + ": " + a.summary);
+      }
+      char key[64];
+      std::snprintf(key, sizeof key, "%5u ranks, noise %2.0f%%", sc.sim.ranks, sc.sim.noise * 100);
+      healthyBy[key].first += r.stepsJudged;
+      healthyBy[key].second += fa;
+      if (std::fabs(sc.sim.noise - 0.05) < 1e-9) {
+        healthySteps5 += r.stepsJudged;
+        healthyFalse5 += fa;
+      }
+      continue;
+    }
+    const std::string grp = sc.magnitude == 0.0 || sc.magnitude >= 1.1 - 1e-9 ? "fault >= 10%"
+                                                                               : "fault 5%";
+    for (const TruthFault& t : r.truth) {
+      Cell& c = cells[grp][sc.faultLabel][{sc.magnitude, t.fromStep}];
+      ++c.faults;
+      const detect::Anomaly* first = nullptr;
+      for (const auto& a : r.detections) {
+        if (kindMatches(a, t)) {
+          first = &a;
+          break;
+        }
+      }
+      if (first == nullptr) {
+        c.missed.push_back(sc.name);
+        continue;
+      }
+      ++c.found;
+      if (ranksRight(*first, t, sc.sim.ranks)) ++c.ranksOk;
+      if (t.kind == "hang") {
+        double s = static_cast<double>(first->detectedNs - t.startNs) / 1e9;
+        c.latencyS.push_back(s);
+        c.latency.push_back(std::ceil(s * 1e9 / r.stepNs));
+      } else {
+        c.latency.push_back(static_cast<double>(first->detectedStep - t.fromStep));
+      }
+    }
+    for (const auto& a : r.detections) {
+      if (a.kind == detect::AnomalyKind::kSpike) continue;
+      KindPrecision& p = precision[grp][detect::anomalyKindName(a.kind)];
+      bool matched = false, secondary = false;
+      std::string by;
+      for (const TruthFault& t : r.truth) {
+        if (kindMatches(a, t)) matched = true;
+        else if (active(a, t) && t.kind != detect::anomalyKindName(a.kind)) {
+          secondary = true;
+          by = t.kind;
+        } else if (active(a, t) && t.kind == "op_regression") {
+          secondary = true;  // an op fault moving another op (shared compute): same cause
+          by = "op_regression (other op)";
+        }
+      }
+      if (matched) {
+        ++p.matched;
+      } else if (secondary) {
+        ++p.secondary;
+        ++p.secondaryBy[by];
+      } else {
+        ++p.falseAlarms;
+        if (falseList[grp].size() < 12) falseList[grp].push_back(sc.name + ": " + a.summary);
+      }
+    }
+  }
+
+  const double costNs = totalReports ? static_cast<double>(totalNs) / static_cast<double>(totalReports) : 0.0;
+  for (const auto& [grp, labels] : cells) {
+    const bool isTarget = grp == "fault >= 10%";
+    std::fprintf(out, "\n==== %s%s ====\n", grp.c_str(), isTarget ? " (targets apply)" : " (reported, no target)");
+    nlohmann::json jg;
+    for (const auto& [label, byCell] : labels) {
+      std::fprintf(out, "\n-- %s --\n", label.c_str());
+      std::fprintf(out, "%-8s %-6s %6s %6s %7s %8s %8s %8s\n", "factor", "onset", "faults", "found",
+                   "recall", "ranks_ok", "lat_med", "lat_p90");
+      Cell all;
+      for (const auto& [key, c] : byCell) {
+        double rec = c.faults ? static_cast<double>(c.found) / c.faults : 0.0;
+        std::fprintf(out, "%-8s %-6lld %6d %6d %7.3f %8s %8s %8s\n",
+                     key.first == 0.0 ? "hang" : fmt(key.first).c_str(),
+                     static_cast<long long>(key.second), c.faults, c.found, rec,
+                     c.found ? fmt(static_cast<double>(c.ranksOk) / c.found, "%.3f").c_str() : "-",
+                     fmt(quantile(c.latency, 0.5), "%.1f").c_str(),
+                     fmt(quantile(c.latency, 0.9), "%.1f").c_str());
+        all.faults += c.faults;
+        all.found += c.found;
+        all.ranksOk += c.ranksOk;
+        all.latency.insert(all.latency.end(), c.latency.begin(), c.latency.end());
+        all.latencyS.insert(all.latencyS.end(), c.latencyS.begin(), c.latencyS.end());
+        all.missed.insert(all.missed.end(), c.missed.begin(), c.missed.end());
+      }
+      double rec = all.faults ? static_cast<double>(all.found) / all.faults : 0.0;
+      double ranks = all.found ? static_cast<double>(all.ranksOk) / all.found : 0.0;
+      double med = quantile(all.latency, 0.5), p90 = quantile(all.latency, 0.9);
+      std::fprintf(out, "%-15s %6d %6d %7.3f %8.3f %8s %8s\n", "all", all.faults, all.found, rec,
+                   ranks, fmt(med, "%.1f").c_str(), fmt(p90, "%.1f").c_str());
+      if (!all.latencyS.empty()) {
+        std::fprintf(out, "  hang latency: median %.1f s, p90 %.1f s after the hung step began\n",
+                     quantile(all.latencyS, 0.5), quantile(all.latencyS, 0.9));
+      }
+      for (size_t i = 0; i < all.missed.size() && i < 8; ++i) {
+        std::fprintf(out, "  missed: %s\n", all.missed[i].c_str());
+      }
+      if (all.missed.size() > 8) std::fprintf(out, "  ... %zu missed in all\n", all.missed.size());
+      bool latencyApplies = label != "hang";
+      if (isTarget) {
+        bool cellOk = rec >= targets.recall && ranks >= targets.ranksNamed &&
+                      (!latencyApplies || (med <= targets.latencyMedian && p90 <= targets.latencyP90));
+        if (!cellOk) ok = false;
+        std::fprintf(out, "  target: %s\n", cellOk ? "met" : "NOT met");
+      }
+      jg[label] = {{"faults", all.faults},   {"found", all.found},
+                   {"recall", rec},          {"ranks_named", ranks},
+                   {"latency_median_steps", std::isnan(med) ? nlohmann::json() : nlohmann::json(med)},
+                   {"latency_p90_steps", std::isnan(p90) ? nlohmann::json() : nlohmann::json(p90)},
+                   {"missed", all.missed}};
+      if (!all.latencyS.empty()) jg[label]["latency_median_s"] = quantile(all.latencyS, 0.5);
+    }
+    std::fprintf(out, "\nprecision by detected kind (%s):\n", grp.c_str());
+    std::fprintf(out, "%-14s %8s %10s %6s %10s %14s\n", "kind", "matched", "secondary", "false",
+                 "precision", "prec_excl_2nd");
+    nlohmann::json jp;
+    for (const auto& [kind, p] : precision[grp]) {
+      int all = p.matched + p.secondary + p.falseAlarms;
+      double strict = all ? static_cast<double>(p.matched) / all : 1.0;
+      int excl = p.matched + p.falseAlarms;
+      double loose = excl ? static_cast<double>(p.matched) / excl : 1.0;
+      std::string by;
+      for (const auto& [k, n] : p.secondaryBy) by += (by.empty() ? "" : ", ") + k + " " + std::to_string(n);
+      std::fprintf(out, "%-14s %8d %10d %6d %10.3f %14.3f  %s\n", kind.c_str(), p.matched,
+                   p.secondary, p.falseAlarms, strict, loose, by.empty() ? "" : ("(secondary to: " + by + ")").c_str());
+      if (isTarget && loose < targets.precision) ok = false;
+      jp[kind] = {{"matched", p.matched}, {"secondary", p.secondary}, {"false", p.falseAlarms},
+                  {"precision", strict}, {"precision_excluding_secondary", loose},
+                  {"secondary_to", p.secondaryBy}};
+    }
+    for (const auto& s : falseList[grp]) std::fprintf(out, "  false: %s\n", s.c_str());
+    js["groups"][grp] = {{"kinds", jg}, {"precision", jp}};
+  }
+
+  std::fprintf(out, "\n==== healthy jobs (spike notices allowed; anything else is a false alarm) ====\n");
+  for (const auto& [key, v] : healthyBy) {
+    std::fprintf(out, "%s: %8lld job-steps, %3lld false alarms\n", key.c_str(),
+                 static_cast<long long>(v.first), static_cast<long long>(v.second));
+    js["healthy"][key] = {{"job_steps", v.first}, {"false_alarms", v.second}};
+  }
+  for (const auto& s : healthyFalseList) std::fprintf(out, "  false: %s\n", s.c_str());
+  double per100k = healthySteps5 ? 1e5 * static_cast<double>(healthyFalse5) / static_cast<double>(healthySteps5) : 0.0;
+  bool faOk = healthyFalse5 == 0 && healthySteps5 >= 100000;
+  bool costOk = costNs <= targets.costNsPerReport;
+  if (!faOk || !costOk) ok = false;
+
+  std::fprintf(out, "\n==== summary ====\n");
+  std::fprintf(out, "false alarms at 5%% noise with checkpoints: %lld in %lld healthy job-steps = %.2f per 100k (target 0 in >= 100k: %s)\n",
+               static_cast<long long>(healthyFalse5), static_cast<long long>(healthySteps5), per100k,
+               faOk ? "met" : "NOT met");
+  std::fprintf(out, "detector cost: %.0f ns per step report over %llu reports (target <= %.0f: %s)\n",
+               costNs, static_cast<unsigned long long>(totalReports), targets.costNsPerReport,
+               costOk ? "met" : "NOT met");
+  std::fprintf(out, "all targets: %s\n", ok ? "MET" : "NOT MET");
+  js["false_alarms"] = {{"healthy_job_steps_5pct", healthySteps5},
+                        {"false_alarms_5pct", healthyFalse5},
+                        {"per_100k", per100k}};
+  js["cost_ns_per_report"] = costNs;
+  js["reports"] = totalReports;
+  js["targets_met"] = ok;
+  *passed = ok;
+  return js;
+}
+
+}  // namespace trainscope::bench
