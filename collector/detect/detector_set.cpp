@@ -61,6 +61,10 @@ DetectorSet::Job& DetectorSet::job(const std::string& name) {
 }
 
 Status DetectorSet::observe(const wire::StepReport& report, const RankContext& ctx) {
+  return observe(wire::StepReport(report), ctx);
+}
+
+Status DetectorSet::observe(wire::StepReport&& report, const RankContext& ctx) {
   auto reject = [&](const std::string& why) {
     ++rejected_;
     return Status::error("step report: " + why);
@@ -80,7 +84,7 @@ Status DetectorSet::observe(const wire::StepReport& report, const RankContext& c
   j.worldSize = std::max(j.worldSize, world);
   j.hang.observe(report, ctx, j.worldSize);
   std::vector<AssembledStep> done;
-  j.assembler.add(report, ctx, j.worldSize, &done);
+  j.assembler.add(std::move(report), ctx, j.worldSize, &done);
   j.judge(done);
   return Status::ok();
 }

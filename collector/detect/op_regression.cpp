@@ -1,6 +1,8 @@
 #include "collector/detect/op_regression.h"
 
 #include <algorithm>
+#include <memory>
+#include <string_view>
 #include <vector>
 
 namespace trainscope::detect {
@@ -43,7 +45,7 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
     double rankFactor;  // rank compute / median compute of the step
     const std::string* node;
   };
-  std::map<std::string, std::vector<Sample>> samples;
+  std::map<std::string_view, std::vector<Sample>> samples;
   std::vector<double> computes;
   for (const RankStep& r : step.ranks) {
     if (r.report.compute_ns() > 0) computes.push_back(static_cast<double>(r.report.compute_ns()));
@@ -59,17 +61,27 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
       if (op.count() == 0 || op.total_ns() <= 0) continue;
       double perCall = static_cast<double>(op.total_ns()) / static_cast<double>(op.count());
       if (perCall < static_cast<double>(o_.minCallNs)) continue;
-      samples[op.name()].push_back({r.report.rank(), perCall, rankFactor, &r.ctx.node});
+      std::vector<Sample>& list = samples[op.name()];
+      if (list.empty()) list.reserve(step.ranks.size());
+      list.push_back({r.report.rank(), perCall, rankFactor, &r.ctx.node});
     }
   }
-  std::vector<uint32_t> allRanks;
-  for (uint32_t i = 0; i < std::max<uint32_t>(step.worldSize, 1); ++i) allRanks.push_back(i);
-  std::vector<std::string> allNodes;
-  for (const RankStep& r : step.ranks) allNodes.push_back(r.ctx.node);
+  // Every rank and node, for job-wide anomalies; built only when one opens.
+  auto allRanks = [&] {
+    std::vector<uint32_t> v;
+    for (uint32_t i = 0; i < std::max<uint32_t>(step.worldSize, 1); ++i) v.push_back(i);
+    return v;
+  };
+  auto allNodes = [&] {
+    std::vector<std::string> v;
+    for (const RankStep& r : step.ranks) v.push_back(r.ctx.node);
+    return v;
+  };
 
-  for (auto& [name, list] : samples) {
-    auto it = ops_.find(name);
-    if (it == ops_.end()) it = ops_.emplace(name, OpState(o_.persistence)).first;
+  for (auto& [nameView, list] : samples) {
+    auto it = ops_.find(nameView);
+    if (it == ops_.end()) it = ops_.emplace(std::string(nameView), OpState(o_.persistence)).first;
+    const std::string& name = it->first;
     OpState& op = it->second;
     op.lastSeenStep = step.step;
 
@@ -78,9 +90,12 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
     for (const Sample& s : list) values.push_back(s.perCall);
     const double medianCall = median(values);
     for (const Sample& s : list) {
-      auto rit = op.ranks.find(s.rank);
-      if (rit == op.ranks.end()) rit = op.ranks.emplace(s.rank, RankSeries(o_.persistence)).first;
-      RankSeries& rsr = rit->second;
+      if (op.ranks.size() <= s.rank) op.ranks.resize(s.rank + 1);
+      if (!op.ranks[s.rank]) {
+        op.ranks[s.rank] = std::make_unique<RankSeries>(o_.persistence);
+        ++op.rankCount;
+      }
+      RankSeries& rsr = *op.ranks[s.rank];
       rsr.node = *s.node;
       rsr.perCall.push(s.perCall);
       // Relative to the same op on the other ranks this step (which carries job-wide changes)
@@ -101,24 +116,27 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
                                                          : medianCall);
 
     // Ranks trending up together make this a job-wide regression; the per-rank trackers stay
-    // silent and the job-level tracker reports it once.
-    size_t trending = 0;
-    for (auto& [rank, rsr] : op.ranks) {
-      if (rsr.tracker.active() || rsr.tracker.cusum() >= o_.persistence.cusumH / 3) {
-        ++trending;
+    // silent and the job-level tracker reports it once. Counted only when a rank opened.
+    auto isJobWide = [&] {
+      if (op.rankCount < 2) return jt == PersistenceTracker::Transition::kOpened || op.jobOpen;
+      if (op.jobOpen || jt == PersistenceTracker::Transition::kOpened) return true;
+      size_t trending = 0;
+      for (const auto& rsr : op.ranks) {
+        if (rsr && (rsr->tracker.active() || rsr->tracker.cusum() >= o_.persistence.cusumH / 3)) {
+          ++trending;
+        }
       }
-    }
-    bool jobWide = op.jobOpen || jt == PersistenceTracker::Transition::kOpened ||
-                   static_cast<double>(trending) >=
-                       o_.jobWideFraction * static_cast<double>(std::max<size_t>(op.ranks.size(), 1));
-    if (op.ranks.size() < 2) jobWide = jt == PersistenceTracker::Transition::kOpened || op.jobOpen;
+      return static_cast<double>(trending) >=
+             o_.jobWideFraction * static_cast<double>(std::max<size_t>(op.rankCount, 1));
+    };
+    const bool jobWide = !opened.empty() && isJobWide();
 
     if (jt == PersistenceTracker::Transition::kOpened) {
       Anomaly a;
       a.job = job_;
       a.kind = AnomalyKind::kOpRegression;
-      a.ranks = allRanks;
-      a.nodes = allNodes;
+      a.ranks = allRanks();
+      a.nodes = allNodes();
       a.onsetStep = op.job.onsetStep();
       a.detectedStep = step.step;
       a.detectedNs = step.nowNs;
@@ -143,7 +161,7 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
     }
 
     for (uint32_t rank : opened) {
-      RankSeries& rsr = op.ranks.at(rank);
+      RankSeries& rsr = *op.ranks.at(rank);
       if (jobWide) {
         rsr.tracker.forgetEpisode();
         continue;

@@ -14,7 +14,9 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "collector/detect/events.h"
 #include "collector/detect/options.h"
@@ -46,7 +48,8 @@ private:
     Ring<double> perCall{kPerCallHistory};  // median per-call ns across ranks
     bool jobOpen = false;
     Anomaly jobAnomaly;
-    std::map<uint32_t, RankSeries> ranks;
+    std::vector<std::unique_ptr<RankSeries>> ranks;  // by rank; null until it reports the op
+    size_t rankCount = 0;                            // non-null entries of `ranks`
     int64_t lastSeenStep = -1;
   };
 
@@ -55,7 +58,7 @@ private:
   std::string job_;
   OpRegressionOptions o_;
   EventLog* log_;
-  std::map<std::string, OpState> ops_;
+  std::map<std::string, OpState, std::less<>> ops_;  // transparent: found by string_view
 };
 
 }  // namespace trainscope::detect

@@ -61,8 +61,9 @@ bool PersistenceTracker::ready() const {
 void PersistenceTracker::refreshBaseline() const {
   if (fixedBaseline_ > 0.0) return;
   // A median of 256 values per push would dominate the cost; the baseline moves slowly (one
-  // value in 256 per sample), so refreshing every 32 additions is as good.
-  if (!dirty_ && sinceRefresh_ < 32) return;
+  // value in 256 per sample), so refreshing every 32 additions (every 256 once the ring is
+  // full) is as good.
+  if (!dirty_ && sinceRefresh_ < (base_.full() ? 256 : 32)) return;
   std::vector<double> v = base_.values();
   baseMedian_ = median(v);
   baseRelSigma_ = baseMedian_ > 0 ? kMadToSigma * mad(v, baseMedian_) / baseMedian_ : 0.0;

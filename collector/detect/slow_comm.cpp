@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "schema/wire.h"
@@ -44,27 +46,37 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
     double completion;
     const std::string* node;
   };
-  std::map<std::string, std::vector<Sample>> byKey;
-  std::map<std::string, const wire::CollectiveTotal*> proto;
+  // Grouped by (op, group, bytes) without building the string key per report; the key is
+  // built once per distinct collective per step.
+  struct Group {
+    std::vector<Sample> list;
+    const wire::CollectiveTotal* proto = nullptr;
+  };
+  std::map<std::tuple<int, std::string_view, uint64_t>, Group> byKey;
   for (const RankStep& r : step.ranks) {
     for (const auto& c : r.report.collectives()) {
       if (c.count() == 0 || c.total_ns() <= 0) continue;
-      std::string key = std::string(wire::collectiveOpName(c.op())) + "|" + c.group() + "|" +
-                        std::to_string(c.bytes());
       double off = static_cast<double>(r.ctx.clockOffsetNs);
-      byKey[key].push_back({r.report.rank(),
-                            static_cast<double>(c.total_ns()) / static_cast<double>(c.count()),
-                            static_cast<double>(c.first_arrival_ns()) + off,
-                            static_cast<double>(c.last_completion_ns()) + off, &r.ctx.node});
-      proto.emplace(key, &c);
+      Group& g = byKey[{c.op(), std::string_view(c.group()), c.bytes()}];
+      if (g.proto == nullptr) {
+        g.proto = &c;
+        g.list.reserve(step.ranks.size());
+      }
+      g.list.push_back({r.report.rank(),
+                        static_cast<double>(c.total_ns()) / static_cast<double>(c.count()),
+                        static_cast<double>(c.first_arrival_ns()) + off,
+                        static_cast<double>(c.last_completion_ns()) + off, &r.ctx.node});
     }
   }
 
-  for (auto& [key, list] : byKey) {
+  for (auto& [tuple, g] : byKey) {
+    std::vector<Sample>& list = g.list;
+    const wire::CollectiveTotal* c = g.proto;
+    std::string key = std::string(wire::collectiveOpName(c->op())) + "|" + c->group() + "|" +
+                      std::to_string(c->bytes());
     auto it = keys_.find(key);
     if (it == keys_.end()) {
       it = keys_.emplace(key, KeyState(o_)).first;
-      const wire::CollectiveTotal* c = proto.at(key);
       it->second.op = c->op();
       it->second.group = c->group();
       it->second.bytes = c->bytes();

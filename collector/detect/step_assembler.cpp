@@ -10,6 +10,11 @@ StepAssembler::StepAssembler(std::string job, const AssemblyOptions& options)
 
 void StepAssembler::add(const wire::StepReport& report, const RankContext& ctx,
                         uint32_t worldSize, std::vector<AssembledStep>* out) {
+  add(wire::StepReport(report), ctx, worldSize, out);
+}
+
+void StepAssembler::add(wire::StepReport&& report, const RankContext& ctx, uint32_t worldSize,
+                        std::vector<AssembledStep>* out) {
   ++stats_.reports;
   int64_t step = report.step();
   int64_t endNs = report.end_ns() + ctx.clockOffsetNs;
@@ -37,18 +42,18 @@ void StepAssembler::add(const wire::StepReport& report, const RankContext& ctx,
     s.step = step;
   }
   s.worldSize = std::max(s.worldSize, worldSize);
-  for (const RankStep& r : s.ranks) {
-    if (r.report.rank() == report.rank()) {
-      ++stats_.duplicates;
-      return;
-    }
+  // Ranks are appended as they come (sorted when the step is handed out); a bitmap by rank
+  // finds duplicates without a scan, which would cost O(ranks) per report.
+  const uint32_t rank = report.rank();
+  if (s.seen.size() <= rank) s.seen.resize(std::max<size_t>(rank + 1, worldSize), 0);
+  if (s.seen[rank]) {
+    ++stats_.duplicates;
+    return;
   }
-  RankStep rs{report, ctx};
+  s.seen[rank] = 1;
   int64_t now = ctx.receivedNs != 0 ? ctx.receivedNs : report.end_ns() + ctx.clockOffsetNs;
   s.nowNs = std::max(s.nowNs, now);
-  auto pos = std::lower_bound(s.ranks.begin(), s.ranks.end(), report.rank(),
-                              [](const RankStep& a, uint32_t r) { return a.report.rank() < r; });
-  s.ranks.insert(pos, std::move(rs));
+  s.ranks.push_back(RankStep{std::move(report), ctx});
   maxSeen_ = std::max(maxSeen_, step);
 
   // Hand out from the front, in order: complete steps, steps the grace has passed, and
@@ -74,6 +79,11 @@ void StepAssembler::release(std::map<int64_t, AssembledStep>::iterator it,
     return;
   }
   if (s.partial()) ++stats_.partialSteps;
+  std::sort(s.ranks.begin(), s.ranks.end(), [](const RankStep& a, const RankStep& b) {
+    return a.report.rank() < b.report.rank();
+  });
+  s.seen.clear();
+  s.seen.shrink_to_fit();
   out->push_back(std::move(s));
 }
 

@@ -29,6 +29,7 @@ struct AssembledStep {
   int64_t step = 0;
   uint32_t worldSize = 0;
   std::vector<RankStep> ranks;  // sorted by rank; fewer than worldSize when some were late
+  std::vector<uint8_t> seen;    // while pending: 1 for each rank already in `ranks`
   int64_t nowNs = 0;            // collector clock of the latest report of the step
   bool partial() const { return ranks.size() < worldSize; }
 };
@@ -48,6 +49,9 @@ public:
 
   // Adds one report; appends the steps this completes, in order, to `out`.
   void add(const wire::StepReport& report, const RankContext& ctx, uint32_t worldSize,
+           std::vector<AssembledStep>* out);
+  // The same, taking the report over instead of copying it.
+  void add(wire::StepReport&& report, const RankContext& ctx, uint32_t worldSize,
            std::vector<AssembledStep>* out);
   // Hands out every pending step (e.g. when the job ended).
   void flush(std::vector<AssembledStep>* out);

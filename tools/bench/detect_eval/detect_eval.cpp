@@ -26,6 +26,7 @@ struct EvalOptions {
   int threads = 2;        // scenarios run in parallel (cost per report is then per thread)
   std::string json;       // "" writes no JSON
   std::string only;       // "" runs all; else only scenarios whose group or label has this
+  bool copyReports = false;  // feed reports by const& (the set copies them) instead of moving
 };
 
 ts::sim::Inject inject(const std::string& spec) {
@@ -171,13 +172,18 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json, "write the results as JSON to this file (default: none)");
   app.add_option("--only", o.only, "run only scenarios whose kind or label contains this text, "
                                    "e.g. straggler, healthy, op_one (default: all)");
+  app.add_flag("--copy-reports", o.copyReports,
+               "feed reports with observe(const&), which copies each one, instead of handing "
+               "them over with observe(&&) (default: off)");
   CLI11_PARSE(app, argc, argv);
 
   std::vector<Scenario> suite = buildSuite(o);
+  for (auto& s : suite) s.copyReports = o.copyReports;
   uint64_t rankSteps = 0;
   for (const auto& s : suite) rankSteps += static_cast<uint64_t>(s.sim.steps) * s.sim.ranks;
-  std::printf("detect_eval: %zu scenarios (%llu rank-steps), %d thread(s)%s\n", suite.size(),
-              static_cast<unsigned long long>(rankSteps), o.threads, o.quick ? ", quick" : "");
+  std::printf("detect_eval: %zu scenarios (%llu rank-steps), %d thread(s)%s, reports %s\n",
+              suite.size(), static_cast<unsigned long long>(rankSteps), o.threads,
+              o.quick ? ", quick" : "", o.copyReports ? "copied (observe const&)" : "moved (observe &&)");
   std::printf("  healthy: 8/64/256/1024 ranks, noise 2/5/10%%, warm-up 5 steps at 2x, checkpoint "
               "every 50 steps at 3x; 1024 ranks: 200 steps (5%%), 150 (2/10%%)\n");
   std::printf("  faults: 16 ranks, 500 steps, checkpoint every 75 at 2.5x, onset 60 and 400, "

@@ -181,10 +181,14 @@ ScenarioResult runScenario(const Scenario& scenario) {
     const int64_t now = (tl.hung ? lastEnd : tl.endNs) + kDeliveryNs;
     const int64_t t0 = cpuNs();
     for (uint32_t i = 0; i < reports.size(); ++i) {
-      const wire::StepReport& rep = reports[order[i]];
+      wire::StepReport& rep = reports[order[i]];
       detect::RankContext c = ctx[rep.rank()];
       c.receivedNs = now;
-      (void)set.observe(rep, c);
+      if (scenario.copyReports) {
+        (void)set.observe(static_cast<const wire::StepReport&>(rep), c);
+      } else {
+        (void)set.observe(std::move(rep), c);
+      }
     }
     set.tick(now);
     res.detectNs += cpuNs() - t0;

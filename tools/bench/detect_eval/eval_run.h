@@ -19,6 +19,8 @@ struct Scenario {
   sim::SimOptions sim;           // ranks, steps, noise, seed, injects (spikes included)
   double magnitude = 1.0;        // the fault factor (hang: 0)
   double hangTickS = 60.0;       // after a hang, simulated seconds of silence ticked through
+  bool copyReports = false;      // observe(const&) (the set copies each report) instead of
+                                 // handing it over with observe(&&)
 };
 
 struct TruthFault {
