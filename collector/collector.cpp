@@ -16,6 +16,7 @@
 
 #include "collector/http/server.h"
 #include "collector/ingest/ingest.h"
+#include "collector/pipeline.h"
 #include "collector/storage/store.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -125,8 +126,18 @@ Status run(const CollectorOptions& options) {
   if (!store) return Status::error("--data-dir: " + store.message());
   retention(**store);
 
+  SystemClock clock;
+  std::unique_ptr<DetectPipeline> pipeline;
   ingest::IngestOptions io;
   io.endpoint = options.ingest;
+  if (options.detect) {
+    PipelineOptions po;
+    po.detect = options.detectOptions;
+    pipeline = std::make_unique<DetectPipeline>(po, **store, clock);
+    io.onCommitted = [p = pipeline.get()](const storage::WriteBatch& batch) {
+      p->onCommitted(batch);
+    };
+  }
   ingest::IngestServer ingestServer(io, **store);
   if (auto s = ingestServer.start(); !s) return Status::error("--ingest: " + s.message());
 
@@ -154,13 +165,21 @@ Status run(const CollectorOptions& options) {
 
   int64_t nextRetention =
       monotonicNowNs() + std::chrono::nanoseconds(options.retentionInterval).count();
+  // Hang detection needs time to pass without reports: the detectors are ticked about once a
+  // second from this thread (the pipeline serializes it with the writer thread's calls).
+  constexpr int64_t kTickIntervalNs = 1'000'000'000;
+  int64_t nextTick = monotonicNowNs() + kTickIntervalNs;
   for (;;) {
-    timespec wait{0, 500'000'000};
+    timespec wait{0, 250'000'000};
     int sig = sigtimedwait(&signals, nullptr, &wait);
     if (sig == SIGINT || sig == SIGTERM) {
       logInfo(kComponent,
               std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ", stopping");
       break;
+    }
+    if (pipeline && monotonicNowNs() >= nextTick) {
+      pipeline->tick();
+      nextTick = monotonicNowNs() + kTickIntervalNs;
     }
     if (monotonicNowNs() >= nextRetention) {
       retention(**store);
@@ -176,6 +195,13 @@ Status run(const CollectorOptions& options) {
   logInfo(kComponent, "stopped: " + std::to_string(is.itemsStored) + " items stored, " +
                           std::to_string(is.acksSent) + " acks sent this run; database holds " +
                           std::to_string(ss.stepRows) + " step rows");
+  if (pipeline) {
+    auto ps = pipeline->stats();
+    logInfo(kComponent, "detectors: " + std::to_string(ps.reportsFed) + " reports judged, " +
+                            std::to_string(ps.rejected) + " refused, " +
+                            std::to_string(ps.anomaliesOpened) + " anomalies opened, " +
+                            std::to_string(ps.anomaliesResolved) + " resolved");
+  }
   return Status::ok();
 }
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <string>
 
+#include "collector/detect/options.h"
 #include "common/status.h"
 
 namespace trainscope::collector {
@@ -30,6 +31,11 @@ struct CollectorOptions {
   // SQLite synchronous=FULL survives power loss at some ingest speed; NORMAL (default)
   // survives process crashes.
   bool synchronousFull = false;
+  // Run the regression detectors on committed step reports and store their anomalies. Off
+  // saves the detectors' CPU and memory on the ingest writer thread.
+  bool detect = true;
+  // Detector thresholds and windows (collector/detect/options.h); flags set a few of them.
+  detect::DetectOptions detectOptions{};
 };
 
 // The repository's web/ directory when it exists (a build run from the source tree), else "".

@@ -1,4 +1,5 @@
 // trainscope-collector: parses flags into CollectorOptions and runs the collector.
+#include <cstdint>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -41,7 +42,35 @@ int main(int argc, char** argv) {
   app.add_flag("--sync-full", options.synchronousFull,
                "SQLite synchronous=FULL: survives power loss, slower ingest (default: NORMAL, "
                "survives process crashes)");
+  bool noDetect = false;
+  app.add_flag("--no-detect", noDetect,
+               "do not run the regression detectors (no anomalies are stored)");
+  auto& det = options.detectOptions;
+  int warmupSteps = det.stepShift.warmupSteps;
+  app.add_option("--detect-warmup-steps", warmupSteps,
+                 "steps at the start of a job (or of a rank's series) the detectors ignore "
+                 "(compile, cache warm-up): more = fewer false alarms, later first alarm")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
+  int64_t hangFloorMs = det.hang.floorNs / 1'000'000;
+  app.add_option("--hang-floor-ms", hangFloorMs,
+                 "a rank silent for less than this is never a hang (besides 10 typical steps "
+                 "and 1.5x the longest step): lower reports hangs sooner, risks false ones")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{86'400'000}));
+  app.add_option("--detect-grace-steps", det.assembly.graceSteps,
+                 "a step is judged once every rank reported it or this many steps later: more "
+                 "waits longer for late ranks, detects later")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000));
   CLI11_PARSE(app, argc, argv);
+  options.detect = !noDetect;
+  det.stepShift.warmupSteps = warmupSteps;
+  det.straggler.persistence.warmupSamples = warmupSteps;
+  det.slowComm.persistence.warmupSamples = warmupSteps;
+  det.opRegression.persistence.warmupSamples = warmupSteps;
+  det.hang.warmupSteps = warmupSteps;
+  det.hang.floorNs = hangFloorMs * 1'000'000;
 
   using trainscope::LogLevel;
   trainscope::setLogLevel(logLevel == "debug"   ? LogLevel::kDebug

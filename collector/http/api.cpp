@@ -235,6 +235,31 @@ json nodeJson(const storage::NodeRow& n, int64_t nowNs) {
               {"latest_host", n.latestHost ? hostSampleJson(*n.latestHost) : json(nullptr)}};
 }
 
+json anomalyJson(const storage::AnomalyRow& a) {
+  auto finite = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+  json evidence = json::object();
+  for (const auto& [k, v] : a.evidence) evidence[k] = finite(v);
+  const bool resolved = a.state == "resolved";
+  return json{{"id", a.id},
+              {"job", a.job},
+              {"kind", a.kind},
+              {"ranks", a.ranks},
+              {"nodes", a.nodes},
+              {"onset_step", a.onsetStep},
+              {"detected_step", a.detectedStep},
+              {"detected_ns", a.detectedNs},
+              {"magnitude", finite(a.magnitude)},
+              {"confidence", finite(a.confidence)},
+              {"evidence", std::move(evidence)},
+              {"labels", a.labels},
+              {"state", a.state},
+              {"resolved_step", resolved ? json(a.resolvedStep) : json(nullptr)},
+              {"resolved_ns", resolved ? json(a.resolvedNs) : json(nullptr)},
+              {"summary", a.summary},
+              {"capture_id", a.captureId ? json(*a.captureId) : json(nullptr)},
+              {"updated_ns", a.updatedNs}};
+}
+
 Api::Api(HttpOptions options, storage::Store& store, const Clock& clock)
     : options_(std::move(options)), store_(store), clock_(clock) {}
 
@@ -260,6 +285,15 @@ ApiResponse Api::handle(std::string_view method, std::string_view target) const 
     }
 
     bool v1 = seg.size() >= 3 && seg[1] == "v1";
+    if (v1 && seg.size() == 3 && seg[2] == "anomalies") {
+      if (!isGet) return methodNotAllowed(method, path);
+      return anomaliesSince(parsed->query);
+    }
+    if (v1 && seg.size() == 5 && seg[2] == "jobs" && seg[4] == "anomalies") {
+      if (!isGet) return methodNotAllowed(method, path);
+      if (Status s = params.checkAllowed({}); !s) return errorResponse(400, s.message());
+      return jobAnomalies(seg[3]);
+    }
     if (v1 && seg.size() == 3 && (seg[2] == "jobs" || seg[2] == "nodes")) {
       if (!isGet) return methodNotAllowed(method, path);
       if (Status s = params.checkAllowed({}); !s) return errorResponse(400, s.message());
@@ -384,6 +418,32 @@ ApiResponse Api::summary(const std::string& job, const Query& query) const {
   bool truncated = rows->size() > range.limit;
   if (truncated) rows->resize(range.limit);
   return pageResponse(job, *rows, range.limit, truncated, 128, writeSummaryJson);
+}
+
+ApiResponse Api::jobAnomalies(const std::string& job) const {
+  ApiResponse failure;
+  if (!checkJob(job, &failure)) return failure;
+  auto rows = store_.anomalies(job);
+  if (!rows) return errorResponse(500, rows.message());
+  json list = json::array();
+  for (const auto& row : *rows) list.push_back(anomalyJson(row));
+  return jsonResponse(json{{"anomalies", std::move(list)}});
+}
+
+ApiResponse Api::anomaliesSince(const Query& query) const {
+  QueryParams params(query);
+  if (Status s = params.checkAllowed({"since"}); !s) return errorResponse(400, s.message());
+  auto since = params.signedInt("since");
+  if (!since) return errorResponse(400, since.message());
+  if (*since && **since < 0) {
+    return errorResponse(400, "parameter 'since' must be >= 0 (nanoseconds since the epoch), "
+                              "got '" + std::to_string(**since) + "'");
+  }
+  auto rows = store_.anomaliesSince(since->value_or(0));
+  if (!rows) return errorResponse(500, rows.message());
+  json list = json::array();
+  for (const auto& row : *rows) list.push_back(anomalyJson(row));
+  return jsonResponse(json{{"anomalies", std::move(list)}});
 }
 
 }  // namespace trainscope::http

@@ -50,6 +50,8 @@ class Api {
                     const std::vector<std::pair<std::string, std::string>>& query) const;
   ApiResponse summary(const std::string& job,
                       const std::vector<std::pair<std::string, std::string>>& query) const;
+  ApiResponse jobAnomalies(const std::string& job) const;
+  ApiResponse anomaliesSince(const std::vector<std::pair<std::string, std::string>>& query) const;
   // True if the job exists; otherwise fills *failure with a 404 (unknown) or 500 (store error).
   bool checkJob(const std::string& job, ApiResponse* failure) const;
 
@@ -71,5 +73,9 @@ void writeSummaryJson(JsonWriter& w, const storage::StepSummaryRow& row);
 nlohmann::json summaryJson(const storage::StepSummaryRow& row);
 nlohmann::json hostSampleJson(const wire::HostSample& sample);
 nlohmann::json nodeJson(const storage::NodeRow& node, int64_t nowNs);
+// {"id","job","kind","ranks","nodes","onset_step","detected_step","detected_ns","magnitude",
+//  "confidence","evidence","labels","state","resolved_step","resolved_ns","summary",
+//  "capture_id","updated_ns"}; resolved_* are null while open, capture_id null when none.
+nlohmann::json anomalyJson(const storage::AnomalyRow& anomaly);
 
 }  // namespace trainscope::http

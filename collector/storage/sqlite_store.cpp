@@ -6,6 +6,7 @@
 #include <map>
 #include <utility>
 
+#include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
 #include "common/clock.h"
@@ -89,6 +90,31 @@ CREATE TABLE host_samples(
 )sql"},
       // Host time series are read per node over a time range.
       {2, "CREATE INDEX host_samples_node_time ON host_samples(node, time_ns);"},
+      // Detected regressions. ranks, nodes, evidence and labels are JSON; the API serves
+      // them whole, never queries inside them. Reads go by job or by updated_ns (polling).
+      {3, R"sql(
+CREATE TABLE anomalies(
+  id TEXT PRIMARY KEY,
+  job TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  ranks TEXT NOT NULL DEFAULT '[]',
+  nodes TEXT NOT NULL DEFAULT '[]',
+  onset_step INTEGER NOT NULL DEFAULT -1,
+  detected_step INTEGER NOT NULL DEFAULT -1,
+  detected_ns INTEGER NOT NULL,
+  magnitude REAL NOT NULL DEFAULT 1,
+  confidence REAL NOT NULL DEFAULT 0,
+  evidence TEXT NOT NULL DEFAULT '{}',
+  labels TEXT NOT NULL DEFAULT '{}',
+  state TEXT NOT NULL DEFAULT 'open',
+  resolved_step INTEGER,
+  resolved_ns INTEGER,
+  summary TEXT NOT NULL DEFAULT '',
+  capture_id TEXT,
+  updated_ns INTEGER NOT NULL);
+CREATE INDEX anomalies_job ON anomalies(job, detected_ns);
+CREATE INDEX anomalies_updated ON anomalies(updated_ns);
+)sql"},
   };
   return kMigrations;
 }
@@ -109,6 +135,7 @@ enum Stmt : size_t {
   kUpsertNode,
   kInsertHost,
   kNodeHost,
+  kUpsertAnomaly,
   kStmtCount,
 };
 
@@ -161,6 +188,20 @@ constexpr const char* kStmtSql[kStmtCount] = {
     " VALUES(?1, ?2, ?2, ?3, ?4) ON CONFLICT(name) DO UPDATE SET"
     " latest_host_ns = excluded.latest_host_ns, latest_host = excluded.latest_host"
     " WHERE excluded.latest_host_ns >= nodes.latest_host_ns",
+    // Re-detection (same id) keeps the first detection time; a capture id, once set, stays.
+    "INSERT INTO anomalies(id, job, kind, ranks, nodes, onset_step, detected_step, detected_ns,"
+    " magnitude, confidence, evidence, labels, state, resolved_step, resolved_ns, summary,"
+    " capture_id, updated_ns)"
+    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+    " ON CONFLICT(id) DO UPDATE SET kind = excluded.kind, ranks = excluded.ranks,"
+    " nodes = excluded.nodes, onset_step = excluded.onset_step,"
+    " detected_step = min(detected_step, excluded.detected_step),"
+    " detected_ns = min(detected_ns, excluded.detected_ns),"
+    " magnitude = excluded.magnitude, confidence = excluded.confidence,"
+    " evidence = excluded.evidence, labels = excluded.labels, state = excluded.state,"
+    " resolved_step = excluded.resolved_step, resolved_ns = excluded.resolved_ns,"
+    " summary = excluded.summary, capture_id = coalesce(excluded.capture_id, capture_id),"
+    " updated_ns = max(updated_ns, excluded.updated_ns)",
 };
 
 std::string sqlError(sqlite3* db, const std::string& what) {
@@ -221,6 +262,44 @@ Status step(sqlite3* db, sqlite3_stmt* s, const char* what) {
   sqlite3_reset(s);
   sqlite3_clear_bindings(s);
   if (rc != SQLITE_DONE && rc != SQLITE_ROW) return Status::error(sqlError(db, what));
+  return Status::ok();
+}
+
+// JSON text of an anomaly's lists and maps. Non-finite evidence becomes null (JSON has no NaN)
+// and is left out again when read back.
+std::string jsonText(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+Status parseAnomalyJson(sqlite3_stmt* s, AnomalyRow* row) {
+  auto parse = [&](int col, const char* what) -> Result<nlohmann::json> {
+    auto j = nlohmann::json::parse(columnText(s, col), nullptr, false);
+    if (j.is_discarded()) {
+      return Result<nlohmann::json>::error("storage: anomaly " + row->id + ": " + what +
+                                           " is not JSON");
+    }
+    return j;
+  };
+  auto ranks = parse(3, "ranks");
+  if (!ranks) return ranks.status();
+  auto nodes = parse(4, "nodes");
+  if (!nodes) return nodes.status();
+  auto evidence = parse(10, "evidence");
+  if (!evidence) return evidence.status();
+  auto labels = parse(11, "labels");
+  if (!labels) return labels.status();
+  for (const auto& r : *ranks) {
+    if (r.is_number_unsigned()) row->ranks.push_back(r.get<uint32_t>());
+  }
+  for (const auto& n : *nodes) {
+    if (n.is_string()) row->nodes.push_back(n.get<std::string>());
+  }
+  for (const auto& [k, v] : evidence->items()) {
+    if (v.is_number()) row->evidence[k] = v.get<double>();
+  }
+  for (const auto& [k, v] : labels->items()) {
+    if (v.is_string()) row->labels[k] = v.get<std::string>();
+  }
   return Status::ok();
 }
 
@@ -812,6 +891,121 @@ Result<uint64_t> SqliteStore::applyRetention(int64_t nowNs) {
     }
   }
   return deleted;
+}
+
+Status SqliteStore::writeAnomalies(const std::vector<AnomalyRow>& rows) {
+  if (rows.empty()) return Status::ok();
+  const int64_t now = wallNowNs();
+  std::lock_guard lock(writeMu_);
+  if (auto s = step(writeDb_, stmts_[kBegin], "storage: begin"); !s) return s;
+  Status st;
+  auto* s = stmts_[kUpsertAnomaly];
+  for (const auto& row : rows) {
+    if (row.id.empty() || row.job.empty() || row.kind.empty()) {
+      st = Status::error("storage: anomaly without " +
+                         std::string(row.id.empty()    ? "id"
+                                     : row.job.empty() ? "job"
+                                                       : "kind") +
+                         (row.id.empty() ? std::string() : " (id " + row.id + ")"));
+      break;
+    }
+    if (row.state != "open" && row.state != "resolved") {
+      st = Status::error("storage: anomaly " + row.id + ": state must be open or resolved, got '" +
+                         row.state + "'");
+      break;
+    }
+    const bool resolved = row.state == "resolved";
+    const std::string ranks = jsonText(nlohmann::json(row.ranks));
+    const std::string nodes = jsonText(nlohmann::json(row.nodes));
+    const std::string evidence = jsonText(nlohmann::json(row.evidence));
+    const std::string labels = jsonText(nlohmann::json(row.labels));
+    bindText(s, 1, row.id);
+    bindText(s, 2, row.job);
+    bindText(s, 3, row.kind);
+    bindText(s, 4, ranks);
+    bindText(s, 5, nodes);
+    sqlite3_bind_int64(s, 6, row.onsetStep);
+    sqlite3_bind_int64(s, 7, row.detectedStep);
+    sqlite3_bind_int64(s, 8, row.detectedNs);
+    sqlite3_bind_double(s, 9, row.magnitude);
+    sqlite3_bind_double(s, 10, row.confidence);
+    bindText(s, 11, evidence);
+    bindText(s, 12, labels);
+    bindText(s, 13, row.state);
+    if (resolved) {
+      sqlite3_bind_int64(s, 14, row.resolvedStep);
+      sqlite3_bind_int64(s, 15, row.resolvedNs);
+    } else {
+      sqlite3_bind_null(s, 14);
+      sqlite3_bind_null(s, 15);
+    }
+    bindText(s, 16, row.summary);
+    if (row.captureId) {
+      bindText(s, 17, *row.captureId);
+    } else {
+      sqlite3_bind_null(s, 17);
+    }
+    sqlite3_bind_int64(s, 18, row.updatedNs != 0 ? row.updatedNs : now);
+    st = step(writeDb_, s, "storage: storing anomaly");
+    if (!st) break;
+  }
+  if (st) st = step(writeDb_, stmts_[kCommit], "storage: commit");
+  if (!st) {
+    step(writeDb_, stmts_[kRollback], "storage: rollback");
+    return st;
+  }
+  ++transactions_;
+  return Status::ok();
+}
+
+Result<std::vector<AnomalyRow>> SqliteStore::queryAnomalies(const std::string& where,
+                                                           const std::string* job,
+                                                           int64_t sinceNs) {
+  using R = Result<std::vector<AnomalyRow>>;
+  std::lock_guard lock(readMutex());
+  ReadStmt q(readDb(),
+             "SELECT id, job, kind, ranks, nodes, onset_step, detected_step, detected_ns,"
+             " magnitude, confidence, evidence, labels, state, resolved_step, resolved_ns,"
+             " summary, capture_id, updated_ns FROM anomalies WHERE " +
+                 where + " ORDER BY detected_ns, id");
+  if (!q.ok()) return R::error(q.error("storage: querying anomalies"));
+  auto* s = q.get();
+  if (job != nullptr) {
+    bindText(s, 1, *job);
+  } else {
+    sqlite3_bind_int64(s, 1, sinceNs);
+  }
+  std::vector<AnomalyRow> out;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    AnomalyRow row;
+    row.id = columnText(s, 0);
+    row.job = columnText(s, 1);
+    row.kind = columnText(s, 2);
+    if (auto st = parseAnomalyJson(s, &row); !st) return st;
+    row.onsetStep = sqlite3_column_int64(s, 5);
+    row.detectedStep = sqlite3_column_int64(s, 6);
+    row.detectedNs = sqlite3_column_int64(s, 7);
+    row.magnitude = sqlite3_column_double(s, 8);
+    row.confidence = sqlite3_column_double(s, 9);
+    row.state = columnText(s, 12);
+    if (sqlite3_column_type(s, 13) != SQLITE_NULL) row.resolvedStep = sqlite3_column_int64(s, 13);
+    if (sqlite3_column_type(s, 14) != SQLITE_NULL) row.resolvedNs = sqlite3_column_int64(s, 14);
+    row.summary = columnText(s, 15);
+    if (sqlite3_column_type(s, 16) != SQLITE_NULL) row.captureId = columnText(s, 16);
+    row.updatedNs = sqlite3_column_int64(s, 17);
+    out.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) return R::error(q.error("storage: querying anomalies"));
+  return out;
+}
+
+Result<std::vector<AnomalyRow>> SqliteStore::anomalies(const std::string& job) {
+  return queryAnomalies("job = ?1", &job, 0);
+}
+
+Result<std::vector<AnomalyRow>> SqliteStore::anomaliesSince(int64_t sinceNs) {
+  return queryAnomalies("updated_ns >= ?1", nullptr, sinceNs);
 }
 
 StoreStats SqliteStore::stats() {

@@ -50,6 +50,9 @@ class SqliteStore final : public Store {
   Result<std::vector<NodeRow>> nodes() override;
   Result<uint64_t> applyRetention(int64_t nowNs) override;
   StoreStats stats() override;
+  Status writeAnomalies(const std::vector<AnomalyRow>& rows) override;
+  Result<std::vector<AnomalyRow>> anomalies(const std::string& job) override;
+  Result<std::vector<AnomalyRow>> anomaliesSince(int64_t sinceNs) override;
 
  private:
   explicit SqliteStore(SqliteOptions options);
@@ -58,6 +61,9 @@ class SqliteStore final : public Store {
   Status prepareWriteStatements();
   Status writeLocked(const WriteBatch& batch, uint64_t* inserted, uint64_t* duplicates);
   Result<int64_t> jobIdLocked(const std::string& job, int64_t nowNs);
+  // Anomaly rows matching `where` (one parameter ?1: the job when `job` is set, else sinceNs).
+  Result<std::vector<AnomalyRow>> queryAnomalies(const std::string& where, const std::string* job,
+                                                 int64_t sinceNs);
   // The connection reads use: the read connection, or the write one for ":memory:".
   sqlite3* readDb() { return readDb_ != nullptr ? readDb_ : writeDb_; }
   std::mutex& readMutex() { return readDb_ != nullptr ? readMu_ : writeMu_; }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -133,6 +134,30 @@ struct NodeRow {
   std::optional<wire::HostSample> latestHost;
 };
 
+// One detected regression as stored (collector/detect's Anomaly, converted by the collector's
+// detect runner: storage does not depend on the detect stage). `id` is the key: writing a row
+// whose id is stored already updates it (a resolution flips state and fills resolved_*).
+struct AnomalyRow {
+  std::string id;    // "<job>/<kind>/<onset step>/<subject>", stable across restarts
+  std::string job;
+  std::string kind;  // "step_shift", "straggler", "slow_comm", "op_regression", "hang", "spike"
+  std::vector<uint32_t> ranks;
+  std::vector<std::string> nodes;
+  int64_t onsetStep = -1;
+  int64_t detectedStep = -1;
+  int64_t detectedNs = 0;  // collector clock
+  double magnitude = 1.0;  // slowdown ratio new/baseline
+  double confidence = 0.0;
+  std::map<std::string, double> evidence;
+  std::map<std::string, std::string> labels;
+  std::string state = "open";  // "open" or "resolved"
+  int64_t resolvedStep = -1;   // resolved only
+  int64_t resolvedNs = 0;      // resolved only
+  std::string summary;
+  std::optional<std::string> captureId;  // the capture taken for it; kept when a write has none
+  int64_t updatedNs = 0;  // collector clock of this write; 0 = the store's clock now
+};
+
 struct StoreStats {
   uint64_t stepRows = 0;
   uint64_t duplicateSteps = 0;  // step reports ignored because the key was stored already
@@ -159,6 +184,25 @@ class Store {
   virtual Result<uint64_t> applyRetention(int64_t nowNs) = 0;
 
   virtual StoreStats stats() = 0;
+
+  // Anomalies (added after the first engines; the defaults refuse, so an engine without
+  // anomaly support still builds). Upserts by id, all rows in one transaction.
+  virtual Status writeAnomalies(const std::vector<AnomalyRow>& rows) {
+    (void)rows;
+    return Status::error("storage: this store does not keep anomalies");
+  }
+  // A job's anomalies, ordered by detected_ns (then id).
+  virtual Result<std::vector<AnomalyRow>> anomalies(const std::string& job) {
+    (void)job;
+    return Result<std::vector<AnomalyRow>>::error("storage: this store does not keep anomalies");
+  }
+  // Every anomaly written (opened, resolved or otherwise updated) at or after `sinceNs`
+  // (updated_ns >= sinceNs), ordered by detected_ns (then id): a client polling with the
+  // largest updated_ns it saw also sees resolutions of older anomalies.
+  virtual Result<std::vector<AnomalyRow>> anomaliesSince(int64_t sinceNs) {
+    (void)sinceNs;
+    return Result<std::vector<AnomalyRow>>::error("storage: this store does not keep anomalies");
+  }
 };
 
 struct SqliteOptions {

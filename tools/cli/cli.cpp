@@ -1,8 +1,12 @@
 #include "tools/cli/cli.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
 #include <limits>
 #include <ostream>
 #include <sstream>
@@ -11,6 +15,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "collector/detect/offline.h"
 #include "common/clock.h"
 
 namespace trainscope::cli {
@@ -499,6 +504,120 @@ int runNodes(Context& ctx) {
 
 // ---- registration ------------------------------------------------------------------------
 
+namespace {
+
+// "0,3,5" from a JSON array of numbers or strings; "-" when empty.
+std::string listText(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array() || it->empty()) return "-";
+  std::string out;
+  for (const auto& v : *it) {
+    if (!out.empty()) out += ",";
+    out += v.is_string() ? v.get<std::string>() : v.dump();
+  }
+  return out;
+}
+
+}  // namespace
+
+int runAnomalies(Context& ctx, const std::string& job) {
+  int code = kExitOk;
+  auto body = fetchJson(ctx, jobPath(job, "anomalies"), &code);
+  if (!body) return code;
+  if (ctx.global.json) {
+    printJson(ctx, *body);
+    return kExitOk;
+  }
+  const json& list = (*body)["anomalies"];
+  if (!list.is_array() || list.empty()) {
+    ctx.out << "no anomalies for job '" << job << "'\n";
+    return kExitOk;
+  }
+  Table t({{"ID"},
+           {"KIND"},
+           {"RANKS"},
+           {"NODES"},
+           {"ONSET", true},
+           {"DETECTED", true},
+           {"MAGNITUDE", true},
+           {"STATE"},
+           {"SUMMARY"}});
+  for (const auto& a : list) {
+    std::string state = str(a, "state");
+    if (state == "resolved") state += " at " + stepText(i64(a, "resolved_step", -1));
+    t.addRow({str(a, "id"), str(a, "kind"), listText(a, "ranks"), listText(a, "nodes"),
+              stepText(i64(a, "onset_step", -1)), stepText(i64(a, "detected_step", -1)),
+              printf1("%.2fx", f64(a, "magnitude")), state, str(a, "summary")});
+  }
+  t.render(ctx.out);
+  return kExitOk;
+}
+
+int runDetect(Context& ctx, const DetectArgs& args) {
+  std::ifstream file;
+  std::istream* in = args.stdinStream != nullptr ? args.stdinStream : &std::cin;
+  const std::string name = args.input == "-" ? "stdin" : args.input;
+  if (args.input != "-") {
+    file.open(args.input);
+    if (!file) {
+      ctx.err << "trainscope detect: --input: cannot open '" << args.input
+              << "': " << std::strerror(errno) << "\n";
+      return kExitApiError;
+    }
+    in = &file;
+  }
+  auto series = detect::parseSeries(*in);
+  if (!series) {
+    ctx.err << "trainscope detect: " << name << ": " << series.message() << "\n";
+    return kExitApiError;
+  }
+  const auto points = detect::findChangePoints(*series);
+  if (ctx.global.json) {
+    json list = json::array();
+    for (const auto& p : points) {
+      list.push_back(json{{"index", p.index},
+                          {"before", p.before},
+                          {"after", p.after},
+                          {"ratio", p.ratio()}});
+    }
+    printJson(ctx, json{{"values", series->size()}, {"change_points", std::move(list)}});
+    return kExitOk;
+  }
+  if (points.empty()) {
+    ctx.out << "no change points in " << series->size() << " values\n";
+    return kExitOk;
+  }
+  Table t({{"INDEX", true}, {"BEFORE", true}, {"AFTER", true}, {"RATIO", true}});
+  for (const auto& p : points) {
+    t.addRow({std::to_string(p.index), printf1("%.6g", p.before), printf1("%.6g", p.after),
+              printf1("%.3f", p.ratio())});
+  }
+  t.render(ctx.out);
+  return kExitOk;
+}
+
+void addAnomaliesCommand(CLI::App& app, Action* action) {
+  auto job = std::make_shared<std::string>();
+  auto* sub = app.add_subcommand("anomalies",
+                                 "List a job's detected regressions (anomalies): kind, ranks, "
+                                 "nodes, onset and detection step, magnitude, state");
+  sub->add_option("job", *job, "Job id (as shown by `trainscope jobs`)")->required();
+  sub->callback(
+      [action, job] { *action = [job](Context& ctx) { return runAnomalies(ctx, *job); }; });
+}
+
+void addDetectCommand(CLI::App& app, Action* action) {
+  auto args = std::make_shared<DetectArgs>();
+  auto* sub = app.add_subcommand(
+      "detect",
+      "Find level changes in a series offline (no collector needed): one value per line or "
+      "CSV step,value (header and #-comments allowed); prints index, value before, value "
+      "after and ratio of each change point found with the default step_shift settings");
+  sub->add_option("--input", args->input, "File of values; - reads standard input")->required();
+  sub->callback(
+      [action, args] { *action = [args](Context& ctx) { return runDetect(ctx, *args); }; });
+}
+
 void addJobsCommand(CLI::App& app, Action* action) {
   auto* sub = app.add_subcommand("jobs",
                                  "List the training jobs the collector has seen, with "
@@ -588,8 +707,10 @@ void addNodesCommand(CLI::App& app, Action* action) {
 
 int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App app{
-      "trainscope: query a trainscope collector (jobs, ranks, step times, nodes).\n"
-      "Exit codes: 0 ok, 1 the collector answered with an error, 2 it could not be "
+      "trainscope: query a trainscope collector (jobs, ranks, step times, nodes, anomalies)\n"
+      "and find change points in a series offline (detect).\n"
+      "Exit codes: 0 ok, 1 the collector answered with an error (or detect got bad input), 2 it "
+      "could not be "
       "reached.",
       "trainscope"};
   GlobalOptions global;
@@ -612,6 +733,8 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   addStepsCommand(app, &action);
   addSummaryCommand(app, &action);
   addNodesCommand(app, &action);
+  addAnomaliesCommand(app, &action);
+  addDetectCommand(app, &action);
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses from the back
   try {

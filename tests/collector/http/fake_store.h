@@ -78,6 +78,28 @@ class FakeStore final : public storage::Store {
     return nodeRows;
   }
   Result<uint64_t> applyRetention(int64_t) override { return uint64_t{0}; }
+  Status writeAnomalies(const std::vector<storage::AnomalyRow>&) override {
+    return Status::error("fake store is read-only");
+  }
+  Result<std::vector<storage::AnomalyRow>> anomalies(const std::string& job) override {
+    std::lock_guard lock(mu_);
+    if (failWith) return Result<std::vector<storage::AnomalyRow>>::error(*failWith);
+    std::vector<storage::AnomalyRow> out;
+    for (const auto& a : anomalyRows) {
+      if (a.job == job) out.push_back(a);
+    }
+    return out;
+  }
+  Result<std::vector<storage::AnomalyRow>> anomaliesSince(int64_t sinceNs) override {
+    std::lock_guard lock(mu_);
+    lastAnomaliesSince = sinceNs;
+    if (failWith) return Result<std::vector<storage::AnomalyRow>>::error(*failWith);
+    std::vector<storage::AnomalyRow> out;
+    for (const auto& a : anomalyRows) {
+      if (a.updatedNs >= sinceNs) out.push_back(a);
+    }
+    return out;
+  }
   storage::StoreStats stats() override { return {}; }
 
   // Set by the test before the server starts (or under lock()).
@@ -86,10 +108,12 @@ class FakeStore final : public storage::Store {
   std::vector<storage::StepRow> stepRows;            // all jobs; ordered by (step, rank) as stored
   std::vector<storage::StepSummaryRow> summaryRows;  // for any job
   std::vector<storage::NodeRow> nodeRows;
+  std::vector<storage::AnomalyRow> anomalyRows;  // all jobs, ordered by detected_ns as stored
   std::optional<std::string> failWith;
 
   std::optional<storage::StepQuery> lastStepQuery;
   std::optional<storage::SummaryQuery> lastSummaryQuery;
+  std::optional<int64_t> lastAnomaliesSince;
 
   std::unique_lock<std::mutex> lock() { return std::unique_lock(mu_); }
 

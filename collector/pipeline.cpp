@@ -1,0 +1,184 @@
+#include "collector/pipeline.h"
+
+#include <utility>
+
+#include "common/log.h"
+
+namespace trainscope::collector {
+namespace {
+
+constexpr const char* kComponent = "detect";
+
+// Bounds the "rankGone already sent" set; clearing it only risks a repeated rankGone call,
+// which the detectors take as a no-op for a rank already judged gone.
+constexpr size_t kMaxGoneEntries = 100000;
+
+}  // namespace
+
+storage::AnomalyRow toAnomalyRow(const detect::Anomaly& a, int64_t updatedNs) {
+  storage::AnomalyRow row;
+  row.id = a.id;
+  row.job = a.job;
+  row.kind = detect::anomalyKindName(a.kind);
+  row.ranks = a.ranks;
+  row.nodes = a.nodes;
+  row.onsetStep = a.onsetStep;
+  row.detectedStep = a.detectedStep;
+  row.detectedNs = a.detectedNs;
+  row.magnitude = a.magnitude;
+  row.confidence = a.confidence;
+  row.evidence = a.evidence;
+  row.labels = a.labels;
+  row.state = detect::anomalyStateName(a.state);
+  row.resolvedStep = a.resolvedStep;
+  row.resolvedNs = a.resolvedNs;
+  row.summary = a.summary;
+  row.updatedNs = updatedNs;
+  return row;
+}
+
+DetectPipeline::DetectPipeline(PipelineOptions options, storage::Store& store, const Clock& clock)
+    : options_(std::move(options)), store_(store), clock_(clock), detectors_(options_.detect) {}
+
+void DetectPipeline::onCommitted(const storage::WriteBatch& batch) {
+  std::lock_guard lock(mu_);
+  const int64_t now = batch.receivedNs != 0 ? batch.receivedNs : clock_.nowNs();
+  if (jobs_.size() > options_.detect.maxJobs) jobs_.clear();  // rebuilt from the store
+
+  for (const auto& info : batch.ranks) {
+    auto& job = jobs_[info.job()];
+    if (info.world_size() != 0) job.worldSize = info.world_size();
+    if (!info.node().empty()) job.nodes[info.rank()] = info.node();
+    gone_.erase({info.job(), info.rank()});  // a re-registered rank is alive again
+  }
+  for (const auto& node : batch.nodes) {
+    if (node.hasClock) offsets_[node.node] = node.offsetNs;
+  }
+
+  for (const auto& report : batch.steps) {
+    auto& job = jobs_[report.job()];
+    auto it = job.nodes.find(report.rank());
+    if (it == job.nodes.end() || job.worldSize == 0) {
+      lookupJobLocked(report.job(), job, now);
+      it = job.nodes.find(report.rank());
+    }
+    detect::RankContext ctx;
+    ctx.node = it != job.nodes.end() ? it->second : std::string();
+    ctx.worldSize = job.worldSize;
+    ctx.clockOffsetNs = ctx.node.empty() ? 0 : offsetLocked(ctx.node, now);
+    ctx.receivedNs = batch.receivedNs;
+    if (Status s = detectors_.observe(report, ctx); !s) {
+      noteRejectLocked(s, now);
+    } else {
+      ++stats_.reportsFed;
+    }
+  }
+
+  for (const auto& bye : batch.goodbyes) {
+    detectors_.rankEnded(bye.job(), bye.rank(), now);
+    ++stats_.goodbyes;
+  }
+  for (const auto& host : batch.hosts) {
+    for (const auto& proc : host.procs()) {
+      if (proc.alive() || proc.job().empty()) continue;
+      if (gone_.size() >= kMaxGoneEntries) gone_.clear();
+      if (!gone_.insert({proc.job(), proc.rank()}).second) continue;
+      detectors_.rankGone(proc.job(), proc.rank(), now);
+      ++stats_.gone;
+    }
+  }
+  flushLocked();
+}
+
+void DetectPipeline::tick() {
+  std::lock_guard lock(mu_);
+  const int64_t now = clock_.nowNs();
+  detectors_.tick(now);
+  flushLocked();
+}
+
+void DetectPipeline::lookupJobLocked(const std::string& name, JobContext& job, int64_t nowNs) {
+  if (job.lastLookupNs != 0 && nowNs - job.lastLookupNs < options_.lookupIntervalNs) return;
+  job.lastLookupNs = nowNs;
+  ++stats_.storeLookups;
+  auto ranks = store_.ranks(name);
+  if (!ranks) {
+    logWarn(kComponent, "reading ranks of job " + name + ": " + ranks.message());
+    return;
+  }
+  for (const auto& r : *ranks) {
+    if (r.worldSize != 0 && job.worldSize == 0) job.worldSize = r.worldSize;
+    if (!r.node.empty()) job.nodes.emplace(r.rank, r.node);
+  }
+}
+
+int64_t DetectPipeline::offsetLocked(const std::string& node, int64_t nowNs) {
+  if (auto it = offsets_.find(node); it != offsets_.end()) return it->second;
+  if (lastNodeLookupNs_ == 0 || nowNs - lastNodeLookupNs_ >= options_.lookupIntervalNs) {
+    lastNodeLookupNs_ = nowNs;
+    ++stats_.storeLookups;
+    auto nodes = store_.nodes();
+    if (!nodes) {
+      logWarn(kComponent, "reading nodes: " + nodes.message());
+    } else {
+      for (const auto& n : *nodes) offsets_.emplace(n.node, n.offsetNs);
+    }
+    if (auto it = offsets_.find(node); it != offsets_.end()) return it->second;
+  }
+  return 0;  // no heartbeat yet: the node's clock is taken as ours
+}
+
+void DetectPipeline::noteRejectLocked(const Status& status, int64_t nowNs) {
+  ++stats_.rejected;
+  ++rejectsUnlogged_;
+  if (lastRejectLogNs_ != 0 && nowNs - lastRejectLogNs_ < options_.rejectLogIntervalNs) return;
+  logWarn(kComponent, "detectors refused " + std::to_string(rejectsUnlogged_) +
+                          " step report(s) since the last message (" +
+                          std::to_string(stats_.rejected) + " in all); latest: " +
+                          status.message());
+  lastRejectLogNs_ = nowNs;
+  rejectsUnlogged_ = 0;
+}
+
+void DetectPipeline::flushLocked() {
+  auto events = detectors_.takeEvents();
+  if (events.empty() && pending_.empty()) return;
+  std::vector<storage::AnomalyRow> rows = std::move(pending_);
+  pending_.clear();
+  const size_t fresh = rows.size();
+  for (const auto& event : events) rows.push_back(toAnomalyRow(event, clock_.nowNs()));
+  if (Status s = store_.writeAnomalies(rows); !s) {
+    ++stats_.writeFailures;
+    logError(kComponent, "storing " + std::to_string(rows.size()) +
+                             " anomaly update(s) failed (kept for a retry): " + s.message());
+    if (rows.size() > options_.maxPendingRows) {
+      rows.erase(rows.begin(),
+                 rows.begin() + static_cast<std::ptrdiff_t>(rows.size() - options_.maxPendingRows));
+    }
+    pending_ = std::move(rows);
+    return;
+  }
+  for (size_t i = fresh; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    if (row.state == "open") {
+      ++stats_.anomaliesOpened;
+      logInfo(kComponent, "anomaly " + row.id + ": " + row.summary);
+    } else {
+      ++stats_.anomaliesResolved;
+      logInfo(kComponent, "anomaly resolved " + row.id + " at step " +
+                              std::to_string(row.resolvedStep));
+    }
+  }
+}
+
+PipelineStats DetectPipeline::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+detect::DetectStats DetectPipeline::detectStats() const {
+  std::lock_guard lock(mu_);
+  return detectors_.stats();
+}
+
+}  // namespace trainscope::collector

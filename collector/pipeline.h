@@ -1,0 +1,95 @@
+// The collector's detect runner: feeds every committed step report into one
+// detect::DetectorSet, tells it about goodbyes and vanished processes, ticks it for hangs and
+// stores the anomalies it emits. onCommitted() runs on ingest's writer thread, tick() on the
+// collector's main thread; one mutex serializes every call into the (not thread-safe)
+// detectors. stats() may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "collector/detect/anomaly.h"
+#include "collector/detect/detector_set.h"
+#include "collector/detect/options.h"
+#include "collector/storage/store.h"
+#include "common/clock.h"
+
+namespace trainscope::collector {
+
+struct PipelineOptions {
+  detect::DetectOptions detect{};  // thresholds and windows; defaults are DetectOptions{}'s
+  // How often a report from a rank whose node is not known yet may make the runner read the
+  // job's ranks from the store: lower finds nodes sooner after a restart, higher reads less.
+  int64_t lookupIntervalNs = 5'000'000'000;
+  // At most one detector-reject log line per this interval (the count is always kept): lower
+  // shows more examples, higher keeps a misbehaving probe from flooding the log.
+  int64_t rejectLogIntervalNs = 10'000'000'000;
+  // Anomaly rows kept for a retry while the store refuses them: more survives a longer outage.
+  size_t maxPendingRows = 10000;
+};
+
+struct PipelineStats {
+  uint64_t reportsFed = 0;       // step reports passed to the detectors
+  uint64_t rejected = 0;         // refused by the detectors (bad fields)
+  uint64_t goodbyes = 0;         // rankEnded calls
+  uint64_t gone = 0;             // rankGone calls (process exited without a goodbye)
+  uint64_t anomaliesOpened = 0;  // events written with state open
+  uint64_t anomaliesResolved = 0;
+  uint64_t writeFailures = 0;  // store refused a write (rows kept for a retry)
+  uint64_t storeLookups = 0;   // rank/node reads from the store for missing context
+};
+
+// storage::AnomalyRow of an anomaly (kind and state by their stable names).
+storage::AnomalyRow toAnomalyRow(const detect::Anomaly& anomaly, int64_t updatedNs);
+
+class DetectPipeline {
+ public:
+  // `store` and `clock` must outlive the pipeline. The clock is the collector clock the
+  // batches' receivedNs use (wall time).
+  DetectPipeline(PipelineOptions options, storage::Store& store, const Clock& clock);
+  DetectPipeline(const DetectPipeline&) = delete;
+  DetectPipeline& operator=(const DetectPipeline&) = delete;
+
+  // ingest's onCommitted hook: registrations, heartbeat offsets, step reports, goodbyes and
+  // host samples (alive=false) of one committed batch, in that order.
+  void onCommitted(const storage::WriteBatch& batch);
+  // Time-based detection (hangs); call about once a second.
+  void tick();
+
+  PipelineStats stats() const;
+  detect::DetectStats detectStats() const;
+
+ private:
+  struct JobContext {
+    uint32_t worldSize = 0;
+    std::map<uint32_t, std::string> nodes;  // rank -> node
+    int64_t lastLookupNs = 0;
+  };
+
+  void lookupJobLocked(const std::string& job, JobContext& ctx, int64_t nowNs);
+  int64_t offsetLocked(const std::string& node, int64_t nowNs);
+  void noteRejectLocked(const Status& status, int64_t nowNs);
+  void flushLocked();
+
+  PipelineOptions options_;
+  storage::Store& store_;
+  const Clock& clock_;
+
+  mutable std::mutex mu_;
+  detect::DetectorSet detectors_;               // guarded by mu_
+  std::map<std::string, JobContext> jobs_;      // guarded by mu_
+  std::map<std::string, int64_t> offsets_;      // guarded by mu_; node -> clock offset
+  int64_t lastNodeLookupNs_ = 0;                // guarded by mu_
+  std::set<std::pair<std::string, uint32_t>> gone_;  // guarded by mu_; rankGone already sent
+  std::vector<storage::AnomalyRow> pending_;    // guarded by mu_; rows the store refused
+  int64_t lastRejectLogNs_ = 0;                 // guarded by mu_
+  uint64_t rejectsUnlogged_ = 0;                // guarded by mu_
+  PipelineStats stats_;                         // guarded by mu_
+};
+
+}  // namespace trainscope::collector
