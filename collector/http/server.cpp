@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <optional>
 #include <string_view>
 #include <thread>
@@ -10,8 +11,12 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
 
 #include "collector/http/api.h"
+#include "collector/http/live.h"
+#include "collector/http/metrics.h"
+#include "collector/http/request_target.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -21,6 +26,7 @@ namespace {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
+namespace websocket = beast::websocket;
 using tcp = asio::ip::tcp;
 
 // Headers are small (GET targets with a few parameters); this bounds a slow-loris header.
@@ -36,16 +42,40 @@ std::string endpointText(const std::string& address, uint16_t port) {
 }
 
 class Session;
+class LiveSession;
+
+// Compares in time independent of where the strings differ, so the token cannot be guessed
+// byte by byte from response times.
+bool constantTimeEquals(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  }
+  return diff == 0;
+}
+
+bool changesSomething(bhttp::verb method) {
+  return method != bhttp::verb::get && method != bhttp::verb::head &&
+         method != bhttp::verb::options;
+}
 
 // What sessions share: options, the API and the registry of live sessions (for stop()).
 // Only touched on the I/O thread, except options and api, which are read-only.
 struct ServerCore {
   ServerCore(HttpOptions opts, storage::Store& store)
-      : options(std::move(opts)), api(options, store, clock) {}
+      : options(std::move(opts)), store(store), api(options, store, clock), feed(store, clock) {}
   HttpOptions options;
+  storage::Store& store;
   SystemClock clock;
   Api api;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+  // WebSocket clients of the live feed, and the timer that polls the store for them (runs
+  // only while at least one is connected).
+  LiveFeed feed;
+  std::unordered_map<LiveSession*, std::weak_ptr<LiveSession>> liveSessions;
+  asio::steady_timer* liveTimer = nullptr;
+  bool liveTicking = false;
+  RateLimitedLog liveLog{std::chrono::seconds(10)};
   // Set by stop(): responses being written may finish, nothing new is read.
   bool stopping = false;
   // Bounds how long stop() waits for those responses; cancelled when the last one is done.
@@ -68,6 +98,7 @@ struct HttpServer::Impl {
   tcp::acceptor acceptor{ioc};
   asio::steady_timer acceptRetry{ioc};
   asio::steady_timer stopGrace{ioc};
+  asio::steady_timer liveTimer{ioc};
   std::thread thread;
   std::atomic<uint16_t> port{0};
   bool running = false;  // owner thread only
@@ -139,10 +170,55 @@ class Session : public std::enable_shared_from_this<Session> {
     const auto& req = parser_->get();
     auto method = req.method_string();
     auto target = req.target();
-    ApiResponse r = server_.api.handle(std::string_view(method.data(), method.size()),
-                                       std::string_view(target.data(), target.size()));
+    std::string_view targetView(target.data(), target.size());
+    if (!server_.options.authToken.empty() && changesSomething(req.method())) {
+      auto auth = req[bhttp::field::authorization];
+      std::string_view given(auth.data(), auth.size());
+      constexpr std::string_view kBearer = "Bearer ";
+      if (given.substr(0, kBearer.size()) != kBearer ||
+          !constantTimeEquals(given.substr(kBearer.size()), server_.options.authToken)) {
+        ApiResponse r = errorResponse(
+            401, given.empty() ? "this request needs 'Authorization: Bearer TOKEN' (the "
+                                 "collector's --http-token)"
+                               : "the Authorization bearer token is wrong");
+        r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"trainscope\"");
+        send(std::move(r), req.version(), req.keep_alive());
+        return;
+      }
+    }
+    std::string_view path = targetView.substr(0, targetView.find('?'));
+    if (path == "/metrics") {
+      send(metrics(req.method()), req.version(), req.keep_alive());
+      return;
+    }
+    if (path == "/api/v1/live") {
+      if (!websocket::is_upgrade(req)) {
+        send(errorResponse(426, "/api/v1/live is a WebSocket: send an Upgrade request"),
+             req.version(), req.keep_alive());
+        return;
+      }
+      startLive();
+      return;
+    }
+    ApiResponse r = server_.api.handle(std::string_view(method.data(), method.size()), targetView);
     send(std::move(r), req.version(), req.keep_alive());
   }
+
+  ApiResponse metrics(bhttp::verb method) {
+    if (method != bhttp::verb::get) {
+      ApiResponse r = errorResponse(405, "method not allowed for /metrics (allowed: GET)");
+      r.headers.emplace_back("Allow", "GET");
+      return r;
+    }
+    ApiResponse r;
+    r.contentType = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = renderStoreMetrics(server_.store, server_.clock.nowNs(),
+                                server_.options.metricsWindowSteps);
+    if (server_.options.extraMetrics) r.body += server_.options.extraMetrics();
+    return r;
+  }
+
+  void startLive();
 
   // An error found before a request could be parsed: answer and close, since the rest of
   // the stream cannot be trusted to start at a request boundary.
@@ -187,6 +263,143 @@ class Session : public std::enable_shared_from_this<Session> {
   bool busy_ = false;
 };
 
+// One WebSocket client of the live feed: gets a snapshot, then every delta. What it sends is
+// ignored (reads only keep control frames flowing). I/O thread only.
+class LiveSession : public std::enable_shared_from_this<LiveSession> {
+ public:
+  LiveSession(tcp::socket socket, ServerCore& server) : ws_(std::move(socket)), server_(server) {}
+  ~LiveSession() { server_.liveSessions.erase(this); }
+
+  void start(bhttp::request<bhttp::string_body> req) {
+    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    ws_.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& res) { res.set(bhttp::field::server, kServerName); }));
+    ws_.read_message_max(64 * 1024);
+    ws_.async_accept(req,
+                     [self = shared_from_this()](beast::error_code ec) { self->onAccept(ec); });
+  }
+
+  void send(std::shared_ptr<const std::string> message) {
+    if (closed_) return;
+    if (queue_.size() >= server_.options.liveMaxQueued) {
+      // A client that stopped reading: drop it rather than hold updates without bound; it
+      // reconnects and starts again from a snapshot.
+      logWarn("http", "live client too slow (" + std::to_string(queue_.size()) +
+                          " updates queued), disconnecting it");
+      close();
+      return;
+    }
+    queue_.push_back(std::move(message));
+    if (queue_.size() == 1) doWrite();
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    beast::error_code ec;
+    beast::get_lowest_layer(ws_).socket().shutdown(tcp::socket::shutdown_both, ec);
+    beast::get_lowest_layer(ws_).close();
+  }
+
+ private:
+  void onAccept(beast::error_code ec);
+
+  void doRead() {
+    ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) {
+        self->close();
+        return;
+      }
+      self->buffer_.clear();
+      self->doRead();
+    });
+  }
+
+  void doWrite() {
+    ws_.text(true);
+    ws_.async_write(asio::buffer(*queue_.front()),
+                    [self = shared_from_this()](beast::error_code ec, size_t) {
+                      if (ec) {
+                        self->close();
+                        return;
+                      }
+                      self->queue_.pop_front();
+                      if (!self->queue_.empty()) self->doWrite();
+                    });
+  }
+
+  websocket::stream<beast::tcp_stream> ws_;
+  beast::flat_buffer buffer_;
+  std::deque<std::shared_ptr<const std::string>> queue_;
+  ServerCore& server_;
+  bool closed_ = false;
+};
+
+// Polls the store and sends what changed to every live client; re-arms itself while any
+// client is connected.
+void liveTick(ServerCore& core) {
+  if (core.liveSessions.empty() || core.stopping || core.liveTimer == nullptr) {
+    core.liveTicking = false;
+    return;
+  }
+  auto delta = core.feed.poll();
+  if (!delta) {
+    core.liveLog.log(LogLevel::kWarn, "http", delta.message());
+  } else if (!delta->empty()) {
+    auto message = std::make_shared<const std::string>(std::move(*delta));
+    std::vector<std::shared_ptr<LiveSession>> live;
+    for (auto& [ptr, weak] : core.liveSessions) {
+      if (auto s = weak.lock()) live.push_back(std::move(s));
+    }
+    for (auto& s : live) s->send(message);
+  }
+  core.liveTimer->expires_after(
+      std::chrono::milliseconds(std::max(10, core.options.liveIntervalMs)));
+  core.liveTimer->async_wait([&core](beast::error_code ec) {
+    if (ec) {
+      core.liveTicking = false;
+      return;
+    }
+    liveTick(core);
+  });
+}
+
+void LiveSession::onAccept(beast::error_code ec) {
+  if (ec || server_.stopping) return;
+  server_.liveSessions.emplace(this, weak_from_this());
+  if (!server_.liveTicking && server_.liveTimer != nullptr) {
+    // The first client: take the baseline now, so the first delta holds only what is new
+    // after the snapshot below.
+    if (auto baseline = server_.feed.poll(); !baseline) {
+      server_.liveLog.log(LogLevel::kWarn, "http", baseline.message());
+    }
+    server_.liveTicking = true;
+    server_.liveTimer->expires_after(std::chrono::milliseconds(server_.options.liveIntervalMs));
+    server_.liveTimer->async_wait([&core = server_](beast::error_code wec) {
+      if (wec) {
+        core.liveTicking = false;
+        return;
+      }
+      liveTick(core);
+    });
+  }
+  auto snapshot = server_.feed.snapshot();
+  if (!snapshot) {
+    std::string err = nlohmann::json{{"type", "error"}, {"error", snapshot.message()}}.dump();
+    send(std::make_shared<const std::string>(std::move(err)));
+  } else {
+    send(std::make_shared<const std::string>(std::move(*snapshot)));
+  }
+  doRead();
+}
+
+void Session::startLive() {
+  // The WebSocket takes the socket over; this HTTP session ends when the handler returns.
+  beast::get_lowest_layer(stream_).expires_never();
+  auto live = std::make_shared<LiveSession>(stream_.release_socket(), server_);
+  live->start(parser_->release());
+}
+
 }  // namespace
 
 void HttpServer::Impl::doAccept() {
@@ -211,6 +424,13 @@ void HttpServer::Impl::closeAll() {
   acceptor.close(ec);
   acceptRetry.cancel();
   core.stopping = true;
+  liveTimer.cancel();
+  core.liveTimer = nullptr;
+  std::vector<std::shared_ptr<LiveSession>> liveClients;
+  for (auto& [ptr, weak] : core.liveSessions) {
+    if (auto s = weak.lock()) liveClients.push_back(std::move(s));
+  }
+  for (auto& s : liveClients) s->close();
   // Copy first: closing cancels handlers, which may destroy sessions and edit the map.
   std::vector<std::shared_ptr<Session>> live;
   for (auto& [ptr, weak] : core.sessions) {
@@ -264,6 +484,9 @@ Status HttpServer::start() {
   }
   s.port = s.acceptor.local_endpoint(ec).port();
   s.core.stopping = false;
+  s.core.liveTimer = &s.liveTimer;
+  s.core.liveTicking = false;
+  s.core.feed.reset();
   s.ioc.restart();
   s.doAccept();
   s.thread = std::thread([&s] {

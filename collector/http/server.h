@@ -1,10 +1,11 @@
-// The collector's HTTP server (Boost.Beast): the JSON API under /api/v1/, /healthz, and later
-// /metrics, the WebSocket and the dashboard's static files. It owns its I/O thread; start()
-// and stop() are called from the thread that owns the collector. Handlers read the Store,
-// which is safe from any thread.
+// The collector's HTTP server (Boost.Beast): the JSON API under /api/v1/, /healthz, /metrics
+// (Prometheus), the live WebSocket /api/v1/live and the dashboard's static files. It owns its
+// I/O thread; start() and stop() are called from the thread that owns the collector. Handlers
+// read the Store, which is safe from any thread.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,21 @@ struct HttpOptions {
   size_t maxBodyBytes = 1 << 20;      // larger request bodies get 413; bounds memory per client
   int readTimeoutMs = 30000;          // a request (or an idle keep-alive) slower than this is
                                       // closed; shorter frees slots sooner, longer suits slow links
+  // Requests that change something (any method but GET/HEAD/OPTIONS) need
+  // "Authorization: Bearer <authToken>", else 401. "" leaves them open (loopback use only).
+  std::string authToken;
+  // Text in Prometheus exposition format appended to /metrics (the collector's ingest
+  // counters, see metrics.h ingestMetricsText). Called on the I/O thread; must be quick.
+  std::function<std::string()> extraMetrics;
+  // How often the live feed (/api/v1/live) reads the store for changes while a client is
+  // connected: shorter is fresher, longer costs fewer store queries.
+  int liveIntervalMs = 500;
+  // Step rows /metrics reads per job: the latest this many steps of every rank (the step-time
+  // histogram's window). More smooths the histogram; fewer keeps a scrape cheap.
+  int64_t metricsWindowSteps = 20;
+  // A live client whose unsent updates exceed this many messages is disconnected (it
+  // reconnects and gets a fresh snapshot): bounds memory per slow client.
+  size_t liveMaxQueued = 64;
 };
 
 class HttpServer {

@@ -1,0 +1,119 @@
+#include "collector/http/live.h"
+
+#include <nlohmann/json.hpp>
+
+#include "collector/http/api.h"
+
+namespace trainscope::http {
+
+using nlohmann::json;
+
+LiveFeed::LiveFeed(storage::Store& store, const Clock& clock) : store_(store), clock_(clock) {}
+
+void LiveFeed::reset() {
+  jobs_.clear();
+  nodesSeenNs_.clear();
+  anomaliesSeenNs_ = 0;
+  anomaliesAtEdge_.clear();
+}
+
+Result<std::string> LiveFeed::snapshot() {
+  auto jobs = store_.jobs();
+  if (!jobs) return Result<std::string>::error("live snapshot: " + jobs.message());
+  auto nodes = store_.nodes();
+  if (!nodes) return Result<std::string>::error("live snapshot: " + nodes.message());
+  int64_t now = clock_.nowNs();
+  json j = {
+      {"type", "snapshot"}, {"time_ns", now}, {"jobs", json::array()}, {"nodes", json::array()}};
+  for (const auto& row : *jobs) j["jobs"].push_back(jobJson(row, now));
+  for (const auto& row : *nodes) j["nodes"].push_back(nodeJson(row, now));
+  j["anomalies"] = json::array();
+  // A store without anomaly support refuses; the feed then simply carries none.
+  if (auto anomalies = store_.anomaliesSince(0)) {
+    size_t first =
+        anomalies->size() > kLiveMaxAnomalies ? anomalies->size() - kLiveMaxAnomalies : 0;
+    for (size_t i = first; i < anomalies->size(); ++i) {
+      j["anomalies"].push_back(anomalyJson((*anomalies)[i]));
+    }
+  }
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<std::string> LiveFeed::poll() {
+  auto jobs = store_.jobs();
+  if (!jobs) return Result<std::string>::error("live poll: " + jobs.message());
+  auto nodes = store_.nodes();
+  if (!nodes) return Result<std::string>::error("live poll: " + nodes.message());
+  int64_t now = clock_.nowNs();
+  json changedJobs = json::array();
+  json summaries = json::object();
+  for (const auto& row : *jobs) {
+    JobSeen seen{row.latestStep, row.stepRows,  row.ranksSeen,
+                 row.ranksEnded, row.worldSize, jobState(row, now)};
+    auto it = jobs_.find(row.job);
+    bool known = it != jobs_.end();
+    const JobSeen before = known ? it->second : JobSeen{};
+    if (known && before.latestStep == seen.latestStep && before.stepRows == seen.stepRows &&
+        before.ranksSeen == seen.ranksSeen && before.ranksEnded == seen.ranksEnded &&
+        before.worldSize == seen.worldSize && before.state == seen.state) {
+      continue;
+    }
+    changedJobs.push_back(jobJson(row, now));
+    if (seen.stepRows != before.stepRows && seen.latestStep >= 0) {
+      // The previous latest step may have been incomplete then (not every rank had reported),
+      // so it is sent again; clients key summary rows by step.
+      storage::SummaryQuery q;
+      q.job = row.job;
+      int64_t from = std::max<int64_t>(0, before.latestStep);
+      if (seen.latestStep - from + 1 > static_cast<int64_t>(kLiveMaxSummaryRows)) {
+        from = seen.latestStep - static_cast<int64_t>(kLiveMaxSummaryRows) + 1;
+      }
+      q.fromStep = from;
+      q.limit = kLiveMaxSummaryRows;
+      auto rows = store_.summary(q);
+      if (!rows) return Result<std::string>::error("live poll: " + rows.message());
+      json list = json::array();
+      for (const auto& s : *rows) list.push_back(summaryJson(s));
+      summaries[row.job] = std::move(list);
+    }
+    jobs_[row.job] = std::move(seen);
+  }
+  json changedNodes = json::array();
+  for (const auto& row : *nodes) {
+    auto it = nodesSeenNs_.find(row.node);
+    if (it != nodesSeenNs_.end() && it->second == row.lastSeenNs) continue;
+    nodesSeenNs_[row.node] = row.lastSeenNs;
+    changedNodes.push_back(nodeJson(row, now));
+  }
+  json changedAnomalies = json::array();
+  if (auto anomalies = store_.anomaliesSince(anomaliesSeenNs_)) {
+    int64_t newest = anomaliesSeenNs_;
+    for (const auto& a : *anomalies) newest = std::max(newest, a.updatedNs);
+    std::map<std::string, int64_t> atEdge;
+    for (const auto& a : *anomalies) {
+      auto it = anomaliesAtEdge_.find(a.id);
+      bool sent = a.updatedNs == anomaliesSeenNs_ && it != anomaliesAtEdge_.end() &&
+                  it->second == a.updatedNs;
+      if (a.updatedNs == newest) atEdge[a.id] = a.updatedNs;
+      if (!sent) changedAnomalies.push_back(anomalyJson(a));
+    }
+    if (newest != anomaliesSeenNs_) {
+      anomaliesAtEdge_ = std::move(atEdge);
+    } else {
+      anomaliesAtEdge_.insert(atEdge.begin(), atEdge.end());
+    }
+    anomaliesSeenNs_ = newest;
+  }
+  if (changedJobs.empty() && changedNodes.empty() && changedAnomalies.empty()) {
+    return std::string();
+  }
+  json j = {{"type", "delta"},
+            {"time_ns", now},
+            {"jobs", std::move(changedJobs)},
+            {"summary", std::move(summaries)},
+            {"nodes", std::move(changedNodes)},
+            {"anomalies", std::move(changedAnomalies)}};
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace trainscope::http

@@ -1,0 +1,59 @@
+// The live feed's content (GET /api/v1/live, WebSocket): a snapshot for a client that just
+// connected, then deltas computed by comparing the store with what the previous poll saw.
+// Reads the Store only; used by the HTTP server on its I/O thread (one thread at a time).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "collector/storage/store.h"
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace trainscope::http {
+
+// Step-summary rows a delta carries per job at most (a client that fell further behind
+// reloads the range over the REST API).
+inline constexpr size_t kLiveMaxSummaryRows = 5000;
+// Anomalies a snapshot carries at most (the newest); the REST API has them all.
+inline constexpr size_t kLiveMaxAnomalies = 2000;
+
+class LiveFeed {
+ public:
+  // `store` and `clock` must outlive the feed.
+  LiveFeed(storage::Store& store, const Clock& clock);
+
+  // {"type":"snapshot","time_ns":T,"jobs":[job...],"nodes":[node...],"anomalies":[...]} in the
+  // API's shapes (anomalies: the newest kLiveMaxAnomalies; [] when the store keeps none).
+  Result<std::string> snapshot();
+
+  // {"type":"delta","time_ns":T,"jobs":[changed jobs],"summary":{job:[summary rows of new
+  // steps]},"nodes":[nodes heard from since],"anomalies":[opened/updated since]} or "" when
+  // nothing changed since the previous
+  // poll(). The first poll() after construction (or reset()) compares with an empty store.
+  Result<std::string> poll();
+
+  // Forgets what the previous poll saw (the next poll compares with an empty store).
+  void reset();
+
+ private:
+  struct JobSeen {
+    int64_t latestStep = -1;
+    uint64_t stepRows = 0;
+    uint32_t ranksSeen = 0;
+    uint32_t ranksEnded = 0;
+    uint32_t worldSize = 0;
+    std::string state;
+  };
+  storage::Store& store_;
+  const Clock& clock_;
+  std::map<std::string, JobSeen> jobs_;
+  std::map<std::string, int64_t> nodesSeenNs_;
+  // Largest updated_ns among anomalies sent; the next poll asks for those written since.
+  int64_t anomaliesSeenNs_ = 0;
+  // (id, updated_ns) sent at exactly anomaliesSeenNs_, so the ">=" query does not resend them.
+  std::map<std::string, int64_t> anomaliesAtEdge_;
+};
+
+}  // namespace trainscope::http

@@ -1,0 +1,308 @@
+#include "collector/http/metrics.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <map>
+
+#include "schema/wire.h"
+
+namespace trainscope::http {
+namespace {
+
+constexpr double kNsPerS = 1e9;
+
+std::string formatValue(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  if (ec != std::errc()) return "NaN";
+  return std::string(buf, end);
+}
+
+// HELP text escapes backslash and newline only.
+std::string escapeHelp(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+double seconds(int64_t ns) {
+  return static_cast<double>(ns) / kNsPerS;
+}
+
+}  // namespace
+
+std::string escapeLabelValue(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void MetricsText::family(const std::string& name, const std::string& type,
+                         const std::string& help) {
+  name_ = name;
+  text_ += "# HELP " + name + " " + escapeHelp(help) + "\n";
+  text_ += "# TYPE " + name + " " + type + "\n";
+}
+
+void MetricsText::sample(const Labels& labels, double value, std::string_view suffix) {
+  text_ += name_;
+  text_ += suffix;
+  if (!labels.empty()) {
+    text_ += '{';
+    for (size_t i = 0; i < labels.size(); ++i) {
+      if (i > 0) text_ += ',';
+      text_ += labels[i].first + "=\"" + escapeLabelValue(labels[i].second) + "\"";
+    }
+    text_ += '}';
+  }
+  text_ += ' ';
+  text_ += formatValue(value);
+  text_ += '\n';
+}
+
+void MetricsText::histogram(const Labels& labels, const std::vector<double>& bounds,
+                            const std::vector<double>& values) {
+  std::vector<double> sorted = values;
+  std::sort(sorted.begin(), sorted.end());
+  double sum = 0;
+  for (double v : sorted) sum += v;
+  Labels withLe = labels;
+  withLe.emplace_back("le", "");
+  for (double bound : bounds) {
+    // Cumulative: observations <= bound.
+    auto n = std::upper_bound(sorted.begin(), sorted.end(), bound) - sorted.begin();
+    withLe.back().second = formatValue(bound);
+    sample(withLe, static_cast<double>(n), "_bucket");
+  }
+  withLe.back().second = "+Inf";
+  sample(withLe, static_cast<double>(sorted.size()), "_bucket");
+  sample(labels, sum, "_sum");
+  sample(labels, static_cast<double>(sorted.size()), "_count");
+}
+
+void MetricsText::raw(const std::string& text) {
+  text_ += text;
+  if (!text.empty() && text.back() != '\n') text_ += '\n';
+}
+
+const std::vector<double>& stepSecondsBuckets() {
+  static const std::vector<double> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                               0.5,   1,      2.5,   5,    10,    30,   60};
+  return kBuckets;
+}
+
+std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, int64_t windowSteps) {
+  MetricsText m;
+  std::string errors;
+  auto jobs = store.jobs();
+  if (!jobs) errors += "# store error (jobs): " + escapeHelp(jobs.message()) + "\n";
+  std::vector<storage::JobRow> jobRows = jobs ? *jobs : std::vector<storage::JobRow>{};
+
+  // One steps query per job over its recent window; rows come ordered by (step, rank), so
+  // the last row seen for a rank is its latest step.
+  struct RankLatest {
+    storage::StepRow row;
+    std::vector<double> durations;  // seconds, over the window
+  };
+  std::map<std::string, std::map<uint32_t, RankLatest>> perJob;
+  // (job, op) -> {bytes moved, seconds spent} over each rank's latest step.
+  std::map<std::pair<std::string, std::string>, std::pair<double, double>> bandwidth;
+  for (const auto& job : jobRows) {
+    if (job.latestStep < 0) continue;
+    storage::StepQuery q;
+    q.job = job.job;
+    q.fromStep = std::max<int64_t>(0, job.latestStep - std::max<int64_t>(1, windowSteps) + 1);
+    q.limit = static_cast<size_t>(std::max<int64_t>(1, windowSteps)) *
+                  std::max<uint32_t>(1, std::max(job.worldSize, job.ranksSeen)) +
+              1024;
+    auto rows = store.steps(q);
+    if (!rows) {
+      errors += "# store error (steps of " + escapeHelp(job.job) +
+                "): " + escapeHelp(rows.message()) + "\n";
+      continue;
+    }
+    auto& ranks = perJob[job.job];
+    for (auto& row : *rows) {
+      auto& r = ranks[row.rank];
+      r.durations.push_back(seconds(row.durationNs));
+      r.row = std::move(row);
+    }
+    // Collective detail only for the newest two steps (the newest may still be arriving).
+    storage::StepQuery dq = q;
+    dq.fromStep = std::max<int64_t>(0, job.latestStep - 1);
+    dq.detail = true;
+    auto detail = store.steps(dq);
+    if (!detail) continue;
+    std::map<uint32_t, const storage::StepRow*> latest;
+    for (const auto& row : *detail) latest[row.rank] = &row;
+    for (const auto& [rank, row] : latest) {
+      for (const auto& c : row->collectives) {
+        auto& bw = bandwidth[{job.job, wire::collectiveOpName(c.op())}];
+        bw.first += static_cast<double>(c.bytes()) * static_cast<double>(c.count());
+        bw.second += seconds(c.total_ns());
+      }
+    }
+  }
+
+  m.family("trainscope_job_world_size", "gauge", "Ranks the job was started with.");
+  for (const auto& j : jobRows) m.sample({{"training_job", j.job}}, j.worldSize);
+  m.family("trainscope_job_ranks_reporting", "gauge", "Ranks of the job that have reported.");
+  for (const auto& j : jobRows) m.sample({{"training_job", j.job}}, j.ranksSeen);
+  m.family("trainscope_job_ranks_ended", "gauge", "Ranks of the job that said goodbye.");
+  for (const auto& j : jobRows) m.sample({{"training_job", j.job}}, j.ranksEnded);
+  m.family("trainscope_job_latest_step", "gauge", "Highest step any rank of the job reported.");
+  for (const auto& j : jobRows)
+    m.sample({{"training_job", j.job}}, static_cast<double>(j.latestStep));
+  m.family("trainscope_job_last_report_age_seconds", "gauge",
+           "Seconds since any rank of the job last reported (collector clock).");
+  for (const auto& j : jobRows) {
+    m.sample({{"training_job", j.job}}, std::max(0.0, seconds(nowNs - j.lastSeenNs)));
+  }
+
+  auto perRank = [&](const std::string& name, const std::string& help, auto value) {
+    m.family(name, "gauge", help);
+    for (const auto& [job, ranks] : perJob) {
+      for (const auto& [rank, r] : ranks) {
+        m.sample({{"training_job", job}, {"rank", std::to_string(rank)}}, value(r.row));
+      }
+    }
+  };
+  perRank("trainscope_rank_latest_step", "Latest step the rank reported.",
+          [](const storage::StepRow& r) { return static_cast<double>(r.step); });
+  perRank("trainscope_step_last_duration_seconds", "Duration of the rank's latest step.",
+          [](const storage::StepRow& r) { return seconds(r.durationNs); });
+  perRank("trainscope_step_last_compute_seconds", "Compute time in the rank's latest step.",
+          [](const storage::StepRow& r) { return seconds(r.computeNs); });
+  perRank("trainscope_step_last_exposed_comm_seconds",
+          "Communication time not overlapped by compute in the rank's latest step.",
+          [](const storage::StepRow& r) { return seconds(r.exposedCommNs); });
+  perRank("trainscope_step_last_data_wait_seconds", "Data-loading wait in the rank's latest step.",
+          [](const storage::StepRow& r) { return seconds(r.dataNs); });
+
+  m.family("trainscope_step_duration_seconds", "histogram",
+           "Step time per rank over the job's latest " + std::to_string(windowSteps) +
+               " steps (a sliding window: counts can go down as steps leave it).");
+  for (const auto& [job, ranks] : perJob) {
+    for (const auto& [rank, r] : ranks) {
+      m.histogram({{"training_job", job}, {"rank", std::to_string(rank)}}, stepSecondsBuckets(),
+                  r.durations);
+    }
+  }
+
+  m.family("trainscope_collective_bandwidth_bytes_per_second", "gauge",
+           "Algorithm bandwidth per collective op over each rank's latest step: bytes moved / "
+           "time in the collective, summed over ranks.");
+  for (const auto& [key, bw] : bandwidth) {
+    if (bw.second > 0)
+      m.sample({{"training_job", key.first}, {"op", key.second}}, bw.first / bw.second);
+  }
+
+  // Open anomalies by kind; a store without anomaly support refuses and the family stays empty.
+  m.family("trainscope_anomalies_open", "gauge", "Anomalies currently open, by job and kind.");
+  for (const auto& j : jobRows) {
+    auto anomalies = store.anomalies(j.job);
+    if (!anomalies) continue;
+    std::map<std::string, int> open;
+    for (const auto& a : *anomalies) {
+      if (a.state == "open") ++open[a.kind];
+    }
+    for (const auto& [kind, n] : open) m.sample({{"training_job", j.job}, {"kind", kind}}, n);
+  }
+
+  auto nodes = store.nodes();
+  if (!nodes) errors += "# store error (nodes): " + escapeHelp(nodes.message()) + "\n";
+  std::vector<storage::NodeRow> nodeRows = nodes ? *nodes : std::vector<storage::NodeRow>{};
+  m.family("trainscope_agent_last_seen_age_seconds", "gauge",
+           "Seconds since the node's agent was last heard from (collector clock).");
+  for (const auto& n : nodeRows) {
+    m.sample({{"node", n.node}, {"host", n.host}}, std::max(0.0, seconds(nowNs - n.lastSeenNs)));
+  }
+  m.family("trainscope_agent_spool_bytes", "gauge", "Bytes in the agent's on-disk spool.");
+  for (const auto& n : nodeRows) m.sample({{"node", n.node}}, static_cast<double>(n.spoolBytes));
+  m.family("trainscope_agent_spool_dropped_total", "counter",
+           "Records the agent's spool dropped because it was full.");
+  for (const auto& n : nodeRows) {
+    m.sample({{"node", n.node}}, static_cast<double>(n.spoolDropped));
+  }
+  m.family("trainscope_agent_clock_offset_seconds", "gauge",
+           "Collector clock minus the agent's clock, as the agent measured it.");
+  for (const auto& n : nodeRows) m.sample({{"node", n.node}}, seconds(n.offsetNs));
+  m.family("trainscope_node_cpu_ratio", "gauge", "Host CPU use over all cores, 0..1.");
+  for (const auto& n : nodeRows) {
+    if (n.latestHost) m.sample({{"node", n.node}}, n.latestHost->cpu_percent() / 100.0);
+  }
+  m.family("trainscope_node_memory_available_bytes", "gauge", "Host memory available.");
+  for (const auto& n : nodeRows) {
+    if (n.latestHost) {
+      m.sample({{"node", n.node}}, static_cast<double>(n.latestHost->mem_available_bytes()));
+    }
+  }
+  m.family("trainscope_node_load1", "gauge", "Host one-minute load average.");
+  for (const auto& n : nodeRows) {
+    if (n.latestHost) m.sample({{"node", n.node}}, n.latestHost->load1());
+  }
+
+  storage::StoreStats st = store.stats();
+  m.family("trainscope_storage_size_bytes", "gauge", "Database and WAL size on disk.");
+  m.sample({}, static_cast<double>(st.bytesOnDisk));
+  m.family("trainscope_storage_step_rows", "gauge", "Step rows stored.");
+  m.sample({}, static_cast<double>(st.stepRows));
+  m.family("trainscope_storage_duplicate_steps_total", "counter",
+           "Step reports ignored because their (job, rank, step) was stored already.");
+  m.sample({}, static_cast<double>(st.duplicateSteps));
+  m.family("trainscope_storage_transactions_total", "counter", "Storage transactions committed.");
+  m.sample({}, static_cast<double>(st.transactions));
+  m.raw(errors);
+  return m.text();
+}
+
+std::string ingestMetricsText(const ingest::IngestStats& s) {
+  MetricsText m;
+  auto counter = [&](const std::string& name, const std::string& help, uint64_t v) {
+    m.family(name, "counter", help);
+    m.sample({}, static_cast<double>(v));
+  };
+  counter("trainscope_ingest_frames_total", "Messages received on the ingest socket.", s.frames);
+  counter("trainscope_ingest_batches_total", "Batches accepted from agents.", s.batches);
+  counter("trainscope_ingest_items_stored_total", "Items committed to storage.", s.itemsStored);
+  counter("trainscope_ingest_steps_stored_total", "Step reports committed (duplicates included).",
+          s.stepsStored);
+  counter("trainscope_ingest_heartbeats_total", "Agent heartbeats answered.", s.heartbeats);
+  counter("trainscope_ingest_hellos_total", "Agent hellos received.", s.hellos);
+  counter("trainscope_ingest_acks_sent_total", "Batch acks sent.", s.acksSent);
+  counter("trainscope_ingest_commits_total", "Storage transactions of ingest.", s.commits);
+  counter("trainscope_ingest_commit_failures_total", "Failed storage transactions.",
+          s.commitFailures);
+  counter("trainscope_ingest_disconnects_total", "Agent connections closed.", s.disconnects);
+  m.family("trainscope_ingest_last_commit_seconds", "gauge", "Duration of the last commit.");
+  m.sample({}, seconds(s.lastCommitNs));
+  m.family("trainscope_ingest_rejected_frames_total", "counter",
+           "Frames and items rejected by ingest, by reason.");
+  for (const auto& [reason, n] : s.rejects) m.sample({{"reason", reason}}, static_cast<double>(n));
+  return m.text();
+}
+
+}  // namespace trainscope::http

@@ -1,0 +1,57 @@
+// Prometheus text exposition (format 0.0.4) for GET /metrics: per job and rank step time,
+// compute / exposed communication / data wait, collective bandwidth per op, agents, storage,
+// and the collector's ingest counters. Pure functions over a Store; any thread may call them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "collector/ingest/ingest.h"
+#include "collector/storage/store.h"
+#include "common/status.h"
+
+namespace trainscope::http {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+// Escapes a label value: backslash, double quote and newline (the format's three escapes).
+std::string escapeLabelValue(std::string_view value);
+
+// Builds the exposition text one metric family at a time, so each family's HELP, TYPE and
+// samples stay together (the format requires it). Not thread-safe; one per render.
+class MetricsText {
+ public:
+  // Starts a family; `type` is "counter", "gauge" or "histogram". A family with no samples
+  // is still announced (HELP/TYPE only), which the format allows.
+  void family(const std::string& name, const std::string& type, const std::string& help);
+  // One sample of the current family; `suffix` is "" or "_bucket"/"_sum"/"_count".
+  void sample(const Labels& labels, double value, std::string_view suffix = "");
+  // A whole histogram sample set: cumulative buckets at `bounds` (ascending) plus +Inf,
+  // _sum and _count, for the observed `values`.
+  void histogram(const Labels& labels, const std::vector<double>& bounds,
+                 const std::vector<double>& values);
+  // Appends text that is already in exposition format (ends with a newline if non-empty).
+  void raw(const std::string& text);
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string text_;
+  std::string name_;
+};
+
+// Step-time histogram bucket bounds in seconds (1 ms .. 60 s).
+const std::vector<double>& stepSecondsBuckets();
+
+// The whole /metrics body from the store. Jobs are labelled `training_job` (Prometheus sets
+// `job` itself, to the scrape job's name, and would rename ours to exported_job): `windowSteps`
+// latest steps of each job feed the histograms; everything else comes from each rank's latest step.
+// Store errors become a comment line and the metrics that did not need that query are still served.
+std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, int64_t windowSteps);
+
+// The ingest counters in exposition format, for HttpOptions::extraMetrics.
+std::string ingestMetricsText(const ingest::IngestStats& stats);
+
+}  // namespace trainscope::http
