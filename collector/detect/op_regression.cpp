@@ -97,7 +97,7 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
       }
       RankSeries& rsr = *op.ranks[s.rank];
       rsr.node = *s.node;
-      rsr.perCall.push(s.perCall);
+      rsr.lastPerCall = s.perCall;
       // Relative to the same op on the other ranks this step (which carries job-wide changes)
       // and to how much slower this rank computes than its peers (which carries a straggler).
       double rel = medianCall > 0.0 ? s.perCall / medianCall / s.rankFactor : s.perCall;
@@ -177,7 +177,7 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
       a.detectedNs = step.nowNs;
       a.magnitude = t.baseline() > 0 ? t.level() / t.baseline() : 1.0;
       a.confidence = t.confidence();
-      double currentNs = recentMedian(rsr.perCall, step.step - a.onsetStep + 1);
+      double currentNs = rsr.lastPerCall;  // this step's; the magnitude is the robust figure
       double baseNs = a.magnitude > 0 ? currentNs / a.magnitude : currentNs;
       a.evidence = {{"baseline_us", baseNs / 1e3},
                     {"current_us", currentNs / 1e3},

@@ -37,7 +37,8 @@ private:
   struct RankSeries {
     explicit RankSeries(const PersistenceOptions& o) : tracker(o) {}
     PersistenceTracker tracker;
-    Ring<double> perCall{kPerCallHistory};  // raw per-call ns, for the evidence
+    double lastPerCall = 0.0;  // raw per-call ns of the latest sample, for the evidence
+                               // (no history per series: memory touched per sample is the cost)
     std::string node;
     bool open = false;
     Anomaly anomaly;

@@ -49,10 +49,15 @@ PersistenceTracker::PersistenceTracker(const PersistenceOptions& options, double
     : o_(options),
       fixedBaseline_(fixedBaseline),
       base_(static_cast<size_t>(std::max(1, options.baselineSize))),
-      recent_(static_cast<size_t>(std::max(1, options.window))),
-      flags_(static_cast<size_t>(std::max(1, options.window))),
-      histSteps_(static_cast<size_t>(std::max(2, 2 * options.window))),
-      histValues_(static_cast<size_t>(std::max(2, 2 * options.window))) {}
+      hist_(static_cast<size_t>(std::max(2, 2 * options.window))),
+      window_(static_cast<size_t>(std::max(1, options.window))) {}
+
+std::vector<double> PersistenceTracker::recentValues() const {
+  std::vector<double> v;
+  size_t from = hist_.size() > window_ ? hist_.size() - window_ : 0;
+  for (size_t i = from; i < hist_.size(); ++i) v.push_back(hist_[i].value);
+  return v;
+}
 
 bool PersistenceTracker::ready() const {
   return fixedBaseline_ > 0.0 || base_.size() >= static_cast<size_t>(std::max(1, o_.baselineMin));
@@ -90,10 +95,10 @@ int PersistenceTracker::exceedCount() const { return flagged_; }
 
 double PersistenceTracker::level() const {
   std::vector<double> v;
-  for (size_t i = 0; i < histSteps_.size(); ++i) {
-    if (histSteps_[i] >= onsetStep_) v.push_back(histValues_[i]);
+  for (size_t i = 0; i < hist_.size(); ++i) {
+    if (hist_[i].step >= onsetStep_) v.push_back(hist_[i].value);
   }
-  if (v.empty()) v = recent_.values();
+  if (v.empty()) v = recentValues();
   return median(std::move(v));
 }
 
@@ -106,9 +111,9 @@ bool PersistenceTracker::excursionAbove(double level) const {
   // Median of the samples since the CUSUM excursion began (at least 3): a few large outliers
   // can lift the CUSUM, but not the median of the stretch.
   std::vector<double> v;
-  for (size_t i = histSteps_.size(); i-- > 0;) {
-    if (histSteps_[i] < cusumStart_ && v.size() >= 3) break;
-    v.push_back(histValues_[i]);
+  for (size_t i = hist_.size(); i-- > 0;) {
+    if (hist_[i].step < cusumStart_ && v.size() >= 3) break;
+    v.push_back(hist_[i].value);
   }
   return median(std::move(v)) >= level;
 }
@@ -124,22 +129,21 @@ PersistenceTracker::Transition PersistenceTracker::push(int64_t step, double val
   const double base = baseline();
   const double sigma = relSigma();
   const bool exceeds = value > exceedLevel();
-  if (recent_.full()) {
-    // The oldest recent sample joins the baseline only from a calm stretch: not in an open
-    // episode or a rising excursion (a regression is judged against what came before it), and
-    // not while the series sits clearly below the baseline (e.g. an op whose share fell while
-    // another op regressed), which would otherwise read as a rise once that ends.
+  hist_.push(Sample{step, value, exceeds});
+  if (exceeds) ++flagged_;
+  if (hist_.size() > window_) {
+    // The sample leaving the recent window joins the baseline only from a calm stretch: not
+    // in an open episode or a rising excursion (a regression is judged against what came
+    // before it), and not while the series sits clearly below the baseline (e.g. an op whose
+    // share fell while another op regressed), which would otherwise read as a rise once that
+    // ends.
+    const Sample& leaving = hist_[hist_.size() - window_ - 1];
     if (!active_ && fixedBaseline_ <= 0.0 && cusum_ < o_.cusumH / 2 && lowCusum_ < o_.cusumH / 2) {
-      base_.push(recent_.front());
+      base_.push(leaving.value);
       ++sinceRefresh_;
     }
-    if (flags_.front()) --flagged_;
+    if (leaving.exceeds) --flagged_;
   }
-  recent_.push(value);
-  flags_.push(exceeds ? 1 : 0);
-  if (exceeds) ++flagged_;
-  histSteps_.push(step);
-  histValues_.push(value);
 
   // Sequential test: each sample adds its excess over minExcess in sigmas (capped, so a lone
   // outlier cannot open an episode), and a healthy sample pulls the sum back by minExcess/sigma.
@@ -159,10 +163,10 @@ PersistenceTracker::Transition PersistenceTracker::push(int64_t step, double val
     // least-squares split of the history around it places the onset.
     std::vector<double> hv;
     std::vector<int64_t> hs;
-    for (size_t i = 0; i < histSteps_.size(); ++i) {
-      if (histSteps_[i] >= cusumStart_ - 10) {
-        hv.push_back(histValues_[i]);
-        hs.push_back(histSteps_[i]);
+    for (size_t i = 0; i < hist_.size(); ++i) {
+      if (hist_[i].step >= cusumStart_ - 10) {
+        hv.push_back(hist_[i].value);
+        hs.push_back(hist_[i].step);
       }
     }
     size_t split = bestSplit(hv, +1);
@@ -175,16 +179,16 @@ PersistenceTracker::Transition PersistenceTracker::push(int64_t step, double val
   // its samples exceed and its median is within half of minExcess of the baseline.
   if (active_) ++sinceOpen_;
   if (active_ && sinceOpen_ >= o_.window && flagged_ <= o_.releaseCount &&
-      median(recent_.values()) < base * (1.0 + o_.minExcess / 2)) {
+      median(recentValues()) < base * (1.0 + o_.minExcess / 2)) {
     active_ = false;
     cusum_ = 0.0;
     // Only the part of the history after the onset can hold the way back down.
     std::vector<double> hv;
     std::vector<int64_t> hs;
-    for (size_t i = 0; i < histSteps_.size(); ++i) {
-      if (histSteps_[i] >= onsetStep_) {
-        hv.push_back(histValues_[i]);
-        hs.push_back(histSteps_[i]);
+    for (size_t i = 0; i < hist_.size(); ++i) {
+      if (hist_[i].step >= onsetStep_) {
+        hv.push_back(hist_[i].value);
+        hs.push_back(hist_[i].step);
       }
     }
     size_t split = bestSplit(hv, -1);

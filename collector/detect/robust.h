@@ -89,7 +89,7 @@ public:
   int64_t onsetStep() const { return onsetStep_; }
   int64_t resolvedStep() const { return resolvedStep_; }
   double level() const;                // median of recent samples at/after the onset
-  double lastValue() const { return recent_.empty() ? 0.0 : recent_.back(); }
+  double lastValue() const { return hist_.empty() ? 0.0 : hist_.back().value; }
   double confidence() const;           // 0..1 from how far past cusumH the statistic is
 
 private:
@@ -101,10 +101,16 @@ private:
   double externalNoise_ = 0.0;
   int64_t seen_ = 0;
   Ring<double> base_;
-  Ring<double> recent_;
-  Ring<char> flags_;
-  Ring<int64_t> histSteps_;
-  Ring<double> histValues_;
+  // The last 2 x window samples in one ring (one cache line per few samples, not five
+  // rings); the last `window` of them are the recent window, kept out of the baseline.
+  struct Sample {
+    int64_t step;
+    double value;
+    bool exceeds;  // above exceedLevel() when pushed
+  };
+  std::vector<double> recentValues() const;
+  Ring<Sample> hist_;
+  size_t window_;
   int flagged_ = 0;
   double cusum_ = 0.0;
   double lowCusum_ = 0.0;              // the same test downwards (baseline admission only)

@@ -83,10 +83,13 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
   int64_t totalNs = 0;
   uint64_t totalReports = 0;
   std::vector<std::string> healthyFalseList;
+  std::map<uint32_t, std::pair<int64_t, uint64_t>> costByRanks;  // ranks -> ns, reports
 
   for (const ScenarioResult& r : results) {
     totalNs += r.detectNs;
     totalReports += r.reports;
+    costByRanks[r.scenario.sim.ranks].first += r.detectNs;
+    costByRanks[r.scenario.sim.ranks].second += r.reports;
     const Scenario& sc = r.scenario;
     if (sc.group == "healthy") {
       int fa = 0;
@@ -251,6 +254,12 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
   std::fprintf(out, "detector cost: %.0f ns per step report over %llu reports (target <= %.0f: %s)\n",
                costNs, static_cast<unsigned long long>(totalReports), targets.costNsPerReport,
                costOk ? "met" : "NOT met");
+  for (const auto& [ranks, v] : costByRanks) {
+    double c = v.second ? static_cast<double>(v.first) / static_cast<double>(v.second) : 0.0;
+    std::fprintf(out, "  cost in %4u-rank jobs: %.0f ns per report over %llu reports\n", ranks, c,
+                 static_cast<unsigned long long>(v.second));
+    js["cost_ns_per_report_by_ranks"][std::to_string(ranks)] = c;
+  }
   std::fprintf(out, "all targets: %s\n", ok ? "MET" : "NOT MET");
   js["false_alarms"] = {{"healthy_job_steps_5pct", healthySteps5},
                         {"false_alarms_5pct", healthyFalse5},
