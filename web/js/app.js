@@ -142,6 +142,8 @@ function jobsPage() {
 // ---- job page ----------------------------------------------------------------------------
 // The heatmap reads at most this many step rows per load (the API's page size).
 const kMaxHeatmapRows = 100000;
+// Steps the heatmap shows when following the latest data.
+const kFollowSteps = 250;
 
 async function fetchSteps(job, from, to, opts = '') {
   // Pages of the API's limit, until the range is covered.
@@ -258,29 +260,46 @@ function jobPage(job, anomalyId) {
     }
   }
 
+  // The latest kRecentSteps first (the page is usable with them), then the rest of the run in
+  // the background: the whole-run summary is the slowest query of a long job.
+  const kRecentSteps = 1000;
+  let olderLoaded = null;
   async function loadSummary() {
-    const r = await get(`/api/v1/jobs/${enc(job)}/summary?limit=100000`);
+    const jr = state.jobs.get(job);
+    const from = Math.max(0, (jr ? jr.latest_step : 0) - kRecentSteps + 1);
+    const r = await get(`/api/v1/jobs/${enc(job)}/summary?from=${from}&limit=100000`);
     summary = { x: [], med: [], max: [] };
     appendSummary(r.steps);
-    if (r.truncated) {
-      // Very long runs: the rest arrives from the next page.
-      let more = r;
-      while (more.truncated && alive) {
-        const from = summary.x[summary.x.length - 1] + 1;
-        more = await get(`/api/v1/jobs/${enc(job)}/summary?from=${from}&limit=100000`);
-        appendSummary(more.steps);
-      }
-    }
     drawChart();
+    olderLoaded = from > 0 ? loadOlderSummary(from) : Promise.resolve();
+  }
+
+  async function loadOlderSummary(before) {
+    const older = { x: [], med: [], max: [] };
+    let from = 0;
+    for (;;) {
+      const r = await get(`/api/v1/jobs/${enc(job)}/summary?from=${from}&to=${before - 1}&limit=100000`);
+      for (const row of r.steps) {
+        older.x.push(row.step); older.med.push(row.median_ns / 1e6); older.max.push(row.max_ns / 1e6);
+      }
+      if (!r.truncated || !r.steps.length || !alive) break;
+      from = r.steps[r.steps.length - 1].step + 1;
+    }
+    if (!alive) return;
+    summary = { x: older.x.concat(summary.x), med: older.med.concat(summary.med), max: older.max.concat(summary.max) };
+    drawChart();
+    app.dataset.fullRun = '1';
   }
 
   async function loadHeatmap(from, to, follow) {
     const jr = state.jobs.get(job);
     if (!jr || !ranks.length) return;
+    // The latest window: 250 steps (fewer at thousands of ranks) keeps the first load fast;
+    // zooming on the step chart or typing a range shows any other part of the run.
     const window = Math.max(10, Math.floor(kMaxHeatmapRows / Math.max(1, ranks.length)));
     if (follow || from === null) {
       to = jr.latest_step;
-      from = Math.max(0, to - Math.min(window, 1000) + 1);
+      from = Math.max(0, to - Math.min(window, kFollowSteps) + 1);
     }
     if (to < from) [from, to] = [to, from];
     hm = { from, to, follow, loading: true };
@@ -294,10 +313,12 @@ function jobPage(job, anomalyId) {
     hmInfo.textContent = `${ranks.length} ranks × ${to - from + 1} steps; fetched in ${(t1 - t0).toFixed(0)} ms, drawn in ${hmCanvas.dataset.renderMs} ms; brightest row: rank ${hmCanvas.dataset.brightestRow} (${hmCanvas.dataset.brightestRatio}× median)`;
   }
 
+  async function loadRankList() {
+    ranks = (await get(`/api/v1/jobs/${enc(job)}/ranks`)).ranks;
+  }
+
   async function loadRanks() {
     const jr = state.jobs.get(job);
-    const rr = await get(`/api/v1/jobs/${enc(job)}/ranks`);
-    ranks = rr.ranks;
     const latest = jr ? jr.latest_step : 0;
     // Each rank's newest row within the last two steps, with operators and collectives.
     const rows = await get(`/api/v1/jobs/${enc(job)}/steps?from=${Math.max(0, latest - 1)}&detail=1&limit=100000`);
@@ -412,11 +433,22 @@ function jobPage(job, anomalyId) {
   async function loadAll() {
     drawMeta();
     if (!state.jobs.get(job)) return;
-    await loadRanks();
-    await Promise.all([loadSummary(), loadHeatmap(null, null, true), loadBandwidth()]);
+    const t0 = performance.now();
+    const timings = {};
+    const timed = (name, p) => p.then(() => { timings[name] = Math.round(performance.now() - t0); });
+    await timed('rank_list', loadRankList());
+    drawNodes();
+    await Promise.all([timed('ranks', loadRanks()), timed('summary', loadSummary()),
+      timed('heatmap', loadHeatmap(null, null, true)), timed('bandwidth', loadBandwidth())]);
     drawAnomalies();
     drawNodes();
+    app.dataset.timings = JSON.stringify(timings);
     app.dataset.ready = '1';
+    if (olderLoaded) {
+      await olderLoaded;
+      timings.whole_run = Math.round(performance.now() - t0);
+      app.dataset.timings = JSON.stringify(timings);
+    }
   }
 
   // Live updates: summary rows arrive in the delta; ranks and the heatmap's tail are re-read
@@ -429,6 +461,7 @@ function jobPage(job, anomalyId) {
     refreshing = true;
     const started = performance.now();
     try {
+      await loadRankList();
       await loadRanks();
       if (followBox.checked && !hm.loading && started - lastHeatmap >= kHeatmapRefreshMs) {
         lastHeatmap = started;

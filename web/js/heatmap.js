@@ -35,10 +35,27 @@ export function legendGradient() {
   return `linear-gradient(to right, ${parts.join(',')})`;
 }
 
-function median(values, n) {
-  const a = Array.from(values.subarray(0, n)).filter((v) => v > 0).sort((x, y) => x - y);
-  if (a.length === 0) return 0;
-  return a[Math.floor(a.length / 2)];
+// Median of the positive values among a[0..n) (0 if none), by quickselect: O(n) per step
+// instead of a sort, which is most of the render time at 1,024 ranks. Reorders `a`.
+function median(a, n) {
+  let k = 0;
+  for (let i = 0; i < n; i++) if (a[i] > 0) a[k++] = a[i];
+  if (k === 0) return 0;
+  const want = k >> 1;
+  let lo = 0, hi = k - 1;
+  while (lo < hi) {
+    const pivot = a[(lo + hi) >> 1];
+    let i = lo, j = hi;
+    while (i <= j) {
+      while (a[i] < pivot) i++;
+      while (a[j] > pivot) j--;
+      if (i <= j) { const t = a[i]; a[i] = a[j]; a[j] = t; i++; j--; }
+    }
+    if (want <= j) hi = j;
+    else if (want >= i) lo = i;
+    else break;
+  }
+  return a[want];
 }
 
 // Data: ranks (R), firstStep, steps (S), values: Float64Array(R * S) row-major by rank,

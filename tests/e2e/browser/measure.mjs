@@ -35,10 +35,12 @@ try {
     await page.waitForSelector('#app[data-ready="1"]', { timeout: 60000 });
     loads.push(Date.now() - start);
     const info = await page.textContent('#hm-info');
-    if (i === 0) console.log('heatmap: ' + info);
+    await page.waitForSelector('#app[data-full-run="1"]', { timeout: 60000 });
+    await page.waitForFunction(() => JSON.parse(document.getElementById('app').dataset.timings).whole_run);
+    console.log('heatmap: ' + info + '; parts done at (ms): ' + await page.getAttribute('#app', 'data-timings'));
     await page.close();
   }
-  console.log(`first load to usable (job page, ${ranks} x ${steps}): ${loads.join(', ')} ms`);
+  console.log(`first load to usable (job page, ${ranks} x ${steps}; latest 1000 steps charted, whole run follows): ${loads.join(', ')} ms`);
 
   const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
   await page.goto(`${base}/#/`);
