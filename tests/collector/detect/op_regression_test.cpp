@@ -64,8 +64,28 @@ TEST_CASE("op_regression: one op 2x slower on every rank is one anomaly listing 
   CHECK(opened[0].labels.at("scope") == "all_ranks");
   CHECK(opened[0].ranks == std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 7});
   CHECK(opened[0].onsetStep == 1500);
-  CHECK(opened[0].detectedStep <= 1516);
+  CHECK(opened[0].detectedStep <= 1505);
   CHECK(opened[0].magnitude == Approx(2.0).margin(0.05));
+}
+
+TEST_CASE("op_regression: a rank or a job slowing as a whole (every op alike) is no op regression") {
+  for (bool wholeJob : {false, true}) {
+    SynthJob job;
+    job.seed = 35;
+    job.rng_.seed(35);
+    auto factor = [wholeJob](int64_t s, uint32_t r) {
+      return s >= 1000 && (wholeJob || r == 3) ? 1.5 : 1.0;
+    };
+    job.computeFactor = factor;
+    job.opFactor = [factor](int64_t s, uint32_t r, const std::string&) { return factor(s, r); };
+    DetectorSet set;
+    std::vector<Anomaly> events;
+    run(job, set, 0, 1300, &events);
+    INFO(describe(events));
+    CHECK(ofKind(events, AnomalyKind::kOpRegression).empty());
+    // What it is instead.
+    CHECK(ofKind(events, wholeJob ? AnomalyKind::kStepShift : AnomalyKind::kStraggler).size() == 1);
+  }
 }
 
 TEST_CASE("op_regression: ops that vanish are forgotten, keeping memory bounded") {
