@@ -39,13 +39,10 @@ void OpRegressionDetector::evict(int64_t step) {
 
 void OpRegressionDetector::onStep(const AssembledStep& step) {
   // op -> (rank, per-call ns, node)
-  struct Sample {
-    uint32_t rank;
-    double perCall;  // ns
-    double rankFactor;  // rank compute / median compute of the step
-    const std::string* node;
-  };
-  std::map<std::string_view, std::vector<Sample>> samples;
+
+  // op name -> slot in scratch_, whose vectors keep their capacity from step to step (a
+  // 1,024-rank job would otherwise allocate and free ~40 KiB per op per step).
+  std::map<std::string_view, size_t> samples;
   std::vector<double> computes;
   for (const RankStep& r : step.ranks) {
     if (r.report.compute_ns() > 0) computes.push_back(static_cast<double>(r.report.compute_ns()));
@@ -61,8 +58,10 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
       if (op.count() == 0 || op.total_ns() <= 0) continue;
       double perCall = static_cast<double>(op.total_ns()) / static_cast<double>(op.count());
       if (perCall < static_cast<double>(o_.minCallNs)) continue;
-      std::vector<Sample>& list = samples[op.name()];
-      if (list.empty()) list.reserve(step.ranks.size());
+      auto [slot, added] = samples.try_emplace(op.name(), samples.size());
+      if (added && scratch_.size() < samples.size()) scratch_.emplace_back();
+      std::vector<Sample>& list = scratch_[slot->second];
+      if (added) list.clear();
       list.push_back({r.report.rank(), perCall, rankFactor, &r.ctx.node});
     }
   }
@@ -78,7 +77,8 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
     return v;
   };
 
-  for (auto& [nameView, list] : samples) {
+  for (auto& [nameView, slotIndex] : samples) {
+    const std::vector<Sample>& list = scratch_[slotIndex];
     auto it = ops_.find(nameView);
     if (it == ops_.end()) it = ops_.emplace(std::string(nameView), OpState(o_.persistence)).first;
     const std::string& name = it->first;

@@ -56,6 +56,14 @@ private:
 
   void evict(int64_t step);
 
+  struct Sample {
+    uint32_t rank;
+    double perCall;     // ns
+    double rankFactor;  // rank compute / median compute of the step
+    const std::string* node;
+  };
+  std::vector<std::vector<Sample>> scratch_;  // per-step sample lists, reused
+
   std::string job_;
   OpRegressionOptions o_;
   EventLog* log_;
