@@ -263,7 +263,7 @@ function jobPage(job, anomalyId) {
   // The latest kRecentSteps first (the page is usable with them), then the rest of the run in
   // the background: the whole-run summary is the slowest query of a long job.
   const kRecentSteps = 1000;
-  let olderLoaded = null;
+  let olderFrom = 0;
   async function loadSummary() {
     const jr = state.jobs.get(job);
     const from = Math.max(0, (jr ? jr.latest_step : 0) - kRecentSteps + 1);
@@ -271,7 +271,7 @@ function jobPage(job, anomalyId) {
     summary = { x: [], med: [], max: [] };
     appendSummary(r.steps);
     drawChart();
-    olderLoaded = from > 0 ? loadOlderSummary(from) : Promise.resolve();
+    olderFrom = from;  // loadAll reads the older steps once the page is usable
   }
 
   async function loadOlderSummary(before) {
@@ -439,13 +439,16 @@ function jobPage(job, anomalyId) {
     await timed('rank_list', loadRankList());
     drawNodes();
     await Promise.all([timed('ranks', loadRanks()), timed('summary', loadSummary()),
-      timed('heatmap', loadHeatmap(null, null, true)), timed('bandwidth', loadBandwidth())]);
+      timed('heatmap', loadHeatmap(null, null, true))]);
     drawAnomalies();
     drawNodes();
     app.dataset.timings = JSON.stringify(timings);
     app.dataset.ready = '1';
-    if (olderLoaded) {
-      await olderLoaded;
+    // Below the fold, and the collector answers one request at a time: after the rest.
+    await timed('bandwidth', loadBandwidth());
+    app.dataset.timings = JSON.stringify(timings);
+    if (olderFrom > 0) {
+      await loadOlderSummary(olderFrom);
       timings.whole_run = Math.round(performance.now() - t0);
       app.dataset.timings = JSON.stringify(timings);
     }
