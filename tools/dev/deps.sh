@@ -5,19 +5,28 @@ set -euo pipefail
 
 need=(pkg-config g++ meson ninja-build libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
       libsqlite3-dev libboost-dev libunwind-dev catch2 nlohmann-json3-dev libcli11-dev zlib1g-dev)
-if [[ "${1:-build}" == "test" || "${1:-build}" == "demo" ]]; then
-  need+=(python3 python3-torch)
+mode=${1:-build}
+if [[ "$mode" == "test" ]]; then
+  # Real-training tests (torch), the browser test (chromium + playwright-core from npm) and
+  # the Prometheus scrape test.
+  need+=(python3 python3-torch chromium prometheus)
+  command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
 fi
 
 missing=()
 for pkg in "${need[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
+if [[ ${#missing[@]} -gt 0 ]]; then
+  echo "trainscope: installing ${missing[*]}" >&2
+  sudo=()
+  [[ $(id -u) -ne 0 ]] && sudo=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
 
-echo "trainscope: installing ${missing[*]}" >&2
-sudo=()
-[[ $(id -u) -ne 0 ]] && sudo=(sudo)
-export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -qq
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# playwright-core for the browser test, pinned by tests/e2e/browser/package-lock.json.
+if [[ "$mode" == "test" && ! -d "$(dirname "$0")/../../tests/e2e/browser/node_modules/playwright-core" ]]; then
+  (cd "$(dirname "$0")/../../tests/e2e/browser" && npm ci --no-audit --no-fund --loglevel=error)
+fi
