@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "collector/http/metrics.h"
 #include "collector/http/server.h"
 #include "collector/ingest/ingest.h"
 #include "collector/pipeline.h"
@@ -145,6 +146,11 @@ Status run(const CollectorOptions& options) {
   ho.address = httpAddr->host;
   ho.port = httpAddr->port;
   ho.webRoot = options.webRoot;
+  ho.extraMetrics = [&ingestServer, p = pipeline.get()] {
+    std::string text = http::ingestMetricsText(ingestServer.stats());
+    if (p != nullptr) text += detectMetricsText(p->stats(), p->detectStats());
+    return text;
+  };
   http::HttpServer httpServer(ho, **store);
   if (auto s = httpServer.start(); !s) {
     ingestServer.stop();
@@ -197,8 +203,11 @@ Status run(const CollectorOptions& options) {
                           std::to_string(ss.stepRows) + " step rows");
   if (pipeline) {
     auto ps = pipeline->stats();
-    logInfo(kComponent, "detectors: " + std::to_string(ps.reportsFed) + " reports judged, " +
+    auto ds = pipeline->detectStats();
+    logInfo(kComponent, "detectors: " + std::to_string(ps.reportsFed) + " reports fed, " +
                             std::to_string(ps.rejected) + " refused, " +
+                            std::to_string(ds.late) + " late, " +
+                            std::to_string(ds.droppedSteps) + " steps dropped, " +
                             std::to_string(ps.anomaliesOpened) + " anomalies opened, " +
                             std::to_string(ps.anomaliesResolved) + " resolved");
   }

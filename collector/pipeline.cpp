@@ -37,6 +37,32 @@ storage::AnomalyRow toAnomalyRow(const detect::Anomaly& a, int64_t updatedNs) {
   return row;
 }
 
+std::string detectMetricsText(const PipelineStats& s, const detect::DetectStats& d) {
+  std::string out;
+  auto metric = [&](const char* name, const char* type, const char* help, uint64_t value) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+           name + " " + std::to_string(value) + "\n";
+  };
+  metric("trainscope_detect_reports_total", "counter",
+         "Step reports the detectors accepted.", s.reportsFed);
+  metric("trainscope_detect_rejected_total", "counter",
+         "Step reports the detectors refused (bad fields).", s.rejected);
+  metric("trainscope_detect_late_total", "counter",
+         "Step reports that arrived after their step was judged.", d.late);
+  metric("trainscope_detect_dropped_steps_total", "counter",
+         "Steps forced out with too few ranks and not judged.", d.droppedSteps);
+  metric("trainscope_detect_steps_judged_total", "counter",
+         "Assembled steps fed to the detectors.", d.stepsJudged);
+  metric("trainscope_detect_anomalies_opened_total", "counter",
+         "Anomalies opened and stored.", s.anomaliesOpened);
+  metric("trainscope_detect_anomalies_resolved_total", "counter",
+         "Anomaly resolutions stored.", s.anomaliesResolved);
+  metric("trainscope_detect_store_failures_total", "counter",
+         "Anomaly writes the store refused (kept for a retry).", s.writeFailures);
+  metric("trainscope_detect_jobs", "gauge", "Jobs the detectors track now.", d.jobs);
+  return out;
+}
+
 DetectPipeline::DetectPipeline(PipelineOptions options, storage::Store& store, const Clock& clock)
     : options_(std::move(options)), store_(store), clock_(clock), detectors_(options_.detect) {}
 

@@ -47,6 +47,9 @@ struct PipelineStats {
 // storage::AnomalyRow of an anomaly (kind and state by their stable names).
 storage::AnomalyRow toAnomalyRow(const detect::Anomaly& anomaly, int64_t updatedNs);
 
+// The runner's and the detectors' counters in Prometheus exposition format (for /metrics).
+std::string detectMetricsText(const PipelineStats& stats, const detect::DetectStats& detect);
+
 class DetectPipeline {
  public:
   // `store` and `clock` must outlive the pipeline. The clock is the collector clock the

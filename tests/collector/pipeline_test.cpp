@@ -181,4 +181,9 @@ TEST_CASE("pipeline: reports the detectors refuse are counted, the rest still ju
   pipeline.onCommitted(b);
   CHECK(pipeline.stats().rejected == 2);
   CHECK(pipeline.stats().reportsFed == 2);
+  const std::string text =
+      trainscope::collector::detectMetricsText(pipeline.stats(), pipeline.detectStats());
+  CHECK(text.find("# TYPE trainscope_detect_rejected_total counter\n"
+                  "trainscope_detect_rejected_total 2\n") != std::string::npos);
+  CHECK(text.find("trainscope_detect_reports_total 2\n") != std::string::npos);
 }
