@@ -146,6 +146,7 @@ Status run(const CollectorOptions& options) {
   ho.address = httpAddr->host;
   ho.port = httpAddr->port;
   ho.webRoot = options.webRoot;
+  ho.authToken = options.httpToken;
   ho.extraMetrics = [&ingestServer, p = pipeline.get()] {
     std::string text = http::ingestMetricsText(ingestServer.stats());
     if (p != nullptr) text += detectMetricsText(p->stats(), p->detectStats());

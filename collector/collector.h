@@ -31,6 +31,9 @@ struct CollectorOptions {
   // SQLite synchronous=FULL survives power loss at some ingest speed; NORMAL (default)
   // survives process crashes.
   bool synchronousFull = false;
+  // Bearer token required on every HTTP request that changes something (starting a capture);
+  // "" leaves them open, which is only safe while the API listens on loopback.
+  std::string httpToken;
   // Run the regression detectors on committed step reports and store their anomalies. Off
   // saves the detectors' CPU and memory on the ingest writer thread.
   bool detect = true;

@@ -1,10 +1,12 @@
 // trainscope-collector: parses flags into CollectorOptions and runs the collector.
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "collector/collector.h"
+#include "collector/http/token.h"
 #include "common/log.h"
 
 int main(int argc, char** argv) {
@@ -42,6 +44,14 @@ int main(int argc, char** argv) {
   app.add_flag("--sync-full", options.synchronousFull,
                "SQLite synchronous=FULL: survives power loss, slower ingest (default: NORMAL, "
                "survives process crashes)");
+  std::string tokenFile;
+  auto* tokenOpt = app.add_option(
+      "--http-token", options.httpToken,
+      "require 'Authorization: Bearer TOKEN' on every request that changes something; "
+      "default: none (prefer --http-token-file: a flag shows in ps)");
+  app.add_option("--http-token-file", tokenFile,
+                 "read the bearer token from this file (first line, trimmed)")
+      ->excludes(tokenOpt);
   bool noDetect = false;
   app.add_flag("--no-detect", noDetect,
                "do not run the regression detectors (no anomalies are stored)");
@@ -64,6 +74,14 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, 10000));
   CLI11_PARSE(app, argc, argv);
+  if (!tokenFile.empty()) {
+    auto token = trainscope::http::readTokenFile(tokenFile, "--http-token-file");
+    if (!token) {
+      std::fprintf(stderr, "trainscope-collector: %s\n", token.message().c_str());
+      return 1;
+    }
+    options.httpToken = *token;
+  }
   options.detect = !noDetect;
   det.stepShift.warmupSteps = warmupSteps;
   det.straggler.persistence.warmupSamples = warmupSteps;
