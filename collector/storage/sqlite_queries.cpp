@@ -1,0 +1,330 @@
+// The read side of SqliteStore: jobs, ranks, steps, summaries, nodes, stats, and retention
+// (which deletes through the write connection but belongs with the queries it bounds).
+#include "collector/storage/sqlite_store.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <string_view>
+#include <utility>
+
+#include <sqlite3.h>
+
+#include "collector/storage/sqlite_internal.h"
+
+namespace trainscope::storage {
+namespace {
+
+using namespace internal;  // NOLINT(google-build-using-namespace): this folder's own helpers
+
+// Rows deleted per retention transaction, so a large expiry never holds the writer for long.
+constexpr int64_t kRetentionChunkRows = 20000;
+
+uint64_t fileSize(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_size);
+}
+
+}  // namespace
+
+Result<std::vector<JobRow>> SqliteStore::jobs() {
+  std::lock_guard lock(readMutex());
+  ReadStmt q(readDb(),
+             "SELECT j.name, j.world_size,"
+             " (SELECT count(*) FROM ranks r WHERE r.job_id = j.id),"
+             " j.first_seen_ns, j.last_seen_ns, j.latest_step, j.step_rows,"
+             " (SELECT count(*) FROM ranks r WHERE r.job_id = j.id AND r.ended)"
+             " FROM jobs j ORDER BY j.last_seen_ns DESC, j.name");
+  if (!q.ok()) return Result<std::vector<JobRow>>::error(q.error("storage: listing jobs"));
+  std::vector<JobRow> out;
+  int rc;
+  while ((rc = sqlite3_step(q.get())) == SQLITE_ROW) {
+    JobRow row;
+    row.job = columnText(q.get(), 0);
+    row.worldSize = static_cast<uint32_t>(sqlite3_column_int64(q.get(), 1));
+    row.ranksSeen = static_cast<uint32_t>(sqlite3_column_int64(q.get(), 2));
+    row.firstSeenNs = sqlite3_column_int64(q.get(), 3);
+    row.lastSeenNs = sqlite3_column_int64(q.get(), 4);
+    row.latestStep = sqlite3_column_int64(q.get(), 5);
+    row.stepRows = static_cast<uint64_t>(sqlite3_column_int64(q.get(), 6));
+    row.ranksEnded = static_cast<uint32_t>(sqlite3_column_int64(q.get(), 7));
+    out.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) return Result<std::vector<JobRow>>::error(q.error("storage: jobs"));
+  return out;
+}
+
+Result<bool> SqliteStore::jobExists(const std::string& job) {
+  std::lock_guard lock(readMutex());
+  ReadStmt q(readDb(), "SELECT 1 FROM jobs WHERE name = ?1");
+  if (!q.ok()) return Result<bool>::error(q.error("storage: looking up job"));
+  bindText(q.get(), 1, job);
+  int rc = sqlite3_step(q.get());
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+    return Result<bool>::error(q.error("storage: looking up job"));
+  }
+  return rc == SQLITE_ROW;
+}
+
+Result<std::vector<RankRow>> SqliteStore::ranks(const std::string& job) {
+  std::lock_guard lock(readMutex());
+  ReadStmt q(readDb(),
+             "SELECT r.rank, r.world_size, r.local_rank, r.host, r.node, r.pid, r.probe_version,"
+             " r.first_seen_ns, r.last_seen_ns, r.latest_step, r.ended, r.ended_step"
+             " FROM ranks r JOIN jobs j ON j.id = r.job_id WHERE j.name = ?1 ORDER BY r.rank");
+  if (!q.ok()) return Result<std::vector<RankRow>>::error(q.error("storage: listing ranks"));
+  bindText(q.get(), 1, job);
+  std::vector<RankRow> out;
+  int rc;
+  while ((rc = sqlite3_step(q.get())) == SQLITE_ROW) {
+    auto* s = q.get();
+    RankRow row;
+    row.job = job;
+    row.rank = static_cast<uint32_t>(sqlite3_column_int64(s, 0));
+    row.worldSize = static_cast<uint32_t>(sqlite3_column_int64(s, 1));
+    row.localRank = static_cast<uint32_t>(sqlite3_column_int64(s, 2));
+    row.host = columnText(s, 3);
+    row.node = columnText(s, 4);
+    row.pid = static_cast<uint32_t>(sqlite3_column_int64(s, 5));
+    row.probeVersion = columnText(s, 6);
+    row.firstSeenNs = sqlite3_column_int64(s, 7);
+    row.lastSeenNs = sqlite3_column_int64(s, 8);
+    row.latestStep = sqlite3_column_int64(s, 9);
+    row.ended = sqlite3_column_int64(s, 10) != 0;
+    row.endedStep = sqlite3_column_int64(s, 11);
+    out.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) return Result<std::vector<RankRow>>::error(q.error("storage: ranks"));
+  return out;
+}
+
+Result<std::vector<StepRow>> SqliteStore::steps(const StepQuery& query) {
+  using R = Result<std::vector<StepRow>>;
+  std::lock_guard lock(readMutex());
+  std::string sql =
+      "SELECT rank, step, start_ns, end_ns, duration_ns, compute_ns, comm_ns, exposed_comm_ns,"
+      " data_ns, records, dropped";
+  sql += query.detail ? ", detail" : ", NULL";
+  sql += " FROM steps WHERE job_id = (SELECT id FROM jobs WHERE name = ?1)";
+  if (query.rank) sql += " AND rank = ?2";
+  if (query.fromStep) sql += " AND step >= ?3";
+  if (query.toStep) sql += " AND step <= ?4";
+  sql += " ORDER BY step, rank LIMIT ?5";
+  ReadStmt q(readDb(), sql);
+  if (!q.ok()) return R::error(q.error("storage: querying steps"));
+  auto* s = q.get();
+  bindText(s, 1, query.job);
+  if (query.rank) sqlite3_bind_int64(s, 2, *query.rank);
+  if (query.fromStep) sqlite3_bind_int64(s, 3, *query.fromStep);
+  if (query.toStep) sqlite3_bind_int64(s, 4, *query.toStep);
+  sqlite3_bind_int64(s, 5, static_cast<int64_t>(std::min<size_t>(query.limit, INT64_MAX)));
+  std::vector<StepRow> out;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    StepRow row;
+    row.job = query.job;
+    row.rank = static_cast<uint32_t>(sqlite3_column_int64(s, 0));
+    row.step = sqlite3_column_int64(s, 1);
+    row.startNs = sqlite3_column_int64(s, 2);
+    row.endNs = sqlite3_column_int64(s, 3);
+    row.durationNs = sqlite3_column_int64(s, 4);
+    row.computeNs = sqlite3_column_int64(s, 5);
+    row.commNs = sqlite3_column_int64(s, 6);
+    row.exposedCommNs = sqlite3_column_int64(s, 7);
+    row.dataNs = sqlite3_column_int64(s, 8);
+    row.records = static_cast<uint64_t>(sqlite3_column_int64(s, 9));
+    row.dropped = static_cast<uint64_t>(sqlite3_column_int64(s, 10));
+    if (query.detail && sqlite3_column_type(s, 11) == SQLITE_BLOB) {
+      wire::StepReport detail;
+      if (!detail.ParseFromArray(sqlite3_column_blob(s, 11), sqlite3_column_bytes(s, 11))) {
+        return R::error("storage: step detail of job " + query.job + " rank " +
+                        std::to_string(row.rank) + " step " + std::to_string(row.step) +
+                        " is corrupt");
+      }
+      row.ops.assign(detail.ops().begin(), detail.ops().end());
+      row.collectives.assign(detail.collectives().begin(), detail.collectives().end());
+    }
+    out.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) return R::error(q.error("storage: querying steps"));
+  return out;
+}
+
+Result<std::vector<StepSummaryRow>> SqliteStore::summary(const SummaryQuery& query) {
+  using R = Result<std::vector<StepSummaryRow>>;
+  std::lock_guard lock(readMutex());
+  // Reads the page's rows in steps_key order (job, step, rank) and stops after `limit` whole
+  // steps, so the cost is the rows of the page, not of the job.
+  std::string sql =
+      "SELECT step, rank, duration_ns FROM steps"
+      " WHERE job_id = (SELECT id FROM jobs WHERE name = ?1)";
+  if (query.fromStep) sql += " AND step >= ?2";
+  if (query.toStep) sql += " AND step <= ?3";
+  sql += " ORDER BY step, rank";
+  ReadStmt q(readDb(), sql);
+  if (!q.ok()) return R::error(q.error("storage: summarizing steps"));
+  auto* s = q.get();
+  bindText(s, 1, query.job);
+  if (query.fromStep) sqlite3_bind_int64(s, 2, *query.fromStep);
+  if (query.toStep) sqlite3_bind_int64(s, 3, *query.toStep);
+
+  std::vector<StepSummaryRow> out;
+  std::vector<std::pair<int64_t, uint32_t>> durations;  // (duration, rank) of the current step
+  int64_t current = 0;
+  auto flush = [&] {
+    if (durations.empty()) return;
+    StepSummaryRow row;
+    row.step = current;
+    row.ranks = static_cast<uint32_t>(durations.size());
+    std::sort(durations.begin(), durations.end());
+    row.minNs = durations.front().first;
+    size_t n = durations.size();
+    // Even counts take the mean of the two middle values.
+    row.medianNs = n % 2 == 1 ? durations[n / 2].first
+                              : durations[n / 2 - 1].first +
+                                    (durations[n / 2].first - durations[n / 2 - 1].first) / 2;
+    int64_t maxNs = durations.back().first;
+    row.maxNs = maxNs;
+    // The slowest rank; on a tie the lowest rank number, so the answer is stable.
+    auto first =
+        std::lower_bound(durations.begin(), durations.end(), std::make_pair(maxNs, uint32_t{0}));
+    row.slowestRank = first->second;
+    out.push_back(row);
+    durations.clear();
+  };
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    int64_t stepNo = sqlite3_column_int64(s, 0);
+    if (!durations.empty() && stepNo != current) {
+      flush();
+      if (out.size() >= query.limit) break;
+    }
+    current = stepNo;
+    durations.emplace_back(sqlite3_column_int64(s, 2),
+                           static_cast<uint32_t>(sqlite3_column_int64(s, 1)));
+  }
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return R::error(q.error("storage: summary"));
+  if (out.size() < query.limit) flush();
+  return out;
+}
+
+Result<std::vector<NodeRow>> SqliteStore::nodes() {
+  using R = Result<std::vector<NodeRow>>;
+  std::lock_guard lock(readMutex());
+  ReadStmt q(readDb(),
+             "SELECT name, host, agent_version, pid, first_seen_ns, last_seen_ns, offset_ns,"
+             " rtt_ns, spool_bytes, spool_dropped, ranks, latest_host FROM nodes ORDER BY name");
+  if (!q.ok()) return R::error(q.error("storage: listing nodes"));
+  auto* s = q.get();
+  std::vector<NodeRow> out;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    NodeRow row;
+    row.node = columnText(s, 0);
+    row.host = columnText(s, 1);
+    row.agentVersion = columnText(s, 2);
+    row.pid = static_cast<uint32_t>(sqlite3_column_int64(s, 3));
+    row.firstSeenNs = sqlite3_column_int64(s, 4);
+    row.lastSeenNs = sqlite3_column_int64(s, 5);
+    row.offsetNs = sqlite3_column_int64(s, 6);
+    row.rttNs = sqlite3_column_int64(s, 7);
+    row.spoolBytes = static_cast<uint64_t>(sqlite3_column_int64(s, 8));
+    row.spoolDropped = static_cast<uint64_t>(sqlite3_column_int64(s, 9));
+    row.ranks = static_cast<uint32_t>(sqlite3_column_int64(s, 10));
+    if (sqlite3_column_type(s, 11) == SQLITE_BLOB) {
+      wire::HostSample host;
+      if (host.ParseFromArray(sqlite3_column_blob(s, 11), sqlite3_column_bytes(s, 11))) {
+        row.latestHost = std::move(host);
+      }
+    }
+    out.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) return R::error(q.error("storage: listing nodes"));
+  return out;
+}
+
+Result<uint64_t> SqliteStore::applyRetention(int64_t nowNs) {
+  if (options_.retentionNs == 0) return uint64_t{0};
+  const int64_t horizon = nowNs - options_.retentionNs;
+  uint64_t deleted = 0;
+  // Rows are appended in arrival order, so the expired rows are (nearly) a prefix of the id
+  // order: find the first id still inside the horizon and delete everything before it, in
+  // chunks so the ingest writer never waits long. A row that arrived out of order behind a
+  // newer one is deleted by a later pass.
+  for (const char* table : {"steps", "host_samples"}) {
+    const bool isSteps = std::string_view(table) == "steps";
+    for (;;) {
+      std::lock_guard lock(writeMu_);
+      std::string t(table);
+      std::string boundsSql = "SELECT min(id), coalesce((SELECT id FROM ";
+      boundsSql += t;
+      boundsSql += " WHERE received_ns >= ?1 ORDER BY id LIMIT 1), max(id) + 1) FROM ";
+      boundsSql += t;
+      ReadStmt bounds(writeDb_, boundsSql);
+      if (!bounds.ok()) return Result<uint64_t>::error(bounds.error("storage: retention"));
+      sqlite3_bind_int64(bounds.get(), 1, horizon);
+      if (sqlite3_step(bounds.get()) != SQLITE_ROW ||
+          sqlite3_column_type(bounds.get(), 0) == SQLITE_NULL) {
+        break;  // empty table
+      }
+      int64_t first = sqlite3_column_int64(bounds.get(), 0);
+      int64_t keepFrom = sqlite3_column_int64(bounds.get(), 1);
+      sqlite3_reset(bounds.get());
+      if (keepFrom <= first) break;
+      int64_t upTo = std::min(keepFrom, first + kRetentionChunkRows);
+      if (auto s = exec(writeDb_, "BEGIN IMMEDIATE", "storage: retention begin"); !s) return s;
+      Status s;
+      if (isSteps) {
+        ReadStmt counts(writeDb_,
+                        "UPDATE jobs SET step_rows = step_rows - c.n FROM"
+                        " (SELECT job_id, count(*) AS n FROM steps WHERE id < ?1"
+                        " GROUP BY job_id) AS c WHERE jobs.id = c.job_id");
+        if (!counts.ok()) {
+          s = Status::error(counts.error("storage: retention"));
+        } else {
+          sqlite3_bind_int64(counts.get(), 1, upTo);
+          if (sqlite3_step(counts.get()) != SQLITE_DONE) {
+            s = Status::error(counts.error("storage: retention counts"));
+          }
+        }
+      }
+      uint64_t n = 0;
+      if (s) {
+        ReadStmt del(writeDb_, "DELETE FROM " + t + " WHERE id < ?1");
+        if (!del.ok()) {
+          s = Status::error(del.error("storage: retention"));
+        } else {
+          sqlite3_bind_int64(del.get(), 1, upTo);
+          if (sqlite3_step(del.get()) != SQLITE_DONE) {
+            s = Status::error(del.error("storage: retention delete"));
+          }
+          n = static_cast<uint64_t>(sqlite3_changes(writeDb_));
+        }
+      }
+      if (s) s = exec(writeDb_, "COMMIT", "storage: retention commit");
+      if (!s) {
+        exec(writeDb_, "ROLLBACK", "storage: retention rollback");
+        return s;
+      }
+      ++transactions_;
+      deleted += n;
+      if (isSteps) stepRows_ -= std::min<uint64_t>(n, stepRows_.load());
+      if (upTo >= keepFrom) break;
+    }
+  }
+  return deleted;
+}
+
+StoreStats SqliteStore::stats() {
+  StoreStats out;
+  out.stepRows = stepRows_.load();
+  out.duplicateSteps = duplicates_.load();
+  out.transactions = transactions_.load();
+  if (!inMemory_) {
+    out.bytesOnDisk = fileSize(options_.path) + fileSize(options_.path + "-wal");
+  }
+  return out;
+}
+
+}  // namespace trainscope::storage
