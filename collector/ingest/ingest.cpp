@@ -164,8 +164,9 @@ struct IngestServer::Impl {
       for (const auto& a : commit.acks) {
         wire::Envelope env;
         env.mutable_ack()->set_seq(a.seq);
-        sendTo(a.peer, wire::encode(env));
+        // Counted before the send, so a reader who has the ack never sees a stale count.
         ++acksSent;
+        sendTo(a.peer, wire::encode(env));
       }
     }
   }
