@@ -4,13 +4,15 @@
 # Installs missing Debian packages first. Ctrl-C stops everything.
 #   TRAINSCOPE_DEMO_DIR   where data, spools and logs go (default /tmp/trainscope-demo)
 #   TRAINSCOPE_HTTP_PORT  dashboard/API port (default 7600); TRAINSCOPE_INGEST_PORT (7601)
+#   TRAINSCOPE_BUILD_DIR  the Meson build directory (default build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/dev/deps.sh build
-if [[ ! -f build/build.ninja ]]; then
-  meson setup build --buildtype=debugoptimized >/dev/null
+build=${TRAINSCOPE_BUILD_DIR:-build}
+if [[ ! -f "$build/build.ninja" ]]; then
+  meson setup "$build" --buildtype=debugoptimized >/dev/null
 fi
-ninja -C build collector/trainscope-collector agent/trainscope-agent \
+ninja -C "$build" collector/trainscope-collector agent/trainscope-agent \
   tools/cli/trainscope tools/simtrain/trainscope-simtrain
 
 dir=${TRAINSCOPE_DEMO_DIR:-/tmp/trainscope-demo}
@@ -24,7 +26,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-build/collector/trainscope-collector --data-dir "$dir/data" \
+"$build"/collector/trainscope-collector --data-dir "$dir/data" \
   --ingest "tcp://127.0.0.1:$ingest_port" --http "127.0.0.1:$http_port" \
   --ready-file "$dir/collector.ready" >"$dir/logs/collector.log" 2>&1 &
 pids+=($!)
@@ -32,7 +34,7 @@ for _ in $(seq 100); do [[ -f "$dir/collector.ready" ]] && break; sleep 0.1; don
 [[ -f "$dir/collector.ready" ]] || { echo "collector did not start; see $dir/logs/collector.log" >&2; exit 1; }
 
 for node in node0 node1; do
-  build/agent/trainscope-agent --collector "tcp://127.0.0.1:$ingest_port" \
+  "$build"/agent/trainscope-agent --collector "tcp://127.0.0.1:$ingest_port" \
     --endpoint "ipc://$dir/$node.sock" --node "$node" --spool-dir "$dir/spool-$node" \
     >"$dir/logs/agent-$node.log" 2>&1 &
   pids+=($!)
@@ -40,7 +42,7 @@ done
 sleep 0.5
 
 job=demo-$(date +%s)
-build/tools/simtrain/trainscope-simtrain --job "$job" --ranks 16 --steps 0 --step-ms 100 \
+"$build"/tools/simtrain/trainscope-simtrain --job "$job" --ranks 16 --steps 0 --step-ms 100 \
   --agent "ipc://$dir/node0.sock" --agent "ipc://$dir/node1.sock" \
   --inject straggler:rank=5,from=150,factor=1.4 --truth "$dir/truth.json" \
   >"$dir/logs/simtrain.log" 2>&1 &
@@ -52,10 +54,11 @@ trainscope demo is running (job $job: 16 simulated ranks on 2 nodes, 10 steps/s,
 rank 5 becomes a straggler at step 150).
 
   dashboard / API   http://127.0.0.1:$http_port/      (e.g. /api/v1/jobs)
-  CLI               build/tools/cli/trainscope jobs
-                    build/tools/cli/trainscope summary $job
-                    build/tools/cli/trainscope steps $job --rank 5 --from 140 --to 160
-                    build/tools/cli/trainscope nodes
+  CLI               $build/tools/cli/trainscope jobs
+                    $build/tools/cli/trainscope summary $job
+                    $build/tools/cli/trainscope steps $job --rank 5 --from 140 --to 160
+                    $build/tools/cli/trainscope anomalies $job
+                    $build/tools/cli/trainscope nodes
   logs              $dir/logs/
 
 Press Ctrl-C to stop.
