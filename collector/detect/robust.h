@@ -43,6 +43,14 @@ public:
   const T& front() const { return (*this)[0]; }
   const T& back() const { return (*this)[size_ - 1]; }
   void clear() { head_ = size_ = 0; }
+  // The newest `n` values (all of them when fewer are held), oldest first.
+  std::vector<T> latest(size_t n) const {
+    const size_t k = n < size_ ? n : size_;
+    std::vector<T> out;
+    out.reserve(k);
+    for (size_t i = size_ - k; i < size_; ++i) out.push_back((*this)[i]);
+    return out;
+  }
   std::vector<T> values() const {
     std::vector<T> out;
     out.reserve(size_);

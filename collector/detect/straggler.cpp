@@ -92,8 +92,11 @@ void StragglerDetector::onStep(const AssembledStep& step) {
       a.detectedNs = step.nowNs;
       a.magnitude = st.tracker.level();
       a.confidence = st.tracker.confidence();
-      double computeMs = median(st.compute.values()) / 1e6;
-      double peerMs = median(st.peer.values()) / 1e6;
+      // The steps since the onset: the window also holds healthy steps from before it, whose
+      // median would show the old compute time.
+      const size_t since = static_cast<size_t>(std::max<int64_t>(1, step.step - a.onsetStep + 1));
+      double computeMs = median(st.compute.latest(since)) / 1e6;
+      double peerMs = median(st.peer.latest(since)) / 1e6;
       a.evidence = {{"compute_ms", computeMs},
                     {"peer_median_ms", peerMs},
                     {"ratio", a.magnitude},

@@ -68,9 +68,14 @@ try {
   console.log(`heatmap band brightness: straggler ${bands[kStraggler].toFixed(0)}, others max ${Math.max(...others).toFixed(0)}`);
   if (brightest !== kStraggler) throw new Error(`brightest pixel band is rank ${brightest}, not ${kStraggler}`);
   // The ranks table sorts by compute: the straggler first when descending.
-  await page.click('#ranks th[data-key="compute"]');
-  await page.click('#ranks th[data-key="compute"]');
-  const topRank = (await page.locator('#ranks tbody tr td:first-child').first().textContent()).trim();
+  // Each click toggles the direction, and a live update may land between clicks on a loaded
+  // machine; so click until the descending order shows (the straggler on top), a few times.
+  let topRank = '';
+  for (let attempt = 0; attempt < 6 && topRank !== String(kStraggler); attempt++) {
+    await page.click('#ranks th[data-key="compute"]');
+    await page.waitForTimeout(300);
+    topRank = (await page.locator('#ranks tbody tr td:first-child').first().textContent()).trim();
+  }
   if (topRank !== String(kStraggler)) throw new Error(`ranks sorted by compute start with ${topRank}`);
   const chartPoints = await page.evaluate(() => document.querySelectorAll('#step-chart canvas').length);
   if (chartPoints === 0) throw new Error('no step-time chart');
