@@ -243,6 +243,20 @@ Result<json> fetchJson(Context& ctx, const std::string& target, int* exitCode) {
   return body;
 }
 
+// Fetches `target` for a subcommand that prints a table. Under --json it prints the API's JSON
+// itself and returns nothing with *exitCode = kExitOk; on failure it returns nothing with the
+// exit code fetchJson chose.
+std::optional<json> fetchForTable(Context& ctx, const std::string& target, int* exitCode) {
+  auto body = fetchJson(ctx, target, exitCode);
+  if (!body) return std::nullopt;
+  if (ctx.global.json) {
+    printJson(ctx, *body);
+    *exitCode = kExitOk;
+    return std::nullopt;
+  }
+  return std::move(*body);
+}
+
 // ---- formatting --------------------------------------------------------------------------
 
 std::string formatDurationMs(int64_t ns) {
@@ -309,12 +323,8 @@ void Table::render(std::ostream& out) const {
 
 int runJobs(Context& ctx) {
   int code = kExitOk;
-  auto body = fetchJson(ctx, "/api/v1/jobs", &code);
+  auto body = fetchForTable(ctx, "/api/v1/jobs", &code);
   if (!body) return code;
-  if (ctx.global.json) {
-    printJson(ctx, *body);
-    return kExitOk;
-  }
   const json& jobs = (*body)["jobs"];
   if (jobs.empty()) {
     ctx.out << "no jobs yet\n";
@@ -340,12 +350,8 @@ int runJobs(Context& ctx) {
 
 int runRanks(Context& ctx, const std::string& job) {
   int code = kExitOk;
-  auto body = fetchJson(ctx, jobPath(job, "ranks"), &code);
+  auto body = fetchForTable(ctx, jobPath(job, "ranks"), &code);
   if (!body) return code;
-  if (ctx.global.json) {
-    printJson(ctx, *body);
-    return kExitOk;
-  }
   const json& ranks = (*body)["ranks"];
   if (ranks.empty()) {
     ctx.out << "job '" << job << "' has no registered ranks\n";
@@ -379,12 +385,8 @@ int runSteps(Context& ctx, const StepsArgs& args) {
   if (args.limit) q.emplace_back("limit", std::to_string(*args.limit));
   if (args.detail) q.emplace_back("detail", "1");
   int code = kExitOk;
-  auto body = fetchJson(ctx, withQuery(jobPath(args.job, "steps"), q), &code);
+  auto body = fetchForTable(ctx, withQuery(jobPath(args.job, "steps"), q), &code);
   if (!body) return code;
-  if (ctx.global.json) {
-    printJson(ctx, *body);
-    return kExitOk;
-  }
   const json& steps = (*body)["steps"];
   if (steps.empty()) {
     ctx.out << "no steps match\n";
@@ -419,12 +421,8 @@ int runSummary(Context& ctx, const SummaryArgs& args) {
   if (args.to) q.emplace_back("to", std::to_string(*args.to));
   if (args.limit) q.emplace_back("limit", std::to_string(*args.limit));
   int code = kExitOk;
-  auto body = fetchJson(ctx, withQuery(jobPath(args.job, "summary"), q), &code);
+  auto body = fetchForTable(ctx, withQuery(jobPath(args.job, "summary"), q), &code);
   if (!body) return code;
-  if (ctx.global.json) {
-    printJson(ctx, *body);
-    return kExitOk;
-  }
   const json& steps = (*body)["steps"];
   if (steps.empty()) {
     ctx.out << "no steps match\n";
@@ -455,12 +453,8 @@ int runSummary(Context& ctx, const SummaryArgs& args) {
 
 int runNodes(Context& ctx) {
   int code = kExitOk;
-  auto body = fetchJson(ctx, "/api/v1/nodes", &code);
+  auto body = fetchForTable(ctx, "/api/v1/nodes", &code);
   if (!body) return code;
-  if (ctx.global.json) {
-    printJson(ctx, *body);
-    return kExitOk;
-  }
   const json& nodes = (*body)["nodes"];
   if (nodes.empty()) {
     ctx.out << "no agents have connected yet\n";
@@ -522,12 +516,8 @@ std::string listText(const json& j, const char* key) {
 
 int runAnomalies(Context& ctx, const std::string& job) {
   int code = kExitOk;
-  auto body = fetchJson(ctx, jobPath(job, "anomalies"), &code);
+  auto body = fetchForTable(ctx, jobPath(job, "anomalies"), &code);
   if (!body) return code;
-  if (ctx.global.json) {
-    printJson(ctx, *body);
-    return kExitOk;
-  }
   const json& list = (*body)["anomalies"];
   if (!list.is_array() || list.empty()) {
     ctx.out << "no anomalies for job '" << job << "'\n";
