@@ -263,7 +263,10 @@ json anomalyJson(const storage::AnomalyRow& a) {
 Api::Api(HttpOptions options, storage::Store& store, const Clock& clock)
     : options_(std::move(options)), store_(store), clock_(clock) {}
 
-ApiResponse Api::handle(std::string_view method, std::string_view target) const {
+ApiResponse Api::handle(std::string_view method, std::string_view target, std::string_view body,
+                        bool acceptsGzip) const {
+  (void)body;
+  (void)acceptsGzip;
   try {
     auto parsed = parseRequestTarget(target);
     if (!parsed) return errorResponse(400, parsed.message());

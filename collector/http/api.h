@@ -39,7 +39,10 @@ class Api {
   Api(HttpOptions options, storage::Store& store, const Clock& clock);
 
   // Routes one request. Never throws; a failing store query becomes a 500 with its message.
-  ApiResponse handle(std::string_view method, std::string_view target) const;
+  // `body` is the request body (POST); `acceptsGzip` says the client's Accept-Encoding allows
+  // gzip, so stored compressed files may be sent as they are with Content-Encoding: gzip.
+  ApiResponse handle(std::string_view method, std::string_view target, std::string_view body = {},
+                     bool acceptsGzip = false) const;
 
  private:
   ApiResponse healthz() const;
@@ -77,5 +80,7 @@ nlohmann::json nodeJson(const storage::NodeRow& node, int64_t nowNs);
 //  "confidence","evidence","labels","state","resolved_step","resolved_ns","summary",
 //  "capture_id","updated_ns"}; resolved_* are null while open, capture_id null when none.
 nlohmann::json anomalyJson(const storage::AnomalyRow& anomaly);
+// The capture JSON of docs/CAPTURE.md ("id", "job", "kind", "state", ..., "rank_status").
+nlohmann::json captureJson(const storage::CaptureRow& capture);
 
 }  // namespace trainscope::http

@@ -200,7 +200,11 @@ class Session : public std::enable_shared_from_this<Session> {
       startLive();
       return;
     }
-    ApiResponse r = server_.api.handle(std::string_view(method.data(), method.size()), targetView);
+    auto acceptEncoding = req[bhttp::field::accept_encoding];
+    bool acceptsGzip = std::string_view(acceptEncoding.data(), acceptEncoding.size()).find("gzip") !=
+                       std::string_view::npos;
+    ApiResponse r = server_.api.handle(std::string_view(method.data(), method.size()), targetView,
+                                       req.body(), acceptsGzip);
     send(std::move(r), req.version(), req.keep_alive());
   }
 

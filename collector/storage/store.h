@@ -158,6 +158,41 @@ struct AnomalyRow {
   int64_t updatedNs = 0;  // collector clock of this write; 0 = the store's clock now
 };
 
+// One rank's part of a capture (docs/CAPTURE.md): pending, recording, uploading, done, failed.
+struct CaptureRankRow {
+  uint32_t rank = 0;
+  std::string node;
+  std::string state = "pending";
+  std::string detail;      // why it failed, or what the probe said
+  uint64_t bytes = 0;      // size of its stored file once done
+  bool truncated = false;  // cut at the size bound
+  int64_t firstStep = -1;  // steps its file covers
+  int64_t lastStep = -1;
+  int64_t updatedNs = 0;   // collector clock
+};
+
+// A capture request and its progress. `id` is the key: writing a stored id replaces the row.
+struct CaptureRow {
+  std::string id;  // "cap-<unix ms>-<4 hex>"
+  std::string job;
+  std::string kind = "trace";    // "trace" or "stacks"
+  std::string state = "running"; // "running", "complete", "partial", "failed"
+  std::string reason;
+  std::optional<std::string> anomalyId;  // set for automatic captures
+  std::vector<uint32_t> ranks;
+  int64_t startStep = -1;
+  uint32_t steps = 0;
+  uint32_t history = 0;
+  uint64_t maxBytes = 0;
+  int64_t createdNs = 0;
+  int64_t updatedNs = 0;
+  std::optional<int64_t> finishedNs;
+  int64_t deadlineNs = 0;
+  std::optional<uint64_t> traceBytes;  // size of the merged trace once written
+  std::string summary;                 // "2 of 2 ranks done"
+  std::vector<CaptureRankRow> rankStatus;
+};
+
 struct StoreStats {
   uint64_t stepRows = 0;
   uint64_t duplicateSteps = 0;  // step reports ignored because the key was stored already
@@ -202,6 +237,27 @@ class Store {
   virtual Result<std::vector<AnomalyRow>> anomaliesSince(int64_t sinceNs) {
     (void)sinceNs;
     return Result<std::vector<AnomalyRow>>::error("storage: this store does not keep anomalies");
+  }
+
+  // Captures (docs/CAPTURE.md; the defaults refuse like the anomaly ones). Upserts by id.
+  virtual Status writeCapture(const CaptureRow& row) {
+    (void)row;
+    return Status::error("storage: this store does not keep captures");
+  }
+  // One capture; an empty optional when the id is unknown.
+  virtual Result<std::optional<CaptureRow>> capture(const std::string& id) {
+    (void)id;
+    return Result<std::optional<CaptureRow>>::error("storage: this store does not keep captures");
+  }
+  // A job's captures, newest (created_ns) first.
+  virtual Result<std::vector<CaptureRow>> captures(const std::string& job) {
+    (void)job;
+    return Result<std::vector<CaptureRow>>::error("storage: this store does not keep captures");
+  }
+  // Every capture written at or after `sinceNs` (updated_ns >= sinceNs), oldest update first.
+  virtual Result<std::vector<CaptureRow>> capturesSince(int64_t sinceNs) {
+    (void)sinceNs;
+    return Result<std::vector<CaptureRow>>::error("storage: this store does not keep captures");
   }
 };
 
