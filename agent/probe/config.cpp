@@ -125,6 +125,7 @@ Result<ProbeConfig> resolveConfig(const ts_probe_config* config) {
     return Result<ProbeConfig>::error("connect_agent must be 0 (connect) or 1 (fold only)");
   }
   out.connectAgent = c.connect_agent == 0;
+  if (const char* v = envOrNull("TRAINSCOPE_CAPTURE_DIR")) out.captureDir = v;
   return out;
 }
 

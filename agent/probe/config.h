@@ -11,6 +11,7 @@
 namespace trainscope::probe {
 
 inline constexpr const char* kDefaultAgentEndpoint = "ipc:///tmp/trainscope-agent.sock";
+inline constexpr const char* kDefaultCaptureDir = "/tmp/trainscope-captures";
 
 struct ProbeConfig {
   std::string endpoint = kDefaultAgentEndpoint;  // agent ROUTER endpoint
@@ -27,6 +28,9 @@ struct ProbeConfig {
   uint32_t backlogReports = 4096;       // unacked reports kept while the agent is away
   uint32_t topOps = 32;                 // operators per report; more costs bytes per report
   bool connectAgent = true;             // false: fold only (benchmarks, tests)
+  std::string captureDir = kDefaultCaptureDir;  // capture files for the agent to ship
+                                                // ($TRAINSCOPE_CAPTURE_DIR); needs room for
+                                                // max_bytes per running capture
 };
 
 // NULL `config` means all defaults. The error names the offending field or variable.

@@ -7,7 +7,8 @@ namespace trainscope::probe {
 FlightRecorder::FlightRecorder(uint32_t maxSteps, uint64_t maxBytes)
     : maxSteps_(maxSteps == 0 ? 1 : maxSteps), maxBytes_(maxBytes) {}
 
-void FlightRecorder::add(int64_t step, std::vector<Record> records) {
+void FlightRecorder::add(int64_t step, std::vector<Record> records, int64_t startNs,
+                         int64_t endNs) {
   const uint64_t maxRecords = maxBytes_ / sizeof(Record);
   if (records.size() > maxRecords) records.resize(maxRecords);
   const uint64_t size = records.size() * sizeof(Record);
@@ -17,15 +18,24 @@ void FlightRecorder::add(int64_t step, std::vector<Record> records) {
     entries_.pop_front();
   }
   bytes_ += size;
-  entries_.push_back(Entry{step, std::move(records)});
+  entries_.push_back(HeldStep{step, startNs, endNs, std::move(records)});
 }
 
 std::vector<Record> FlightRecorder::snapshot(int64_t fromStep, int64_t toStep) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Record> out;
-  for (const Entry& e : entries_) {
+  for (const HeldStep& e : entries_) {
     if (e.step < fromStep || e.step > toStep) continue;
     out.insert(out.end(), e.records.begin(), e.records.end());
+  }
+  return out;
+}
+
+std::vector<HeldStep> FlightRecorder::stepsIn(int64_t fromStep, int64_t toStep) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<HeldStep> out;
+  for (const HeldStep& e : entries_) {
+    if (e.step >= fromStep && e.step <= toStep) out.push_back(e);
   }
   return out;
 }
@@ -43,7 +53,7 @@ uint64_t FlightRecorder::steps() const {
 std::vector<int64_t> FlightRecorder::heldSteps() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<int64_t> out;
-  for (const Entry& e : entries_) out.push_back(e.step);
+  for (const HeldStep& e : entries_) out.push_back(e.step);
   return out;
 }
 

@@ -12,17 +12,29 @@
 
 namespace trainscope::probe {
 
+// One held step: its bounds (0 when the adder did not give them) and its records.
+struct HeldStep {
+  int64_t step = 0;
+  int64_t startNs = 0;
+  int64_t endNs = 0;
+  std::vector<Record> records;
+};
+
 class FlightRecorder {
  public:
   FlightRecorder(uint32_t maxSteps, uint64_t maxBytes);
 
   // Adds one completed step's records; evicts the oldest steps past either bound. A single
   // step bigger than the byte bound keeps its first records only.
-  void add(int64_t step, std::vector<Record> records);
+  void add(int64_t step, std::vector<Record> records, int64_t startNs = 0, int64_t endNs = 0);
 
   // Records of the held steps with fromStep <= step <= toStep, oldest step first.
   // Unattributed records that arrived with a step come with it (their `step` is -1).
   std::vector<Record> snapshot(int64_t fromStep, int64_t toStep) const;
+
+  // Copies of the held steps with fromStep <= step <= toStep, oldest first, with their bounds
+  // (what a capture takes as its history).
+  std::vector<HeldStep> stepsIn(int64_t fromStep, int64_t toStep) const;
 
   uint64_t bytes() const;
   uint64_t steps() const;
@@ -30,14 +42,10 @@ class FlightRecorder {
   std::vector<int64_t> heldSteps() const;
 
  private:
-  struct Entry {
-    int64_t step;
-    std::vector<Record> records;
-  };
   const uint32_t maxSteps_;
   const uint64_t maxBytes_;
   mutable std::mutex mu_;
-  std::deque<Entry> entries_;  // guarded by mu_
+  std::deque<HeldStep> entries_;  // guarded by mu_
   uint64_t bytes_ = 0;         // guarded by mu_
 };
 

@@ -83,8 +83,11 @@ void StepFolder::addComplete(const Record& r) {
   pending_.push_back(r);
 }
 
-void StepFolder::add(uint32_t ring, const Record& r) {
+void StepFolder::add(uint32_t ring, const Record& in) {
   ++records_;
+  // Captures name each event's thread by its ring; pairs take the ring of their push/begin.
+  Record r = in;
+  r.ring = ring;
   switch (r.type) {
     case RecordType::kStepBegin: {
       if (!spans_.empty() && spans_.back().end < 0) {

@@ -35,7 +35,8 @@ class StepFolder {
  public:
   explicit StepFolder(FoldOptions options);
 
-  // Feeds one record taken from ring `ring`; push/pop and begin/end pair per ring.
+  // Feeds one record taken from ring `ring`; push/pop and begin/end pair per ring. The
+  // records it gives back carry `ring`.
   void add(uint32_t ring, const Record& r);
   // Marks the end of a drain pass over every ring. A step whose end was seen in an earlier
   // pass is final now: every ring has been drained past its end since.

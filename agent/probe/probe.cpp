@@ -65,4 +65,12 @@ void Probe::onCommand(std::function<void(const wire::Command&)> fn) {
   if (handle_ != nullptr) reinterpret_cast<Instance*>(handle_)->setOnCommand(std::move(fn));
 }
 
+void Probe::onStatus(std::function<void(const wire::CommandStatus&)> fn) {
+  if (handle_ != nullptr) reinterpret_cast<Instance*>(handle_)->setOnStatus(std::move(fn));
+}
+
+void Probe::submitCommand(const wire::Command& cmd) {
+  if (handle_ != nullptr) reinterpret_cast<Instance*>(handle_)->submitCommand(cmd);
+}
+
 }  // namespace trainscope::probe

@@ -77,10 +77,14 @@ class Probe {
   std::vector<Record> flightSnapshot(int64_t fromStep, int64_t toStep);
 
   // Hooks that run on the probe's runtime thread (set from any thread): every report built
-  // (also in fold-only mode), and every Command from the agent (the seam for capture; unset,
-  // commands are logged once and ignored). Keep them short.
+  // (also in fold-only mode), every Command from the agent (the probe runs captures and
+  // stack dumps itself; this hook is extra), and every CommandStatus the probe sends (also in
+  // fold-only mode). Keep them short.
   void onReport(std::function<void(const wire::StepReport&)> fn);
   void onCommand(std::function<void(const wire::Command&)> fn);
+  void onStatus(std::function<void(const wire::CommandStatus&)> fn);
+  // Runs a command as if the agent had sent it (any thread; handled at the next pass).
+  void submitCommand(const wire::Command& cmd);
 
  private:
   Probe() = default;

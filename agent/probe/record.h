@@ -25,7 +25,7 @@ struct alignas(64) Record {
   uint16_t reserved;
   uint32_t name;   // ts_name of the range or operator
   uint32_t group;  // ts_name of the collective's process group
-  uint32_t reserved2;
+  uint32_t ring;   // index of the ring it came from; set by the folder (trace `tid`)
   int64_t step;    // step number for step records; the step it was folded into otherwise
   int64_t t0;      // ns since the epoch
   int64_t t1;      // ns since the epoch (end), where the type has one

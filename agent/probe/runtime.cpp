@@ -10,8 +10,13 @@
 #include <unordered_map>
 #include <utility>
 
+#include "agent/probe/stack_provider.h"
 #include "common/clock.h"
 #include "common/log.h"
+
+#ifdef TRAINSCOPE_HAVE_UNWIND
+#include "agent/probe/stacks.h"
+#endif
 
 namespace trainscope::probe {
 namespace {
@@ -32,15 +37,163 @@ FoldOptions foldOptionsFor(const ProbeConfig& c) {
   return f;
 }
 
+CaptureIdentity identityFor(const ProbeConfig& c) {
+  CaptureIdentity id;
+  id.job = c.job;
+  id.rank = c.rank;
+  id.host = c.host;
+  id.pid = c.pid;
+  return id;
+}
+
+CaptureOptions captureOptionsFor(const ProbeConfig& c) {
+  CaptureOptions o;
+  o.dir = c.captureDir;
+  return o;
+}
+
 }  // namespace
 
 Instance::Instance(ProbeConfig config)
     : config_(std::move(config)),
       id_(gNextInstanceId.fetch_add(1)),
       folder_(foldOptionsFor(config_)),
-      flight_(config_.flightSteps, config_.flightMaxBytes) {}
+      flight_(config_.flightSteps, config_.flightMaxBytes),
+      capture_(identityFor(config_), captureOptionsFor(config_)) {}
 
-Instance::~Instance() = default;
+Instance::~Instance() {
+  if (stackWorker_.joinable()) stackWorker_.join();
+}
+
+void Instance::setOnStatus(std::function<void(const wire::CommandStatus&)> fn) {
+  std::lock_guard<std::mutex> lock(hooksMu_);
+  onStatus_ = std::move(fn);
+}
+
+void Instance::submitCommand(const wire::Command& cmd) {
+  std::lock_guard<std::mutex> lock(mailMu_);
+  inbox_.push_back(cmd);
+  mail_.store(true, std::memory_order_release);
+}
+
+void Instance::postStatus(wire::CommandStatus status) {
+  std::lock_guard<std::mutex> lock(mailMu_);
+  outbox_.push_back(std::move(status));
+  mail_.store(true, std::memory_order_release);
+}
+
+void Instance::emitStatuses(std::vector<wire::CommandStatus> statuses) {
+  if (statuses.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(hooksMu_);
+    if (onStatus_) {
+      for (const wire::CommandStatus& st : statuses) onStatus_(st);
+    }
+  }
+  for (wire::CommandStatus& st : statuses) {
+    logInfo("probe", "rank " + std::to_string(config_.rank) + ": command " +
+                         st.command_id() + " " + st.state() +
+                         (st.detail().empty() ? "" : ": " + st.detail()));
+    if (transport_ != nullptr) transport_->addStatus(std::move(st));
+  }
+}
+
+void Instance::takeMail() {
+  if (!mail_.exchange(false, std::memory_order_acq_rel)) return;
+  std::vector<wire::Command> commands;
+  std::vector<wire::CommandStatus> statuses;
+  {
+    std::lock_guard<std::mutex> lock(mailMu_);
+    commands.swap(inbox_);
+    statuses.swap(outbox_);
+  }
+  emitStatuses(std::move(statuses));
+  for (const wire::Command& cmd : commands) {
+    handleCommand(cmd);
+    std::lock_guard<std::mutex> lock(hooksMu_);
+    if (onCommand_) onCommand_(cmd);
+  }
+}
+
+void Instance::handleCommand(const wire::Command& cmd) {
+  if (!cmd.job().empty() && cmd.job() != config_.job) {
+    logOnce(LogLevel::kWarn, "probe", "command-job-" + cmd.job(),
+            "ignored command '" + cmd.id() + "' for job '" + cmd.job() + "' (this probe is job '" +
+                config_.job + "')");
+    return;
+  }
+  if (cmd.ranks_size() > 0 &&
+      std::find(cmd.ranks().begin(), cmd.ranks().end(), config_.rank) == cmd.ranks().end()) {
+    return;  // for other ranks of the job
+  }
+  switch (cmd.kind_case()) {
+    case wire::Command::kCapture:
+      emitStatuses(capture_.start(cmd, folder_.lastStep(), flight_));
+      return;
+    case wire::Command::kStacks:
+      startStackDump(cmd);
+      return;
+    default: {
+      wire::CommandStatus st;
+      st.set_command_id(cmd.id());
+      st.set_job(config_.job);
+      st.set_rank(config_.rank);
+      st.set_state("failed");
+      st.set_detail("command '" + cmd.id() + "' has neither a capture nor a stacks part");
+      emitStatuses({std::move(st)});
+      return;
+    }
+  }
+}
+
+void Instance::startStackDump(const wire::Command& cmd) {
+  wire::CommandStatus st;
+  st.set_command_id(cmd.id().empty() ? cmd.stacks().capture_id() : cmd.id());
+  st.set_job(config_.job);
+  st.set_rank(config_.rank);
+#ifndef TRAINSCOPE_HAVE_UNWIND
+  st.set_state("failed");
+  st.set_detail("built without libunwind");
+  emitStatuses({std::move(st)});
+#else
+  if (stackBusy_.load(std::memory_order_acquire)) {
+    st.set_state("failed");
+    st.set_detail("a stack dump is already running on rank " + std::to_string(config_.rank));
+    emitStatuses({std::move(st)});
+    return;
+  }
+  if (stackWorker_.joinable()) stackWorker_.join();  // the previous one, finished
+  st.set_state("recording");
+  st.set_detail(hasStackProvider() ? "unwinding every thread, with Python stacks"
+                                   : "unwinding every thread");
+  wire::CommandStatus failed = st;
+  emitStatuses({std::move(st)});
+  // Its own thread: the signals must find the runtime thread free to answer, and the Python
+  // provider may wait up to 2 s for the GIL.
+  stackBusy_.store(true, std::memory_order_release);
+  try {
+    stackWorker_ = std::thread([this, cmd] {
+      wire::CommandStatus done;
+      try {
+        done = runStackCapture(cmd, identityFor(config_), config_.captureDir);
+      } catch (const std::exception& e) {
+        done.set_command_id(cmd.id());
+        done.set_job(config_.job);
+        done.set_rank(config_.rank);
+        done.set_state("failed");
+        done.set_detail(std::string("stack capture failed: ") + e.what());
+      }
+      postStatus(std::move(done));
+      stackBusy_.store(false, std::memory_order_release);
+    });
+  } catch (const std::exception& e) {
+    stackBusy_.store(false, std::memory_order_release);
+    failed.set_state("failed");
+    failed.set_detail(std::string("cannot start the stack dump thread: ") + e.what());
+    emitStatuses({std::move(failed)});
+  }
+#endif
+}
 
 void Instance::setOnReport(std::function<void(const wire::StepReport&)> fn) {
   std::lock_guard<std::mutex> lock(hooksMu_);
@@ -90,16 +243,8 @@ Status Instance::open(void* zmqContext) {
   t.endpoint = config_.endpoint;
   t.backlogReports = config_.backlogReports;
   transport_ = std::make_unique<Transport>(zmqContext, t, std::move(info));
-  transport_->onCommand = [this](const wire::Command& cmd) {
-    std::lock_guard<std::mutex> lock(hooksMu_);
-    if (onCommand_) {
-      onCommand_(cmd);
-    } else {
-      logOnce(LogLevel::kInfo, "probe", "command-ignored",
-              "received command '" + cmd.id() +
-                  "' from the agent; this probe does not run commands yet");
-    }
-  };
+  // Handled at the start of the next pass, outside the transport's receive loop.
+  transport_->onCommand = [this](const wire::Command& cmd) { submitCommand(cmd); };
   Status s = transport_->open();
   if (!s) transport_.reset();
   return s;
@@ -119,6 +264,7 @@ void Instance::service(int64_t nowNs, bool closing) {
     dropped += ringView_[i]->dropped();
   }
   records_.fetch_add(taken, std::memory_order_relaxed);
+  takeMail();
   dropped_.store(dropped, std::memory_order_relaxed);
   if (closing) {
     folder_.finish();
@@ -126,20 +272,35 @@ void Instance::service(int64_t nowNs, bool closing) {
     folder_.endPass();
   }
   std::vector<FoldedStep> folded = folder_.take();
+  std::vector<wire::CommandStatus> statuses;
   std::unique_lock<std::mutex> hooks(hooksMu_, std::defer_lock);
   if (!folded.empty()) hooks.lock();
   for (FoldedStep& f : folded) {
     f.report.set_dropped(dropped - droppedReported_);
     droppedReported_ = dropped;
     const int64_t step = f.report.step();
+    const int64_t startNs = f.report.start_ns();
+    const int64_t endNs = f.report.end_ns();
+    if (capture_.active()) {
+      if (auto st = capture_.offer(step, startNs, endNs, f.records)) {
+        statuses.push_back(std::move(*st));
+      }
+    }
     if (onReport_) onReport_(f.report);
     if (transport_ != nullptr) transport_->addReport(std::move(f.report));
-    flight_.add(step, std::move(f.records));
+    flight_.add(step, std::move(f.records), startNs, endNs);
     stepsFolded_.fetch_add(1, std::memory_order_relaxed);
   }
   if (hooks.owns_lock()) hooks.unlock();
+  emitStatuses(std::move(statuses));
   unattributed_.store(folder_.unattributed(), std::memory_order_relaxed);
   if (closing && !finished) {
+    // Statuses go before the goodbye: a capture cut short by the close writes what it has,
+    // and a stack dump in flight finishes (within its ~2.5 s deadlines).
+    if (stackWorker_.joinable()) stackWorker_.join();
+    mail_.store(true, std::memory_order_release);
+    takeMail();
+    if (auto st = capture_.close(folder_.lastStep())) emitStatuses({std::move(*st)});
     if (transport_ != nullptr) transport_->addGoodbye(folder_.lastStep(), wallNowNs());
     finished = true;
   }

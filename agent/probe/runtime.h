@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/probe/capture.h"
 #include "agent/probe/config.h"
 #include "agent/probe/flight_recorder.h"
 #include "agent/probe/fold.h"
@@ -48,9 +49,15 @@ class Instance {
   // Any thread. `fn` runs on the runtime thread with every report built (fold-only mode
   // included); keep it short, it delays every instance's draining.
   void setOnReport(std::function<void(const wire::StepReport&)> fn);
-  // Any thread. `fn` runs on the runtime thread for every Command from the agent (the seam
-  // for capture work); unset, commands are logged once and ignored.
+  // Any thread. `fn` runs on the runtime thread for every Command from the agent, besides
+  // the probe's own handling of it (captures and stack dumps, docs/CAPTURE.md).
   void setOnCommand(std::function<void(const wire::Command&)> fn);
+  // Any thread. `fn` runs on the runtime thread for every CommandStatus this instance sends
+  // (also in fold-only mode, where nothing is sent).
+  void setOnStatus(std::function<void(const wire::CommandStatus&)> fn);
+  // Any thread. Runs `cmd` as if the agent had sent it (at the runtime thread's next pass):
+  // for embedders without an agent, tests and benches.
+  void submitCommand(const wire::Command& cmd);
 
   // Runtime thread only.
   Status open(void* zmqContext);
@@ -67,6 +74,14 @@ class Instance {
   int64_t closeDeadlineNs = 0;              // set before closeRequested; monotonic
 
  private:
+  // Runtime thread: commands and statuses.
+  void takeMail();
+  void handleCommand(const wire::Command& cmd);
+  void startStackDump(const wire::Command& cmd);
+  void emitStatuses(std::vector<wire::CommandStatus> statuses);
+  // Any thread: queues a status for the runtime thread to send (the stack worker).
+  void postStatus(wire::CommandStatus status);
+
   const ProbeConfig config_;
   const uint64_t id_;
   std::atomic<Ring*> slots_[kMaxThreadSlots] = {};
@@ -82,6 +97,15 @@ class Instance {
   std::mutex hooksMu_;
   std::function<void(const wire::StepReport&)> onReport_;  // guarded by hooksMu_
   std::function<void(const wire::Command&)> onCommand_;    // guarded by hooksMu_
+  std::function<void(const wire::CommandStatus&)> onStatus_;  // guarded by hooksMu_
+
+  CaptureRecorder capture_;  // runtime thread
+  std::mutex mailMu_;
+  std::vector<wire::Command> inbox_;         // guarded by mailMu_
+  std::vector<wire::CommandStatus> outbox_;  // guarded by mailMu_ (stack worker results)
+  std::atomic<bool> mail_{false};            // inbox_ or outbox_ may be non-empty
+  std::thread stackWorker_;                  // runtime thread; one stack dump at a time
+  std::atomic<bool> stackBusy_{false};
 
   std::atomic<uint64_t> records_{0};
   std::atomic<uint64_t> dropped_{0};

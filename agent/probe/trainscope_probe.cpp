@@ -10,6 +10,7 @@
 
 #include "agent/probe/intern.h"
 #include "agent/probe/runtime.h"
+#include "agent/probe/stack_provider.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -96,7 +97,7 @@ inline void fill(Record* rec, RecordType type, uint8_t kind, uint32_t name, uint
   rec->reserved = 0;
   rec->name = name;
   rec->group = group;
-  rec->reserved2 = 0;
+  rec->ring = 0;
   rec->step = step;
   rec->t0 = t0;
   rec->t1 = t1;
@@ -337,6 +338,10 @@ void ts_probe_get_stats(ts_probe* probe, ts_probe_stats* out) {
     return;
   }
   reinterpret_cast<Instance*>(probe)->stats(out);
+}
+
+void ts_probe_set_stack_provider(ts_stack_provider provider, void* user) {
+  trainscope::probe::setStackProvider(provider, user);
 }
 
 const char* ts_last_error(void) {

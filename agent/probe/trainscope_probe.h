@@ -136,6 +136,19 @@ int32_t ts_probe_flush(ts_probe* probe, int32_t timeout_ms);
 
 void ts_probe_get_stats(ts_probe* probe, ts_probe_stats* out);
 
+/* A language runtime's stack provider, for stack captures (the Python package sets one).
+ * It writes into `buf` (room for `cap` bytes) a JSON object that maps native thread ids
+ * (decimal strings) to that thread's frames, innermost first:
+ *   {"1234": [{"function": "train_step", "file": "train.py", "line": 42}, ...], ...}
+ * and returns the length the JSON needs; when that is more than `cap`, nothing needs to be
+ * written and the probe calls again with that much room. It returns -1 on failure. The probe
+ * calls it from a short-lived thread of its own (never a signal handler, never the training
+ * thread) and waits at most about 2 s: a provider blocked on a lock (Python's GIL) leaves the
+ * capture without language stacks ("python": false) instead of hanging it, and the provider
+ * call finishes later on its own. Process-wide; NULL unregisters. Thread-safe. */
+typedef int64_t (*ts_stack_provider)(char* buf, int64_t cap, void* user);
+void ts_probe_set_stack_provider(ts_stack_provider provider, void* user);
+
 /* The last configuration error on this thread, or "". */
 const char* ts_last_error(void);
 

@@ -56,6 +56,13 @@ void Transport::addGoodbye(int64_t lastStep, int64_t nowWallNs) {
   queued_.push_back(std::move(env));
 }
 
+void Transport::addStatus(wire::CommandStatus status) {
+  if (queued_.empty()) firstQueuedNs_ = monotonicNowNs();
+  wire::Envelope env;
+  *env.mutable_command_status() = std::move(status);
+  queued_.push_back(std::move(env));
+}
+
 void Transport::queueHello(int64_t nowNs) {
   lastHelloNs_ = nowNs;
   // One hello waiting for its ack is enough; an absent agent must not fill the backlog.

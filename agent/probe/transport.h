@@ -40,6 +40,8 @@ class Transport {
 
   void addReport(wire::StepReport report);
   void addGoodbye(int64_t lastStep, int64_t nowWallNs);
+  // A command's status (captures): rides in the same acked, resent batches as the reports.
+  void addStatus(wire::CommandStatus status);
   // Receives acks/commands, cuts batches, sends and resends. `nowNs` is monotonic time;
   // `cutNow` sends whatever is queued without waiting for the batch interval.
   void service(int64_t nowNs, bool cutNow);
