@@ -1,12 +1,16 @@
 #include "collector/http/server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
+#include <mutex>
 #include <optional>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -59,8 +63,9 @@ bool changesSomething(bhttp::verb method) {
          method != bhttp::verb::options;
 }
 
-// What sessions share: options, the API and the registry of live sessions (for stop()).
-// Only touched on the I/O thread, except options and api, which are read-only.
+// What sessions share: options, the API, the registries of sessions (for stop()) and the
+// live feed. options, store and api are read-only and used from any thread; the registries
+// and the flags below are guarded by `mu`; the feed is used on `liveStrand` only.
 struct ServerCore {
   ServerCore(HttpOptions opts, storage::Store& store)
       : options(std::move(opts)), store(store), api(options, store, clock), feed(store, clock) {}
@@ -68,24 +73,46 @@ struct ServerCore {
   storage::Store& store;
   SystemClock clock;
   Api api;
-  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+  // Requests that change something run one at a time (a capture request checks what is
+  // running before it starts one); reads run side by side.
+  std::mutex changeMu;
+
+  std::mutex mu;
+  std::condition_variable sessionsGone;  // notified when `sessions` becomes empty while stopping
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;                // guarded by mu
+  std::unordered_map<LiveSession*, std::weak_ptr<LiveSession>> liveSessions;    // guarded by mu
+  // Set by stop(): responses being written may finish, nothing new is read. Read unlocked
+  // by sessions deciding keep-alive.
+  std::atomic<bool> stopping{false};
+
   // WebSocket clients of the live feed, and the timer that polls the store for them (runs
-  // only while at least one is connected).
+  // only while at least one is connected). All on liveStrand.
+  asio::strand<asio::io_context::executor_type>* liveStrand = nullptr;  // set by Impl
   LiveFeed feed;
-  std::unordered_map<LiveSession*, std::weak_ptr<LiveSession>> liveSessions;
   asio::steady_timer* liveTimer = nullptr;
   bool liveTicking = false;
   RateLimitedLog liveLog{std::chrono::seconds(10)};
-  // Set by stop(): responses being written may finish, nothing new is read.
-  bool stopping = false;
-  // Bounds how long stop() waits for those responses; cancelled when the last one is done.
-  asio::steady_timer* stopGrace = nullptr;
+
+  template <typename T>
+  std::vector<std::shared_ptr<T>> lockAll(std::unordered_map<T*, std::weak_ptr<T>>& map) {
+    std::vector<std::shared_ptr<T>> out;
+    std::lock_guard lock(mu);
+    for (auto& [ptr, weak] : map) {
+      if (auto s = weak.lock()) out.push_back(std::move(s));
+    }
+    return out;
+  }
 };
 
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(HttpOptions opts, storage::Store& store) : core(std::move(opts), store) {}
+  Impl(HttpOptions opts, storage::Store& store)
+      : core(std::move(opts), store),
+        threadCount(static_cast<size_t>(std::max(1, core.options.ioThreads))),
+        ioc(static_cast<int>(threadCount)) {
+    core.liveStrand = &liveStrand;
+  }
 
   void doAccept();
   void closeAll();
@@ -94,12 +121,15 @@ struct HttpServer::Impl {
   // while ioc is destroyed.
   ServerCore core;
   HttpOptions& options = core.options;
-  asio::io_context ioc{1};
-  tcp::acceptor acceptor{ioc};
-  asio::steady_timer acceptRetry{ioc};
-  asio::steady_timer stopGrace{ioc};
-  asio::steady_timer liveTimer{ioc};
-  std::thread thread;
+  size_t threadCount;
+  asio::io_context ioc;
+  // The acceptor and its retry timer live on one strand; so does closeAll().
+  asio::strand<asio::io_context::executor_type> acceptStrand{asio::make_strand(ioc)};
+  tcp::acceptor acceptor{acceptStrand};
+  asio::steady_timer acceptRetry{acceptStrand};
+  asio::strand<asio::io_context::executor_type> liveStrand{asio::make_strand(ioc)};
+  asio::steady_timer liveTimer{liveStrand};
+  std::vector<std::thread> threads;
   std::atomic<uint16_t> port{0};
   bool running = false;  // owner thread only
   RateLimitedLog acceptLog{std::chrono::seconds(10)};
@@ -108,33 +138,41 @@ struct HttpServer::Impl {
 namespace {
 
 // One client connection: read a request, answer it, repeat while keep-alive holds.
-// Lives on the I/O thread only.
+// Runs on its socket's strand; close() may be posted from anywhere.
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, ServerCore& server) : stream_(std::move(socket)), server_(server) {}
   ~Session() {
+    std::lock_guard lock(server_.mu);
     server_.sessions.erase(this);
-    if (server_.stopping && server_.sessions.empty() && server_.stopGrace != nullptr) {
-      server_.stopGrace->cancel();
-    }
+    if (server_.stopping && server_.sessions.empty()) server_.sessionsGone.notify_all();
   }
-
-  // True while a response is being written; stop() lets it finish.
-  bool busy() const { return busy_; }
 
   void start() {
-    server_.sessions.emplace(this, weak_from_this());
-    doRead();
+    {
+      std::lock_guard lock(server_.mu);
+      server_.sessions.emplace(this, weak_from_this());
+    }
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->doRead(); });
   }
 
+  // For stop(): closes the connection unless a request is being answered (that one closes
+  // itself once its response is written), or always when `force`. Any thread.
+  void closeLater(bool force) {
+    asio::post(stream_.get_executor(), [self = shared_from_this(), force] {
+      if (force || !self->busy_) self->close();
+    });
+  }
+
+ private:
   void close() {
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.close();
   }
 
- private:
   void doRead() {
+    if (server_.stopping) return;
     parser_.emplace();
     parser_->body_limit(server_.options.maxBodyBytes);
     parser_->header_limit(kMaxHeaderBytes);
@@ -167,6 +205,8 @@ class Session : public std::enable_shared_from_this<Session> {
       sendError(400, "malformed HTTP request: " + ec.message());
       return;
     }
+    // From here until the response is written, stop() lets this connection finish.
+    busy_ = true;
     const auto& req = parser_->get();
     auto method = req.method_string();
     auto target = req.target();
@@ -197,14 +237,21 @@ class Session : public std::enable_shared_from_this<Session> {
              req.version(), req.keep_alive());
         return;
       }
+      busy_ = false;
       startLive();
       return;
     }
     auto acceptEncoding = req[bhttp::field::accept_encoding];
     bool acceptsGzip = std::string_view(acceptEncoding.data(), acceptEncoding.size()).find("gzip") !=
                        std::string_view::npos;
-    ApiResponse r = server_.api.handle(std::string_view(method.data(), method.size()), targetView,
-                                       req.body(), acceptsGzip);
+    std::string_view methodView(method.data(), method.size());
+    ApiResponse r;
+    if (changesSomething(req.method())) {
+      std::lock_guard lock(server_.changeMu);
+      r = server_.api.handle(methodView, targetView, req.body(), acceptsGzip);
+    } else {
+      r = server_.api.handle(methodView, targetView, req.body(), acceptsGzip);
+    }
     send(std::move(r), req.version(), req.keep_alive());
   }
 
@@ -227,6 +274,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // An error found before a request could be parsed: answer and close, since the rest of
   // the stream cannot be trusted to start at a request boundary.
   void sendError(unsigned status, const std::string& message) {
+    busy_ = true;
     send(errorResponse(status, message), 11, false);
   }
 
@@ -242,7 +290,6 @@ class Session : public std::enable_shared_from_this<Session> {
     res_.body() = std::move(r.body);
     res_.prepare_payload();
     stream_.expires_after(std::chrono::milliseconds(server_.options.readTimeoutMs));
-    busy_ = true;
     bhttp::async_write(stream_, res_, [self = shared_from_this()](beast::error_code ec, size_t) {
       self->onWrite(ec);
     });
@@ -264,15 +311,19 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   bhttp::response<bhttp::string_body> res_;
   ServerCore& server_;
-  bool busy_ = false;
+  bool busy_ = false;  // a request is being answered (strand only)
 };
 
 // One WebSocket client of the live feed: gets a snapshot, then every delta. What it sends is
-// ignored (reads only keep control frames flowing). I/O thread only.
+// ignored (reads only keep control frames flowing). Runs on its socket's strand; send() and
+// closeLater() may be called from any thread.
 class LiveSession : public std::enable_shared_from_this<LiveSession> {
  public:
   LiveSession(tcp::socket socket, ServerCore& server) : ws_(std::move(socket)), server_(server) {}
-  ~LiveSession() { server_.liveSessions.erase(this); }
+  ~LiveSession() {
+    std::lock_guard lock(server_.mu);
+    server_.liveSessions.erase(this);
+  }
 
   void start(bhttp::request<bhttp::string_body> req) {
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
@@ -284,6 +335,19 @@ class LiveSession : public std::enable_shared_from_this<LiveSession> {
   }
 
   void send(std::shared_ptr<const std::string> message) {
+    asio::post(ws_.get_executor(), [self = shared_from_this(), m = std::move(message)]() mutable {
+      self->queue(std::move(m));
+    });
+  }
+
+  void closeLater() {
+    asio::post(ws_.get_executor(), [self = shared_from_this()] { self->close(); });
+  }
+
+ private:
+  void onAccept(beast::error_code ec);
+
+  void queue(std::shared_ptr<const std::string> message) {
     if (closed_) return;
     if (queue_.size() >= server_.options.liveMaxQueued) {
       // A client that stopped reading: drop it rather than hold updates without bound; it
@@ -304,9 +368,6 @@ class LiveSession : public std::enable_shared_from_this<LiveSession> {
     beast::get_lowest_layer(ws_).socket().shutdown(tcp::socket::shutdown_both, ec);
     beast::get_lowest_layer(ws_).close();
   }
-
- private:
-  void onAccept(beast::error_code ec);
 
   void doRead() {
     ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -334,15 +395,18 @@ class LiveSession : public std::enable_shared_from_this<LiveSession> {
 
   websocket::stream<beast::tcp_stream> ws_;
   beast::flat_buffer buffer_;
-  std::deque<std::shared_ptr<const std::string>> queue_;
+  std::deque<std::shared_ptr<const std::string>> queue_;  // strand only
   ServerCore& server_;
-  bool closed_ = false;
+  bool closed_ = false;  // strand only
 };
 
+void armLiveTimer(ServerCore& core, int delayMs);
+
 // Polls the store and sends what changed to every live client; re-arms itself while any
-// client is connected.
+// client is connected. On liveStrand.
 void liveTick(ServerCore& core) {
-  if (core.liveSessions.empty() || core.stopping || core.liveTimer == nullptr) {
+  auto clients = core.lockAll(core.liveSessions);
+  if (clients.empty() || core.stopping || core.liveTimer == nullptr) {
     core.liveTicking = false;
     return;
   }
@@ -351,54 +415,56 @@ void liveTick(ServerCore& core) {
     core.liveLog.log(LogLevel::kWarn, "http", delta.message());
   } else if (!delta->empty()) {
     auto message = std::make_shared<const std::string>(std::move(*delta));
-    std::vector<std::shared_ptr<LiveSession>> live;
-    for (auto& [ptr, weak] : core.liveSessions) {
-      if (auto s = weak.lock()) live.push_back(std::move(s));
-    }
-    for (auto& s : live) s->send(message);
+    for (auto& s : clients) s->send(message);
   }
-  core.liveTimer->expires_after(
-      std::chrono::milliseconds(std::max(10, core.options.liveIntervalMs)));
-  core.liveTimer->async_wait([&core](beast::error_code ec) {
+  armLiveTimer(core, std::max(10, core.options.liveIntervalMs));
+}
+
+void armLiveTimer(ServerCore& core, int delayMs) {
+  core.liveTimer->expires_after(std::chrono::milliseconds(delayMs));
+  core.liveTimer->async_wait(asio::bind_executor(*core.liveStrand, [&core](beast::error_code ec) {
     if (ec) {
       core.liveTicking = false;
       return;
     }
     liveTick(core);
-  });
+  }));
 }
 
 void LiveSession::onAccept(beast::error_code ec) {
   if (ec || server_.stopping) return;
-  server_.liveSessions.emplace(this, weak_from_this());
-  if (!server_.liveTicking && server_.liveTimer != nullptr) {
-    // The first client: take the baseline now, so the first delta holds only what is new
-    // after the snapshot below.
-    if (auto baseline = server_.feed.poll(); !baseline) {
-      server_.liveLog.log(LogLevel::kWarn, "http", baseline.message());
-    }
-    server_.liveTicking = true;
-    server_.liveTimer->expires_after(std::chrono::milliseconds(server_.options.liveIntervalMs));
-    server_.liveTimer->async_wait([&core = server_](beast::error_code wec) {
-      if (wec) {
-        core.liveTicking = false;
-        return;
-      }
-      liveTick(core);
-    });
-  }
-  auto snapshot = server_.feed.snapshot();
-  if (!snapshot) {
-    std::string err = nlohmann::json{{"type", "error"}, {"error", snapshot.message()}}.dump();
-    send(std::make_shared<const std::string>(std::move(err)));
-  } else {
-    send(std::make_shared<const std::string>(std::move(*snapshot)));
-  }
   doRead();
+  // Registering, the baseline and the snapshot happen on the feed's strand, so the snapshot
+  // and the deltas after it reach this client in order.
+  asio::post(*server_.liveStrand, [self = shared_from_this()] {
+    ServerCore& core = self->server_;
+    {
+      std::lock_guard lock(core.mu);
+      if (core.stopping) return;
+      core.liveSessions.emplace(self.get(), self->weak_from_this());
+    }
+    if (!core.liveTicking && core.liveTimer != nullptr) {
+      // The first client: take the baseline now, so the first delta holds only what is new
+      // after the snapshot below.
+      if (auto baseline = core.feed.poll(); !baseline) {
+        core.liveLog.log(LogLevel::kWarn, "http", baseline.message());
+      }
+      core.liveTicking = true;
+      armLiveTimer(core, core.options.liveIntervalMs);
+    }
+    auto snapshot = core.feed.snapshot();
+    if (!snapshot) {
+      std::string err = nlohmann::json{{"type", "error"}, {"error", snapshot.message()}}.dump();
+      self->send(std::make_shared<const std::string>(std::move(err)));
+    } else {
+      self->send(std::make_shared<const std::string>(std::move(*snapshot)));
+    }
+  });
 }
 
 void Session::startLive() {
-  // The WebSocket takes the socket over; this HTTP session ends when the handler returns.
+  // The WebSocket takes the socket over (and its strand); this HTTP session ends when the
+  // handler returns.
   beast::get_lowest_layer(stream_).expires_never();
   auto live = std::make_shared<LiveSession>(stream_.release_socket(), server_);
   live->start(parser_->release());
@@ -407,7 +473,9 @@ void Session::startLive() {
 }  // namespace
 
 void HttpServer::Impl::doAccept() {
-  acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
+  // Each connection gets its own strand: its handlers never run at the same time, while
+  // different connections are served by different threads.
+  acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
     if (ec) {
       // E.g. out of file descriptors: back off briefly instead of spinning.
@@ -423,43 +491,17 @@ void HttpServer::Impl::doAccept() {
   });
 }
 
+// On acceptStrand: stops accepting and closes every idle connection and live client.
 void HttpServer::Impl::closeAll() {
   beast::error_code ec;
   acceptor.close(ec);
   acceptRetry.cancel();
-  core.stopping = true;
-  liveTimer.cancel();
-  core.liveTimer = nullptr;
-  std::vector<std::shared_ptr<LiveSession>> liveClients;
-  for (auto& [ptr, weak] : core.liveSessions) {
-    if (auto s = weak.lock()) liveClients.push_back(std::move(s));
-  }
-  for (auto& s : liveClients) s->close();
-  // Copy first: closing cancels handlers, which may destroy sessions and edit the map.
-  std::vector<std::shared_ptr<Session>> live;
-  for (auto& [ptr, weak] : core.sessions) {
-    if (auto s = weak.lock()) live.push_back(std::move(s));
-  }
-  bool anyBusy = false;
-  for (auto& s : live) {
-    if (s->busy()) {
-      anyBusy = true;  // closes itself once its response is written
-    } else {
-      s->close();
-    }
-  }
-  if (!anyBusy) return;
-  core.stopGrace = &stopGrace;
-  stopGrace.expires_after(kStopGrace);
-  stopGrace.async_wait([this](beast::error_code ec) {
-    core.stopGrace = nullptr;
-    if (ec) return;
-    std::vector<std::shared_ptr<Session>> stuck;
-    for (auto& [ptr, weak] : core.sessions) {
-      if (auto s = weak.lock()) stuck.push_back(std::move(s));
-    }
-    for (auto& s : stuck) s->close();
+  asio::post(*core.liveStrand, [this] {
+    liveTimer.cancel();
+    core.liveTimer = nullptr;
   });
+  for (auto& s : core.lockAll(core.liveSessions)) s->closeLater();
+  for (auto& s : core.lockAll(core.sessions)) s->closeLater(false);
 }
 
 HttpServer::HttpServer(HttpOptions options, storage::Store& store)
@@ -493,27 +535,41 @@ Status HttpServer::start() {
   s.core.feed.reset();
   s.ioc.restart();
   s.doAccept();
-  s.thread = std::thread([&s] {
-    for (;;) {
-      try {
-        s.ioc.run();
-        return;
-      } catch (const std::exception& e) {
-        logError("http", std::string("I/O loop error, continuing: ") + e.what());
+  for (size_t i = 0; i < s.threadCount; ++i) {
+    s.threads.emplace_back([&s] {
+      for (;;) {
+        try {
+          s.ioc.run();
+          return;
+        } catch (const std::exception& e) {
+          logError("http", std::string("I/O loop error, continuing: ") + e.what());
+        }
       }
-    }
-  });
+    });
+  }
   s.running = true;
-  logInfo("http", "serving on " + endpointText(s.options.address, s.port.load()));
+  logInfo("http", "serving on " + endpointText(s.options.address, s.port.load()) + " with " +
+                      std::to_string(s.threadCount) + " I/O threads");
   return Status::ok();
 }
 
 void HttpServer::stop() {
   Impl& s = *impl_;
   if (!s.running) return;
-  asio::post(s.ioc, [&s] { s.closeAll(); });
-  // The loop returns once every cancelled handler has run and nothing is left to wait on.
-  s.thread.join();
+  {
+    std::lock_guard lock(s.core.mu);
+    s.core.stopping = true;
+  }
+  asio::post(s.acceptStrand, [&s] { s.closeAll(); });
+  // Responses being written may finish within the grace; then whoever is left is closed.
+  {
+    std::unique_lock lock(s.core.mu);
+    s.core.sessionsGone.wait_for(lock, kStopGrace, [&s] { return s.core.sessions.empty(); });
+  }
+  for (auto& session : s.core.lockAll(s.core.sessions)) session->closeLater(true);
+  // Each loop returns once every cancelled handler has run and nothing is left to wait on.
+  for (auto& t : s.threads) t.join();
+  s.threads.clear();
   s.running = false;
 }
 

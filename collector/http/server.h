@@ -1,7 +1,9 @@
 // The collector's HTTP server (Boost.Beast): the JSON API under /api/v1/, /healthz, /metrics
-// (Prometheus), the live WebSocket /api/v1/live and the dashboard's static files. It owns its
-// I/O thread; start() and stop() are called from the thread that owns the collector. Handlers
-// read the Store, which is safe from any thread.
+// (Prometheus), the live WebSocket /api/v1/live and the dashboard's static files. It owns a
+// small pool of I/O threads (HttpOptions::ioThreads); each connection runs on its own strand,
+// so requests on different connections are handled side by side. start() and stop() are called
+// from the thread that owns the collector. Handlers read the Store, which is safe from any
+// thread; requests that change something (POST, ...) are handled one at a time.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,8 @@
 #include "common/status.h"
 
 namespace trainscope::http {
+
+class CaptureService;  // api.h
 
 struct HttpOptions {
   std::string address = "127.0.0.1";  // bind address; only loopback unless told otherwise
@@ -26,7 +30,8 @@ struct HttpOptions {
   // "Authorization: Bearer <authToken>", else 401. "" leaves them open (loopback use only).
   std::string authToken;
   // Text in Prometheus exposition format appended to /metrics (the collector's ingest
-  // counters, see metrics.h ingestMetricsText). Called on the I/O thread; must be quick.
+  // counters, see metrics.h ingestMetricsText). Called on an I/O thread, possibly on several
+  // at once (one per scrape in flight); must be quick and thread-safe.
   std::function<std::string()> extraMetrics;
   // How often the live feed (/api/v1/live) reads the store for changes while a client is
   // connected: shorter is fresher, longer costs fewer store queries.
@@ -37,6 +42,14 @@ struct HttpOptions {
   // A live client whose unsent updates exceed this many messages is disconnected (it
   // reconnects and gets a fresh snapshot): bounds memory per slow client.
   size_t liveMaxQueued = 64;
+  // The capture stage behind POST /api/v1/jobs/{job}/captures and the capture file routes
+  // (docs/CAPTURE.md); the collector wires it in. Null: that POST answers 503 "captures are off"
+  // (stored captures are still listed).
+  std::shared_ptr<CaptureService> captures;
+  // Threads that run request handlers. More lets a slow request (a large page) not hold up
+  // the others (the dashboard's first load sends several at once); each costs a stack and, in
+  // the store, contention on its read connection. At least 1.
+  int ioThreads = 4;
 };
 
 class HttpServer {
@@ -46,10 +59,11 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds and starts serving on a background thread. Fails with a message naming the
+  // Binds and starts serving on ioThreads background threads. Fails with a message naming the
   // address when it cannot bind.
   Status start();
-  // Stops accepting, closes connections and joins the thread. Idempotent.
+  // Stops accepting, closes connections (responses being written get up to 2 s to finish)
+  // and joins the threads. Idempotent.
   void stop();
   // The bound port (useful with port 0).
   uint16_t port() const;

@@ -4,31 +4,37 @@
 // Usage (binaries from a build dir):
 //   TRAINSCOPE_COLLECTOR_BIN=... TRAINSCOPE_AGENT_BIN=... TRAINSCOPE_SIMTRAIN_BIN=...
 //   TRAINSCOPE_SOURCE_ROOT=/work/main node measure.mjs [RANKS] [STEPS]
+// or against a server that already holds the job (tools/bench/dashboard_load_bench --browser
+// runs it so): TRAINSCOPE_BENCH_URL=http://127.0.0.1:PORT TRAINSCOPE_BENCH_JOB=bench node
+// measure.mjs RANKS STEPS
 import { Stack, chromiumPath, playwright, waitFor } from './stack.mjs';
 
 const ranks = Number(process.argv[2] || 64);
 const steps = Number(process.argv[3] || 10000);
-const job = 'bench';
+const job = process.env.TRAINSCOPE_BENCH_JOB || 'bench';
+const given = process.env.TRAINSCOPE_BENCH_URL;
 const exe = chromiumPath();
 const { chromium } = await playwright();
 const stack = new Stack();
 let browser;
 try {
-  const base = await stack.startCollector();
-  await stack.startAgent('node-a');
-  const t0 = Date.now();
-  const sim = stack.startSim(['--job', job, '--ranks', String(ranks), '--steps', String(steps), '--fast',
-    '--inject', 'straggler:rank=3,from=100,factor=1.5']);
-  await new Promise((r) => sim.once('exit', r));
-  await waitFor(async () => {
-    const j = await (await fetch(base + '/api/v1/jobs')).json();
-    return j.jobs.length && j.jobs[0].step_rows >= ranks * steps;
-  }, 600000, 'all rows stored');
-  console.log(`stored ${ranks} x ${steps} = ${ranks * steps} step rows in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  const base = given || await stack.startCollector();
+  if (!given) {
+    await stack.startAgent('node-a');
+    const t0 = Date.now();
+    const sim = stack.startSim(['--job', job, '--ranks', String(ranks), '--steps', String(steps), '--fast',
+      '--inject', 'straggler:rank=3,from=100,factor=1.5']);
+    await new Promise((r) => sim.once('exit', r));
+    await waitFor(async () => {
+      const j = await (await fetch(base + '/api/v1/jobs')).json();
+      return j.jobs.length && j.jobs[0].step_rows >= ranks * steps;
+    }, 600000, 'all rows stored');
+    console.log(`stored ${ranks} x ${steps} = ${ranks * steps} step rows in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  }
 
   browser = await chromium.launch({ executablePath: exe, args: ['--no-sandbox', '--disable-gpu'] });
   const loads = [];
-  for (let i = 0; i < 3; i++) {
+  for (let i = 0; i < 5; i++) {
     const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
     const start = Date.now();
     await page.goto(`${base}/#/jobs/${job}`);

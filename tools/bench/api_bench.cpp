@@ -1,0 +1,167 @@
+// api_bench: JSON API latency of the job summary with many step rows stored (default 10
+// million: 1,024 ranks x 9,766 steps). Fills a SQLite store straight through Store::write in
+// big transactions (prints how long that took), starts the collector's HTTP server on it and
+// times, over one keep-alive connection, GET /api/v1/jobs/{job}/summary the way its clients
+// ask for it: the dashboard's step chart (latest 1,000 steps), the default page (first 1,000
+// steps), the jobs page's current step time (latest 2 steps), and /api/v1/jobs. Prints p50,
+// p99 and max per request. Prints numbers; asserts nothing.
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "collector/http/server.h"
+#include "collector/storage/store.h"
+#include "common/log.h"
+#include "tools/bench/api_bench_common.h"
+
+using namespace trainscope;
+
+namespace {
+
+struct Options {
+  bench::FillOptions fill;
+  std::string dataDir;  // "" = a temp dir, removed at exit
+  bool reuse = false;   // keep the database found in dataDir
+  int requests = 200;   // per kind of request
+  int ioThreads = 4;
+};
+
+int run(const Options& o) {
+  std::string dir = o.dataDir;
+  bool temp = dir.empty();
+  if (temp) {
+    char tmpl[] = "/tmp/trainscope-apibench-XXXXXX";
+    dir = mkdtemp(tmpl);
+  }
+  std::filesystem::create_directories(dir);
+  storage::SqliteOptions so;
+  so.path = (std::filesystem::path(dir) / "trainscope.db").string();
+  so.retentionNs = 0;
+  bool exists = std::filesystem::exists(so.path);
+  if (exists && !o.reuse) {
+    std::fprintf(stderr, "--data-dir: %s already holds a database (pass --reuse to use it)\n",
+                 so.path.c_str());
+    return 2;
+  }
+  auto store = storage::openSqliteStore(so);
+  if (!store) {
+    std::fprintf(stderr, "%s\n", store.message().c_str());
+    return 1;
+  }
+  if (!exists) {
+    const auto rows = static_cast<unsigned long long>(o.fill.ranks) *
+                      static_cast<unsigned long long>(o.fill.steps);
+    std::printf("filling %u ranks x %lld steps = %llu rows into %s\n", o.fill.ranks,
+                static_cast<long long>(o.fill.steps), rows, so.path.c_str());
+    std::fflush(stdout);
+    auto took = bench::fillStore(**store, o.fill);
+    if (!took) {
+      std::fprintf(stderr, "%s\n", took.message().c_str());
+      return 1;
+    }
+    std::printf("fill: %llu rows in %.1f s (%.0f rows/s), %.2f GB on disk\n", rows, *took,
+                static_cast<double>(rows) / *took,
+                static_cast<double>((*store)->stats().bytesOnDisk) / 1e9);
+  }
+  int64_t latest = -1;
+  uint64_t stored = 0;
+  if (auto jobs = (*store)->jobs()) {
+    for (const auto& j : *jobs) {
+      if (j.job == o.fill.job) {
+        latest = j.latestStep;
+        stored = j.stepRows;
+      }
+    }
+  }
+  if (latest < 0) {
+    std::fprintf(stderr, "job '%s' is not in the store\n", o.fill.job.c_str());
+    return 1;
+  }
+  std::printf("job %s: %llu step rows, latest step %lld\n", o.fill.job.c_str(),
+              static_cast<unsigned long long>(stored), static_cast<long long>(latest));
+
+  http::HttpOptions ho;
+  ho.port = 0;
+  ho.ioThreads = o.ioThreads;
+  http::HttpServer server(ho, **store);
+  if (auto s = server.start(); !s) {
+    std::fprintf(stderr, "%s\n", s.message().c_str());
+    return 1;
+  }
+  const std::string base = "/api/v1/jobs/" + o.fill.job;
+  auto from = [&](int64_t back) { return std::to_string(std::max<int64_t>(0, latest - back)); };
+  struct Kind {
+    const char* name;
+    std::string target;
+  };
+  std::vector<Kind> kinds = {
+      {"summary, latest 1000 steps (step chart)", base + "/summary?from=" + from(999)},
+      {"summary, default page (first 1000 steps)", base + "/summary"},
+      {"summary, latest 2 steps (jobs page)", base + "/summary?from=" + from(1)},
+      {"jobs list", "/api/v1/jobs"},
+  };
+  bench::HttpClient client(server.port());
+  std::printf("\n%d requests each, one connection, ms:\n", o.requests);
+  std::printf("  %-44s %8s %8s %8s %8s %10s\n", "request", "first", "p50", "p99", "max", "bytes");
+  for (const auto& k : kinds) {
+    std::vector<double> ms;
+    size_t bytes = 0;
+    double first = 0;
+    for (int i = 0; i < o.requests; ++i) {
+      auto t = client.get(k.target);
+      if (t.status != 200) {
+        std::fprintf(stderr, "%s answered %u\n", k.target.c_str(), t.status);
+        return 1;
+      }
+      if (i == 0) first = t.ms;
+      bytes = t.bytes;
+      ms.push_back(t.ms);
+    }
+    std::printf("  %-44s %8.1f %8.1f %8.1f %8.1f %10zu\n", k.name, first,
+                bench::percentile(ms, 50), bench::percentile(ms, 99),
+                bench::percentile(ms, 100), bytes);
+    std::fflush(stdout);
+  }
+  server.stop();
+  store->reset();
+  if (temp) std::filesystem::remove_all(dir);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  o.fill.ranks = 1024;
+  o.fill.steps = 9766;  // 1,024 x 9,766 = 10,000,384 rows
+  o.fill.ops = 4;
+  o.fill.collectives = 1;
+  o.fill.rowsPerTxn = 200000;
+  CLI::App app{"JSON API p50/p99 of the job summary with millions of step rows stored."};
+  app.add_option("--ranks", o.fill.ranks, "ranks of the synthetic job")->capture_default_str();
+  app.add_option("--steps", o.fill.steps, "steps of the synthetic job (rows = ranks x steps)")
+      ->capture_default_str();
+  app.add_option("--ops", o.fill.ops, "operators per step report (in each row's detail)")
+      ->capture_default_str();
+  app.add_option("--rows-per-txn", o.fill.rowsPerTxn, "rows per fill transaction")
+      ->capture_default_str();
+  app.add_option("--job", o.fill.job, "job name")->capture_default_str();
+  app.add_option("--data-dir", o.dataDir,
+                 "directory for trainscope.db; default a temp dir removed at exit");
+  app.add_flag("--reuse", o.reuse, "use the database already in --data-dir instead of filling");
+  app.add_option("--requests", o.requests, "requests timed per kind")->capture_default_str();
+  app.add_option("--io-threads", o.ioThreads, "HTTP server I/O threads")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (o.fill.ranks == 0 || o.fill.steps <= 0 || o.requests < 1 || o.fill.rowsPerTxn == 0) {
+    std::fprintf(stderr, "--ranks, --steps, --requests and --rows-per-txn must be at least 1\n");
+    return 2;
+  }
+  setLogLevel(LogLevel::kWarn);
+  return run(o);
+}
