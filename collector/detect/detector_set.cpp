@@ -1,6 +1,9 @@
 #include "collector/detect/detector_set.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <deque>
+#include <set>
 
 #include "collector/detect/hang.h"
 #include "collector/detect/op_regression.h"
@@ -11,36 +14,158 @@
 
 namespace trainscope::detect {
 
-struct DetectorSet::Job {
-  Job(const std::string& name, const DetectOptions& o, EventLog* log)
-      : assembler(name, o.assembly),
-        stepShift(name, o.stepShift, log),
-        straggler(name, o.straggler, log),
-        slowComm(name, o.slowComm, log),
-        opRegression(name, o.opRegression, log),
-        hang(name, o.hang, log) {}
+namespace {
 
-  void judge(std::vector<AssembledStep>& steps) {
-    for (const AssembledStep& s : steps) {
-      stepShift.onStep(s);
-      straggler.onStep(s);
-      slowComm.onStep(s);
-      opRegression.onStep(s);
-      ++stepsJudged;
-    }
-    steps.clear();
+// The time per step an anomaly adds (evidence added_ms_per_step); 0 when it does not say.
+double addedMs(const Anomaly& a) {
+  auto it = a.evidence.find("added_ms_per_step");
+  return it == a.evidence.end() ? 0.0 : it->second;
+}
+
+bool heldKind(const Anomaly& a) {
+  if (a.kind == AnomalyKind::kStraggler) return true;
+  if (a.kind != AnomalyKind::kStepShift) return false;
+  auto it = a.labels.find("direction");
+  return it != a.labels.end() && it->second == "slower";
+}
+
+bool explainerKind(AnomalyKind k) {
+  return k == AnomalyKind::kStraggler || k == AnomalyKind::kOpRegression ||
+         k == AnomalyKind::kSlowComm;
+}
+
+// Whether `by` explains `held` (see FoldOptions): same event (onsets close), the right kind
+// and place, and enough of the added time per step.
+bool explains(const Anomaly& by, const Anomaly& held, const FoldOptions& o) {
+  if (by.id == held.id) return false;
+  if (std::llabs(by.onsetStep - held.onsetStep) > o.onsetSteps) return false;
+  const double need = addedMs(held);
+  if (need <= 0.0 || addedMs(by) < o.minExplained * need) return false;
+  if (held.kind == AnomalyKind::kStraggler) {
+    auto scope = by.labels.find("scope");
+    return by.kind == AnomalyKind::kOpRegression && scope != by.labels.end() &&
+           scope->second == "rank" && by.ranks == held.ranks;
   }
+  return explainerKind(by.kind);
+}
 
+constexpr size_t kExplainerHistory = 256;
+
+}  // namespace
+
+struct DetectorSet::Job {
+  Job(const std::string& name, const DetectOptions& o)
+      : assembler(name, o.assembly),
+        stepShift(name, o.stepShift, &staged),
+        straggler(name, o.straggler, &staged),
+        slowComm(name, o.slowComm, &staged),
+        opRegression(name, o.opRegression, &staged),
+        hang(name, o.hang, &staged) {}
+
+  struct Held {
+    Anomaly anomaly;
+    int age = 0;                    // judged steps waited
+    std::vector<Anomaly> updates;   // its resolution, when it came while held
+  };
+
+  EventLog staged;  // the detectors' events before folding (declared first: they point here)
   StepAssembler assembler;
   StepShiftDetector stepShift;
   StragglerDetector straggler;
   SlowCommDetector slowComm;
   OpRegressionDetector opRegression;
   HangDetector hang;
+  std::vector<Held> held;
+  std::deque<Anomaly> explainers;   // recent stragglers, op regressions and slow comms
+  std::set<std::string> folded;     // ids whose resolution is dropped too
   uint32_t worldSize = 0;
   uint64_t lastUse = 0;
   uint64_t stepsJudged = 0;
 };
+
+void DetectorSet::publish(Anomaly a) {
+  if (a.state == AnomalyState::kOpen) {
+    ++opened_;
+  } else {
+    ++resolved_;
+  }
+  out_.push_back(std::move(a));
+}
+
+void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
+  std::vector<Anomaly> events = j.staged.take();
+  auto remember = [&](const Anomaly& a) {
+    j.explainers.push_back(a);
+    if (j.explainers.size() > kExplainerHistory) j.explainers.pop_front();
+  };
+  // Explainers first, so a straggler and the op regression that explains it, opened on the
+  // same step, fold at once.
+  for (const Anomaly& a : events) {
+    if (a.state == AnomalyState::kOpen && explainerKind(a.kind)) remember(a);
+  }
+  for (Anomaly& a : events) {
+    if (a.state == AnomalyState::kOpen) {
+      if (heldKind(a)) {
+        j.held.push_back(Job::Held{std::move(a), 0, {}});
+      } else {
+        publish(std::move(a));
+      }
+      continue;
+    }
+    if (j.folded.erase(a.id) > 0) continue;
+    auto h = std::find_if(j.held.begin(), j.held.end(),
+                          [&](const Job::Held& x) { return x.anomaly.id == a.id; });
+    if (h != j.held.end()) {
+      h->updates.push_back(std::move(a));
+    } else {
+      publish(std::move(a));
+    }
+  }
+  if (j.held.empty()) return;
+  for (auto it = j.held.begin(); it != j.held.end();) {
+    const Anomaly& a = it->anomaly;
+    bool explained = std::any_of(j.explainers.begin(), j.explainers.end(), [&](const Anomaly& by) {
+      return explains(by, a, options_.fold);
+    });
+    if (explained) {
+      ++folded_;
+      if (it->updates.empty()) j.folded.insert(a.id);
+      const std::string id = a.id;
+      j.explainers.erase(std::remove_if(j.explainers.begin(), j.explainers.end(),
+                                        [&](const Anomaly& x) { return x.id == id; }),
+                         j.explainers.end());
+      it = j.held.erase(it);
+      continue;
+    }
+    if (judged != nullptr) ++it->age;
+    if (final || it->age > options_.fold.holdSteps) {
+      Anomaly out = std::move(it->anomaly);
+      if (judged != nullptr) {
+        out.detectedStep = std::max(out.detectedStep, judged->step);
+        out.detectedNs = std::max(out.detectedNs, judged->nowNs);
+      }
+      std::vector<Anomaly> updates = std::move(it->updates);
+      publish(std::move(out));
+      for (Anomaly& u : updates) publish(std::move(u));
+      it = j.held.erase(it);
+      continue;
+    }
+    ++it;
+  }
+}
+
+void DetectorSet::judge(Job& j, std::vector<AssembledStep>& steps, bool final) {
+  for (const AssembledStep& s : steps) {
+    j.opRegression.onStep(s);
+    j.slowComm.onStep(s);
+    j.straggler.onStep(s);
+    j.stepShift.onStep(s);
+    ++j.stepsJudged;
+    route(j, &s, false);
+  }
+  if (final) route(j, steps.empty() ? nullptr : &steps.back(), true);
+  steps.clear();
+}
 
 DetectorSet::DetectorSet(DetectOptions options) : options_(options) {}
 DetectorSet::~DetectorSet() = default;
@@ -54,7 +179,7 @@ DetectorSet::Job& DetectorSet::job(const std::string& name) {
       });
       forgetJob(oldest->first);
     }
-    it = jobs_.emplace(name, std::make_unique<Job>(name, options_, &log_)).first;
+    it = jobs_.emplace(name, std::make_unique<Job>(name, options_)).first;
   }
   it->second->lastUse = ++useCounter_;
   return *it->second;
@@ -85,27 +210,35 @@ Status DetectorSet::observe(wire::StepReport&& report, const RankContext& ctx) {
   j.hang.observe(report, ctx, j.worldSize);
   std::vector<AssembledStep> done;
   j.assembler.add(std::move(report), ctx, j.worldSize, &done);
-  j.judge(done);
+  if (!done.empty()) judge(j, done, false);
+  if (j.staged.pending() != 0) route(j, nullptr, false);  // the hang detector's
   return Status::ok();
 }
 
 void DetectorSet::tick(int64_t nowNs) {
-  for (auto& [name, j] : jobs_) j->hang.tick(nowNs);
+  for (auto& [name, j] : jobs_) {
+    j->hang.tick(nowNs);
+    if (j->staged.pending() != 0) route(*j, nullptr, false);
+  }
 }
 
 void DetectorSet::rankEnded(const std::string& name, uint32_t rank, int64_t nowNs) {
   Job& j = job(name);
   j.hang.rankEnded(rank, nowNs);
+  if (j.staged.pending() != 0) route(j, nullptr, false);
   if (j.hang.allEnded()) {
     std::vector<AssembledStep> done;
     j.assembler.flush(&done);
-    j.judge(done);
+    judge(j, done, true);
     forgetJob(name);
+    return;
   }
 }
 
 void DetectorSet::rankGone(const std::string& name, uint32_t rank, int64_t nowNs) {
-  job(name).hang.rankGone(rank, nowNs);
+  Job& j = job(name);
+  j.hang.rankGone(rank, nowNs);
+  if (j.staged.pending() != 0) route(j, nullptr, false);
 }
 
 void DetectorSet::forgetJob(const std::string& name) {
@@ -122,7 +255,11 @@ void DetectorSet::forgetJob(const std::string& name) {
   jobs_.erase(it);
 }
 
-std::vector<Anomaly> DetectorSet::takeEvents() { return log_.take(); }
+std::vector<Anomaly> DetectorSet::takeEvents() {
+  std::vector<Anomaly> out;
+  out.swap(out_);
+  return out;
+}
 
 DetectStats DetectorSet::stats() const {
   DetectStats s = retired_;
@@ -137,8 +274,9 @@ DetectStats DetectorSet::stats() const {
     s.stepsJudged += j->stepsJudged;
   }
   s.rejected = rejected_;
-  s.anomaliesOpened = log_.opened();
-  s.anomaliesResolved = log_.resolved();
+  s.anomaliesOpened = opened_;
+  s.anomaliesResolved = resolved_;
+  s.folded = folded_;
   s.jobs = jobs_.size();
   return s;
 }

@@ -8,6 +8,15 @@
 // step_shift, straggler, slow_comm and op_regression detectors, and a HangDetector fed with
 // every report directly. Memory is bounded per job by the option limits and across jobs by
 // maxJobs (least recently seen job forgotten first).
+//
+// Folding (FoldOptions): one fault often moves several signals. A straggler also raises the
+// job's step time; an op regression on one rank also makes that rank a straggler. So a
+// straggler or step_shift is held for holdSteps judged steps, and dropped (counted in
+// DetectStats::folded, with its resolution) when an anomaly that explains it opened within
+// onsetSteps of its onset: for a straggler an op regression on the same rank, for a rising
+// step_shift a straggler, op regression or slow_comm; "explains" means its evidence
+// added_ms_per_step is at least minExplained of the held one's. A held anomaly is published
+// with detectedStep/detectedNs of the step it was released at, so the wait shows in latency.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +28,7 @@
 #include "collector/detect/anomaly.h"
 #include "collector/detect/events.h"
 #include "collector/detect/options.h"
+#include "collector/detect/step_assembler.h"
 #include "common/status.h"
 #include "schema/trainscope.pb.h"
 
@@ -35,6 +45,7 @@ struct DetectStats {
   uint64_t rewinds = 0;        // jobs that started over at a lower step (restarts)
   uint64_t anomaliesOpened = 0;
   uint64_t anomaliesResolved = 0;
+  uint64_t folded = 0;         // anomalies not published: another one explains them
   size_t jobs = 0;             // jobs tracked now
 };
 
@@ -71,9 +82,19 @@ public:
 private:
   struct Job;
   Job& job(const std::string& name);
+  // Feeds assembled steps to the detectors, routing their events after each one; `final`
+  // publishes whatever is still held (the job ended).
+  void judge(Job& j, std::vector<AssembledStep>& steps, bool final);
+  // Moves the job's staged detector events to the output, holding and folding as described
+  // above. Holds age only when `judged` (the step just judged) is given.
+  void route(Job& j, const AssembledStep* judged, bool final);
+  void publish(Anomaly a);
 
   DetectOptions options_;
-  EventLog log_;
+  std::vector<Anomaly> out_;      // published events, oldest first
+  uint64_t opened_ = 0;
+  uint64_t resolved_ = 0;
+  uint64_t folded_ = 0;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   uint64_t useCounter_ = 0;
   DetectStats retired_;   // counters of forgotten jobs

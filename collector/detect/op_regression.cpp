@@ -62,7 +62,7 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
       if (added && scratch_.size() < samples.size()) scratch_.emplace_back();
       std::vector<Sample>& list = scratch_[slot->second];
       if (added) list.clear();
-      list.push_back({r.report.rank(), perCall, rankFactor, &r.ctx.node});
+      list.push_back({r.report.rank(), perCall, static_cast<double>(op.count()), rankFactor, &r.ctx.node});
     }
   }
   // Every rank and node, for job-wide anomalies; built only when one opens.
@@ -98,6 +98,7 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
       RankSeries& rsr = *op.ranks[s.rank];
       rsr.node = *s.node;
       rsr.lastPerCall = s.perCall;
+      rsr.lastCount = s.count;
       // Relative to the same op on the other ranks this step (which carries job-wide changes)
       // and to how much slower this rank computes than its peers (which carries a straggler).
       double rel = medianCall > 0.0 ? s.perCall / medianCall / s.rankFactor : s.perCall;
@@ -144,11 +145,16 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
       a.confidence = op.job.confidence();
       double currentNs = recentMedian(op.perCall, step.step - a.onsetStep + 1);
       double baseNs = a.magnitude > 0 ? currentNs / a.magnitude : currentNs;
+      std::vector<double> counts;
+      for (const Sample& s : list) counts.push_back(s.count);
+      const double calls = median(std::move(counts));
       a.evidence = {{"baseline_us", baseNs / 1e3},
                     {"current_us", currentNs / 1e3},
                     {"ratio", a.magnitude},
                     {"noise_sigma", op.job.relSigma()},
-                    {"ranks_reporting", static_cast<double>(list.size())}};
+                    {"ranks_reporting", static_cast<double>(list.size())},
+                    {"calls_per_step", calls},
+                    {"added_ms_per_step", (currentNs - baseNs) * calls / 1e6}};
       a.labels = {{"op", name}, {"scope", "all_ranks"}};
       a.summary = "op " + name + " slowed on all ranks: " + formatRatio(a.magnitude) +
                   " per call (" + formatMs(baseNs) + " -> " + formatMs(currentNs) +
@@ -179,11 +185,17 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
       a.confidence = t.confidence();
       double currentNs = rsr.lastPerCall;  // this step's; the magnitude is the robust figure
       double baseNs = a.magnitude > 0 ? currentNs / a.magnitude : currentNs;
+      // The time this adds per step, against what the rank's peers take now (times its usual
+      // ratio to them): the series itself is divided by the rank's compute ratio, which this
+      // op's own rise is part of, so its level understates a large op's rise.
+      const double addedNs = std::max(0.0, currentNs - medianCall * t.baseline());
       a.evidence = {{"baseline_us", baseNs / 1e3},
                     {"current_us", currentNs / 1e3},
                     {"ratio", a.magnitude},
                     {"noise_sigma", t.relSigma()},
-                    {"peer_median_us", medianCall / 1e3}};
+                    {"peer_median_us", medianCall / 1e3},
+                    {"calls_per_step", rsr.lastCount},
+                    {"added_ms_per_step", addedNs * rsr.lastCount / 1e6}};
       a.labels = {{"op", name}, {"scope", "rank"}};
       a.summary = "op " + name + " slowed on rank " + std::to_string(rank) +
                   (rsr.node.empty() ? "" : " (" + rsr.node + ")") + ": " +

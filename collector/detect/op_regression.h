@@ -39,6 +39,7 @@ private:
     PersistenceTracker tracker;
     double lastPerCall = 0.0;  // raw per-call ns of the latest sample, for the evidence
                                // (no history per series: memory touched per sample is the cost)
+    double lastCount = 0.0;    // calls in the latest sample (added time per step)
     std::string node;
     bool open = false;
     Anomaly anomaly;
@@ -59,6 +60,7 @@ private:
   struct Sample {
     uint32_t rank;
     double perCall;     // ns
+    double count;       // calls this step
     double rankFactor;  // rank compute / median compute of the step
     const std::string* node;
   };

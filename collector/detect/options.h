@@ -99,8 +99,23 @@ struct AssemblyOptions {
   double minRankFraction = 0.5;  // a step forced out with fewer ranks than this is dropped
 };
 
+// How DetectorSet folds a derived anomaly into the one that explains it: a straggler whose
+// compute rise an op regression on the same rank explains, and a job step-time rise that a
+// straggler, op regression or slow collective starting at the same time explains, are not
+// reported a second time.
+struct FoldOptions {
+  int holdSteps = 1;             // a straggler or step_shift waits this many judged steps for
+                                 // its explanation before it is published; more = fewer
+                                 // double reports, later alarms (the wait is in the latency)
+  int onsetSteps = 20;           // onsets this close (in steps) count as the same event;
+                                 // wider = folds more, may hide a second, unrelated change
+  double minExplained = 0.5;     // the explanation must account for at least this fraction of
+                                 // the added time per step; lower = folds more eagerly
+};
+
 struct DetectOptions {
   AssemblyOptions assembly{};
+  FoldOptions fold{};
   StepShiftOptions stepShift{};
   StragglerOptions straggler{};
   SlowCommOptions slowComm{};

@@ -42,6 +42,7 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
   struct Sample {
     uint32_t rank;
     double perCall;
+    double count;
     double arrival;
     double completion;
     const std::string* node;
@@ -64,6 +65,7 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
       }
       g.list.push_back({r.report.rank(),
                         static_cast<double>(c.total_ns()) / static_cast<double>(c.count()),
+                        static_cast<double>(c.count()),
                         static_cast<double>(c.first_arrival_ns()) + off,
                         static_cast<double>(c.last_completion_ns()) + off, &r.ctx.node});
     }
@@ -146,6 +148,9 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
     a.magnitude = base > 0 ? level / base : 1.0;
     a.confidence = ks.tracker.confidence();
     double bytes = static_cast<double>(ks.bytes);
+    std::vector<double> counts;
+    for (const Sample& s : list) counts.push_back(s.count);
+    const double calls = median(std::move(counts));
     a.evidence = {{"baseline_ms", base / 1e6},
                   {"current_ms", level / 1e6},
                   {"ratio", a.magnitude},
@@ -154,7 +159,9 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
                   {"current_gbps", level > 0 ? bytes * 8 / level : 0.0},
                   {"compute_ratio", computeRatio},
                   {"group_ranks", static_cast<double>(members.size())},
-                  {"noise_sigma", ks.tracker.relSigma()}};
+                  {"noise_sigma", ks.tracker.relSigma()},
+                  {"calls_per_step", calls},
+                  {"added_ms_per_step", (level - base) * calls / 1e6}};
     a.labels = {{"op", wire::collectiveOpName(static_cast<wire::CollectiveOp>(ks.op))},
                 {"group", ks.group},
                 {"scope", slowEnd.empty() ? "group" : "rank"}};

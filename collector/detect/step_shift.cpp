@@ -119,12 +119,34 @@ StepShiftCore::Event StepShiftCore::push(int64_t step, double value) {
           aroundSteps.push_back(recentSteps_[i]);
         }
       }
+      // A checkpoint step inside the excursion (a small real shift plus one 2.5x spike can
+      // cross cusumH at the spike) must not place the split or set the level: steps above
+      // spikeMinRatio x the excursion's median are left out, which keeps a real large shift
+      // (whose steps are all high) whole.
+      std::vector<double> excursion;
+      for (size_t i = 0; i < around.size(); ++i) {
+        if (aroundSteps[i] >= start) excursion.push_back(around[i]);
+      }
+      if (dir > 0 && !excursion.empty()) {
+        const double cap = o_.spikeMinRatio * std::max(median(excursion), refMedian_);
+        size_t kept = 0;
+        for (size_t i = 0; i < around.size(); ++i) {
+          if (around[i] > cap) continue;
+          around[kept] = around[i];
+          aroundSteps[kept] = aroundSteps[i];
+          ++kept;
+        }
+        around.resize(kept);
+        aroundSteps.resize(kept);
+      }
       size_t split = bestSplit(around, dir);
       int64_t onset = aroundSteps.empty() ? start : aroundSteps[split];
       std::vector<double> since(around.begin() + static_cast<std::ptrdiff_t>(split), around.end());
       double after = median(since);
       double ratio = refMedian_ != 0.0 ? after / refMedian_ : 1.0;
-      if (std::fabs(ratio - 1.0) < o_.minShift) {
+      if (since.empty()) {
+        // Nothing but outliers to place it (cannot happen with a non-empty excursion): wait.
+      } else if (std::fabs(ratio - 1.0) < o_.minShift) {
         // Statistically clear but too small to matter (a very steady job): start over.
         (dir > 0 ? sPlus_ : sMinus_) = 0.0;
       } else {
@@ -227,7 +249,8 @@ void StepShiftDetector::onStep(const AssembledStep& step) {
       a.confidence = std::min(1.0, 0.5 + sizeInSigmas / 20.0);
       a.evidence = {{"baseline_ms", ev.before / 1e6}, {"current_ms", ev.after / 1e6},
                     {"ratio", a.magnitude}, {"sigma_ms", core_.referenceSigma() / 1e6},
-                    {"cusum", ev.cusum}, {"direction", ev.direction}};
+                    {"cusum", ev.cusum}, {"direction", ev.direction},
+                    {"added_ms_per_step", (ev.after - ev.before) / 1e6}};
       a.labels = {{"direction", ev.direction > 0 ? "slower" : "faster"}};
       a.summary = std::string("job step time ") + (ev.direction > 0 ? "rose" : "fell") +
                   " from " + formatMs(ev.before) + " to " + formatMs(ev.after) + " (" +

@@ -103,7 +103,8 @@ void StragglerDetector::onStep(const AssembledStep& step) {
                     {"noise_sigma", jobNoise},
                     {"exceed_level", st.tracker.exceedLevel()},
                     {"exceeding_steps", st.tracker.exceedCount()},
-                    {"ranks", static_cast<double>(n)}};
+                    {"ranks", static_cast<double>(n)},
+                    {"added_ms_per_step", computeMs - peerMs}};
       if (!st.arrivalLag.empty()) a.evidence["arrival_lag_ms"] = median(st.arrivalLag.values()) / 1e6;
       a.summary = "rank " + std::to_string(rank) + (st.node.empty() ? "" : " (" + st.node + ")") +
                   " is a straggler: compute " + formatRatio(a.magnitude) + " the peer median (" +

@@ -136,3 +136,61 @@ TEST_CASE("detect: a job restarted from a checkpoint under the same id is follow
   CHECK(out.size() > 220);
   CHECK(out.back().step == 159);
 }
+
+TEST_CASE("detect: a straggler is not also reported as a step_shift") {
+  // Rank 3 computes 1.5x from step 300: the job's step time rises with it (everyone waits),
+  // but the straggler explains that rise, so no step_shift is published (it is counted as
+  // folded instead).
+  SynthJob job;
+  job.noise = 0.02;
+  job.computeFactor = [](int64_t s, uint32_t r) { return r == 3 && s >= 300 ? 1.5 : 1.0; };
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  run(job, set, 0, 500, &events);
+  INFO(describe(events));
+  auto stragglers = ofKind(events, AnomalyKind::kStraggler);
+  REQUIRE(stragglers.size() == 1);
+  CHECK(stragglers[0].ranks == std::vector<uint32_t>{3});
+  CHECK(stragglers[0].evidence.at("added_ms_per_step") == Approx(40.0).margin(5.0));
+  CHECK(ofKind(events, AnomalyKind::kStepShift).empty());
+  CHECK(set.stats().folded >= 1);
+}
+
+TEST_CASE("detect: an op regression on one rank is not also reported as a straggler") {
+  // matmul (60% of compute) 2x on rank 6: the rank computes 1.6x, but the op explains it.
+  SynthJob job;
+  job.noise = 0.02;
+  job.opFactor = [](int64_t s, uint32_t r, const std::string& op) {
+    return r == 6 && s >= 300 && op == "matmul" ? 2.0 : 1.0;
+  };
+  job.computeFactor = [](int64_t s, uint32_t r) { return r == 6 && s >= 300 ? 1.6 : 1.0; };
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  run(job, set, 0, 500, &events);
+  INFO(describe(events));
+  auto ops = ofKind(events, AnomalyKind::kOpRegression);
+  REQUIRE(ops.size() == 1);
+  CHECK(ops[0].ranks == std::vector<uint32_t>{6});
+  CHECK(ops[0].labels.at("op") == "matmul");
+  CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
+  CHECK(ofKind(events, AnomalyKind::kStepShift).empty());
+}
+
+TEST_CASE("detect: a job-wide step_shift that nothing else explains is still published, after the hold") {
+  SynthJob job;
+  job.noise = 0.02;
+  job.computeFactor = [](int64_t s, uint32_t) { return s >= 300 ? 1.3 : 1.0; };
+  DetectOptions o;
+  DetectorSet set(o);
+  std::vector<Anomaly> events;
+  run(job, set, 0, 400, &events);
+  INFO(describe(events));
+  auto shifts = ofKind(events, AnomalyKind::kStepShift);
+  REQUIRE(shifts.size() == 1);
+  CHECK(std::llabs(shifts[0].onsetStep - 300) <= 3);
+  // Published once the hold passed: its detected step is at least holdSteps after the onset.
+  CHECK(shifts[0].detectedStep >= shifts[0].onsetStep + o.fold.holdSteps);
+  CHECK(shifts[0].detectedStep <= 300 + 10);
+  CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
+  CHECK(set.stats().folded == 0);
+}

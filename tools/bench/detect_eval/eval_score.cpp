@@ -78,6 +78,7 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
   std::map<std::string, std::map<std::string, std::map<std::pair<double, int64_t>, Cell>>> cells;
   std::map<std::string, std::map<std::string, KindPrecision>> precision;  // group -> det kind
   std::map<std::string, std::vector<std::string>> falseList;
+  std::map<std::string, std::vector<std::string>> secondaryList;
   int64_t healthySteps5 = 0, healthyFalse5 = 0;
   std::map<std::string, std::pair<int64_t, int64_t>> healthyBy;  // "ranks/noise" -> steps, FAs
   int64_t totalNs = 0;
@@ -154,6 +155,10 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
       } else if (secondary) {
         ++p.secondary;
         ++p.secondaryBy[by];
+        if (secondaryList[grp].size() < 12) {
+          secondaryList[grp].push_back(sc.name + ": [" + by + "] detected at step " +
+                                       std::to_string(a.detectedStep) + ": " + a.summary);
+        }
       } else {
         ++p.falseAlarms;
         if (falseList[grp].size() < 12) falseList[grp].push_back(sc.name + ": " + a.summary);
@@ -232,6 +237,7 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
                   {"secondary_to", p.secondaryBy}};
     }
     for (const auto& s : falseList[grp]) std::fprintf(out, "  false: %s\n", s.c_str());
+    for (const auto& s : secondaryList[grp]) std::fprintf(out, "  secondary: %s\n", s.c_str());
     js["groups"][grp] = {{"kinds", jg}, {"precision", jp}};
   }
 
