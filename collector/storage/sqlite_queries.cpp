@@ -5,8 +5,16 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include <sqlite3.h>
 
@@ -24,6 +32,246 @@ uint64_t fileSize(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return 0;
   return static_cast<uint64_t>(st.st_size);
+}
+
+// Summarizes one step from its (duration, rank) pairs; sorts `durations`.
+StepSummaryRow summarizeStep(int64_t step, std::vector<std::pair<int64_t, uint32_t>>& durations) {
+  StepSummaryRow row;
+  row.step = step;
+  row.ranks = static_cast<uint32_t>(durations.size());
+  std::sort(durations.begin(), durations.end());
+  row.minNs = durations.front().first;
+  size_t n = durations.size();
+  // Even counts take the mean of the two middle values.
+  row.medianNs = n % 2 == 1 ? durations[n / 2].first
+                            : durations[n / 2 - 1].first +
+                                  (durations[n / 2].first - durations[n / 2 - 1].first) / 2;
+  int64_t maxNs = durations.back().first;
+  row.maxNs = maxNs;
+  // The slowest rank; on a tie the lowest rank number, so the answer is stable.
+  auto first =
+      std::lower_bound(durations.begin(), durations.end(), std::make_pair(maxNs, uint32_t{0}));
+  row.slowestRank = first->second;
+  return row;
+}
+
+// Reads a job's rows in steps_key order (job, step, rank) and stops after `limit` whole steps,
+// so the cost is the rows of the page, not of the job. *reachedEnd: no rows were left.
+Status scanSummary(sqlite3* db, int64_t jobId, std::optional<int64_t> fromStep,
+                   std::optional<int64_t> toStep, size_t limit, std::vector<StepSummaryRow>* out,
+                   bool* reachedEnd) {
+  std::string sql = "SELECT step, rank, duration_ns FROM steps WHERE job_id = ?1";
+  if (fromStep) sql += " AND step >= ?2";
+  if (toStep) sql += " AND step <= ?3";
+  sql += " ORDER BY step, rank";
+  ReadStmt q(db, sql);
+  if (!q.ok()) return Status::error(q.error("storage: summarizing steps"));
+  auto* s = q.get();
+  sqlite3_bind_int64(s, 1, jobId);
+  if (fromStep) sqlite3_bind_int64(s, 2, *fromStep);
+  if (toStep) sqlite3_bind_int64(s, 3, *toStep);
+  std::vector<std::pair<int64_t, uint32_t>> durations;  // (duration, rank) of the current step
+  int64_t current = 0;
+  int rc;
+  *reachedEnd = false;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    int64_t stepNo = sqlite3_column_int64(s, 0);
+    if (!durations.empty() && stepNo != current) {
+      out->push_back(summarizeStep(current, durations));
+      durations.clear();
+      if (out->size() >= limit) break;
+    }
+    current = stepNo;
+    durations.emplace_back(sqlite3_column_int64(s, 2),
+                           static_cast<uint32_t>(sqlite3_column_int64(s, 1)));
+  }
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return Status::error(q.error("storage: summary"));
+  if (rc == SQLITE_DONE) {
+    *reachedEnd = true;
+    if (!durations.empty() && out->size() < limit) out->push_back(summarizeStep(current, durations));
+  }
+  return Status::ok();
+}
+
+// Step summaries already computed, kept beside the read connection, so a page of 1,000 steps
+// of a 1,024-rank job costs 1,000 map entries instead of a million rows once it was read.
+// A step's rows only ever grow (INSERT OR IGNORE) or go with retention, so the cache stays
+// exact by re-reading the steps that got rows since it last looked (rows with a larger id:
+// ids only grow) and by dropping everything when retention deleted rows. Used under the
+// store's read lock; `stale` is set by retention from the writer's side.
+struct SummaryCache {
+  // Past this many new rows since the last look, dropping the cache is cheaper than patching.
+  static constexpr int64_t kMaxCatchUpRows = 200000;
+  // Bounds memory per job (about 80 bytes a step).
+  static constexpr size_t kMaxStepsPerJob = 2'000'000;
+
+  struct Job {
+    int64_t jobId = -1;
+    std::map<int64_t, int64_t> covered;  // [lo, hi] ranges read completely, disjoint, by lo
+    std::map<int64_t, StepSummaryRow> rows;
+
+    bool isCovered(int64_t step) const {
+      auto it = covered.upper_bound(step);
+      return it != covered.begin() && std::prev(it)->second >= step;
+    }
+
+    // The answer from the cache when [from, to] (or its first `limit` steps) was read.
+    std::optional<std::vector<StepSummaryRow>> lookup(int64_t from, int64_t to,
+                                                      size_t limit) const {
+      auto range = covered.upper_bound(from);
+      if (range == covered.begin()) return std::nullopt;
+      --range;
+      if (range->second < from) return std::nullopt;
+      std::vector<StepSummaryRow> out;
+      for (auto it = rows.lower_bound(from); it != rows.end() && it->first <= to; ++it) {
+        if (out.size() >= limit) return out;
+        if (it->first > range->second) break;
+        out.push_back(it->second);
+      }
+      if (to <= range->second || out.size() >= limit) return out;
+      return std::nullopt;  // the range goes past what was read
+    }
+
+    void remember(int64_t from, int64_t to, const std::vector<StepSummaryRow>& fresh) {
+      if (rows.size() + fresh.size() > kMaxStepsPerJob) {
+        rows.clear();
+        covered.clear();
+      }
+      for (const auto& r : fresh) rows[r.step] = r;
+      // Merge [from, to] with the ranges it touches.
+      int64_t lo = from, hi = to;
+      auto it = covered.upper_bound(lo);
+      if (it != covered.begin() && std::prev(it)->second >= (lo == INT64_MIN ? lo : lo - 1)) --it;
+      while (it != covered.end() && it->first <= (hi == INT64_MAX ? hi : hi + 1)) {
+        lo = std::min(lo, it->first);
+        hi = std::max(hi, it->second);
+        it = covered.erase(it);
+      }
+      covered.emplace(lo, hi);
+    }
+  };
+
+  std::atomic<bool> stale{false};
+  int64_t seenId = -1;  // largest steps.id folded in; -1: not looked yet
+  std::map<std::string, Job> jobs;
+
+  Job& job(const std::string& name, int64_t jobId) {
+    Job& j = jobs[name];
+    if (j.jobId != jobId) j = Job{jobId, {}, {}};
+    return j;
+  }
+
+  void clear(int64_t newSeenId) {
+    jobs.clear();
+    seenId = newSeenId;
+  }
+
+  // Re-reads the cached steps that got rows since the last call.
+  Status catchUp(sqlite3* db) {
+    ReadStmt maxId(db, "SELECT coalesce(max(id), 0) FROM steps");
+    if (!maxId.ok() || sqlite3_step(maxId.get()) != SQLITE_ROW) {
+      return Status::error(maxId.error("storage: summary cache"));
+    }
+    const int64_t newest = sqlite3_column_int64(maxId.get(), 0);
+    if (stale.exchange(false) || seenId < 0 || newest < seenId ||
+        newest - seenId > kMaxCatchUpRows) {
+      clear(newest);
+      return Status::ok();
+    }
+    if (newest == seenId || jobs.empty()) {
+      seenId = newest;
+      return Status::ok();
+    }
+    std::map<int64_t, std::vector<int64_t>> dirty;  // job id -> steps
+    {
+      ReadStmt fresh(db, "SELECT DISTINCT job_id, step FROM steps WHERE id > ?1 AND id <= ?2");
+      if (!fresh.ok()) return Status::error(fresh.error("storage: summary cache"));
+      sqlite3_bind_int64(fresh.get(), 1, seenId);
+      sqlite3_bind_int64(fresh.get(), 2, newest);
+      int rc;
+      while ((rc = sqlite3_step(fresh.get())) == SQLITE_ROW) {
+        dirty[sqlite3_column_int64(fresh.get(), 0)].push_back(
+            sqlite3_column_int64(fresh.get(), 1));
+      }
+      if (rc != SQLITE_DONE) return Status::error(fresh.error("storage: summary cache"));
+    }
+    ReadStmt one(db, "SELECT duration_ns, rank FROM steps WHERE job_id = ?1 AND step = ?2");
+    if (!one.ok()) return Status::error(one.error("storage: summary cache"));
+    std::vector<std::pair<int64_t, uint32_t>> durations;
+    for (auto& [name, j] : jobs) {
+      auto d = dirty.find(j.jobId);
+      if (d == dirty.end()) continue;
+      for (int64_t step : d->second) {
+        if (!j.isCovered(step)) continue;
+        sqlite3_reset(one.get());
+        sqlite3_bind_int64(one.get(), 1, j.jobId);
+        sqlite3_bind_int64(one.get(), 2, step);
+        durations.clear();
+        int rc;
+        while ((rc = sqlite3_step(one.get())) == SQLITE_ROW) {
+          durations.emplace_back(sqlite3_column_int64(one.get(), 0),
+                                 static_cast<uint32_t>(sqlite3_column_int64(one.get(), 1)));
+        }
+        if (rc != SQLITE_DONE) return Status::error(one.error("storage: summary cache"));
+        if (durations.empty()) {
+          j.rows.erase(step);
+        } else {
+          j.rows[step] = summarizeStep(step, durations);
+        }
+      }
+    }
+    seenId = newest;
+    return Status::ok();
+  }
+};
+
+// The cache lives as long as the read connection: it is registered with the connection as the
+// user data of a SQL function whose destructor runs when the connection closes, so a new store
+// that gets the same connection address never finds an old store's cache.
+std::mutex gSummaryCachesMu;
+std::unordered_map<sqlite3*, SummaryCache*> gSummaryCaches;  // guarded by gSummaryCachesMu
+
+void destroySummaryCache(void* p) {
+  auto* cache = static_cast<SummaryCache*>(p);
+  {
+    std::lock_guard lock(gSummaryCachesMu);
+    for (auto it = gSummaryCaches.begin(); it != gSummaryCaches.end(); ++it) {
+      if (it->second == cache) {
+        gSummaryCaches.erase(it);
+        break;
+      }
+    }
+  }
+  delete cache;
+}
+
+void noopFunction(sqlite3_context* ctx, int, sqlite3_value**) {
+  sqlite3_result_null(ctx);
+}
+
+SummaryCache& summaryCacheFor(sqlite3* db) {
+  std::lock_guard lock(gSummaryCachesMu);
+  auto it = gSummaryCaches.find(db);
+  if (it != gSummaryCaches.end()) return *it->second;
+  auto* cache = new SummaryCache();  // owned by the connection from here (destroySummaryCache)
+  gSummaryCaches[db] = cache;
+  if (sqlite3_create_function_v2(db, "trainscope_summary_cache", 0, SQLITE_UTF8, cache,
+                                 noopFunction, nullptr, nullptr,
+                                 destroySummaryCache) != SQLITE_OK) {
+    // SQLite called destroySummaryCache already, which unregistered it; fall back to a cache
+    // that is dropped at every use (correct, just not faster).
+    static thread_local SummaryCache fallback;
+    fallback.stale = true;
+    return fallback;
+  }
+  return *cache;
+}
+
+// Retention deleted rows of `db`'s store: its cached summaries may name deleted rows.
+void markSummaryCacheStale(sqlite3* db) {
+  std::lock_guard lock(gSummaryCachesMu);
+  auto it = gSummaryCaches.find(db);
+  if (it != gSummaryCaches.end()) it->second->stale = true;
 }
 
 }  // namespace
@@ -154,58 +402,33 @@ Result<std::vector<StepRow>> SqliteStore::steps(const StepQuery& query) {
 Result<std::vector<StepSummaryRow>> SqliteStore::summary(const SummaryQuery& query) {
   using R = Result<std::vector<StepSummaryRow>>;
   std::lock_guard lock(readMutex());
-  // Reads the page's rows in steps_key order (job, step, rank) and stops after `limit` whole
-  // steps, so the cost is the rows of the page, not of the job.
-  std::string sql =
-      "SELECT step, rank, duration_ns FROM steps"
-      " WHERE job_id = (SELECT id FROM jobs WHERE name = ?1)";
-  if (query.fromStep) sql += " AND step >= ?2";
-  if (query.toStep) sql += " AND step <= ?3";
-  sql += " ORDER BY step, rank";
-  ReadStmt q(readDb(), sql);
-  if (!q.ok()) return R::error(q.error("storage: summarizing steps"));
-  auto* s = q.get();
-  bindText(s, 1, query.job);
-  if (query.fromStep) sqlite3_bind_int64(s, 2, *query.fromStep);
-  if (query.toStep) sqlite3_bind_int64(s, 3, *query.toStep);
+  sqlite3* db = readDb();
+  SummaryCache& cache = summaryCacheFor(db);
+  if (auto s = cache.catchUp(db); !s) return R::error(s.message());
+
+  ReadStmt job(db, "SELECT id FROM jobs WHERE name = ?1");
+  if (!job.ok()) return R::error(job.error("storage: summarizing steps"));
+  bindText(job.get(), 1, query.job);
+  int rc = sqlite3_step(job.get());
+  if (rc == SQLITE_DONE) return std::vector<StepSummaryRow>{};
+  if (rc != SQLITE_ROW) return R::error(job.error("storage: summarizing steps"));
+  const int64_t jobId = sqlite3_column_int64(job.get(), 0);
+
+  SummaryCache::Job& cached = cache.job(query.job, jobId);
+  const int64_t from = query.fromStep.value_or(INT64_MIN);
+  const int64_t to = query.toStep.value_or(INT64_MAX);
+  if (auto hit = cached.lookup(from, to, query.limit)) return std::move(*hit);
 
   std::vector<StepSummaryRow> out;
-  std::vector<std::pair<int64_t, uint32_t>> durations;  // (duration, rank) of the current step
-  int64_t current = 0;
-  auto flush = [&] {
-    if (durations.empty()) return;
-    StepSummaryRow row;
-    row.step = current;
-    row.ranks = static_cast<uint32_t>(durations.size());
-    std::sort(durations.begin(), durations.end());
-    row.minNs = durations.front().first;
-    size_t n = durations.size();
-    // Even counts take the mean of the two middle values.
-    row.medianNs = n % 2 == 1 ? durations[n / 2].first
-                              : durations[n / 2 - 1].first +
-                                    (durations[n / 2].first - durations[n / 2 - 1].first) / 2;
-    int64_t maxNs = durations.back().first;
-    row.maxNs = maxNs;
-    // The slowest rank; on a tie the lowest rank number, so the answer is stable.
-    auto first =
-        std::lower_bound(durations.begin(), durations.end(), std::make_pair(maxNs, uint32_t{0}));
-    row.slowestRank = first->second;
-    out.push_back(row);
-    durations.clear();
-  };
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    int64_t stepNo = sqlite3_column_int64(s, 0);
-    if (!durations.empty() && stepNo != current) {
-      flush();
-      if (out.size() >= query.limit) break;
-    }
-    current = stepNo;
-    durations.emplace_back(sqlite3_column_int64(s, 2),
-                           static_cast<uint32_t>(sqlite3_column_int64(s, 1)));
+  bool reachedEnd = false;
+  if (auto s = scanSummary(db, jobId, query.fromStep, query.toStep, query.limit, &out,
+                           &reachedEnd);
+      !s) {
+    return R::error(s.message());
   }
-  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return R::error(q.error("storage: summary"));
-  if (out.size() < query.limit) flush();
+  // What the scan saw completely: [from, to] when it ran out of rows, else up to the last
+  // step it returned (it stops at a step boundary).
+  cached.remember(from, reachedEnd || out.empty() ? to : out.back().step, out);
   return out;
 }
 
@@ -309,7 +532,10 @@ Result<uint64_t> SqliteStore::applyRetention(int64_t nowNs) {
       }
       ++transactions_;
       deleted += n;
-      if (isSteps) stepRows_ -= std::min<uint64_t>(n, stepRows_.load());
+      if (isSteps) {
+        stepRows_ -= std::min<uint64_t>(n, stepRows_.load());
+        if (n > 0) markSummaryCacheStale(readDb());
+      }
       if (upTo >= keepFrom) break;
     }
   }
