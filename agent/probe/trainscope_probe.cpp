@@ -2,12 +2,14 @@
 // ring for the instance through a thread slot, claim a record, fill it, publish it.
 #include "agent/probe/trainscope_probe.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "agent/probe/capture.h"
 #include "agent/probe/intern.h"
 #include "agent/probe/runtime.h"
 #include "agent/probe/stack_provider.h"
@@ -342,6 +344,34 @@ void ts_probe_get_stats(ts_probe* probe, ts_probe_stats* out) {
 
 void ts_probe_set_stack_provider(ts_stack_provider provider, void* user) {
   trainscope::probe::setStackProvider(provider, user);
+}
+
+int32_t ts_probe_request_stacks(ts_probe* probe, const char* capture_id, char* path_out,
+                                int32_t path_cap) {
+  if (probe == nullptr || capture_id == nullptr) return -1;
+  try {
+    if (!trainscope::probe::safeCaptureId(capture_id)) {
+      tLastError = std::string("capture id '") + capture_id + "' " +
+                   trainscope::probe::kBadCaptureId;
+      return -1;
+    }
+    trainscope::wire::Command cmd;
+    cmd.set_id(capture_id);
+    cmd.mutable_stacks()->set_capture_id(capture_id);
+    auto* inst = reinterpret_cast<Instance*>(probe);
+    inst->submitCommand(cmd);
+    if (path_out != nullptr && path_cap > 0) {
+      const std::string path = inst->config().captureDir + "/" + capture_id + "/rank-" +
+                               std::to_string(inst->config().rank) + ".json.gz";
+      const size_t n = std::min(path.size(), static_cast<size_t>(path_cap - 1));
+      path.copy(path_out, n);
+      path_out[n] = '\0';
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    tLastError = e.what();
+    return -1;
+  }
 }
 
 const char* ts_last_error(void) {

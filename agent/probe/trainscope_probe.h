@@ -149,6 +149,15 @@ void ts_probe_get_stats(ts_probe* probe, ts_probe_stats* out);
 typedef int64_t (*ts_stack_provider)(char* buf, int64_t cap, void* user);
 void ts_probe_set_stack_provider(ts_stack_provider provider, void* user);
 
+/* Takes a stack capture now, as if the agent had sent a stacks command with this capture id:
+ * the file goes to $TRAINSCOPE_CAPTURE_DIR (default /tmp/trainscope-captures)
+ * /<capture_id>/rank-<R>.json.gz and its statuses to the agent. Returns at once; the dump
+ * takes up to ~2.5 s on a thread of the probe's own. When `path_out` is not NULL it gets the
+ * file's path (NUL-terminated, cut to `path_cap` bytes). Returns 0, or -1 for a NULL probe or
+ * an id that is not a plain file name (letters, digits, '-', '_', '.'; see ts_last_error). */
+int32_t ts_probe_request_stacks(ts_probe* probe, const char* capture_id, char* path_out,
+                                int32_t path_cap);
+
 /* The last configuration error on this thread, or "". */
 const char* ts_last_error(void);
 

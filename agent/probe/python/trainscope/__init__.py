@@ -14,18 +14,25 @@ Configuration comes from the environment (TRAINSCOPE_AGENT, TRAINSCOPE_JOB, SLUR
 TORCHELASTIC_RUN_ID, RANK, WORLD_SIZE, LOCAL_RANK) unless init(**overrides) names a field of
 ts_probe_config: agent_endpoint, job, rank, world_size, local_rank, host, pid, flight_steps,
 flight_max_bytes, ring_records, backlog_reports, top_ops, connect_agent (1 = fold only).
+
+Stack captures (docs/CAPTURE.md) show each thread's Python frames: creating the probe here
+registers a stack provider (sys._current_frames() matched to threads by native_id) that the
+probe calls from a thread of its own with a 2 s deadline, so a rank stuck holding the GIL gets
+native stacks and "python": false rather than a hung capture. dump_stacks() takes one now.
 """
 
 import atexit
 import contextlib
 import ctypes
 import glob
+import json
 import os
+import sys
 import threading
 
 __all__ = [
     "init", "step", "step_begin", "step_end", "range", "collective", "record_collective",
-    "op", "flush", "stats", "shutdown", "now_ns", "intern", "ProbeError",
+    "op", "flush", "stats", "shutdown", "now_ns", "intern", "dump_stacks", "ProbeError",
     "RANGE_OTHER", "RANGE_COMPUTE", "RANGE_DATA", "COLLECTIVE_OPS",
 ]
 
@@ -81,6 +88,11 @@ class _Stats(ctypes.Structure):
 
 _LIB_NAME = "libtrainscope_probe.so"
 
+# ts_stack_provider: int64_t (*)(char* buf, int64_t cap, void* user)
+_STACK_PROVIDER_T = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                                     ctypes.c_void_p)
+_MAX_PY_FRAMES = 256  # per thread; deeper stacks keep their innermost frames
+
 
 def _candidates():
     env = os.environ.get("TRAINSCOPE_PROBE_LIB")
@@ -130,6 +142,8 @@ def _bind(lib):
         "ts_probe_flush": (i32, [P, i32]),
         "ts_probe_get_stats": (None, [P, ctypes.POINTER(_Stats)]),
         "ts_last_error": (ctypes.c_char_p, []),
+        "ts_probe_set_stack_provider": (None, [_STACK_PROVIDER_T, P]),
+        "ts_probe_request_stacks": (i32, [P, ctypes.c_char_p, ctypes.c_char_p, i32]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -139,11 +153,49 @@ def _bind(lib):
 
 
 _lock = threading.Lock()
+_stack_provider_ref = None  # keeps the ctypes callback alive while the probe may call it
 _lib = None
 _handle = None
 _names = {}
 _next_step = 0
 _open_steps = []  # step numbers begun by step()/step_begin() and not ended yet
+
+
+def _python_stacks():
+    """{native thread id: [frames, innermost first]} for every thread running Python."""
+    native = {t.ident: getattr(t, "native_id", None) for t in threading.enumerate()}
+    out = {}
+    for ident, frame in sys._current_frames().items():
+        nid = native.get(ident)
+        if nid is None:
+            continue  # the probe's own caller thread, or a thread threading does not know
+        frames = []
+        f = frame
+        while f is not None and len(frames) < _MAX_PY_FRAMES:
+            code = f.f_code
+            frames.append({"function": code.co_name, "file": code.co_filename,
+                           "line": f.f_lineno})
+            f = f.f_back
+        out[str(nid)] = frames
+    return out
+
+
+def _stack_provider(buf, cap, _user):
+    # Runs on a probe thread (ctypes takes the GIL for it). Never raises into C.
+    try:
+        data = json.dumps(_python_stacks()).encode()
+        if len(data) <= cap:
+            ctypes.memmove(buf, data, len(data))
+        return len(data)
+    except Exception:  # noqa: BLE001 - a failed provider means "no Python stacks"
+        return -1
+
+
+def _install_stack_provider(lib):
+    global _stack_provider_ref
+    if _stack_provider_ref is None:
+        _stack_provider_ref = _STACK_PROVIDER_T(_stack_provider)
+        lib.ts_probe_set_stack_provider(_stack_provider_ref, None)
 
 
 def _get_lib():
@@ -162,6 +214,7 @@ def _probe():
         with _lock:
             if _handle is None:
                 _handle = lib.ts_default()
+                _install_stack_provider(lib)
                 atexit.register(_shutdown_at_exit)
     return _handle
 
@@ -192,6 +245,7 @@ def init(**overrides):
         if lib.ts_init(ctypes.byref(cfg)) != 0:
             raise ProbeError("init(): " + lib.ts_last_error().decode(errors="replace"))
         _handle = lib.ts_default()
+        _install_stack_provider(lib)
         atexit.register(_shutdown_at_exit)
     return _handle
 
@@ -309,6 +363,22 @@ def stats():
     return {name: getattr(s, name) for name, _ in _Stats._fields_}
 
 
+def dump_stacks(capture_id=None):
+    """Takes a stack capture of this process now (every thread, native and Python frames).
+
+    Returns the path the gzip JSON file will have ($TRAINSCOPE_CAPTURE_DIR, default
+    /tmp/trainscope-captures, then <capture_id>/rank-<R>.json.gz); it appears within ~2.5 s
+    and its statuses go to the agent like an agent-requested capture's.
+    """
+    if capture_id is None:
+        capture_id = "stacks-%d-%d" % (os.getpid(), now_ns() // 1000000)
+    lib = _get_lib()
+    path = ctypes.create_string_buffer(4096)
+    if lib.ts_probe_request_stacks(_probe(), capture_id.encode(), path, len(path)) != 0:
+        raise ValueError("dump_stacks(): " + lib.ts_last_error().decode(errors="replace"))
+    return path.value.decode(errors="replace")
+
+
 def _shutdown_at_exit():
     # Never hold the interpreter's exit for long: wait for the goodbye's ack only when the
     # agent has been heard from recently.
@@ -326,4 +396,6 @@ def shutdown(timeout_ms=500):
         if _handle is None or _lib is None:
             return
         _handle = None
+    # A provider call racing interpreter shutdown would run Python code too late.
+    _lib.ts_probe_set_stack_provider(_STACK_PROVIDER_T(), None)
     _lib.ts_shutdown(int(timeout_ms))

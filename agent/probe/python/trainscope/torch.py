@@ -1,7 +1,10 @@
-"""trainscope helpers for PyTorch 1.13: a DDP communication hook that records the gradient
-all_reduce as a collective, and compute ranges for forward, backward and the optimizer.
+"""trainscope helpers for PyTorch 1.13: every ATen operator recorded as a probe op (through
+libtrainscope_torch.so, a global at::RecordFunction callback), a DDP communication hook that
+records the gradient all_reduce as a collective, and compute ranges for forward, backward and
+the optimizer.
 
     import trainscope, trainscope.torch as tst
+    tst.enable_ops()                     # aten::* operators -> op records (False if no lib)
     model = DDP(net)
     model.register_comm_hook(None, tst.allreduce_hook)   # state None: the default group
     tst.instrument_module(model)         # forward -> compute range
@@ -11,20 +14,140 @@ all_reduce as a collective, and compute ranges for forward, backward and the opt
             loss = loss_fn(model(batch))
             tst.backward(loss)           # loss.backward() -> compute range
 
+Operators are recorded on the thread that ran them, from the operator's start to its end
+(nested ones too: aten::linear and the aten::addmm inside it). The library is found at
+$TRAINSCOPE_TORCH_LIB, else next to the probe library that trainscope loaded (an installed
+copy), else in the same meson build tree (agent/torch/ beside agent/probe/); when it is
+missing, enable_ops() warns once and returns False, and training goes on without operators.
+
 The hook runs where DDP calls it (the autograd thread); completion is recorded from the
 future's callback, on whichever thread completes it. Both are safe: the probe keeps one ring
 per thread and a collective with both times is a single record.
 """
 
 import contextlib
+import ctypes
+import os
+import sys
 
-import torch  # noqa: F401 - fail early without torch
+import torch  # noqa: F401 - fail early without torch; also loads libtorch_cpu for the callback
 import torch.distributed as dist
 
 import trainscope
 
 __all__ = ["allreduce_hook", "group_name", "compute", "backward", "instrument_module",
-           "instrument_optimizer"]
+           "instrument_optimizer", "enable_ops", "disable_ops", "ops_enabled", "ops_recorded",
+           "torch_lib_path"]
+
+_TORCH_LIB_NAME = "libtrainscope_torch.so"
+_torch_lib = None
+_torch_lib_error = None
+_warned = False
+_shutdown_wrapped = False
+
+
+def _torch_lib_candidates():
+    env = os.environ.get("TRAINSCOPE_TORCH_LIB")
+    if env:
+        return [env]
+    probe_path = getattr(trainscope._get_lib(), "_name", None)  # noqa: SLF001 - same package
+    if not probe_path:
+        return []
+    probe_dir = os.path.dirname(os.path.abspath(probe_path))
+    # Installed: both libraries side by side. Build tree: agent/probe/ and agent/torch/.
+    return [os.path.join(probe_dir, _TORCH_LIB_NAME),
+            os.path.join(probe_dir, "..", "torch", _TORCH_LIB_NAME)]
+
+
+def torch_lib_path():
+    """The path of libtrainscope_torch.so that enable_ops() would load, or None."""
+    for path in _torch_lib_candidates():
+        if os.path.exists(path):
+            return os.path.abspath(path)
+    return None
+
+
+def _load_torch_lib():
+    global _torch_lib, _torch_lib_error
+    if _torch_lib is not None or _torch_lib_error is not None:
+        return _torch_lib
+    path = torch_lib_path()
+    if path is None:
+        tried = ", ".join(_torch_lib_candidates()) or "nothing"
+        _torch_lib_error = ("cannot find %s (tried: %s); set TRAINSCOPE_TORCH_LIB to its path"
+                            % (_TORCH_LIB_NAME, tried))
+        return None
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        _torch_lib_error = "cannot load %s: %s" % (path, e)
+        return None
+    lib.trainscope_torch_enable.restype = ctypes.c_int32
+    lib.trainscope_torch_enable.argtypes = [ctypes.c_void_p]
+    lib.trainscope_torch_disable.restype = None
+    lib.trainscope_torch_disable.argtypes = []
+    lib.trainscope_torch_enabled.restype = ctypes.c_int32
+    lib.trainscope_torch_enabled.argtypes = []
+    lib.trainscope_torch_ops_recorded.restype = ctypes.c_uint64
+    lib.trainscope_torch_ops_recorded.argtypes = []
+    _torch_lib = lib
+    return lib
+
+
+def _wrap_shutdown():
+    # Record calls on a destroyed probe are undefined, so the callback must stop before the
+    # probe goes: trainscope.shutdown() (explicit or at exit) disables it first.
+    global _shutdown_wrapped
+    if _shutdown_wrapped:
+        return
+    inner = trainscope.shutdown
+
+    def shutdown(*args, **kwargs):
+        disable_ops()
+        return inner(*args, **kwargs)
+
+    shutdown.__doc__ = inner.__doc__
+    trainscope.shutdown = shutdown
+    _shutdown_wrapped = True
+
+
+def enable_ops():
+    """Records every PyTorch operator (RecordFunction scopes FUNCTION and USER_SCOPE) as a
+    probe op on this process's probe. Returns True when recording, False (after a one-line
+    warning on stderr, once) when libtrainscope_torch.so is missing or refused."""
+    global _warned
+    lib = _load_torch_lib()
+    if lib is None:
+        if not _warned:
+            _warned = True
+            print("trainscope: PyTorch operators are not recorded: " + _torch_lib_error,
+                  file=sys.stderr, flush=True)
+        return False
+    probe = trainscope._probe()  # noqa: SLF001 - same package; creates the probe first
+    _wrap_shutdown()
+    if lib.trainscope_torch_enable(probe) != 0:
+        if not _warned:
+            _warned = True
+            print("trainscope: PyTorch operators are not recorded: the operator callback was "
+                  "refused (see the log line above)", file=sys.stderr, flush=True)
+        return False
+    return True
+
+
+def disable_ops():
+    """Stops recording operators. Safe to call when not enabled."""
+    if _torch_lib is not None:
+        _torch_lib.trainscope_torch_disable()
+
+
+def ops_enabled():
+    """True while operators are being recorded."""
+    return _torch_lib is not None and _torch_lib.trainscope_torch_enabled() == 1
+
+
+def ops_recorded():
+    """Operators recorded so far (all threads), 0 when the library is not loaded."""
+    return 0 if _torch_lib is None else int(_torch_lib.trainscope_torch_ops_recorded())
 
 
 def group_name(process_group):
