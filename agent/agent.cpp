@@ -92,6 +92,8 @@ Status Agent::Impl::start() {
   if (!sp) return Status::error("--spool-dir: " + sp.message());
   spool = std::move(*sp);
   sendCursor = spool->firstUnacked();
+  spoolDir = so.dir;
+  resumeUploads();
 
   try {
     probes.set(zmq::sockopt::linger, 0);
@@ -174,6 +176,7 @@ int64_t Agent::Impl::nextDeadline(int64_t now) const {
   int64_t d = std::min({nextSample, nextHeartbeat, nextHello, nextSync});
   if (nextProbeDrain > now) d = std::min(d, nextProbeDrain);
   if (!inflight.empty()) d = std::min(d, inflight.front().sentMono + opts.resendTimeoutMs * kMs);
+  if (!uploads.empty()) d = std::min(d, uploadRetryAtMono);  // the next chunks at once
   bool windowOpen = inflight.size() < static_cast<size_t>(opts.windowBatches);
   if (connected && windowOpen && unsentSinceMono != 0) {
     d = std::min(d, std::max(unsentSinceMono + opts.batchLingerMs * kMs, retryAtMono));
@@ -188,6 +191,7 @@ void Agent::Impl::publish() {
   counters.offsetNs = offsets.best().offsetNs;
   counters.rttNs = offsets.best().rttNs;
   counters.collectorConnected = connected;
+  counters.uploadsActive = static_cast<uint32_t>(uploads.size());
   SpoolStats ss = spool->stats();
   counters.spoolBytes = ss.bytes;
   counters.spoolDropped = ss.droppedItems;
@@ -242,6 +246,7 @@ Status Agent::Impl::run() {
                          " within " + std::to_string(opts.resendTimeoutMs) + " ms");
         retryAtMono = 0;
       }
+      pumpUploads(now);
       pumpUpstream(now);
       if (now >= nextSync) {
         Status st = spool->sync();
@@ -265,6 +270,9 @@ Agent::Agent(AgentOptions opts) : impl_(std::make_unique<Impl>(std::move(opts)))
 
 Agent::~Agent() {
   if (impl_->stopFd >= 0) ::close(impl_->stopFd);
+  for (auto& up : impl_->uploads) {
+    if (up.fd >= 0) ::close(up.fd);  // the journal resumes it in the next agent
+  }
   // Sockets close before the context; remove our socket file so no one finds it stale.
   impl_->monitor.close();
   impl_->probes.close();

@@ -42,6 +42,10 @@ struct AgentStats {
   bool collectorConnected = false;
   uint64_t commandsForwarded = 0; // Command envelopes handed to probes
   uint64_t commandsUnmatched = 0; // Commands with no registered rank on this node
+  uint64_t filesShipped = 0;      // capture files spooled in full as FileChunks and deleted
+  uint64_t filesFailed = 0;       // capture files refused or unreadable (failed status sent)
+  uint64_t fileBytesShipped = 0;  // bytes of capture files spooled
+  uint32_t uploadsActive = 0;     // capture files queued or being read now
   uint64_t spoolBytes = 0;
   uint64_t spoolPending = 0;      // records not yet acked by the collector
   uint64_t spoolDropped = 0;      // records lost to the spool bound

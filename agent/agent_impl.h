@@ -38,6 +38,16 @@ constexpr int64_t kRetryNs = 100 * kMs;
 constexpr int kDrainLimit = 1024;
 // Items larger than this could not fit a batch frame upstream.
 constexpr size_t kMaxItemBytes = wire::kMaxFrameBytes - 4096;
+// Capture-file bytes read and spooled per loop turn: a 64 MiB file takes 16 turns of a few
+// milliseconds each instead of one long stall of heartbeats and probe acks.
+constexpr uint64_t kUploadBytesPerTurn = 4u << 20;
+// Uploads remembered after they finish, so a probe's resent "uploading" status (its ack was
+// lost) is not answered with "cannot open" for a file already shipped and deleted.
+constexpr size_t kFinishedUploadsKept = 256;
+// A chunk the spool refuses is tried again after this long, and the file given up (failed
+// status) after kUploadTries refusals in a row.
+constexpr int64_t kUploadRetryNs = 1000 * kMs;
+constexpr int kUploadTries = 5;
 
 inline std::string hostName() {
   char buf[256] = {};
@@ -52,6 +62,15 @@ struct Agent::Impl {
     wire::RankInfo info;
     std::string routingId;
     int64_t lastSeenMono = 0;
+  };
+  // A capture file being shipped in FileChunks (docs/CAPTURE.md step 4).
+  struct Upload {
+    wire::CommandStatus status;  // the probe's "uploading" status: command, job, rank, file
+    std::string resolved;        // realpath of status.file_path, under the capture dir
+    int fd = -1;
+    uint64_t size = 0;           // at open; the file is complete when the probe reports it
+    uint64_t offset = 0;         // next byte to ship
+    std::string journal;         // <spool>/uploads/<name>: resumes the upload after a restart
   };
   struct InFlight {
     uint64_t seq = 0;  // spool index after the batch's last record
@@ -94,6 +113,14 @@ struct Agent::Impl {
   std::vector<std::pair<std::string, uint64_t>> inAcks;  // routing id, batch seq
   uint64_t inBatchItems = 0;
 
+  // Capture files (agent_files.cpp).
+  std::string spoolDir;                      // resolved at start; holds the upload journal
+  std::deque<Upload> uploads;                // shipped in order, a few MiB per loop turn
+  std::vector<wire::CommandStatus> inUploads;  // "uploading" statuses of this drain
+  std::deque<std::string> finishedUploads;   // keys of recently finished uploads
+  int64_t uploadRetryAtMono = 0;             // no chunk is read before this
+  int uploadFailures = 0;                    // spool refusals in a row
+
   RateLimitedLog rejectLog{std::chrono::seconds(5)};
   RateLimitedLog upstreamLog{std::chrono::seconds(5)};
   RateLimitedLog spoolLog{std::chrono::seconds(5)};
@@ -119,6 +146,12 @@ struct Agent::Impl {
   void sendHeartbeat();
   void takeSample(int64_t now);
   void pumpUpstream(int64_t now);
+  void resumeUploads();
+  void queueUpload(const wire::CommandStatus& status, bool resumed);
+  void pumpUploads(int64_t now);
+  void finishUpload(Upload& up, const std::string& failure);
+  void spoolCommandStatus(const std::string& commandId, const std::string& job, uint32_t rank,
+                          const std::string& state, const std::string& detail);
   void restartFromAcked(const std::string& why);
   int64_t nextDeadline(int64_t now) const;
   void publish();

@@ -170,6 +170,10 @@ void Agent::Impl::handleProbeFrame(const std::string& rid, const zmq::message_t&
           registerRank(rid, *info, now, &changed);
         } else if (item.has_rank_goodbye()) {
           ranks.erase(std::make_pair(item.rank_goodbye().job(), item.rank_goodbye().rank()));
+        } else if (item.has_command_status() && item.command_status().state() == "uploading" &&
+                   !item.command_status().file_path().empty()) {
+          // Shipped once the status itself is in the spool (flushProbeInput).
+          inUploads.push_back(item.command_status());
         }
         bool reuse = !rawItem.empty() && !item.has_rank_hello() &&
                      item.schema_version() == wire::kSchemaVersion;
@@ -225,7 +229,10 @@ void Agent::Impl::flushProbeInput(int64_t now) {
       ack.mutable_ack()->set_seq(seq);
       sendToProbe(rid, ack);
     }
+    // The statuses are spooled: their files' chunks follow them.
+    for (const auto& status : inUploads) queueUpload(status, false);
   }
+  inUploads.clear();
   inRecords.clear();
   inAcks.clear();
   inBatchItems = 0;
@@ -249,14 +256,20 @@ void Agent::Impl::forwardCommand(const wire::Command& cmd) {
     ++counters.commandsUnmatched;
     logWarn(kLog, "command " + cmd.id() + " names job " + cmd.job() +
                       " but no matching rank is registered on node " + opts.node);
-    wire::Envelope st;
-    auto* cs = st.mutable_command_status();
-    cs->set_command_id(cmd.id());
-    cs->set_job(cmd.job());
-    cs->set_rank(cmd.ranks_size() > 0 ? cmd.ranks(0) : 0);
-    cs->set_state("failed");
-    cs->set_detail("no matching rank registered on node " + opts.node);
-    spoolItems({wire::encode(st)}, monotonicNowNs());
+  }
+  // Every named rank without a probe here is answered at once, so the collector does not
+  // wait for its deadline (docs/CAPTURE.md step 2).
+  std::vector<uint32_t> answered;
+  for (uint32_t rank : cmd.ranks()) {
+    if (ranks.count(std::make_pair(cmd.job(), rank)) != 0) continue;
+    if (std::find(answered.begin(), answered.end(), rank) != answered.end()) continue;
+    answered.push_back(rank);
+    spoolCommandStatus(cmd.id(), cmd.job(), rank, "failed",
+                       "rank " + std::to_string(rank) + " is not connected to agent " + opts.node);
+  }
+  if (cmd.ranks_size() == 0 && sent == 0) {
+    spoolCommandStatus(cmd.id(), cmd.job(), 0, "failed",
+                       "no rank of job " + cmd.job() + " is connected to agent " + opts.node);
   }
 }
 

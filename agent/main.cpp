@@ -53,6 +53,10 @@ int main(int argc, char** argv) {
   app.add_option("--sync-interval-ms", opts.syncIntervalMs,
                  "how often the spool is fsynced and its acked position saved")
       ->capture_default_str();
+  app.add_option("--capture-dir", opts.captureDir,
+                 "probes' capture directory: only files under it (after resolving links) are "
+                 "shipped to the collector and deleted; anything else is refused "
+                 "[default: $TRAINSCOPE_CAPTURE_DIR, else /tmp/trainscope-captures]");
   app.add_option("--proc-root", opts.procRoot, "root of the proc filesystem (tests use a fixture)")
       ->capture_default_str();
   std::string level = "info";

@@ -59,6 +59,9 @@ Status finalizeOptions(AgentOptions& opts) {
                          std::to_string(opts.batchLingerMs));
   }
   if (opts.procRoot.empty()) return Status::error("--proc-root: must not be empty");
+  if (opts.captureDir.empty() || opts.captureDir[0] != '/') {
+    return Status::error("--capture-dir: must be an absolute path, got '" + opts.captureDir + "'");
+  }
   return Status::ok();
 }
 

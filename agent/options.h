@@ -3,12 +3,20 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "common/log.h"
 #include "common/status.h"
 
 namespace trainscope::agent {
+
+// Where probes write capture files: $TRAINSCOPE_CAPTURE_DIR, else /tmp/trainscope-captures
+// (the probe's own default, docs/CAPTURE.md).
+inline std::string defaultCaptureDir() {
+  const char* env = std::getenv("TRAINSCOPE_CAPTURE_DIR");
+  return env != nullptr && env[0] != '\0' ? env : "/tmp/trainscope-captures";
+}
 
 struct AgentOptions {
   // Where the collector's ingest ROUTER listens. Only tcp:// and ipc:// are accepted.
@@ -48,6 +56,10 @@ struct AgentOptions {
   // How often the acked position is persisted and segments are fsync'ed. Shorter replays
   // fewer duplicates after a crash for more disk writes.
   int syncIntervalMs = 1000;
+  // Capture files named in probes' "uploading" statuses are shipped (and deleted) only when
+  // their real path lies under this directory's real path; anything else is refused, since
+  // any local process can talk to the probe endpoint. Must match the probes' directory.
+  std::string captureDir = defaultCaptureDir();
   // Root of the proc filesystem; tests point it at a fixture tree.
   std::string procRoot = "/proc";
   // Lines below this level are not logged.

@@ -1,0 +1,279 @@
+// The capture-file side of the agent (docs/CAPTURE.md step 4): a probe's "uploading" status
+// names a file; once the status is spooled, the file is read a few MiB per loop turn into
+// FileChunk items in the spool (so they survive agent and collector restarts like any item)
+// and deleted. A journal entry per upload under <spool>/uploads lets a restarted agent ship
+// a file it had not finished. Runs on the agent's loop thread only.
+#include "agent/agent_impl.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zlib.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "schema/wire.h"
+
+namespace trainscope::agent {
+using namespace internal;  // NOLINT(google-build-using-namespace): the agent's own constants
+
+namespace {
+
+// The resolved path; on failure the message is strerror and *err the errno.
+Result<std::string> realPath(const std::string& path, int* err = nullptr) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf) == nullptr) {
+    int e = errno;
+    if (err != nullptr) *err = e;
+    return Result<std::string>::error(std::strerror(e));
+  }
+  return std::string(buf);
+}
+
+bool isUnder(const std::string& path, const std::string& root) {
+  if (root == "/") return path.size() > 1;
+  return path.size() > root.size() + 1 && path.compare(0, root.size(), root) == 0 &&
+         path[root.size()] == '/';
+}
+
+// One upload per (command, rank): the key of the journal entry and of the finished list.
+std::string uploadKey(const wire::CommandStatus& st) {
+  std::string key;
+  for (char c : st.command_id()) {
+    bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '-' || c == '_' || c == '.';
+    key.push_back(safe ? c : '_');
+  }
+  return key + "-rank-" + std::to_string(st.rank());
+}
+
+}  // namespace
+
+void Agent::Impl::spoolCommandStatus(const std::string& commandId, const std::string& job,
+                                     uint32_t rank, const std::string& state,
+                                     const std::string& detail) {
+  wire::Envelope env;
+  auto* cs = env.mutable_command_status();
+  cs->set_command_id(commandId);
+  cs->set_job(job);
+  cs->set_rank(rank);
+  cs->set_state(state);
+  cs->set_detail(detail);
+  spoolItems({wire::encode(env)}, monotonicNowNs());
+}
+
+void Agent::Impl::queueUpload(const wire::CommandStatus& status, bool resumed) {
+  const std::string key = uploadKey(status);
+  for (const Upload& up : uploads) {
+    if (uploadKey(up.status) == key) return;  // a probe's resend of the same status
+  }
+  if (std::find(finishedUploads.begin(), finishedUploads.end(), key) != finishedUploads.end()) {
+    return;  // shipped already; the probe resent its status because our ack was lost
+  }
+  const std::string& path = status.file_path();
+  auto refuse = [&](const std::string& detail) {
+    ++counters.filesFailed;
+    logWarn(kLog, "capture " + status.command_id() + " rank " + std::to_string(status.rank()) +
+                      ": " + detail);
+    spoolCommandStatus(status.command_id(), status.job(), status.rank(), "failed", detail);
+  };
+  auto root = realPath(opts.captureDir);
+  if (!root) {
+    refuse("refusing to ship " + path + ": the capture directory " + opts.captureDir +
+           " cannot be resolved: " + root.message());
+    return;
+  }
+  int err = 0;
+  auto resolved = realPath(path, &err);
+  if (!resolved) {
+    if (resumed && err == ENOENT) return;  // deleted after its last chunk, before the journal
+    refuse("cannot read " + path + ": " + resolved.message());
+    return;
+  }
+  if (!isUnder(*resolved, *root)) {
+    refuse("refusing to ship " + path + ": it is not under the capture directory " + *root +
+           " (--capture-dir)");
+    return;
+  }
+  // O_NOFOLLOW: the last component cannot have become a link since realpath; the check of
+  // the opened descriptor below covers a directory swapped in between.
+  int fd = ::open(resolved->c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    refuse("cannot read " + path + ": " + std::strerror(errno));
+    return;
+  }
+  struct stat sb {};
+  auto opened = realPath("/proc/self/fd/" + std::to_string(fd));
+  if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || !opened || *opened != *resolved) {
+    ::close(fd);
+    refuse("refusing to ship " + path + ": not a regular file under the capture directory " +
+           *root);
+    return;
+  }
+  Upload up;
+  up.status = status;
+  up.resolved = *resolved;
+  up.fd = fd;
+  up.size = static_cast<uint64_t>(sb.st_size);
+  // The journal entry is the status itself; written before the first chunk is spooled.
+  std::error_code ec;
+  std::filesystem::create_directories(spoolDir + "/uploads", ec);
+  up.journal = spoolDir + "/uploads/" + key;
+  if (!resumed) {
+    std::string tmp = up.journal + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out << status.SerializeAsString();
+    }
+    std::filesystem::rename(tmp, up.journal, ec);
+    if (ec) {
+      spoolLog.log(LogLevel::kWarn, kLog, "cannot journal the upload of " + path + ": " +
+                                              ec.message() + " (a restart would not resume it)");
+    }
+  }
+  logInfo(kLog, "shipping " + up.resolved + " (" + std::to_string(up.size) + " bytes) for capture " +
+                    status.command_id() + " rank " + std::to_string(status.rank()) +
+                    (resumed ? ", resumed after a restart" : ""));
+  uploads.push_back(std::move(up));
+}
+
+void Agent::Impl::resumeUploads() {
+  std::error_code ec;
+  std::vector<std::string> entries;
+  for (const auto& e : std::filesystem::directory_iterator(spoolDir + "/uploads", ec)) {
+    std::string name = e.path().filename().string();
+    if (name.size() > 4 && name.substr(name.size() - 4) == ".tmp") {
+      std::filesystem::remove(e.path(), ec);
+      continue;
+    }
+    entries.push_back(e.path().string());
+  }
+  std::sort(entries.begin(), entries.end());
+  for (const std::string& entry : entries) {
+    std::ifstream in(entry, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    wire::CommandStatus st;
+    size_t before = uploads.size();
+    if (st.ParseFromString(bytes) && !st.file_path().empty()) queueUpload(st, true);
+    // Shipped completely (file gone), unreadable, or refused: the entry is done with.
+    if (uploads.size() == before) std::filesystem::remove(entry, ec);
+  }
+}
+
+void Agent::Impl::finishUpload(Upload& up, const std::string& failure) {
+  const wire::CommandStatus& st = up.status;
+  if (!failure.empty()) {
+    ++counters.filesFailed;
+    logWarn(kLog, "capture " + st.command_id() + " rank " + std::to_string(st.rank()) + ": " +
+                      failure);
+    spoolCommandStatus(st.command_id(), st.job(), st.rank(), "failed", failure);
+  } else {
+    ++counters.filesShipped;
+    // Delete only the file that was shipped: the path must still name the opened inode.
+    struct stat opened {}, now {};
+    if (::fstat(up.fd, &opened) == 0 && ::lstat(up.resolved.c_str(), &now) == 0 &&
+        opened.st_dev == now.st_dev && opened.st_ino == now.st_ino) {
+      if (::unlink(up.resolved.c_str()) != 0) {
+        logWarn(kLog, "shipped " + up.resolved + " but cannot delete it: " + std::strerror(errno));
+      }
+      // The capture's own directory goes when it is empty; the capture root stays.
+      std::string parent = std::filesystem::path(up.resolved).parent_path().string();
+      auto root = realPath(opts.captureDir);
+      if (root && isUnder(parent, *root)) (void)::rmdir(parent.c_str());
+    }
+  }
+  if (up.fd >= 0) ::close(up.fd);
+  up.fd = -1;
+  std::error_code ec;
+  if (!up.journal.empty()) std::filesystem::remove(up.journal, ec);
+  finishedUploads.push_back(uploadKey(st));
+  while (finishedUploads.size() > kFinishedUploadsKept) finishedUploads.pop_front();
+}
+
+void Agent::Impl::pumpUploads(int64_t now) {
+  if (now < uploadRetryAtMono) return;
+  uint64_t budget = kUploadBytesPerTurn;
+  std::string data;
+  while (!uploads.empty() && budget > 0) {
+    Upload& up = uploads.front();
+    const wire::CommandStatus& st = up.status;
+    uint64_t want = std::min<uint64_t>(wire::kMaxChunkBytes, up.size - up.offset);
+    data.resize(want);
+    size_t got = 0;
+    std::string failure;
+    while (got < want) {
+      ssize_t n = ::pread(up.fd, data.data() + got, want - got, static_cast<off_t>(up.offset + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        failure = "cannot read " + st.file_path() + " at offset " +
+                  std::to_string(up.offset + got) + ": " + std::strerror(errno);
+        break;
+      }
+      if (n == 0) {
+        failure = "cannot read " + st.file_path() + ": it shrank to " +
+                  std::to_string(up.offset + got) + " bytes while being shipped (" +
+                  std::to_string(up.size) + " at the start)";
+        break;
+      }
+      got += static_cast<size_t>(n);
+    }
+    if (!failure.empty()) {
+      finishUpload(up, failure);
+      uploads.pop_front();
+      continue;
+    }
+    bool last = up.offset + want == up.size;
+    wire::Envelope env;
+    auto* fc = env.mutable_file_chunk();
+    fc->set_command_id(st.command_id());
+    fc->set_job(st.job());
+    fc->set_rank(st.rank());
+    fc->set_offset(up.offset);
+    fc->set_crc32(static_cast<uint32_t>(
+        ::crc32(0L, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(want))));
+    fc->set_data(std::move(data));
+    data = std::string();
+    if (last) {
+      fc->set_last(true);
+      fc->set_total_bytes(up.size);
+    }
+    Status written = spool->append(wire::encode(env));
+    if (!written) {
+      // Disk full, or a chunk larger than the spool may hold: retry from the same offset a
+      // little later, and give the file up after a few tries.
+      if (++uploadFailures >= kUploadTries) {
+        finishUpload(up, "cannot spool a chunk of " + st.file_path() + " at offset " +
+                             std::to_string(up.offset) + ": " + written.message());
+        uploads.pop_front();
+        uploadFailures = 0;
+        continue;
+      }
+      spoolLog.log(LogLevel::kError, kLog, "cannot spool a file chunk: " + written.message());
+      uploadRetryAtMono = now + kUploadRetryNs;
+      return;
+    }
+    uploadFailures = 0;
+    if (unsentSinceMono == 0) unsentSinceMono = now;
+    counters.fileBytesShipped += want;
+    up.offset += want;
+    budget -= std::min(budget, std::max<uint64_t>(want, 1));
+    if (last) {
+      finishUpload(up, "");
+      uploads.pop_front();
+    }
+  }
+}
+
+}  // namespace trainscope::agent

@@ -1,0 +1,167 @@
+// The PyTorch operator callback behind trainscope_torch.h. One global RecordFunction callback
+// (scopes FUNCTION and USER_SCOPE, no inputs, no sampling): the start callback notes the
+// clock on a per-thread stack, the end callback records one ts_op with the operator's name.
+#include "agent/torch/trainscope_torch.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <ATen/record_function.h>
+
+#include "common/log.h"
+
+namespace trainscope::torch_ops {
+namespace {
+
+constexpr std::string_view kLog = "probe.torch";
+// Operators nest (aten::linear runs aten::addmm); deeper nesting than this is not recorded,
+// but the stack still matches ends to starts.
+constexpr size_t kMaxDepth = 128;
+
+struct Open {
+  const at::RecordFunction* rf = nullptr;  // identity of the scope: its address until it ends
+  int64_t startNs = 0;
+};
+
+// One per thread that ran an operator while enabled. `busy` lets disable() wait until no
+// thread is between reading the probe pointer and finishing its record call.
+struct ThreadState {
+  ThreadState();
+  ~ThreadState();
+  ThreadState(const ThreadState&) = delete;
+  ThreadState& operator=(const ThreadState&) = delete;
+
+  std::atomic<bool> busy{false};
+  Open open[kMaxDepth];
+  size_t depth = 0;  // may exceed kMaxDepth; entries past it are not stored
+  // Operator names by the pointer RecordFunction hands out (stable for registered operators),
+  // with the text to catch a pointer reused for another name.
+  std::unordered_map<const char*, std::pair<ts_name, std::string>> names;
+};
+
+std::atomic<ts_probe*> gProbe{nullptr};
+std::atomic<uint64_t> gOps{0};
+std::mutex gEnableMu;               // enable/disable
+at::CallbackHandle gHandle = 0;     // guarded by gEnableMu; 0: no callback registered
+std::mutex gThreadsMu;
+std::vector<ThreadState*> gThreads;  // guarded by gThreadsMu
+
+ThreadState::ThreadState() {
+  std::lock_guard lock(gThreadsMu);
+  gThreads.push_back(this);
+}
+
+ThreadState::~ThreadState() {
+  std::lock_guard lock(gThreadsMu);
+  gThreads.erase(std::remove(gThreads.begin(), gThreads.end(), this), gThreads.end());
+}
+
+ThreadState& threadState() {
+  thread_local ThreadState state;
+  return state;
+}
+
+ts_name nameId(ThreadState& t, const char* name) {
+  if (name == nullptr) name = "";
+  auto it = t.names.find(name);
+  if (it != t.names.end() && it->second.second == name) return it->second.first;
+  // First time on this thread: ts_intern locks, once per name per thread.
+  ts_name id = ts_intern(name);
+  t.names[name] = std::make_pair(id, std::string(name));
+  return id;
+}
+
+std::unique_ptr<at::ObserverContext> onStart(const at::RecordFunction& rf) {
+  ThreadState& t = threadState();
+  if (t.depth < kMaxDepth) t.open[t.depth] = Open{&rf, ts_now_ns()};
+  ++t.depth;
+  return nullptr;
+}
+
+void onEnd(const at::RecordFunction& rf, at::ObserverContext* /*ctx*/) {
+  int64_t endNs = ts_now_ns();
+  ThreadState& t = threadState();
+  size_t stored = std::min(t.depth, kMaxDepth);
+  size_t i = stored;
+  while (i > 0 && t.open[i - 1].rf != &rf) --i;
+  if (i == 0) {
+    // Not on this thread's stack: beyond the stored depth, or a user scope that started on
+    // another thread (Python record_function may end elsewhere). Nothing to record.
+    if (t.depth > kMaxDepth) --t.depth;
+    return;
+  }
+  // Starts above the match whose ends went to another thread are dropped with it.
+  t.depth = i - 1;
+  int64_t startNs = t.open[i - 1].startNs;
+  // Dekker with disable(): busy is set before the probe is read, both sequentially consistent.
+  t.busy.store(true);
+  ts_probe* probe = gProbe.load();
+  if (probe != nullptr) {
+    ts_op(probe, nameId(t, rf.name()), startNs, endNs - startNs);
+    gOps.fetch_add(1, std::memory_order_relaxed);
+  }
+  t.busy.store(false, std::memory_order_release);
+}
+
+void waitForRecorders() {
+  std::lock_guard lock(gThreadsMu);
+  for (ThreadState* t : gThreads) {
+    while (t->busy.load()) std::this_thread::yield();
+  }
+}
+
+}  // namespace
+}  // namespace trainscope::torch_ops
+
+using namespace trainscope::torch_ops;  // NOLINT(google-build-using-namespace): this file's own
+
+extern "C" int32_t trainscope_torch_enable(ts_probe* probe) {
+  if (probe == nullptr) probe = ts_default();
+  std::lock_guard lock(gEnableMu);
+  gProbe.store(probe);
+  if (gHandle != 0) return 0;
+  try {
+    gHandle = at::addGlobalCallback(at::RecordFunctionCallback(&onStart, &onEnd)
+                                        .needsInputs(false)
+                                        .samplingProb(1.0)
+                                        .scopes({at::RecordScope::FUNCTION,
+                                                 at::RecordScope::USER_SCOPE}));
+  } catch (const std::exception& e) {
+    gProbe.store(nullptr);
+    trainscope::logError(kLog, std::string("cannot add the operator callback: ") + e.what());
+    return -1;
+  }
+  trainscope::logDebug(kLog, "recording PyTorch operators");
+  return 0;
+}
+
+extern "C" void trainscope_torch_disable(void) {
+  std::lock_guard lock(gEnableMu);
+  if (gHandle == 0) return;
+  try {
+    at::removeCallback(gHandle);
+  } catch (const std::exception& e) {
+    trainscope::logError(kLog, std::string("cannot remove the operator callback: ") + e.what());
+  }
+  gHandle = 0;
+  // Scopes that started before the removal still run their end callback; they see no probe.
+  gProbe.store(nullptr);
+  waitForRecorders();
+}
+
+extern "C" int32_t trainscope_torch_enabled(void) {
+  std::lock_guard lock(gEnableMu);
+  return gHandle != 0 ? 1 : 0;
+}
+
+extern "C" uint64_t trainscope_torch_ops_recorded(void) {
+  return gOps.load(std::memory_order_relaxed);
+}

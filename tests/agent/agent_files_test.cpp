@@ -1,0 +1,305 @@
+// Capture files through a real Agent (docs/CAPTURE.md steps 2 and 4): a fake probe reports an
+// "uploading" status naming a file; the fake collector must get the status, then FileChunks
+// that reassemble to the file's bytes with valid CRCs, and the file must be gone. Files
+// outside the capture directory are refused, and ranks with no probe are answered failed.
+#include "agent/agent.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+#include <zlib.h>
+#include <zmq.hpp>
+
+#include "schema/wire.h"
+#include "tests/agent/relay_fakes.h"
+#include "tests/agent/temp_dir.h"
+
+namespace wire = trainscope::wire;
+using namespace trainscope::agent::testing;  // NOLINT(google-build-using-namespace): the fakes
+using trainscope::agent::Agent;
+using trainscope::agent::AgentOptions;
+
+namespace {
+
+std::string randomBytes(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::string out(n, '\0');
+  for (auto& c : out) c = static_cast<char>(gen() & 0xff);
+  return out;
+}
+
+void writeFile(const std::string& path, const std::string& bytes) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+wire::Envelope uploadingStatus(const std::string& captureId, uint32_t rank,
+                               const std::string& path, uint64_t bytes) {
+  wire::Envelope e;
+  e.set_schema_version(wire::kSchemaVersion);
+  auto* cs = e.mutable_command_status();
+  cs->set_command_id(captureId);
+  cs->set_job("jobA");
+  cs->set_rank(rank);
+  cs->set_state("uploading");
+  cs->set_file_path(path);
+  cs->set_file_bytes(bytes);
+  cs->set_first_step(10);
+  cs->set_last_step(14);
+  return e;
+}
+
+// What the fake collector got for one capture: its statuses in order and the file rebuilt
+// from its chunks (checked for order, offsets, CRCs and the last flag as they come).
+struct Received {
+  std::vector<wire::CommandStatus> statuses;
+  std::string data;
+  int chunks = 0;
+  bool complete = false;
+  uint64_t totalBytes = 0;
+  std::vector<std::string> problems;
+  bool chunkBeforeStatus = false;
+};
+
+// Folds the collector's items into one Received per capture id as they arrive (each item is
+// looked at once, so waiting on a 64 MiB file stays linear).
+class Assembler {
+public:
+  const Received& get(const FakeCollector& c, const std::string& captureId) {
+    for (; seen_ < c.others.size(); ++seen_) add(c.others[seen_]);
+    return byId_[captureId];
+  }
+
+private:
+  void add(const wire::Envelope& e) {
+    if (e.has_command_status()) byId_[e.command_status().command_id()].statuses.push_back(e.command_status());
+    if (!e.has_file_chunk()) return;
+    const auto& fc = e.file_chunk();
+    Received& r = byId_[fc.command_id()];
+    if (r.statuses.empty()) r.chunkBeforeStatus = true;
+    if (r.complete) return;                  // a resend after the last chunk
+    if (fc.offset() < r.data.size()) return;  // a resend of a chunk we have
+    ++r.chunks;
+    if (fc.offset() != r.data.size()) {
+      r.problems.push_back("chunk at offset " + std::to_string(fc.offset()) + " after " +
+                           std::to_string(r.data.size()) + " bytes");
+    }
+    if (fc.data().size() > wire::kMaxChunkBytes) {
+      r.problems.push_back("chunk of " + std::to_string(fc.data().size()) + " bytes");
+    }
+    uint32_t crc = static_cast<uint32_t>(::crc32(
+        0L, reinterpret_cast<const Bytef*>(fc.data().data()), static_cast<uInt>(fc.data().size())));
+    if (crc != fc.crc32()) r.problems.push_back("bad crc at offset " + std::to_string(fc.offset()));
+    if (fc.job() != "jobA" || fc.rank() != 3) r.problems.push_back("chunk names another job/rank");
+    r.data += fc.data();
+    if (fc.last()) {
+      r.complete = true;
+      r.totalBytes = fc.total_bytes();
+    }
+  }
+
+  size_t seen_ = 0;
+  std::map<std::string, Received> byId_;
+};
+
+bool hasFailure(const FakeCollector& c, const std::string& id, uint32_t rank,
+                const std::string& detailPart) {
+  for (const auto& e : c.others) {
+    if (!e.has_command_status()) continue;
+    const auto& cs = e.command_status();
+    if (cs.command_id() == id && cs.rank() == rank && cs.state() == "failed" &&
+        cs.detail().find(detailPart) != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("agent ships a probe's capture file as checksummed chunks after its status, then deletes it") {
+  TempDir tmp;
+  zmq::context_t ctx;
+  std::string collectorEp = freeTcpEndpoint(ctx);
+  AgentOptions opts = testOptions(tmp, collectorEp);
+  FakeCollector collector(ctx, collectorEp);
+  AgentRunner agent(opts);
+  FakeProbe probe(ctx, opts.endpoint);
+  probe.hello();
+
+  const std::string bytes = randomBytes((3u << 20) + 12345, 7);  // 3 MiB and a bit: 4 chunks
+  const std::string path = opts.captureDir + "/cap-1/rank-3.json.gz";
+  writeFile(path, bytes);
+  probe.sendItems(1, {uploadingStatus("cap-1", 3, path, bytes.size())});
+  CHECK(probe.awaitAck() == 1);
+
+  Assembler files;
+  REQUIRE(collector.pumpUntil([&] { return files.get(collector, "cap-1").complete; }, 20000));
+  const Received& r = files.get(collector, "cap-1");
+  INFO("problems: " << (r.problems.empty() ? "" : r.problems.front()));
+  CHECK(r.problems.empty());
+  CHECK_FALSE(r.chunkBeforeStatus);
+  REQUIRE(r.statuses.size() >= 1);
+  CHECK(r.statuses.front().state() == "uploading");
+  CHECK(r.chunks == 4);
+  CHECK(r.totalBytes == bytes.size());
+  CHECK(r.data == bytes);
+  CHECK(waitFor([&] { return !std::filesystem::exists(path); }));
+  CHECK_FALSE(std::filesystem::exists(opts.captureDir + "/cap-1"));  // its empty directory too
+  CHECK(std::filesystem::exists(opts.captureDir));                   // the root stays
+  CHECK(waitFor([&] { return agent.stats().filesShipped == 1; }));
+  CHECK(agent.stats().fileBytesShipped == bytes.size());
+
+  SECTION("a resent status for a file already shipped is not answered with a failure") {
+    probe.sendItems(2, {uploadingStatus("cap-1", 3, path, bytes.size())});
+    CHECK(probe.awaitAck() == 2);
+    probe.sendSteps(3, 0, 1);
+    CHECK(probe.awaitAck() == 3);
+    REQUIRE(collector.pumpUntil([&] { return collector.seenStep(0); }));
+    CHECK_FALSE(hasFailure(collector, "cap-1", 3, ""));
+    CHECK(agent.stats().filesFailed == 0);
+  }
+
+  SECTION("heartbeats keep flowing while a 64 MiB file is shipped") {
+    const std::string big = randomBytes(64u << 20, 9);
+    const std::string bigPath = opts.captureDir + "/cap-big/rank-3.json.gz";
+    writeFile(bigPath, big);
+    REQUIRE(collector.pumpUntil([&] { return collector.heartbeats > 0; }));
+    probe.sendItems(2, {uploadingStatus("cap-big", 3, bigPath, big.size())});
+    CHECK(probe.awaitAck() == 2);
+    // The longest gap between heartbeats (100 ms apart here) while the file goes through.
+    auto last = std::chrono::steady_clock::now();
+    int64_t worstGapMs = 0;
+    int seen = collector.heartbeats;
+    REQUIRE(collector.pumpUntil([&] {
+      if (collector.heartbeats != seen) {
+        auto now = std::chrono::steady_clock::now();
+        worstGapMs = std::max<int64_t>(
+            worstGapMs, std::chrono::duration_cast<std::chrono::milliseconds>(now - last).count());
+        last = now;
+        seen = collector.heartbeats;
+      }
+      return agent.stats().filesShipped == 2;
+    }, 60000));
+    REQUIRE(collector.pumpUntil([&] { return files.get(collector, "cap-big").complete; }, 60000));
+    const Received& rb = files.get(collector, "cap-big");
+    CHECK(rb.problems.empty());
+    CHECK(rb.chunks == 64);
+    CHECK(rb.data == big);
+    INFO("worst heartbeat gap " << worstGapMs << " ms");
+    CHECK(worstGapMs < 1000);
+    CHECK_FALSE(std::filesystem::exists(bigPath));
+  }
+}
+
+TEST_CASE("agent refuses files outside the capture directory and unreadable files, keeping them") {
+  TempDir tmp;
+  zmq::context_t ctx;
+  std::string collectorEp = freeTcpEndpoint(ctx);
+  AgentOptions opts = testOptions(tmp, collectorEp);
+  std::filesystem::create_directories(opts.captureDir);
+  FakeCollector collector(ctx, collectorEp);
+  AgentRunner agent(opts);
+  FakeProbe probe(ctx, opts.endpoint);
+  probe.hello();
+
+  const std::string secret = tmp.sub("secret.txt");
+  writeFile(secret, "not for the collector");
+  // A link inside the capture directory that points outside it is refused too.
+  const std::string link = opts.captureDir + "/cap-2/rank-3.json.gz";
+  std::filesystem::create_directories(opts.captureDir + "/cap-2");
+  std::filesystem::create_symlink(secret, link);
+  const std::string dotdot = opts.captureDir + "/../secret.txt";
+  const std::string missing = opts.captureDir + "/cap-4/rank-3.json.gz";
+
+  probe.sendItems(1, {uploadingStatus("cap-1", 3, secret, 21), uploadingStatus("cap-2", 3, link, 21),
+                      uploadingStatus("cap-3", 3, dotdot, 21),
+                      uploadingStatus("cap-4", 3, missing, 21)});
+  CHECK(probe.awaitAck() == 1);
+  REQUIRE(collector.pumpUntil([&] {
+    return hasFailure(collector, "cap-1", 3, "not under the capture directory") &&
+           hasFailure(collector, "cap-2", 3, "not under the capture directory") &&
+           hasFailure(collector, "cap-3", 3, "not under the capture directory") &&
+           hasFailure(collector, "cap-4", 3, "cannot read " + missing);
+  }));
+  CHECK(hasFailure(collector, "cap-1", 3, secret));  // the detail names the path
+  for (const auto& e : collector.others) CHECK_FALSE(e.has_file_chunk());
+  CHECK(std::filesystem::exists(secret));
+  CHECK(std::filesystem::is_symlink(link));
+  CHECK(waitFor([&] { return agent.stats().filesFailed == 4; }));
+  CHECK(agent.stats().filesShipped == 0);
+}
+
+TEST_CASE("agent answers the ranks of a command it has no probe for with failed statuses") {
+  TempDir tmp;
+  zmq::context_t ctx;
+  std::string collectorEp = freeTcpEndpoint(ctx);
+  AgentOptions opts = testOptions(tmp, collectorEp);
+  FakeCollector collector(ctx, collectorEp);
+  AgentRunner agent(opts);
+  FakeProbe probe(ctx, opts.endpoint);
+  probe.hello();
+  REQUIRE(waitFor([&] { return agent.stats().ranks == 1; }));
+  REQUIRE(collector.pumpUntil([&] { return collector.heartbeats > 0; }));
+
+  wire::Envelope cmd;
+  cmd.mutable_command()->set_id("cap-9");
+  cmd.mutable_command()->set_job("jobA");
+  for (uint32_t r : {3u, 5u, 7u}) cmd.mutable_command()->add_ranks(r);
+  auto* cap = cmd.mutable_command()->mutable_capture();
+  cap->set_capture_id("cap-9");
+  cap->set_start_step(20);
+  cap->set_steps(3);
+  collector.sendToAgent(cmd);
+
+  wire::Envelope got;
+  bool gotCommand = false;
+  while (!gotCommand && probe.recv(&got)) gotCommand = got.has_command();
+  REQUIRE(gotCommand);  // rank 3 is here
+  CHECK(got.command().capture().capture_id() == "cap-9");
+  REQUIRE(collector.pumpUntil([&] {
+    return hasFailure(collector, "cap-9", 5, "rank 5 is not connected to agent test-node") &&
+           hasFailure(collector, "cap-9", 7, "rank 7 is not connected to agent test-node");
+  }));
+  CHECK_FALSE(hasFailure(collector, "cap-9", 3, ""));
+  CHECK(agent.stats().commandsUnmatched == 0);
+}
+
+TEST_CASE("a file's chunks survive an agent restart, and a half-shipped file is resumed") {
+  TempDir tmp;
+  zmq::context_t ctx;
+  std::string collectorEp = freeTcpEndpoint(ctx);
+  AgentOptions opts = testOptions(tmp, collectorEp);
+  const std::string bytes = randomBytes(32u << 20, 11);
+  const std::string path = opts.captureDir + "/cap-5/rank-3.json.gz";
+  writeFile(path, bytes);
+  {
+    // No collector yet; the agent stops right after acking the status, usually with part of
+    // the file spooled (its journal entry resumes the rest), sometimes with all of it.
+    AgentRunner agent(opts);
+    FakeProbe probe(ctx, opts.endpoint);
+    probe.hello();
+    probe.sendItems(1, {uploadingStatus("cap-5", 3, path, bytes.size())});
+    CHECK(probe.awaitAck() == 1);
+  }
+  const bool halfShipped = std::filesystem::exists(opts.spoolDir + "/uploads/cap-5-rank-3");
+  INFO("the first agent stopped " << (halfShipped ? "mid-file" : "after the whole file"));
+  FakeCollector collector(ctx, collectorEp);
+  AgentRunner agent(opts);
+  Assembler files;
+  REQUIRE(collector.pumpUntil([&] { return files.get(collector, "cap-5").complete; }, 30000));
+  const Received& r = files.get(collector, "cap-5");
+  INFO("problems: " << (r.problems.empty() ? "" : r.problems.front()));
+  CHECK(r.problems.empty());
+  CHECK(r.data == bytes);
+  CHECK_FALSE(hasFailure(collector, "cap-5", 3, ""));
+  CHECK(waitFor([&] { return !std::filesystem::exists(path); }));
+  CHECK(waitFor([&] { return !std::filesystem::exists(opts.spoolDir + "/uploads/cap-5-rank-3"); }));
+}
