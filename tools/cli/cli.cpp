@@ -35,20 +35,6 @@ std::string printf1(const char* fmt, double v) {
   return buf;
 }
 
-// Reads a field the API documents; a missing one prints as "-" rather than failing the table.
-std::string str(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return "-";
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_boolean()) return it->get<bool>() ? "yes" : "no";
-  return it->dump();
-}
-
-int64_t i64(const json& j, const char* key, int64_t fallback = 0) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<int64_t>() : fallback;
-}
-
 uint64_t u64(const json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_number() ? it->get<uint64_t>() : 0;
@@ -81,11 +67,24 @@ std::string withQuery(std::string path, const std::vector<std::pair<std::string,
   return path;
 }
 
+}  // namespace
+
+std::string fieldText(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "-";
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_boolean()) return it->get<bool>() ? "yes" : "no";
+  return it->dump();
+}
+
+int64_t fieldInt(const json& j, const char* key, int64_t fallback) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<int64_t>() : fallback;
+}
+
 std::string jobPath(const std::string& job, const char* what) {
   return "/api/v1/jobs/" + urlEncode(job) + "/" + what;
 }
-
-}  // namespace
 
 // ---- HTTP client -------------------------------------------------------------------------
 
@@ -127,20 +126,32 @@ Result<ServerUrl> parseServerUrl(const std::string& url) {
   return out;
 }
 
-Result<HttpReply> httpGet(const ServerUrl& server, const std::string& target,
-                          std::chrono::milliseconds timeout) {
+Result<HttpReply> httpRequest(const ServerUrl& server, const HttpRequest& request,
+                              std::chrono::milliseconds timeout) {
   asio::io_context ioc;
   tcp::resolver resolver(ioc);
   beast::tcp_stream stream(ioc);
   asio::steady_timer deadline(ioc, timeout);
   beast::flat_buffer buffer;
-  bhttp::request<bhttp::empty_body> req(bhttp::verb::get, target, 11);
+  const bool post = request.method == "POST";
+  bhttp::request<bhttp::string_body> req(post ? bhttp::verb::post : bhttp::verb::get,
+                                         request.target, 11);
   req.set(bhttp::field::host, server.host + ":" + server.port);
   req.set(bhttp::field::user_agent, "trainscope-cli");
   req.set(bhttp::field::accept, "application/json");
+  if (request.acceptGzip) req.set(bhttp::field::accept_encoding, "gzip");
+  if (!request.bearerToken.empty()) {
+    req.set(bhttp::field::authorization, "Bearer " + request.bearerToken);
+  }
+  if (post || !request.body.empty()) {
+    req.set(bhttp::field::content_type, "application/json");
+    req.body() = request.body;
+  }
   req.keep_alive(false);
+  req.prepare_payload();
   bhttp::response_parser<bhttp::string_body> parser;
-  parser.body_limit(256u << 20);  // a steps query with limit=100000 is tens of MB
+  parser.body_limit(1024ull << 20);  // a steps query with limit=100000 is tens of MB; a merged
+                                     // trace of many ranks can be hundreds
 
   beast::error_code failure;
   bool timedOut = false;
@@ -182,11 +193,21 @@ Result<HttpReply> httpGet(const ServerUrl& server, const std::string& target,
     return Result<HttpReply>::error(failure ? failure.message() : "no response");
   }
   HttpReply reply;
-  reply.status = parser.get().result_int();
-  reply.body = std::move(parser.get().body());
+  auto& res = parser.get();
+  reply.status = res.result_int();
+  reply.contentEncoding = std::string(res[bhttp::field::content_encoding]);
+  reply.location = std::string(res[bhttp::field::location]);
+  reply.body = std::move(res.body());
   beast::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   return reply;
+}
+
+Result<HttpReply> httpGet(const ServerUrl& server, const std::string& target,
+                          std::chrono::milliseconds timeout) {
+  HttpRequest req;
+  req.target = target;
+  return httpRequest(server, req, timeout);
 }
 
 std::string urlEncode(const std::string& s) {
@@ -205,7 +226,12 @@ std::string urlEncode(const std::string& s) {
   return out;
 }
 
-Result<json> fetchJson(Context& ctx, const std::string& target, int* exitCode) {
+namespace {
+
+// Sends `request` (its target relative to the server's base path) and reports a failure to get
+// any answer on ctx.err. An HTTP error status is returned as a reply, not an error.
+Result<HttpReply> send(Context& ctx, HttpRequest request, std::chrono::milliseconds timeout,
+                       int* exitCode) {
   auto url = parseServerUrl(ctx.global.server);
   if (!url) {
     ctx.err << "trainscope: invalid --server URL '" << ctx.global.server << "': " << url.message()
@@ -213,23 +239,37 @@ Result<json> fetchJson(Context& ctx, const std::string& target, int* exitCode) {
     *exitCode = kExitUnreachable;
     return url.status();
   }
-  auto reply =
-      httpGet(*url, url->basePath + target, std::chrono::milliseconds(ctx.global.timeoutMs));
+  request.target = url->basePath + request.target;
+  request.bearerToken = ctx.global.token;
+  auto reply = httpRequest(*url, request, timeout);
   if (!reply) {
     ctx.err << "trainscope: cannot reach collector at " << ctx.global.server << ": "
             << reply.message() << "\n";
     *exitCode = kExitUnreachable;
     return reply.status();
   }
+  *exitCode = kExitOk;
+  return reply;
+}
+
+// Prints the API's error message of a non-2xx reply (its {"error": ...}, else the status).
+void reportHttpError(Context& ctx, const HttpReply& reply, const json& body) {
+  if (!body.is_discarded() && body.is_object() && body.contains("error") &&
+      body["error"].is_string()) {
+    ctx.err << "trainscope: " << body["error"].get<std::string>() << "\n";
+  } else {
+    ctx.err << "trainscope: HTTP " << reply.status << " from collector at " << ctx.global.server
+            << "\n";
+  }
+}
+
+Result<json> requestJson(Context& ctx, HttpRequest request, int* exitCode) {
+  auto reply = send(ctx, std::move(request), std::chrono::milliseconds(ctx.global.timeoutMs),
+                    exitCode);
+  if (!reply) return reply.status();
   json body = json::parse(reply->body, nullptr, false);
   if (reply->status < 200 || reply->status >= 300) {
-    if (!body.is_discarded() && body.is_object() && body.contains("error") &&
-        body["error"].is_string()) {
-      ctx.err << "trainscope: " << body["error"].get<std::string>() << "\n";
-    } else {
-      ctx.err << "trainscope: HTTP " << reply->status << " from collector at " << ctx.global.server
-              << "\n";
-    }
+    reportHttpError(ctx, *reply, body);
     *exitCode = kExitApiError;
     return Status::error("HTTP " + std::to_string(reply->status));
   }
@@ -243,9 +283,38 @@ Result<json> fetchJson(Context& ctx, const std::string& target, int* exitCode) {
   return body;
 }
 
-// Fetches `target` for a subcommand that prints a table. Under --json it prints the API's JSON
-// itself and returns nothing with *exitCode = kExitOk; on failure it returns nothing with the
-// exit code fetchJson chose.
+}  // namespace
+
+Result<json> fetchJson(Context& ctx, const std::string& target, int* exitCode) {
+  HttpRequest req;
+  req.target = target;
+  return requestJson(ctx, std::move(req), exitCode);
+}
+
+Result<json> postJson(Context& ctx, const std::string& target, const std::string& body,
+                      int* exitCode) {
+  HttpRequest req;
+  req.method = "POST";
+  req.target = target;
+  req.body = body;
+  return requestJson(ctx, std::move(req), exitCode);
+}
+
+Result<HttpReply> fetchRaw(Context& ctx, const std::string& target, bool acceptGzip,
+                           std::chrono::milliseconds timeout, int* exitCode) {
+  HttpRequest req;
+  req.target = target;
+  req.acceptGzip = acceptGzip;
+  auto reply = send(ctx, std::move(req), timeout, exitCode);
+  if (!reply) return reply;
+  if (reply->status < 200 || reply->status >= 300) {
+    reportHttpError(ctx, *reply, json::parse(reply->body, nullptr, false));
+    *exitCode = kExitApiError;
+    return Result<HttpReply>::error("HTTP " + std::to_string(reply->status));
+  }
+  return reply;
+}
+
 std::optional<json> fetchForTable(Context& ctx, const std::string& target, int* exitCode) {
   auto body = fetchJson(ctx, target, exitCode);
   if (!body) return std::nullopt;
@@ -339,10 +408,10 @@ int runJobs(Context& ctx) {
            {"FIRST SEEN"},
            {"LAST SEEN"}});
   for (const auto& j : jobs) {
-    t.addRow({str(j, "job"), str(j, "state"),
+    t.addRow({fieldText(j, "job"), fieldText(j, "state"),
               std::to_string(u64(j, "ranks_seen")) + "/" + std::to_string(u64(j, "world_size")),
-              str(j, "ranks_ended"), stepText(i64(j, "latest_step", -1)), str(j, "step_rows"),
-              ageSince(ctx, i64(j, "first_seen_ns")), ageSince(ctx, i64(j, "last_seen_ns"))});
+              fieldText(j, "ranks_ended"), stepText(fieldInt(j, "latest_step", -1)), fieldText(j, "step_rows"),
+              ageSince(ctx, fieldInt(j, "first_seen_ns")), ageSince(ctx, fieldInt(j, "last_seen_ns"))});
   }
   t.render(ctx.out);
   return kExitOk;
@@ -368,10 +437,10 @@ int runRanks(Context& ctx, const std::string& job) {
            {"PROBE"}});
   for (const auto& r : ranks) {
     bool ended = r.value("ended", false);
-    std::string status = ended ? "ended at step " + stepText(i64(r, "ended_step", -1)) : "active";
-    t.addRow({str(r, "rank"), str(r, "local_rank"), str(r, "host"), str(r, "node"), str(r, "pid"),
-              stepText(i64(r, "latest_step", -1)), status, ageSince(ctx, i64(r, "last_seen_ns")),
-              str(r, "probe_version")});
+    std::string status = ended ? "ended at step " + stepText(fieldInt(r, "ended_step", -1)) : "active";
+    t.addRow({fieldText(r, "rank"), fieldText(r, "local_rank"), fieldText(r, "host"), fieldText(r, "node"), fieldText(r, "pid"),
+              stepText(fieldInt(r, "latest_step", -1)), status, ageSince(ctx, fieldInt(r, "last_seen_ns")),
+              fieldText(r, "probe_version")});
   }
   t.render(ctx.out);
   return kExitOk;
@@ -402,10 +471,10 @@ int runSteps(Context& ctx, const StepsArgs& args) {
            {"RECORDS", true},
            {"DROPPED", true}});
   for (const auto& s : steps) {
-    t.addRow({str(s, "step"), str(s, "rank"), formatDurationMs(i64(s, "duration_ns")),
-              formatDurationMs(i64(s, "compute_ns")), formatDurationMs(i64(s, "comm_ns")),
-              formatDurationMs(i64(s, "exposed_comm_ns")), formatDurationMs(i64(s, "data_ns")),
-              str(s, "records"), str(s, "dropped")});
+    t.addRow({fieldText(s, "step"), fieldText(s, "rank"), formatDurationMs(fieldInt(s, "duration_ns")),
+              formatDurationMs(fieldInt(s, "compute_ns")), formatDurationMs(fieldInt(s, "comm_ns")),
+              formatDurationMs(fieldInt(s, "exposed_comm_ns")), formatDurationMs(fieldInt(s, "data_ns")),
+              fieldText(s, "records"), fieldText(s, "dropped")});
   }
   t.render(ctx.out);
   if (body->value("truncated", false)) {
@@ -436,12 +505,12 @@ int runSummary(Context& ctx, const SummaryArgs& args) {
            {"MAX/MEDIAN", true},
            {"SLOWEST RANK", true}});
   for (const auto& s : steps) {
-    int64_t median = i64(s, "median_ns");
-    int64_t max = i64(s, "max_ns");
+    int64_t median = fieldInt(s, "median_ns");
+    int64_t max = fieldInt(s, "max_ns");
     std::string spread =
         median > 0 ? printf1("%.2fx", static_cast<double>(max) / static_cast<double>(median)) : "-";
-    t.addRow({str(s, "step"), str(s, "ranks"), formatDurationMs(i64(s, "min_ns")),
-              formatDurationMs(median), formatDurationMs(max), spread, str(s, "slowest_rank")});
+    t.addRow({fieldText(s, "step"), fieldText(s, "ranks"), formatDurationMs(fieldInt(s, "min_ns")),
+              formatDurationMs(median), formatDurationMs(max), spread, fieldText(s, "slowest_rank")});
   }
   t.render(ctx.out);
   if (body->value("truncated", false)) {
@@ -484,13 +553,13 @@ int runNodes(Context& ctx) {
       load = printf1("%.2f", f64(*h, "load1"));
     }
     std::string spool = formatBytes(u64(n, "spool_bytes"));
-    if (u64(n, "spool_dropped") > 0) spool += " (" + str(n, "spool_dropped") + " dropped)";
+    if (u64(n, "spool_dropped") > 0) spool += " (" + fieldText(n, "spool_dropped") + " dropped)";
     double ageS = f64(n, "last_seen_age_s");
-    t.addRow({str(n, "node"), str(n, "host"), str(n, "ranks"), cpu, mem, load,
-              formatDurationMs(i64(n, "rtt_ns")), formatDurationMs(i64(n, "clock_offset_ns")),
+    t.addRow({fieldText(n, "node"), fieldText(n, "host"), fieldText(n, "ranks"), cpu, mem, load,
+              formatDurationMs(fieldInt(n, "rtt_ns")), formatDurationMs(fieldInt(n, "clock_offset_ns")),
               spool,
-              i64(n, "last_seen_ns") > 0 ? formatAge(static_cast<int64_t>(ageS * 1e9)) : "never",
-              str(n, "agent_version")});
+              fieldInt(n, "last_seen_ns") > 0 ? formatAge(static_cast<int64_t>(ageS * 1e9)) : "never",
+              fieldText(n, "agent_version")});
   }
   t.render(ctx.out);
   return kExitOk;
@@ -498,9 +567,6 @@ int runNodes(Context& ctx) {
 
 // ---- registration ------------------------------------------------------------------------
 
-namespace {
-
-// "0,3,5" from a JSON array of numbers or strings; "-" when empty.
 std::string listText(const json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_array() || it->empty()) return "-";
@@ -511,8 +577,6 @@ std::string listText(const json& j, const char* key) {
   }
   return out;
 }
-
-}  // namespace
 
 int runAnomalies(Context& ctx, const std::string& job) {
   int code = kExitOk;
@@ -533,11 +597,11 @@ int runAnomalies(Context& ctx, const std::string& job) {
            {"STATE"},
            {"SUMMARY"}});
   for (const auto& a : list) {
-    std::string state = str(a, "state");
-    if (state == "resolved") state += " at " + stepText(i64(a, "resolved_step", -1));
-    t.addRow({str(a, "id"), str(a, "kind"), listText(a, "ranks"), listText(a, "nodes"),
-              stepText(i64(a, "onset_step", -1)), stepText(i64(a, "detected_step", -1)),
-              printf1("%.2fx", f64(a, "magnitude")), state, str(a, "summary")});
+    std::string state = fieldText(a, "state");
+    if (state == "resolved") state += " at " + stepText(fieldInt(a, "resolved_step", -1));
+    t.addRow({fieldText(a, "id"), fieldText(a, "kind"), listText(a, "ranks"), listText(a, "nodes"),
+              stepText(fieldInt(a, "onset_step", -1)), stepText(fieldInt(a, "detected_step", -1)),
+              printf1("%.2fx", f64(a, "magnitude")), state, fieldText(a, "summary")});
   }
   t.render(ctx.out);
   return kExitOk;
@@ -697,11 +761,12 @@ void addNodesCommand(CLI::App& app, Action* action) {
 
 int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App app{
-      "trainscope: query a trainscope collector (jobs, ranks, step times, nodes, anomalies)\n"
-      "and find change points in a series offline (detect).\n"
-      "Exit codes: 0 ok, 1 the collector answered with an error (or detect got bad input), 2 it "
-      "could not be "
-      "reached.",
+      "trainscope: query a trainscope collector (jobs, ranks, step times, nodes, anomalies),\n"
+      "request captures (capture, captures, stacks) and find change points in a series offline\n"
+      "(detect).\n"
+      "Exit codes: 0 ok, 1 the collector answered with an error (or detect got bad input, or a\n"
+      "capture failed or timed out), 2 bad usage or the collector could not be reached, 3 a\n"
+      "capture finished partial (some ranks failed).",
       "trainscope"};
   GlobalOptions global;
   app.add_option("--server", global.server,
@@ -714,6 +779,11 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
                  "Give up on the collector after this long (connect + request)")
       ->check(CLI::Range(1, 600000))
       ->capture_default_str();
+  app.add_option("--token", global.token,
+                 "Bearer token for a collector started with --http-token (needed to request "
+                 "captures there); the environment variable TRAINSCOPE_TOKEN is used when the "
+                 "flag is absent (default: none)")
+      ->envname("TRAINSCOPE_TOKEN");
   app.require_subcommand(1);
   app.fallthrough();  // global flags may also follow the subcommand
 
@@ -725,12 +795,16 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   addNodesCommand(app, &action);
   addAnomaliesCommand(app, &action);
   addDetectCommand(app, &action);
+  addCaptureCommand(app, &action);
+  addCapturesCommand(app, &action);
+  addStacksCommand(app, &action);
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses from the back
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e, out, err);
+    const int rc = app.exit(e, out, err);  // prints --help, or the message naming the flag
+    return rc == 0 ? kExitOk : kExitUsage;
   }
   if (!action) return kExitOk;
   Context ctx{global, out, err, wallNowNs()};

@@ -22,6 +22,7 @@ namespace trainscope::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitApiError = 1;     // the collector answered with an error
 inline constexpr int kExitUnreachable = 2;  // no answer from the collector at all
+inline constexpr int kExitUsage = 2;        // bad flags or arguments (message printed)
 inline constexpr const char* kDefaultServer = "http://127.0.0.1:7600";
 
 struct GlobalOptions {
@@ -29,6 +30,9 @@ struct GlobalOptions {
   bool json = false;                    // print the API's JSON instead of a table
   int timeoutMs = 5000;                 // connect + request; short so a dead collector is
                                         // reported quickly rather than hanging a shell
+  std::string token;                    // sent as "Authorization: Bearer" when not empty
+                                        // (flag, else $TRAINSCOPE_TOKEN); a collector started
+                                        // with --http-token refuses changes without it
 };
 
 // What every subcommand gets: options, output streams and the time used for "3s ago".
@@ -50,13 +54,27 @@ struct ServerUrl {
 // Accepts http://HOST[:PORT][/PATH] (and HOST:PORT without a scheme). https is refused.
 Result<ServerUrl> parseServerUrl(const std::string& url);
 
+struct HttpRequest {
+  std::string method = "GET";  // GET or POST
+  std::string target;          // path and query, with the server's base path already in front
+  std::string body;            // sent as application/json when not empty
+  std::string bearerToken;     // "" sends no Authorization header
+  bool acceptGzip = false;     // ask for Content-Encoding: gzip (stored capture files)
+};
+
 struct HttpReply {
   unsigned status = 0;
   std::string body;
+  std::string contentEncoding;  // "gzip" when the body is compressed
+  std::string location;         // the Location header of a 201
 };
 
-// One GET with an overall deadline covering resolve, connect, write and read. A failure to get
-// any HTTP answer is an error whose message is the reason ("Connection refused", "timed out").
+// One request with an overall deadline covering resolve, connect, write and read. A failure to
+// get any HTTP answer is an error whose message is the reason ("Connection refused", "timed
+// out").
+Result<HttpReply> httpRequest(const ServerUrl& server, const HttpRequest& request,
+                              std::chrono::milliseconds timeout);
+// httpRequest with a plain GET.
 Result<HttpReply> httpGet(const ServerUrl& server, const std::string& target,
                           std::chrono::milliseconds timeout);
 
@@ -66,6 +84,25 @@ std::string urlEncode(const std::string& s);
 // GETs `target` from the collector and parses the JSON. On failure prints the one-line
 // message to ctx.err and returns the exit code (kExitUnreachable or kExitApiError).
 Result<nlohmann::json> fetchJson(Context& ctx, const std::string& target, int* exitCode);
+// The same for a POST of `body` (JSON text).
+Result<nlohmann::json> postJson(Context& ctx, const std::string& target, const std::string& body,
+                                int* exitCode);
+// The same without parsing: the raw reply of a GET (gzip kept when `acceptGzip`), waiting up
+// to `timeout` (downloads may be larger than the JSON answers --timeout-ms is meant for).
+Result<HttpReply> fetchRaw(Context& ctx, const std::string& target, bool acceptGzip,
+                           std::chrono::milliseconds timeout, int* exitCode);
+// Prints a table subcommand's JSON under --json and returns nothing (*exitCode = kExitOk);
+// otherwise returns the body for the table. On failure nothing, with fetchJson's exit code.
+std::optional<nlohmann::json> fetchForTable(Context& ctx, const std::string& target,
+                                            int* exitCode);
+// Fields of the API's JSON for tables: a missing or null one reads as "-" (text) or `fallback`
+// rather than failing the table; booleans read "yes"/"no", other values as their JSON.
+std::string fieldText(const nlohmann::json& j, const char* key);
+int64_t fieldInt(const nlohmann::json& j, const char* key, int64_t fallback = 0);
+// "/api/v1/jobs/<job, encoded>/<what>".
+std::string jobPath(const std::string& job, const char* what);
+// "0,3,5" from a JSON array of numbers or strings under `key`; "-" when absent or empty.
+std::string listText(const nlohmann::json& j, const char* key);
 
 // ---- formatting --------------------------------------------------------------------------
 
@@ -136,9 +173,13 @@ void addSummaryCommand(CLI::App& app, Action* action);
 void addNodesCommand(CLI::App& app, Action* action);
 void addAnomaliesCommand(CLI::App& app, Action* action);
 void addDetectCommand(CLI::App& app, Action* action);
+// capture, captures and stacks: tools/cli/capture_cmd.cpp.
+void addCaptureCommand(CLI::App& app, Action* action);
+void addCapturesCommand(CLI::App& app, Action* action);
+void addStacksCommand(CLI::App& app, Action* action);
 
 // The whole CLI: parses `args` (without the program name), runs the chosen subcommand and
-// returns the exit code. Usage errors print CLI11's message and return its exit code.
+// returns the exit code. Usage errors print CLI11's message and return kExitUsage.
 int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace trainscope::cli

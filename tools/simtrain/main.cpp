@@ -19,11 +19,21 @@ int main(int argc, char** argv) {
       "truth file.\n"
       "Exit codes: 0 ok, 1 some step reports were not acknowledged in time, 2 bad flags."};
   app.add_option("--agent", o.agents,
-                 "agent endpoint (repeatable); ranks are spread round-robin over the agents, "
-                 "agent i standing for host node<i>")
+                 "agent endpoint (repeatable); global rank r reports to agent r % (number of "
+                 "agents), agent i standing for host node<i>")
       ->required();
   app.add_option("--job", o.job, "job id (default: sim-<unix time>)");
-  app.add_option("--ranks", o.ranks, "simulated ranks, one probe each")->capture_default_str();
+  app.add_option("--ranks", o.ranks, "simulated ranks hosted by this process, one probe each")
+      ->capture_default_str();
+  app.add_option("--first-rank", o.firstRank,
+                 "global rank of the first hosted rank; with --world-size one job can be split "
+                 "over several simtrain processes (each hosting --first-rank.. "
+                 "--first-rank+--ranks-1)")
+      ->capture_default_str();
+  app.add_option("--world-size", o.worldSize,
+                 "ranks of the whole job; every process models all of them from the same "
+                 "--seed and reports its own; 0 means --first-rank + --ranks")
+      ->capture_default_str();
   app.add_option("--steps", o.steps, "steps to run; 0 runs until SIGINT/SIGTERM")
       ->capture_default_str();
   app.add_option("--step-ms", o.stepMs, "healthy step time in milliseconds")->capture_default_str();

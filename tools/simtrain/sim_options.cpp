@@ -155,6 +155,10 @@ Result<Inject> parseInject(const std::string& spec) {
   return in;
 }
 
+uint32_t worldSizeOf(const SimOptions& o) {
+  return o.worldSize != 0 ? o.worldSize : o.firstRank + o.ranks;
+}
+
 Status validate(const SimOptions& o, bool needAgents) {
   if (needAgents && o.agents.empty()) return Status::error("--agent: at least one is required");
   for (const auto& a : o.agents) {
@@ -163,6 +167,14 @@ Status validate(const SimOptions& o, bool needAgents) {
     }
   }
   if (o.ranks == 0 || o.ranks > 4096) return Status::error("--ranks must be in 1..4096");
+  if (o.worldSize > 65536) return Status::error("--world-size must be at most 65536");
+  if (o.firstRank > 65536) return Status::error("--first-rank must be at most 65536");
+  const uint32_t world = worldSizeOf(o);
+  if (o.worldSize != 0 && o.firstRank + o.ranks > o.worldSize) {
+    return Status::error("--first-rank " + std::to_string(o.firstRank) + " + --ranks " +
+                         std::to_string(o.ranks) + " exceeds --world-size " +
+                         std::to_string(o.worldSize));
+  }
   if (o.steps < 0) return Status::error("--steps must be >= 0 (0 runs until killed)");
   if (!(o.stepMs > 0) || o.stepMs > 3.6e6) return Status::error("--step-ms must be > 0");
   if (!(o.noise >= 0) || o.noise > 2) return Status::error("--noise must be in 0..2");
@@ -171,9 +183,11 @@ Status validate(const SimOptions& o, bool needAgents) {
   if (!(o.hangHoldS >= 0)) return Status::error("--hang-hold-s must be >= 0");
   int hangs = 0;
   for (const auto& in : o.injects) {
-    if (in.rank && *in.rank >= o.ranks) {
+    if (in.rank && *in.rank >= world) {
       return Status::error("--inject '" + in.spec + "': rank=" + std::to_string(*in.rank) +
-                           " is not below --ranks " + std::to_string(o.ranks));
+                           " is not below " +
+                           (o.worldSize != 0 || o.firstRank != 0 ? "--world-size " : "--ranks ") +
+                           std::to_string(world));
     }
     if (in.kind == Inject::Kind::kHang && ++hangs > 1) {
       return Status::error("--inject '" + in.spec + "': only one hang per run");

@@ -26,9 +26,17 @@ struct Inject {
 };
 
 struct SimOptions {
-  std::vector<std::string> agents;  // agent endpoints; rank r reports to agents[r % size]
+  std::vector<std::string> agents;  // agent endpoints; global rank r reports to
+                                    // agents[r % size]
   std::string job;                  // job id; "" means sim-<unix time>
-  uint32_t ranks = 16;              // simulated ranks (one probe each): more costs CPU per step
+  uint32_t ranks = 16;              // simulated ranks hosted here (one probe each): more costs
+                                    // CPU per step
+  uint32_t firstRank = 0;           // global rank of the first hosted rank; with worldSize, one
+                                    // job can be split over several processes (kill one of them)
+  uint32_t worldSize = 0;           // ranks of the whole job; 0 = firstRank + ranks. Every
+                                    // process models all of them (same seed, same timeline) and
+                                    // reports only its own, so collectives still wait for the
+                                    // slowest rank of the job
   int64_t steps = 300;              // steps to run; 0 runs until SIGINT/SIGTERM
   double stepMs = 100.0;            // healthy step time; sets the pace without --fast
   uint64_t seed = 1;                // same seed and options give the same timeline
@@ -54,9 +62,13 @@ struct SimOptions {
 // unknown, missing or repeated keys and malformed values fail with a message naming them.
 Result<Inject> parseInject(const std::string& spec);
 
-// Checks the options as a whole (values in range, injected ranks below --ranks, at least one
-// agent when `needAgents`). The message names the flag or the inject spec at fault.
+// Checks the options as a whole (values in range, hosted ranks inside the world, injected
+// ranks below the world size, at least one agent when `needAgents`). The message names the
+// flag or the inject spec at fault.
 Status validate(const SimOptions& options, bool needAgents);
+
+// The job's world size: options.worldSize, or firstRank + ranks when it is 0.
+uint32_t worldSizeOf(const SimOptions& options);
 
 // The kind's name in the truth file ("straggler", "step_shift", ...).
 const char* truthKindName(Inject::Kind kind);

@@ -136,6 +136,12 @@ void backpressure(const std::vector<ts_probe*>& probes, uint64_t stepsEnded) {
 
 }  // namespace
 
+void simulatedCollectiveWait(int64_t untilNs) {
+  sleepUntil(untilNs);
+  // Keeps this frame on the stack while sleepUntil runs (no tail call into it).
+  asm volatile("" ::: "memory");
+}
+
 int run(const SimOptions& in) {
   SimOptions options = in;
   if (options.job.empty()) options.job = "sim-" + std::to_string(wallNowNs() / 1'000'000'000);
@@ -160,19 +166,22 @@ int run(const SimOptions& in) {
   names.group = ts_intern("dp");
 
   const size_t nAgents = options.agents.size();
+  const uint32_t world = worldSizeOf(options);
   std::vector<ts_probe*> probes;
   std::vector<std::string> hosts;
-  for (uint32_t r = 0; r < options.ranks; ++r)
-    hosts.push_back("node" + std::to_string(r % nAgents));
-  for (uint32_t r = 0; r < options.ranks; ++r) {
+  for (uint32_t i = 0; i < options.ranks; ++i) {
+    hosts.push_back("node" + std::to_string((options.firstRank + i) % nAgents));
+  }
+  for (uint32_t i = 0; i < options.ranks; ++i) {
+    const uint32_t r = options.firstRank + i;
     ts_probe_config cfg;
     ts_config_init(&cfg);
     cfg.agent_endpoint = options.agents[r % nAgents].c_str();
     cfg.job = options.job.c_str();
     cfg.rank = static_cast<int32_t>(r);
-    cfg.world_size = static_cast<int32_t>(options.ranks);
+    cfg.world_size = static_cast<int32_t>(world);
     cfg.local_rank = static_cast<int32_t>(r / nAgents);
-    cfg.host = hosts[r].c_str();
+    cfg.host = hosts[i].c_str();
     ts_probe* p = ts_probe_create(&cfg);
     if (p == nullptr) {
       std::fprintf(stderr, "trainscope-simtrain: rank %u: probe creation failed: %s\n", r,
@@ -184,8 +193,14 @@ int run(const SimOptions& in) {
   }
 
   if (!options.quiet) {
-    std::printf("simtrain: job %s, %u ranks over %zu agents, %s steps of %.1f ms%s\n",
-                options.job.c_str(), options.ranks, nAgents,
+    std::string hosted = std::to_string(options.ranks) + " ranks";
+    if (options.ranks != world) {
+      hosted = "ranks " + std::to_string(options.firstRank) + ".." +
+               std::to_string(options.firstRank + options.ranks - 1) + " of " +
+               std::to_string(world);
+    }
+    std::printf("simtrain: job %s, %s over %zu agents, %s steps of %.1f ms%s\n",
+                options.job.c_str(), hosted.c_str(), nAgents,
                 options.steps == 0 ? "unbounded" : std::to_string(options.steps).c_str(),
                 options.stepMs, options.fast ? " (fast)" : "");
     std::fflush(stdout);
@@ -200,7 +215,9 @@ int run(const SimOptions& in) {
   for (int64_t s = 0; options.steps == 0 || s < options.steps; ++s) {
     StepTimeline tl = model.step(s, begin);
     if (!options.fast && !tl.hung) sleepUntil(monoStart + (tl.endNs - wallStart));
-    for (uint32_t r = 0; r < options.ranks; ++r) emit(probes[r], names, s, tl.ranks[r], tl.hung);
+    for (uint32_t i = 0; i < options.ranks; ++i) {
+      emit(probes[i], names, s, tl.ranks[options.firstRank + i], tl.hung);
+    }
     if (tl.hung) {
       hung = true;
       break;
@@ -234,7 +251,7 @@ int run(const SimOptions& in) {
     const int64_t until = options.hangHoldS > 0
                               ? monotonicNowNs() + static_cast<int64_t>(options.hangHoldS * 1e9)
                               : INT64_MAX;
-    sleepUntil(until);
+    simulatedCollectiveWait(until);
   }
 
   // Every ended step's report must reach an agent; wait for the acks.

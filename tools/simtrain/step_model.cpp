@@ -84,6 +84,9 @@ std::vector<std::string> StepModel::knownOps() {
 }
 
 StepModel::StepModel(const SimOptions& options) : options_(options), rng_(options.seed) {
+  // The model always runs the whole job, whichever ranks this process hosts: every process of
+  // a split job then draws the same timeline from the same seed.
+  options_.ranks = worldSizeOf(options);
   opNames_ = knownOps();
   auto index = [&](const char* n) {
     return static_cast<uint32_t>(std::find(opNames_.begin(), opNames_.end(), n) - opNames_.begin());

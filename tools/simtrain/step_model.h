@@ -64,14 +64,14 @@ struct StepTimeline {
   int64_t beginNs = 0;
   int64_t endNs = 0;  // the same for every rank; 0 when the step hangs
   bool hung = false;  // a hang was injected at this step: no rank ends it
-  std::vector<RankStep> ranks;
+  std::vector<RankStep> ranks;  // one per rank of the whole job (worldSizeOf), by rank
 };
 
 class StepModel {
  public:
   explicit StepModel(const SimOptions& options);
 
-  // The timeline of `step`, starting at `beginNs` on every rank.
+  // The timeline of `step`, starting at `beginNs` on every rank of the job.
   StepTimeline step(int64_t step, int64_t beginNs);
 
   const std::vector<std::string>& opNames() const { return opNames_; }

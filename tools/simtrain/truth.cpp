@@ -9,7 +9,7 @@ nlohmann::json truthJson(const SimOptions& options) {
   nlohmann::json list = nlohmann::json::array();
   auto allRanks = [&] {
     nlohmann::json r = nlohmann::json::array();
-    for (uint32_t i = 0; i < options.ranks; ++i) r.push_back(i);
+    for (uint32_t i = 0; i < worldSizeOf(options); ++i) r.push_back(i);
     return r;
   };
   for (const auto& in : options.injects) {
