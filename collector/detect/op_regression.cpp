@@ -24,10 +24,12 @@ double OpRegressionDetector::recentMedian(const Ring<double>& ring, int64_t n) {
 }
 
 void OpRegressionDetector::evict(int64_t step) {
+  const size_t before = ops_.size();
   for (auto it = ops_.begin(); it != ops_.end();) {
     bool stale = step - it->second.lastSeenStep > o_.forgetAfterSteps;
     it = stale ? ops_.erase(it) : std::next(it);
   }
+  if (ops_.size() > o_.maxOpsPerJob || ops_.size() != before) byPosition_.clear();
   while (ops_.size() > o_.maxOpsPerJob) {
     auto oldest = ops_.begin();
     for (auto it = ops_.begin(); it != ops_.end(); ++it) {
@@ -38,11 +40,8 @@ void OpRegressionDetector::evict(int64_t step) {
 }
 
 void OpRegressionDetector::onStep(const AssembledStep& step) {
-  // op -> (rank, per-call ns, node)
-
-  // op name -> slot in scratch_, whose vectors keep their capacity from step to step (a
-  // 1,024-rank job would otherwise allocate and free ~40 KiB per op per step).
-  std::map<std::string_view, size_t> samples;
+  touched_.clear();
+  ++serial_;
   std::vector<double> computes;
   for (const RankStep& r : step.ranks) {
     if (r.report.compute_ns() > 0) computes.push_back(static_cast<double>(r.report.compute_ns()));
@@ -54,15 +53,30 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
     const double rankFactor = medianCompute > 0.0 && r.report.compute_ns() > 0
                                   ? static_cast<double>(r.report.compute_ns()) / medianCompute
                                   : 1.0;
+    size_t pos = 0;
     for (const auto& op : r.report.ops()) {
+      const size_t at = pos++;
       if (op.count() == 0 || op.total_ns() <= 0) continue;
       double perCall = static_cast<double>(op.total_ns()) / static_cast<double>(op.count());
       if (perCall < static_cast<double>(o_.minCallNs)) continue;
-      auto [slot, added] = samples.try_emplace(op.name(), samples.size());
-      if (added && scratch_.size() < samples.size()) scratch_.emplace_back();
-      std::vector<Sample>& list = scratch_[slot->second];
-      if (added) list.clear();
-      list.push_back({r.report.rank(), perCall, static_cast<double>(op.count()), rankFactor, &r.ctx.node});
+      OpState* st = at < byPosition_.size() ? byPosition_[at] : nullptr;
+      if (st == nullptr || *st->name != op.name()) {
+        auto it = ops_.find(std::string_view(op.name()));
+        if (it == ops_.end()) {
+          it = ops_.emplace(op.name(), OpState(o_.persistence)).first;
+          it->second.name = &it->first;
+        }
+        st = &it->second;
+        if (byPosition_.size() <= at) byPosition_.resize(at + 1, nullptr);
+        byPosition_[at] = st;
+      }
+      if (st->sampledIn != serial_) {
+        st->sampledIn = serial_;
+        st->lastSeenStep = step.step;
+        st->samples.clear();
+        touched_.push_back(st);
+      }
+      st->samples.push_back({r.report.rank(), perCall, static_cast<double>(op.count()), rankFactor, &r.ctx.node});
     }
   }
   // Every rank and node, for job-wide anomalies; built only when one opens.
@@ -77,13 +91,10 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
     return v;
   };
 
-  for (auto& [nameView, slotIndex] : samples) {
-    const std::vector<Sample>& list = scratch_[slotIndex];
-    auto it = ops_.find(nameView);
-    if (it == ops_.end()) it = ops_.emplace(std::string(nameView), OpState(o_.persistence)).first;
-    const std::string& name = it->first;
-    OpState& op = it->second;
-    op.lastSeenStep = step.step;
+  for (OpState* opp : touched_) {
+    OpState& op = *opp;
+    const std::vector<Sample>& list = op.samples;
+    const std::string& name = *op.name;
 
     std::vector<uint32_t> opened;
     std::vector<double> values;

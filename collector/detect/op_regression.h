@@ -34,6 +34,13 @@ public:
 private:
   static constexpr size_t kPerCallHistory = 32;
   static double recentMedian(const Ring<double>& ring, int64_t n);
+  struct Sample {
+    uint32_t rank;
+    double perCall;     // ns
+    double count;       // calls this step
+    double rankFactor;  // rank compute / median compute of the step
+    const std::string* node;
+  };
   struct RankSeries {
     explicit RankSeries(const PersistenceOptions& o) : tracker(o) {}
     PersistenceTracker tracker;
@@ -53,18 +60,19 @@ private:
     std::vector<std::unique_ptr<RankSeries>> ranks;  // by rank; null until it reports the op
     size_t rankCount = 0;                            // non-null entries of `ranks`
     int64_t lastSeenStep = -1;
+    const std::string* name = nullptr;               // its key in ops_
+    uint64_t sampledIn = 0;                          // serial of the step `samples` is for
+    std::vector<Sample> samples;                  // this step's, capacity kept
   };
 
   void evict(int64_t step);
 
-  struct Sample {
-    uint32_t rank;
-    double perCall;     // ns
-    double count;       // calls this step
-    double rankFactor;  // rank compute / median compute of the step
-    const std::string* node;
-  };
-  std::vector<std::vector<Sample>> scratch_;  // per-step sample lists, reused
+  // Ops found by their position in the report: every rank lists them in the same order, so
+  // a name compare at the cached position replaces a map search per op per report. Cleared
+  // when ops are evicted (the pointers would dangle).
+  std::vector<OpState*> byPosition_;
+  std::vector<OpState*> touched_;  // ops sampled in the step being judged
+  uint64_t serial_ = 0;             // steps judged (a restart may judge a step number again)
 
   std::string job_;
   OpRegressionOptions o_;

@@ -69,7 +69,8 @@ void PersistenceTracker::refreshBaseline() const {
   // value in 256 per sample), so refreshing every 32 additions (every 256 once the ring is
   // full) is as good.
   if (!dirty_ && sinceRefresh_ < (base_.full() ? 256 : 32)) return;
-  std::vector<double> v = base_.values();
+  std::vector<double> v(base_.size());
+  for (size_t i = 0; i < base_.size(); ++i) v[i] = base_[i];
   baseMedian_ = median(v);
   baseRelSigma_ = baseMedian_ > 0 ? kMadToSigma * mad(v, baseMedian_) / baseMedian_ : 0.0;
   dirty_ = false;
@@ -122,14 +123,14 @@ PersistenceTracker::Transition PersistenceTracker::push(int64_t step, double val
   ++seen_;
   if (seen_ <= o_.warmupSamples || !std::isfinite(value)) return Transition::kNone;
   if (!ready()) {
-    base_.push(value);
+    base_.push(static_cast<float>(value));
     dirty_ = true;
     return Transition::kNone;
   }
   const double base = baseline();
   const double sigma = relSigma();
   const bool exceeds = value > exceedLevel();
-  hist_.push(Sample{step, value, exceeds});
+  hist_.push(Sample{step, static_cast<float>(value), exceeds});
   if (exceeds) ++flagged_;
   if (hist_.size() > window_) {
     // The sample leaving the recent window joins the baseline only from a calm stretch: not

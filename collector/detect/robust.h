@@ -27,19 +27,21 @@ template <typename T>
 class Ring {
 public:
   explicit Ring(size_t capacity = 1) : buf_(capacity == 0 ? 1 : capacity) {}
+  // Index arithmetic by compare-and-subtract, not %: a division per access was a visible
+  // share of the per-sample cost of the trackers.
   void push(const T& v) {
-    buf_[(head_ + size_) % buf_.size()] = v;
+    buf_[wrap(head_ + size_)] = v;
     if (size_ < buf_.size()) {
       ++size_;
     } else {
-      head_ = (head_ + 1) % buf_.size();
+      head_ = wrap(head_ + 1);
     }
   }
   size_t size() const { return size_; }
   size_t capacity() const { return buf_.size(); }
   bool full() const { return size_ == buf_.size(); }
   bool empty() const { return size_ == 0; }
-  const T& operator[](size_t i) const { return buf_[(head_ + i) % buf_.size()]; }
+  const T& operator[](size_t i) const { return buf_[wrap(head_ + i)]; }
   const T& front() const { return (*this)[0]; }
   const T& back() const { return (*this)[size_ - 1]; }
   void clear() { head_ = size_ = 0; }
@@ -59,6 +61,7 @@ public:
   }
 
 private:
+  size_t wrap(size_t i) const { return i >= buf_.size() ? i - buf_.size() : i; }  // i < 2 cap
   std::vector<T> buf_;
   size_t head_ = 0;
   size_t size_ = 0;
@@ -108,12 +111,14 @@ private:
   double fixedBaseline_;
   double externalNoise_ = 0.0;
   int64_t seen_ = 0;
-  Ring<double> base_;
+  // Stored as float (relative precision 1e-7, far below any noise judged): half the memory
+  // per tracker, and a 1,024-rank job has ~25,000 of them, so fewer cache misses per sample.
+  Ring<float> base_;
   // The last 2 x window samples in one ring (one cache line per few samples, not five
   // rings); the last `window` of them are the recent window, kept out of the baseline.
   struct Sample {
     int64_t step;
-    double value;
+    float value;
     bool exceeds;  // above exceedLevel() when pushed
   };
   std::vector<double> recentValues() const;
