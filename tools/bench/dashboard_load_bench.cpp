@@ -148,12 +148,13 @@ int run(const Options& o) {
   page.push_back({"nodes", "/api/v1/nodes"});
   page.push_back({"anomalies", base + "/anomalies"});
   std::vector<Request> rankList = {{"rank list", base + "/ranks"},
-                                   {"jobs-page step time", base + "/summary?from=" + from(1)}};
+                                   {"jobs-page step time", base + "/summary?from=" + from(1)},
+                                   {"step chart (latest 1000)",
+                                    base + "/summary?from=" + from(999) + "&limit=100000"}};
   std::vector<Request> usable = {
       {"ranks table (2 steps, detail)", base + "/steps?from=" + from(1) + "&detail=1&limit=100000"},
-      {"step chart (latest 1000)", base + "/summary?from=" + from(999) + "&limit=100000"},
-      {"heatmap (latest 250)",
-       base + "/steps?from=" + from(249) + "&to=" + std::to_string(latest) + "&limit=100000"},
+      {"heatmap (latest 250, compact)",
+       base + "/heatmap?from=" + from(249) + "&to=" + std::to_string(latest)},
   };
   std::vector<Request> after = {
       {"bandwidth (rank 0, 2000 steps, detail)",

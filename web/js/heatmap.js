@@ -202,3 +202,9 @@ export function heatmapFromRows(rows, rankIds, fromStep, toStep) {
   }
   return { ranks: rankIds.length, steps: S, firstStep: fromStep, values, rankIds };
 }
+
+// From GET /api/v1/jobs/{job}/heatmap: {"from","to","ranks":[ids],"compute_ns":[rank-major]}.
+export function heatmapFromCompact(r) {
+  const S = Math.max(0, r.to - r.from + 1);
+  return { ranks: r.ranks.length, steps: S, firstStep: r.from, values: Float64Array.from(r.compute_ns), rankIds: r.ranks };
+}

@@ -665,3 +665,60 @@ TEST_CASE("the JSON writer nests, escapes and replaces invalid UTF-8", "[http]")
   json parsed = json::parse(text);  // well-formed for a strict parser
   CHECK(parsed["list"].size() == 7);
 }
+
+TEST_CASE("heatmap sends compute per rank and step in one flat array, 0 where none", "[http]") {
+  Fixture f;
+  storage::RankRow r0 = f.store.rankRows[0];
+  r0.rank = 0;
+  f.store.rankRows.insert(f.store.rankRows.begin(), r0);  // ranks 0 and 1
+  f.store.stepRows.clear();
+  for (int64_t step = 1; step <= 3; ++step) {
+    for (uint32_t rank = 0; rank < 2; ++rank) {
+      if (rank == 1 && step == 2) continue;  // rank 1 did not report step 2
+      auto row = stepRow("train", rank, step);
+      row.computeNs = 100 * step + rank;
+      f.store.stepRows.push_back(row);
+    }
+  }
+  f.start();
+  json j = f.get("/api/v1/jobs/train/heatmap?from=1&to=4");
+  CHECK(j["job"] == "train");
+  CHECK(j["from"] == 1);
+  CHECK(j["to"] == 4);
+  CHECK(j["ranks"] == json::array({0, 1}));
+  CHECK(j["compute_ns"] == json::array({100, 200, 300, 0, 101, 0, 301, 0}));
+  CHECK(f.error("/api/v1/jobs/nope/heatmap?from=0&to=1", 404) == "unknown job 'nope'");
+  CHECK(f.error("/api/v1/jobs/train/heatmap?from=0", 400).find("'to'") != std::string::npos);
+  CHECK(f.error("/api/v1/jobs/train/heatmap?from=5&to=1", 400).find("'from'") !=
+        std::string::npos);
+  CHECK(f.error("/api/v1/jobs/train/heatmap?from=0&to=100000", 400).find("at most") !=
+        std::string::npos);
+  CHECK(f.error("/api/v1/jobs/train/heatmap?from=0&to=1&x=2", 400).find("'x'") !=
+        std::string::npos);
+}
+
+TEST_CASE("a slow request on one connection does not hold up another", "[http]") {
+  Fixture f;
+  fillManySteps(f.store);  // a 100,000-row page with detail takes a while to build
+  f.start();
+  std::thread slow([&] {
+    TestConnection c(f.server->port());
+    c.request("GET", "/api/v1/jobs/train/steps?limit=100000&detail=1");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto t0 = std::chrono::steady_clock::now();
+  TestConnection quick(f.server->port());
+  auto r = quick.request("GET", "/healthz");
+  auto quickMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - t0)
+                     .count();
+  auto slowStarted = t0;
+  slow.join();
+  auto slowMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - slowStarted)
+                    .count();
+  CHECK(r.status == 200);
+  INFO("healthz took " << quickMs << " ms while the large page took " << slowMs << " ms");
+  // On one I/O thread healthz would wait for the whole page (quickMs close to slowMs).
+  CHECK(quickMs * 4 < slowMs);
+}
