@@ -102,39 +102,58 @@ const std::string& CaptureRecorder::jsonName(uint32_t id) {
   return it->second;
 }
 
+std::pair<int64_t, int64_t> CaptureRecorder::historyRange(const wire::CaptureCommand& c) {
+  if (c.start_step() < 0 || c.start_step() > INT64_MAX / 2) return {1, 0};  // empty
+  return {c.start_step() - static_cast<int64_t>(c.history()), c.start_step() - 1};
+}
+
 std::vector<wire::CommandStatus> CaptureRecorder::start(const wire::Command& cmd,
                                                         int64_t lastFinalStep,
                                                         const FlightRecorder& flight) {
+  const auto [from, to] = historyRange(cmd.capture());
+  const std::vector<HeldStep> held = flight.stepsIn(from, to);
+  bool started = false;
+  std::vector<wire::CommandStatus> out;
+  out.push_back(begin(cmd, lastFinalStep, held.empty() ? -1 : held.front().step, &started));
+  if (started) {
+    if (auto st = writeHistory(held)) out.push_back(std::move(*st));
+  }
+  return out;
+}
+
+wire::CommandStatus CaptureRecorder::begin(const wire::Command& cmd, int64_t lastFinalStep,
+                                           int64_t firstHeldStep, bool* started) {
+  *started = false;
   const wire::CaptureCommand& c = cmd.capture();
   const std::string id = cmd.id().empty() ? c.capture_id() : cmd.id();
   if (active_) {
     if (id == commandId_) {
-      return {status(id, "recording", "already recording this capture")};
+      return status(id, "recording", "already recording this capture");
     }
-    return {status(id, "failed", "a capture is already running on rank " +
-                                     std::to_string(identity_.rank) + ": " + commandId_)};
+    return status(id, "failed", "a capture is already running on rank " +
+                                     std::to_string(identity_.rank) + ": " + commandId_);
   }
   if (!safeCaptureId(c.capture_id())) {
-    return {status(id, "failed", "capture_id '" + c.capture_id() + "' " + kBadCaptureId)};
+    return status(id, "failed", "capture_id '" + c.capture_id() + "' " + kBadCaptureId);
   }
   if (c.steps() == 0 || c.steps() > options_.maxSteps) {
-    return {status(id, "failed",
+    return status(id, "failed",
                    "steps must be between 1 and " + std::to_string(options_.maxSteps) +
-                       ", not " + std::to_string(c.steps()))};
+                       ", not " + std::to_string(c.steps()));
   }
   if (c.history() > options_.maxHistory) {
-    return {status(id, "failed",
+    return status(id, "failed",
                    "history must be at most " + std::to_string(options_.maxHistory) + ", not " +
-                       std::to_string(c.history()))};
+                       std::to_string(c.history()));
   }
   if (c.start_step() <= lastFinalStep) {
-    return {status(id, "failed",
+    return status(id, "failed",
                    "start step " + std::to_string(c.start_step()) + " already passed: rank " +
                        std::to_string(identity_.rank) + " is at step " +
-                       std::to_string(lastFinalStep))};
+                       std::to_string(lastFinalStep));
   }
   if (c.start_step() > INT64_MAX / 2) {
-    return {status(id, "failed", "start_step " + std::to_string(c.start_step()) + " is too big")};
+    return status(id, "failed", "start_step " + std::to_string(c.start_step()) + " is too big");
   }
 
   commandId_ = id;
@@ -159,30 +178,39 @@ std::vector<wire::CommandStatus> CaptureRecorder::start(const wire::Command& cmd
 
   const std::string dir = options_.dir + "/" + captureId_;
   const std::string path = dir + "/rank-" + std::to_string(identity_.rank) + ".json.gz";
-  if (Status s = makeDirectories(dir); !s) return {status(id, "failed", s.message())};
+  if (Status s = makeDirectories(dir); !s) return status(id, "failed", s.message());
   if (Status s = file_.open(path, options_.zlibLevel); !s) {
-    return {status(id, "failed", s.message())};
+    return status(id, "failed", s.message());
   }
   active_ = true;
-  if (Status s = file_.write("{\"traceEvents\": [\n"); !s) return {fail(s.message())};
+  if (Status s = file_.write("{\"traceEvents\": [\n"); !s) return fail(s.message());
+  *started = true;
 
   const int64_t from = start_ - static_cast<int64_t>(history_);
-  const std::vector<HeldStep> held = flight.stepsIn(from, start_ - 1);
-  const int64_t historyFrom = held.empty() ? std::max(from, lastFinalStep + 1) : held.front().step;
-  std::vector<wire::CommandStatus> out;
-  out.push_back(status(id, "recording",
-                       "steps " + std::to_string(start_) + ".." +
-                           std::to_string(start_ + steps_ - 1) + ", history from " +
-                           std::to_string(historyFrom)));
+  const int64_t historyFrom = firstHeldStep >= from ? firstHeldStep
+                                                    : std::max(from, lastFinalStep + 1);
+  return status(id, "recording",
+                "steps " + std::to_string(start_) + ".." + std::to_string(start_ + steps_ - 1) +
+                    ", history from " + std::to_string(historyFrom));
+}
+
+std::optional<wire::CommandStatus> CaptureRecorder::writeHistory(
+    const std::vector<HeldStep>& held) {
+  if (!active_) return std::nullopt;
+  const int64_t from = start_ - static_cast<int64_t>(history_);
   for (const HeldStep& h : held) {
+    if (h.step < from || h.step >= start_) continue;
     if (!writeStep(h.step, h.startNs, h.endNs, h.records)) break;
   }
-  if (!error_.empty()) {
-    out.push_back(fail(error_));
-  } else if (truncated_) {
-    out.push_back(finishFile(""));
-  }
-  return out;
+  if (!error_.empty()) return fail(error_);
+  if (truncated_) return finishFile("");
+  return std::nullopt;
+}
+
+std::optional<wire::CommandStatus> CaptureRecorder::cutShort(std::string detail) {
+  if (!active_) return std::nullopt;
+  truncated_ = true;
+  return finishFile(std::move(detail));
 }
 
 bool CaptureRecorder::writeEvent(const std::string& event, int64_t tNs) {

@@ -1,16 +1,15 @@
 // CaptureRecorder runs one probe instance's trace captures (docs/CAPTURE.md): it accepts or
 // rejects a CaptureCommand, takes the flight recorder's steps before the start step, then the
 // records of every folded step up to the last one, and streams them into a gzip Chrome-trace
-// file under a size bound. Single-threaded: the probe's runtime thread owns it. The writing
-// happens on that thread, one step at a time as steps are offered (only the step in hand is
-// in memory; zlib level 1 writes ~1-2 records per microsecond, see tools/bench/capture_bench),
-// so a capture never holds the whole trace and never stalls draining for more than one step's
-// worth of compression; the history is written when the command arrives.
+// file under a size bound. Single-threaded: one thread at a time owns it (the probe runs it on
+// a CaptureWorker thread, capture_worker.h, since compression costs ~0.5-0.7 us per record:
+// tools/bench/capture_bench). It streams: only the step in hand is in memory.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -50,7 +49,17 @@ class CaptureRecorder {
   // A second status follows `recording` when the history alone filled the bound (`uploading`)
   // or could not be written (`failed`).
   std::vector<wire::CommandStatus> start(const wire::Command& cmd, int64_t lastFinalStep,
-                            const FlightRecorder& flight);
+                                         const FlightRecorder& flight);
+  // start() in two parts, for a caller that takes the history on one thread and writes it on
+  // another: the steps [first, second] to take from the flight recorder (empty when first >
+  // second); the decision, which opens the file (`*started` true when a new capture began;
+  // `firstHeldStep` is the oldest step taken, -1 for none); then the history itself.
+  static std::pair<int64_t, int64_t> historyRange(const wire::CaptureCommand& c);
+  wire::CommandStatus begin(const wire::Command& cmd, int64_t lastFinalStep,
+                            int64_t firstHeldStep, bool* started);
+  std::optional<wire::CommandStatus> writeHistory(const std::vector<HeldStep>& held);
+  // Ends the running capture early with what it has, truncated (the writer fell behind).
+  std::optional<wire::CommandStatus> cutShort(std::string detail);
   // Offers one folded step (bounds and its records). Returns the final status (`uploading` or
   // `failed`) when this step completes the capture, or the trace hit its bound.
   std::optional<wire::CommandStatus> offer(int64_t step, int64_t startNs, int64_t endNs,

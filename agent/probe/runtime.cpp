@@ -59,7 +59,9 @@ Instance::Instance(ProbeConfig config)
       id_(gNextInstanceId.fetch_add(1)),
       folder_(foldOptionsFor(config_)),
       flight_(config_.flightSteps, config_.flightMaxBytes),
-      capture_(identityFor(config_), captureOptionsFor(config_)) {}
+      capture_(identityFor(config_), captureOptionsFor(config_),
+               [this](wire::CommandStatus st) { postStatus(std::move(st)); },
+               config_.flightMaxBytes) {}
 
 Instance::~Instance() {
   if (stackWorker_.joinable()) stackWorker_.join();
@@ -84,6 +86,10 @@ void Instance::postStatus(wire::CommandStatus status) {
 
 void Instance::emitStatuses(std::vector<wire::CommandStatus> statuses) {
   if (statuses.empty()) return;
+  for (wire::CommandStatus& st : statuses) {
+    if (st.job().empty()) st.set_job(config_.job);
+    st.set_rank(config_.rank);
+  }
   {
     std::lock_guard<std::mutex> lock(hooksMu_);
     if (onStatus_) {
@@ -128,7 +134,7 @@ void Instance::handleCommand(const wire::Command& cmd) {
   }
   switch (cmd.kind_case()) {
     case wire::Command::kCapture:
-      emitStatuses(capture_.start(cmd, folder_.lastStep(), flight_));
+      capture_.command(cmd, folder_.lastStep(), flight_);
       return;
     case wire::Command::kStacks:
       startStackDump(cmd);
@@ -272,7 +278,6 @@ void Instance::service(int64_t nowNs, bool closing) {
     folder_.endPass();
   }
   std::vector<FoldedStep> folded = folder_.take();
-  std::vector<wire::CommandStatus> statuses;
   std::unique_lock<std::mutex> hooks(hooksMu_, std::defer_lock);
   if (!folded.empty()) hooks.lock();
   for (FoldedStep& f : folded) {
@@ -281,26 +286,21 @@ void Instance::service(int64_t nowNs, bool closing) {
     const int64_t step = f.report.step();
     const int64_t startNs = f.report.start_ns();
     const int64_t endNs = f.report.end_ns();
-    if (capture_.active()) {
-      if (auto st = capture_.offer(step, startNs, endNs, f.records)) {
-        statuses.push_back(std::move(*st));
-      }
-    }
+    capture_.offer(step, startNs, endNs, f.records);
     if (onReport_) onReport_(f.report);
     if (transport_ != nullptr) transport_->addReport(std::move(f.report));
     flight_.add(step, std::move(f.records), startNs, endNs);
     stepsFolded_.fetch_add(1, std::memory_order_relaxed);
   }
   if (hooks.owns_lock()) hooks.unlock();
-  emitStatuses(std::move(statuses));
   unattributed_.store(folder_.unattributed(), std::memory_order_relaxed);
   if (closing && !finished) {
     // Statuses go before the goodbye: a capture cut short by the close writes what it has,
     // and a stack dump in flight finishes (within its ~2.5 s deadlines).
     if (stackWorker_.joinable()) stackWorker_.join();
+    capture_.close(folder_.lastStep());
     mail_.store(true, std::memory_order_release);
     takeMail();
-    if (auto st = capture_.close(folder_.lastStep())) emitStatuses({std::move(*st)});
     if (transport_ != nullptr) transport_->addGoodbye(folder_.lastStep(), wallNowNs());
     finished = true;
   }

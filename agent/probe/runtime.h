@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "agent/probe/capture.h"
+#include "agent/probe/capture_worker.h"
 #include "agent/probe/config.h"
 #include "agent/probe/flight_recorder.h"
 #include "agent/probe/fold.h"
@@ -99,7 +99,7 @@ class Instance {
   std::function<void(const wire::Command&)> onCommand_;    // guarded by hooksMu_
   std::function<void(const wire::CommandStatus&)> onStatus_;  // guarded by hooksMu_
 
-  CaptureRecorder capture_;  // runtime thread
+  CaptureWorker capture_;  // runtime thread (its writer posts statuses through postStatus)
   std::mutex mailMu_;
   std::vector<wire::Command> inbox_;         // guarded by mailMu_
   std::vector<wire::CommandStatus> outbox_;  // guarded by mailMu_ (stack worker results)

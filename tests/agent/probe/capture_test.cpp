@@ -2,11 +2,13 @@
 // step, the collective fields, the size bound's marker, rejections, a close mid-capture and a
 // file that cannot be written.
 #include "agent/probe/capture.h"
+#include "agent/probe/capture_worker.h"
 
 #include <sys/stat.h>
 
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include <catch2/catch.hpp>
@@ -322,4 +324,47 @@ TEST_CASE("capture bound names read like the contract's marker") {
   CHECK(trainscope::probe::formatBound(64u << 20) == "64 MiB");
   CHECK(trainscope::probe::formatBound(8u << 10) == "8 KiB");
   CHECK(trainscope::probe::formatBound(1000) == "1000 bytes");
+}
+
+TEST_CASE("capture worker writes on its own thread and ends a capture it cannot keep up with") {
+  TempDir tmp;
+  FlightRecorder fr(8, 1u << 20);
+  fill(fr, 9);
+  std::mutex mu;
+  std::vector<trainscope::wire::CommandStatus> seen;
+  auto post = [&](trainscope::wire::CommandStatus st) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(std::move(st));
+  };
+  auto states = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<std::string> out;
+    for (const auto& st : seen) out.push_back(st.state());
+    return out;
+  };
+  {
+    trainscope::probe::CaptureWorker w(identity(), optionsIn(tmp.path()), post, 1u << 20);
+    w.command(captureCommand("cap-w", 12, 2, 2), 9, fr);
+    CHECK(w.running());
+    for (int64_t s = 10; s <= 14; ++s) w.offer(s, stepStart(s), stepEnd(s), stepRecords(s));
+    REQUIRE(trainscope::probe::testing::FakeAgent::waitFor([&] { return !w.running(); }, 5000));
+    CHECK(states() == std::vector<std::string>{"recording", "uploading"});
+    std::lock_guard<std::mutex> lock(mu);
+    CHECK(seen[1].first_step() == 10);
+    CHECK(seen[1].last_step() == 13);
+    CHECK(readJsonGz(seen[1].file_path()).is_object());
+  }
+  seen.clear();
+  {
+    // 100 records (6.4 KB) per step against a 4 KiB queue: the first live step is refused.
+    trainscope::probe::CaptureWorker w(identity(), optionsIn(tmp.path()), post, 4u << 10);
+    w.command(captureCommand("cap-behind", 11, 3, 1), 9, fr);
+    for (int64_t s = 10; s <= 14; ++s) w.offer(s, stepStart(s), stepEnd(s), stepRecords(s, 100));
+    w.close(14);
+    CHECK(states() == std::vector<std::string>{"recording", "uploading"});
+    std::lock_guard<std::mutex> lock(mu);
+    CHECK(seen[1].truncated());
+    CHECK(seen[1].detail().find("fell behind the training at step 10") != std::string::npos);
+    CHECK(readJsonGz(seen[1].file_path()).is_object());
+  }
 }

@@ -1,0 +1,71 @@
+// CaptureWorker runs one probe instance's CaptureRecorder on a short-lived thread of its own
+// (alive from a capture command until that capture's final status), so compressing a trace
+// never stalls the runtime thread's draining. The runtime thread calls command(), offer() and
+// close(); statuses come back through `post`, called on the worker thread (or on the caller's
+// when the thread cannot start). Steps wait for the writer in a queue bounded in bytes: a
+// writer that falls that far behind ends the trace early, truncated, and says so.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "agent/probe/capture.h"
+#include "agent/probe/flight_recorder.h"
+
+namespace trainscope::probe {
+
+class CaptureWorker {
+ public:
+  // `maxQueuedBytes`: records waiting for the writer (64 B each); more rides out a slower
+  // disk, costs memory during a capture.
+  CaptureWorker(CaptureIdentity identity, CaptureOptions options,
+                std::function<void(wire::CommandStatus)> post, uint64_t maxQueuedBytes);
+  ~CaptureWorker();  // close(-1) if still running
+  CaptureWorker(const CaptureWorker&) = delete;
+  CaptureWorker& operator=(const CaptureWorker&) = delete;
+
+  // Runtime thread. A capture command: the history is copied from `flight` now; the decision
+  // (and `recording` or `failed`) follows on the worker at once.
+  void command(const wire::Command& cmd, int64_t lastFinalStep, const FlightRecorder& flight);
+  // Runtime thread, per folded step: copies the records for the writer while a capture runs;
+  // an atomic load otherwise.
+  void offer(int64_t step, int64_t startNs, int64_t endNs, const std::vector<Record>& records);
+  // Runtime thread: the instance closes at `lastStep`. Returns once the writer has finished
+  // and posted its final status.
+  void close(int64_t lastStep);
+  bool running() const { return runningHint_.load(std::memory_order_acquire); }
+
+ private:
+  enum class Kind { kStart, kStep, kBehind, kClose };
+  struct Msg {
+    Kind kind;
+    wire::Command cmd;           // kStart
+    int64_t value = 0;           // kStart: last final step; kBehind, kClose: the step
+    std::vector<HeldStep> steps;  // kStart: the history; kStep: the one step
+    uint64_t bytes = 0;
+  };
+
+  void run();
+  void push(Msg m);  // mu_ held
+
+  CaptureRecorder recorder_;  // worker thread (or nobody while none runs)
+  std::function<void(wire::CommandStatus)> post_;
+  const uint64_t maxQueuedBytes_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Msg> queue_;      // guarded by mu_
+  uint64_t queuedBytes_ = 0;   // guarded by mu_
+  bool running_ = false;       // guarded by mu_: the thread is serving the queue
+  bool behind_ = false;        // guarded by mu_: a step was refused, the capture ends early
+  std::atomic<bool> runningHint_{false};
+  int64_t wantFrom_ = 0;  // runtime thread: steps before it (S-K) are not copied
+  std::thread thread_;  // runtime thread
+};
+
+}  // namespace trainscope::probe
