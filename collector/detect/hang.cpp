@@ -152,6 +152,15 @@ void HangDetector::tick(int64_t nowNs) {
                 {"ranks_live", static_cast<double>(live.size())},
                 {"job_stalled", jobStalled ? 1.0 : 0.0},
                 {"process_gone", 0.0}};
+  if (culprits.size() > 1 && culprits.size() == silent.size()) {
+    // Every silent rank stopped after the same step: on a synchronous job the stuck rank and
+    // the ranks waiting for it in the next collective look alike in the step reports, so all
+    // are named. (A probe heartbeat saying whether the rank waits inside a collective would
+    // tell them apart.)
+    a.labels["culprit"] = "unknown";
+  } else {
+    a.labels["culprit"] = rankSubject(culprits);
+  }
   std::string who = culprits.size() == 1
                         ? "rank " + std::to_string(culprits.front()) +
                               (first.node.empty() ? "" : " (" + first.node + ")")

@@ -4,7 +4,10 @@
 // warm-up), so slow checkpoint steps are not hangs. One hang anomaly is open per job at a
 // time; it names the culprit: among the silent ranks, those with the lowest latest step (in a
 // synchronous job the others block a step later inside a collective and go silent after
-// it). It resolves when every culprit reports a newer step.
+// it). When every silent rank stopped after the same step (the usual case on a synchronous
+// job: the others block inside the stuck step's first collective) the reports cannot tell the
+// culprit, so all are named and labels["culprit"] is "unknown"; otherwise it names the
+// culprits. It resolves when every culprit reports a newer step.
 // A process that exited (rankGone, from its agent) is not a hang of that rank: it is reported
 // at once as kind hang with evidence process_gone=1 and a summary saying the process exited,
 // and while it is open the rest of the job is not reported as hung (the dead peer explains

@@ -93,8 +93,9 @@ struct HangOptions {
 
 struct AssemblyOptions {
   int graceSteps = 4;            // a step is complete when every rank reported it, or when a
-                                 // report this many steps later arrived; larger = more patience
-                                 // for late ranks, later detection
+                                 // report this many steps later arrived and each missing rank
+                                 // reported a later step or was silent this many step times;
+                                 // larger = more patience for late ranks, later detection
   size_t maxPendingSteps = 64;   // bounded memory per job: the oldest pending step is forced out
   double minRankFraction = 0.5;  // a step forced out with fewer ranks than this is dropped
 };

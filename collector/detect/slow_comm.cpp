@@ -131,14 +131,30 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
     std::vector<uint32_t> members;
     std::vector<uint32_t> slowEnd;
     for (const Sample& s : list) members.push_back(s.rank);
+    // The culprit: the slow end whose own completion lags its peers' the most (its own
+    // bandwidth fell against theirs; compute was checked above).
+    int64_t culprit = -1;
+    double culpritSkew = 0.0;
     for (auto& [rank, ring] : ks.skew) {
-      if (ring.size() >= w / 2 && median(ring.values()) > o_.rankSkew) slowEnd.push_back(rank);
+      // Only the steps since the onset: a link that went bad lags from then on, and the
+      // healthy steps before would hide it.
+      if (ring.size() < since) continue;
+      const double skew = median(ring.latest(since));
+      if (skew <= o_.rankSkew) continue;
+      slowEnd.push_back(rank);
+      if (culprit < 0 || skew > culpritSkew) {
+        culprit = rank;
+        culpritSkew = skew;
+      }
     }
     std::sort(members.begin(), members.end());
+    const bool p2p = ks.op == wire::SEND || ks.op == wire::RECV;
     Anomaly a;
     a.job = job_;
     a.kind = AnomalyKind::kSlowComm;
-    a.ranks = slowEnd.empty() ? members : slowEnd;
+    // A point-to-point link names both ends (the culprit in labels and first in the link);
+    // a group names its slow end(s), or every member when no end can be told.
+    a.ranks = slowEnd.empty() || (p2p && members.size() == 2) ? members : slowEnd;
     for (uint32_t r : a.ranks) a.nodes.push_back(ks.nodes[r]);
     a.onsetStep = ks.tracker.onsetStep();
     a.detectedStep = step.step;
@@ -169,16 +185,27 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
     for (uint32_t r : members) {
       if (!ks.nodes[r].empty()) memberNodes.insert(ks.nodes[r]);
     }
-    bool p2p = ks.op == wire::SEND || ks.op == wire::RECV;
+    if (culprit >= 0) {
+      const uint32_t c = static_cast<uint32_t>(culprit);
+      a.labels["culprit"] = "rank " + std::to_string(c) +
+                            (ks.nodes[c].empty() ? "" : " (" + ks.nodes[c] + ")");
+      a.evidence["culprit_rank"] = static_cast<double>(c);
+      a.evidence["culprit_lag"] = culpritSkew;
+    }
     if (p2p && members.size() == 2) {
-      a.labels["link"] = "rank " + std::to_string(members[0]) + " <-> rank " +
-                         std::to_string(members[1]);
+      // Culprit first when known.
+      const bool swap = culprit >= 0 && static_cast<uint32_t>(culprit) == members[1];
+      a.labels["link"] = "rank " + std::to_string(members[swap ? 1 : 0]) + " <-> rank " +
+                         std::to_string(members[swap ? 0 : 1]);
     } else if (memberNodes.size() == 2) {
-      a.labels["link"] = *memberNodes.begin() + " <-> " + *memberNodes.rbegin();
+      std::string first = *memberNodes.begin(), second = *memberNodes.rbegin();
+      if (culprit >= 0 && ks.nodes[static_cast<uint32_t>(culprit)] == second) std::swap(first, second);
+      a.labels["link"] = first + " <-> " + second;
     }
     std::string who = slowEnd.empty() ? "group " + (ks.group.empty() ? "(default)" : ks.group) + " (" +
                                             std::to_string(members.size()) + " ranks)"
-                                      : "rank(s) " + rankSubject(slowEnd);
+                                      : "rank(s) " + rankSubject(slowEnd) + " (culprit " +
+                                            a.labels["culprit"] + ")";
     a.summary = std::string(a.labels["op"]) + " of " + std::to_string(ks.bytes) + " bytes on " +
                 who + " slowed " + formatRatio(a.magnitude) + " per call (" + formatMs(base) +
                 " -> " + formatMs(level) + ") from step " + std::to_string(a.onsetStep) +

@@ -30,6 +30,7 @@ void StepAssembler::add(wire::StepReport&& report, const RankContext& ctx, uint3
     pending_.clear();
     lastReleased_ = step - 1;
     maxSeen_ = step;
+    std::fill(rankMax_.begin(), rankMax_.end(), -1);
     consecutiveLate_ = 0;
   } else {
     consecutiveLate_ = 0;
@@ -53,6 +54,19 @@ void StepAssembler::add(wire::StepReport&& report, const RankContext& ctx, uint3
   s.seen[rank] = 1;
   int64_t now = ctx.receivedNs != 0 ? ctx.receivedNs : report.end_ns() + ctx.clockOffsetNs;
   s.nowNs = std::max(s.nowNs, now);
+  if (rankMax_.size() <= rank) {
+    const size_t n = std::max<size_t>(rank + 1, worldSize);
+    rankMax_.resize(n, -1);
+    rankLastNs_.resize(n, 0);
+  }
+  rankMax_[rank] = std::max(rankMax_[rank], step);
+  rankLastNs_[rank] = std::max(rankLastNs_[rank], now);
+  if (firstNs_ == 0) firstNs_ = now;
+  latestNs_ = std::max(latestNs_, now);
+  if (report.duration_ns() > 0) {
+    const double d = static_cast<double>(report.duration_ns());
+    stepNs_ = stepNs_ <= 0.0 ? d : stepNs_ + (d - stepNs_) / 64.0;
+  }
   s.ranks.push_back(RankStep{std::move(report), ctx});
   maxSeen_ = std::max(maxSeen_, step);
 
@@ -61,11 +75,25 @@ void StepAssembler::add(wire::StepReport&& report, const RankContext& ctx, uint3
   while (!pending_.empty()) {
     auto front = pending_.begin();
     bool complete = front->second.ranks.size() >= front->second.worldSize;
-    bool graceOver = front->first + o_.graceSteps <= maxSeen_;
     bool overBound = pending_.size() > o_.maxPendingSteps;
+    bool graceOver = !complete && !overBound && front->first + o_.graceSteps <= maxSeen_ &&
+                     missingMayBeLeftOut(front->second);
     if (!(complete || graceOver || overBound)) break;
     release(front, out);
   }
+}
+
+bool StepAssembler::missingMayBeLeftOut(const AssembledStep& s) const {
+  const int64_t silentNs = static_cast<int64_t>(std::max(0, o_.graceSteps) * stepNs_);
+  for (uint32_t r = 0; r < s.worldSize; ++r) {
+    if (r < s.seen.size() && s.seen[r]) continue;
+    const bool known = r < rankMax_.size() && rankMax_[r] >= 0;
+    if (known && rankMax_[r] > s.step) continue;  // moved on: this report was lost
+    const int64_t last = known ? rankLastNs_[r] : firstNs_;
+    if (latestNs_ - last > silentNs) continue;    // silent: stopped or gone
+    return false;                                 // behind but reporting: wait for it
+  }
+  return true;
 }
 
 void StepAssembler::release(std::map<int64_t, AssembledStep>::iterator it,

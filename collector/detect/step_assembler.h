@@ -1,6 +1,11 @@
 // Collects one job's step reports, which arrive from different ranks in any order and late,
 // into complete steps handed out in step order. A step is complete when every rank reported
-// it, or when a report `graceSteps` later arrived (the missing ranks are then left out).
+// it. Otherwise it is handed out without the missing ranks once a report `graceSteps` later
+// arrived and every missing rank either reported a later step (its report for this one was
+// lost) or has been silent for graceSteps typical step times (collector clock). A rank that
+// is merely behind and still reporting is waited for: a probe that drains in bursts (the
+// simulator's --fast mode, a busy node) sends dozens of steps at once, and judging the
+// step without it would drop its reports as late.
 // Memory is bounded by maxPendingSteps. A job restarted from a checkpoint under the same id
 // reports steps below those already handed out, but with end times later than any seen (a
 // replay's are older); after max(16, 2 x world size) such reports in a row the assembler
@@ -69,6 +74,12 @@ private:
   int64_t maxSeen_ = -1;
   uint64_t consecutiveLate_ = 0;  // restart-like reports in a row (see add)
   int64_t maxEndNs_ = 0;          // latest end time of an accepted report (collector clock)
+  bool missingMayBeLeftOut(const AssembledStep& s) const;
+  std::vector<int64_t> rankMax_;     // per rank: highest step it reported (-1: none)
+  std::vector<int64_t> rankLastNs_;  // per rank: collector clock of its latest report
+  int64_t firstNs_ = 0;              // collector clock of the job's first report
+  int64_t latestNs_ = 0;             // collector clock of the job's latest report
+  double stepNs_ = 0.0;              // typical step duration (moving average)
   AssemblyStats stats_;
 };
 

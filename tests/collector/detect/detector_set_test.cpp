@@ -36,9 +36,18 @@ TEST_CASE("detect: steps are assembled in order from out-of-order, late and repe
   a.add(report(0, 3), c, 2, &out);  // replay: duplicate
   CHECK(a.stats().late == 1);
   CHECK(a.stats().duplicates == 1);
-  // Rank 1 never sends step 3: after the grace it is judged without it.
-  for (int64_t s = 4; s <= 7; ++s) a.add(report(0, s), c, 2, &out);
-  REQUIRE(out.size() == 3);
+  // Rank 1 never sends step 3 and falls silent: once rank 0 is graceSteps ahead and rank 1
+  // has been silent for graceSteps step times (1000 ns each here), step 3 is judged without it.
+  for (int64_t s = 4; s <= 7; ++s) {
+    RankContext later;
+    later.receivedNs = 100 * s;
+    a.add(report(0, s), later, 2, &out);
+  }
+  CHECK(out.size() == 2);  // step 7 came only 700 ns after rank 1's last report (at 0)
+  RankContext muchLater;
+  muchLater.receivedNs = 100000;
+  a.add(report(0, 8), muchLater, 2, &out);
+  REQUIRE(out.size() >= 3);
   CHECK(out[2].step == 3);
   CHECK(out[2].partial());
 }
@@ -193,4 +202,47 @@ TEST_CASE("detect: a job-wide step_shift that nothing else explains is still pub
   CHECK(shifts[0].detectedStep <= 300 + 10);
   CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
   CHECK(set.stats().folded == 0);
+}
+
+TEST_CASE("detect: a rank whose reports come in bursts far behind its peers is waited for, not dropped as late") {
+  // As with trainscope-simtrain --fast: rank 1's probe drains 40 steps at a time while rank 0
+  // reports every step; all arrive within a short wall time. No step may be judged without
+  // rank 1 and none of its reports may count as late.
+  StepAssembler a("j", AssemblyOptions{});
+  std::vector<AssembledStep> out;
+  int64_t now = 1'000'000'000;
+  auto at = [&](int64_t ns) {
+    RankContext c;
+    c.receivedNs = ns;
+    return c;
+  };
+  for (int64_t burst = 0; burst < 5; ++burst) {
+    for (int64_t s = burst * 40; s < burst * 40 + 40; ++s) {
+      auto r = report(0, s);
+      r.set_duration_ns(100'000'000);  // 100 ms steps, delivered far faster
+      a.add(r, at(now += 50'000), 2, &out);
+    }
+    for (int64_t s = burst * 40; s < burst * 40 + 40; ++s) {
+      auto r = report(1, s);
+      r.set_duration_ns(100'000'000);
+      a.add(r, at(now += 50'000), 2, &out);
+    }
+  }
+  CHECK(out.size() == 200);
+  CHECK(a.stats().late == 0);
+  CHECK(a.stats().partialSteps == 0);
+  for (const auto& s : out) CHECK_FALSE(s.partial());
+}
+
+TEST_CASE("detect: a rank whose report for one step was lost does not hold the job back") {
+  StepAssembler a("j", AssemblyOptions{});
+  std::vector<AssembledStep> out;
+  RankContext c;
+  for (int64_t s = 0; s < 20; ++s) {
+    c.receivedNs = 1000 + s;  // no time passes: only the later steps tell
+    a.add(report(0, s), c, 2, &out);
+    if (s != 5) a.add(report(1, s), c, 2, &out);
+  }
+  CHECK(out.size() >= 15);
+  CHECK(a.stats().partialSteps == 1);
 }

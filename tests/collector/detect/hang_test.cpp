@@ -132,3 +132,32 @@ TEST_CASE("hang: a job whose ranks all ended cleanly is never reported") {
   REQUIRE(hangs.size() == 1);
   CHECK(std::find(hangs[0].ranks.begin(), hangs[0].ranks.end(), 0u) == hangs[0].ranks.end());
 }
+
+TEST_CASE("hang: the stuck rank is named with labels culprit; ranks that all stopped at the same step are named together, culprit unknown") {
+  {
+    SynthJob job;
+    DetectorSet set;
+    std::vector<Anomaly> events;
+    feed(job, set, 0, 300, {}, &events);
+    std::map<uint32_t, int64_t> stop;
+    for (uint32_t r = 0; r < 8; ++r) stop[r] = r == 3 ? 299 : 300;
+    feed(job, set, 300, 301, stop, &events);
+    auto hangs = ofKind(tickUntil(set, job.now(), job.now() + 20 * kSec, kSec / 2), AnomalyKind::kHang);
+    REQUIRE(hangs.size() == 1);
+    CHECK(hangs[0].ranks == std::vector<uint32_t>{3});
+    CHECK(hangs[0].labels.at("culprit") == "r3");
+  }
+  {
+    // As trainscope-simtrain's hang: the stuck rank never reaches the first all-reduce of
+    // step 300, so nobody reports step 300.
+    SynthJob job;
+    DetectorSet set;
+    std::vector<Anomaly> events;
+    feed(job, set, 0, 300, {}, &events);
+    auto hangs = ofKind(tickUntil(set, job.now(), job.now() + 20 * kSec, kSec / 2), AnomalyKind::kHang);
+    REQUIRE(hangs.size() == 1);
+    CHECK(hangs[0].ranks.size() == 8);
+    CHECK(hangs[0].labels.at("culprit") == "unknown");
+    CHECK(hangs[0].evidence.at("job_stalled") == 1.0);
+  }
+}

@@ -119,8 +119,60 @@ TEST_CASE("slow_comm: a rank completing late after the last arrival is named as 
   INFO(describe(events));
   REQUIRE(events.size() == 1);
   CHECK(events[0].kind == AnomalyKind::kSlowComm);
-  CHECK(events[0].ranks == std::vector<uint32_t>{1});
-  CHECK(events[0].nodes == std::vector<std::string>{"b"});
-  CHECK(events[0].labels.at("link") == "rank 0 <-> rank 1");
+  // Both ends of the link, the slow one (rank 1, whose own transfer lags) as the culprit
+  // and first in the link.
+  CHECK(events[0].ranks == std::vector<uint32_t>{0, 1});
+  CHECK(events[0].labels.at("culprit") == "rank 1 (b)");
+  CHECK(events[0].evidence.at("culprit_rank") == 1.0);
+  CHECK(events[0].labels.at("link") == "rank 1 <-> rank 0");
   CHECK(events[0].onsetStep == 300);
+}
+
+TEST_CASE("slow_comm: in an all-reduce group the rank whose own transfer fell behind its peers is named") {
+  // 8 ranks; from step 300 rank 5's link is slow: the all-reduce takes 1.5x and rank 5
+  // completes 40% of the transfer time after the others (its own bandwidth fell), while no
+  // rank computes more.
+  EventLog log;
+  SlowCommDetector det("j", SlowCommOptions{}, &log);
+  std::mt19937_64 rng(12);
+  std::normal_distribution<double> n(0.0, 0.03);
+  int64_t t = 1'000'000'000;
+  for (int64_t s = 0; s < 400; ++s) {
+    const bool bad = s >= 300;
+    double transfer = 10e6 * (1 + n(rng)) * (bad ? 1.5 : 1.0);
+    AssembledStep st;
+    st.job = "j";
+    st.step = s;
+    st.worldSize = 8;
+    for (uint32_t r = 0; r < 8; ++r) {
+      RankStep rs;
+      rs.report.set_rank(r);
+      rs.report.set_step(s);
+      rs.report.set_compute_ns(static_cast<int64_t>(50e6 * (1 + n(rng))));
+      rs.ctx.node = "node" + std::to_string(r / 4);
+      auto* c = rs.report.add_collectives();
+      c->set_op(trainscope::wire::ALL_REDUCE);
+      c->set_group("dp");
+      c->set_bytes(25 << 20);
+      c->set_count(1);
+      int64_t arrival = t + static_cast<int64_t>(1e6 * r);
+      int64_t lastArrival = t + static_cast<int64_t>(1e6 * 7);
+      int64_t completion =
+          lastArrival + static_cast<int64_t>(transfer * (bad && r == 5 ? 1.4 : 1.0));
+      c->set_first_arrival_ns(arrival);
+      c->set_last_completion_ns(completion);
+      c->set_total_ns(completion - arrival);
+      st.ranks.push_back(rs);
+    }
+    t += 100'000'000;
+    det.onStep(st);
+  }
+  auto events = log.take();
+  INFO(describe(events));
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].kind == AnomalyKind::kSlowComm);
+  CHECK(events[0].ranks == std::vector<uint32_t>{5});
+  CHECK(events[0].labels.at("culprit") == "rank 5 (node1)");
+  CHECK(events[0].labels.at("link") == "node1 <-> node0");
+  CHECK(std::llabs(events[0].onsetStep - 300) <= 2);
 }

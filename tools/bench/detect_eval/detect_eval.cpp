@@ -27,6 +27,7 @@ struct EvalOptions {
   std::string json;       // "" writes no JSON
   std::string only;       // "" runs all; else only scenarios whose group or label has this
   bool copyReports = false;  // feed reports by const& (the set copies them) instead of moving
+  bool noiseSweep = false;   // only healthy jobs at 5..10 % noise: where false alarms start
 };
 
 ts::sim::Inject inject(const std::string& spec) {
@@ -50,7 +51,29 @@ Scenario base(uint32_t ranks, int64_t steps, double noise, uint64_t seed) {
   return s;
 }
 
+// Healthy 64- and 256-rank jobs with checkpoints at noise 5, 6, ... 10 %: the false alarms per
+// noise level tell where the defaults stop being quiet.
+std::vector<Scenario> noiseSweep(const EvalOptions& o) {
+  std::vector<Scenario> out;
+  uint64_t seed = 5000;
+  for (int pct = 5; pct <= 10; ++pct) {
+    for (int j = 0; j < std::max(1, o.seeds); ++j) {
+      for (uint32_t ranks : {64u, 256u}) {
+        Scenario s = base(ranks, ranks == 64 ? 600 : 300, pct / 100.0, ++seed);
+        s.group = "healthy";
+        s.faultLabel = "healthy";
+        s.sim.injects.push_back(inject("spike:every=50,factor=3"));
+        s.name = "healthy " + std::to_string(ranks) + "r noise " + std::to_string(pct) +
+                 "% seed " + std::to_string(seed);
+        out.push_back(std::move(s));
+      }
+    }
+  }
+  return out;
+}
+
 std::vector<Scenario> buildSuite(const EvalOptions& o) {
+  if (o.noiseSweep) return noiseSweep(o);
   std::vector<Scenario> out;
   const int seeds = std::max(1, o.seeds);
   // Healthy jobs: checkpoints every 50 steps at 3x a step; 5 % noise carries the false-alarm
@@ -175,6 +198,10 @@ int main(int argc, char** argv) {
   app.add_flag("--copy-reports", o.copyReports,
                "feed reports with observe(const&), which copies each one, instead of handing "
                "them over with observe(&&) (default: off)");
+  app.add_flag("--noise-sweep", o.noiseSweep,
+               "run only healthy 64- and 256-rank jobs (600/300 steps, checkpoints) at noise "
+               "5, 6, ... 10 %, --seeds of each, to see at which noise false alarms start "
+               "(default: off)");
   CLI11_PARSE(app, argc, argv);
 
   std::vector<Scenario> suite = buildSuite(o);

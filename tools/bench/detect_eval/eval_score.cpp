@@ -200,6 +200,17 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
         std::fprintf(out, "  hang latency: median %.1f s, p90 %.1f s after the hung step began\n",
                      quantile(all.latencyS, 0.5), quantile(all.latencyS, 0.9));
       }
+      // Why ranks_ok can be low here, in the table itself (see last_run.txt).
+      if (label == "slow_comm") {
+        std::fprintf(out, "  note: the simulator's comm fault slows the whole ring alike (every rank "
+                          "completes together), so no rank-level signal exists; the detector names "
+                          "the group unless a rank's own completion lags\n");
+      }
+      if (label == "hang") {
+        std::fprintf(out, "  note: in the simulator every rank's last report is the step before the "
+                          "hang, so step reports cannot tell the stuck rank; the detector names all, "
+                          "culprit unknown\n");
+      }
       for (size_t i = 0; i < all.missed.size() && i < 8; ++i) {
         std::fprintf(out, "  missed: %s\n", all.missed[i].c_str());
       }
