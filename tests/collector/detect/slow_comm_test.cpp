@@ -9,6 +9,45 @@
 using namespace trainscope::detect;
 using namespace trainscope::detect::test;
 
+namespace {
+// One rank's part of a collective step: it arrives at `arrival` and completes at
+// `completion` (collector clock); its node clock runs `offsetNs` behind.
+struct CollectiveRank {
+  std::string node;
+  int64_t arrival = 0;
+  int64_t completion = 0;
+  int64_t computeNs = 50'000'000;
+  int64_t offsetNs = 0;
+};
+
+AssembledStep collectiveStep(int64_t step, trainscope::wire::CollectiveOp op,
+                             const std::string& group, uint64_t bytes,
+                             const std::vector<CollectiveRank>& ranks) {
+  AssembledStep st;
+  st.job = "j";
+  st.step = step;
+  st.worldSize = static_cast<uint32_t>(ranks.size());
+  for (uint32_t r = 0; r < ranks.size(); ++r) {
+    RankStep rs;
+    rs.report.set_rank(r);
+    rs.report.set_step(step);
+    rs.report.set_compute_ns(ranks[r].computeNs);
+    rs.ctx.node = ranks[r].node;
+    rs.ctx.clockOffsetNs = ranks[r].offsetNs;
+    auto* c = rs.report.add_collectives();
+    c->set_op(op);
+    c->set_group(group);
+    c->set_bytes(bytes);
+    c->set_count(1);
+    c->set_first_arrival_ns(ranks[r].arrival - ranks[r].offsetNs);
+    c->set_last_completion_ns(ranks[r].completion - ranks[r].offsetNs);
+    c->set_total_ns(ranks[r].completion - ranks[r].arrival);
+    st.ranks.push_back(rs);
+  }
+  return st;
+}
+}  // namespace
+
 TEST_CASE("slow_comm: no alarm on 20,000 healthy steps x 8 ranks with 5% noise") {
   for (uint64_t seed : {41u, 42u}) {
     SynthJob job;
@@ -89,29 +128,14 @@ TEST_CASE("slow_comm: a rank completing late after the last arrival is named as 
   int64_t t = 1'000'000'000;
   for (int64_t s = 0; s < 400; ++s) {
     double transfer = 10e6 * (1 + n(rng)) * (s >= 300 ? 2.0 : 1.0);
-    AssembledStep st;
-    st.job = "j";
-    st.step = s;
-    st.worldSize = 2;
+    std::vector<CollectiveRank> ranks(2);
     for (uint32_t r = 0; r < 2; ++r) {
-      RankStep rs;
-      rs.report.set_rank(r);
-      rs.report.set_step(s);
-      rs.report.set_compute_ns(50'000'000);
-      rs.ctx.node = r == 0 ? "a" : "b";
-      rs.ctx.clockOffsetNs = r == 0 ? 0 : 5'000'000;  // node b's clock is 5 ms behind
-      auto* c = rs.report.add_collectives();
-      c->set_op(trainscope::wire::SEND);
-      c->set_group("pp0-1");
-      c->set_bytes(1 << 20);
-      c->set_count(1);
-      int64_t arrival = t;
-      int64_t completion = t + static_cast<int64_t>(transfer * (r == 1 ? 1.3 : 1.0));
-      c->set_first_arrival_ns(arrival - rs.ctx.clockOffsetNs);
-      c->set_last_completion_ns(completion - rs.ctx.clockOffsetNs);
-      c->set_total_ns(completion - arrival);
-      st.ranks.push_back(rs);
+      ranks[r].node = r == 0 ? "a" : "b";
+      ranks[r].offsetNs = r == 0 ? 0 : 5'000'000;  // node b's clock is 5 ms behind
+      ranks[r].arrival = t;
+      ranks[r].completion = t + static_cast<int64_t>(transfer * (r == 1 ? 1.3 : 1.0));
     }
+    AssembledStep st = collectiveStep(s, trainscope::wire::SEND, "pp0-1", 1 << 20, ranks);
     t += 100'000'000;
     det.onStep(st);
   }
@@ -140,30 +164,16 @@ TEST_CASE("slow_comm: in an all-reduce group the rank whose own transfer fell be
   for (int64_t s = 0; s < 400; ++s) {
     const bool bad = s >= 300;
     double transfer = 10e6 * (1 + n(rng)) * (bad ? 1.5 : 1.0);
-    AssembledStep st;
-    st.job = "j";
-    st.step = s;
-    st.worldSize = 8;
+    std::vector<CollectiveRank> ranks(8);
+    const int64_t lastArrival = t + 7'000'000;
     for (uint32_t r = 0; r < 8; ++r) {
-      RankStep rs;
-      rs.report.set_rank(r);
-      rs.report.set_step(s);
-      rs.report.set_compute_ns(static_cast<int64_t>(50e6 * (1 + n(rng))));
-      rs.ctx.node = "node" + std::to_string(r / 4);
-      auto* c = rs.report.add_collectives();
-      c->set_op(trainscope::wire::ALL_REDUCE);
-      c->set_group("dp");
-      c->set_bytes(25 << 20);
-      c->set_count(1);
-      int64_t arrival = t + static_cast<int64_t>(1e6 * r);
-      int64_t lastArrival = t + static_cast<int64_t>(1e6 * 7);
-      int64_t completion =
+      ranks[r].node = "node" + std::to_string(r / 4);
+      ranks[r].computeNs = static_cast<int64_t>(50e6 * (1 + n(rng)));
+      ranks[r].arrival = t + 1'000'000 * static_cast<int64_t>(r);
+      ranks[r].completion =
           lastArrival + static_cast<int64_t>(transfer * (bad && r == 5 ? 1.4 : 1.0));
-      c->set_first_arrival_ns(arrival);
-      c->set_last_completion_ns(completion);
-      c->set_total_ns(completion - arrival);
-      st.ranks.push_back(rs);
     }
+    AssembledStep st = collectiveStep(s, trainscope::wire::ALL_REDUCE, "dp", 25 << 20, ranks);
     t += 100'000'000;
     det.onStep(st);
   }
