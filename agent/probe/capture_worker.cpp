@@ -8,9 +8,11 @@
 namespace trainscope::probe {
 
 CaptureWorker::CaptureWorker(CaptureIdentity identity, CaptureOptions options,
+                             FlightRecorder* flight,
                              std::function<void(wire::CommandStatus)> post,
                              uint64_t maxQueuedBytes)
     : recorder_(std::move(identity), std::move(options)),
+      flight_(flight),
       post_(std::move(post)),
       maxQueuedBytes_(maxQueuedBytes) {}
 
@@ -24,12 +26,9 @@ void CaptureWorker::push(Msg m) {
   cv_.notify_one();
 }
 
-void CaptureWorker::command(const wire::Command& cmd, int64_t lastFinalStep,
-                            const FlightRecorder& flight) {
+void CaptureWorker::command(const wire::Command& cmd, int64_t lastFinalStep) {
   Msg m{Kind::kStart, cmd, lastFinalStep, {}, 0};
-  const auto [from, to] = CaptureRecorder::historyRange(cmd.capture());
-  if (from <= to) m.steps = flight.stepsIn(from, to);
-  for (const HeldStep& h : m.steps) m.bytes += h.records.size() * sizeof(Record);
+  const int64_t from = CaptureRecorder::historyRange(cmd.capture()).first;
   std::unique_lock<std::mutex> lock(mu_);
   if (running_) {
     push(std::move(m));  // the recorder answers "already running" (or repeats "recording")
@@ -61,24 +60,21 @@ void CaptureWorker::command(const wire::Command& cmd, int64_t lastFinalStep,
   }
 }
 
-void CaptureWorker::offer(int64_t step, int64_t startNs, int64_t endNs,
-                          const std::vector<Record>& records) {
-  if (!runningHint_.load(std::memory_order_acquire) || step < wantFrom_) return;
+bool CaptureWorker::offer(int64_t step, int64_t startNs, int64_t endNs,
+                          std::vector<Record>& records) {
+  if (!runningHint_.load(std::memory_order_acquire) || step < wantFrom_) return false;
   const uint64_t bytes = records.size() * sizeof(Record);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!running_ || behind_) return;
-    if (queuedBytes_ + bytes > maxQueuedBytes_) {
-      behind_ = true;
-      push(Msg{Kind::kBehind, {}, step, {}, 0});
-      return;
-    }
-  }
-  // Copied outside the lock: the writer keeps draining the queue meanwhile.
-  Msg m{Kind::kStep, {}, 0, {}, bytes};
-  m.steps.push_back(HeldStep{step, startNs, endNs, records});
   std::lock_guard<std::mutex> lock(mu_);
-  if (running_) push(std::move(m));
+  if (!running_ || behind_) return false;
+  if (queuedBytes_ + bytes > maxQueuedBytes_) {
+    behind_ = true;
+    push(Msg{Kind::kBehind, {}, step, {}, 0});
+    return false;
+  }
+  Msg m{Kind::kStep, {}, 0, {}, bytes};
+  m.steps.push_back(HeldStep{step, startNs, endNs, std::move(records)});
+  push(std::move(m));
+  return true;
 }
 
 void CaptureWorker::close(int64_t lastStep) {
@@ -102,6 +98,8 @@ void CaptureWorker::run() {
     try {
       switch (m.kind) {
         case Kind::kStart: {
+          const auto [from, to] = CaptureRecorder::historyRange(m.cmd.capture());
+          if (from <= to && flight_ != nullptr) m.steps = flight_->stepsIn(from, to);
           bool started = false;
           const int64_t first = m.steps.empty() ? -1 : m.steps.front().step;
           post_(recorder_.begin(m.cmd, m.value, first, &started));
@@ -111,10 +109,10 @@ void CaptureWorker::run() {
           break;
         }
         case Kind::kStep: {
-          const HeldStep& h = m.steps.front();
-          if (auto st = recorder_.offer(h.step, h.startNs, h.endNs, h.records)) {
-            post_(std::move(*st));
-          }
+          HeldStep& h = m.steps.front();
+          auto st = recorder_.offer(h.step, h.startNs, h.endNs, h.records);
+          if (flight_ != nullptr) flight_->add(h.step, std::move(h.records), h.startNs, h.endNs);
+          if (st) post_(std::move(*st));
           break;
         }
         case Kind::kBehind:

@@ -1,9 +1,12 @@
 // CaptureWorker runs one probe instance's CaptureRecorder on a short-lived thread of its own
-// (alive from a capture command until that capture's final status), so compressing a trace
-// never stalls the runtime thread's draining. The runtime thread calls command(), offer() and
-// close(); statuses come back through `post`, called on the worker thread (or on the caller's
-// when the thread cannot start). Steps wait for the writer in a queue bounded in bytes: a
-// writer that falls that far behind ends the trace early, truncated, and says so.
+// (alive from a capture command until that capture's final status), so neither compressing a
+// trace nor copying the flight recorder's history stalls the runtime thread's draining. The
+// runtime thread calls command(), offer() and close(); statuses come back through `post`,
+// called on the worker thread (or on the caller's when the thread cannot start). While a
+// capture runs, the folded steps it wants are moved to the worker, which writes them and then
+// adds them to the flight recorder itself, so nothing is copied. Steps wait for the writer in
+// a queue bounded in bytes: a writer that falls that far behind ends the trace early,
+// truncated, and says so.
 #pragma once
 
 #include <atomic>
@@ -24,18 +27,21 @@ class CaptureWorker {
  public:
   // `maxQueuedBytes`: records waiting for the writer (64 B each); more rides out a slower
   // disk, costs memory during a capture.
-  CaptureWorker(CaptureIdentity identity, CaptureOptions options,
+  CaptureWorker(CaptureIdentity identity, CaptureOptions options, FlightRecorder* flight,
                 std::function<void(wire::CommandStatus)> post, uint64_t maxQueuedBytes);
   ~CaptureWorker();  // close(-1) if still running
   CaptureWorker(const CaptureWorker&) = delete;
   CaptureWorker& operator=(const CaptureWorker&) = delete;
 
-  // Runtime thread. A capture command: the history is copied from `flight` now; the decision
-  // (and `recording` or `failed`) follows on the worker at once.
-  void command(const wire::Command& cmd, int64_t lastFinalStep, const FlightRecorder& flight);
-  // Runtime thread, per folded step: copies the records for the writer while a capture runs;
-  // an atomic load otherwise.
-  void offer(int64_t step, int64_t startNs, int64_t endNs, const std::vector<Record>& records);
+  // Runtime thread. A capture command: the worker takes the history from the flight recorder
+  // and answers `recording` or `failed` at once. (No step it needs can leave the flight
+  // recorder meanwhile: newer steps are moved to the worker, see offer.)
+  void command(const wire::Command& cmd, int64_t lastFinalStep);
+  // Runtime thread, per folded step. True: the capture wants the step; `records` were moved
+  // to the worker, which adds them to the flight recorder after writing. False (no capture,
+  // a step before S-K, the writer too far behind): the caller adds them itself. An atomic
+  // load when no capture runs.
+  bool offer(int64_t step, int64_t startNs, int64_t endNs, std::vector<Record>& records);
   // Runtime thread: the instance closes at `lastStep`. Returns once the writer has finished
   // and posted its final status.
   void close(int64_t lastStep);
@@ -55,6 +61,7 @@ class CaptureWorker {
   void push(Msg m);  // mu_ held
 
   CaptureRecorder recorder_;  // worker thread (or nobody while none runs)
+  FlightRecorder* flight_;
   std::function<void(wire::CommandStatus)> post_;
   const uint64_t maxQueuedBytes_;
   std::mutex mu_;

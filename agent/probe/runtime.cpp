@@ -59,7 +59,7 @@ Instance::Instance(ProbeConfig config)
       id_(gNextInstanceId.fetch_add(1)),
       folder_(foldOptionsFor(config_)),
       flight_(config_.flightSteps, config_.flightMaxBytes),
-      capture_(identityFor(config_), captureOptionsFor(config_),
+      capture_(identityFor(config_), captureOptionsFor(config_), &flight_,
                [this](wire::CommandStatus st) { postStatus(std::move(st)); },
                config_.flightMaxBytes) {}
 
@@ -134,7 +134,7 @@ void Instance::handleCommand(const wire::Command& cmd) {
   }
   switch (cmd.kind_case()) {
     case wire::Command::kCapture:
-      capture_.command(cmd, folder_.lastStep(), flight_);
+      capture_.command(cmd, folder_.lastStep());
       return;
     case wire::Command::kStacks:
       startStackDump(cmd);
@@ -286,10 +286,12 @@ void Instance::service(int64_t nowNs, bool closing) {
     const int64_t step = f.report.step();
     const int64_t startNs = f.report.start_ns();
     const int64_t endNs = f.report.end_ns();
-    capture_.offer(step, startNs, endNs, f.records);
     if (onReport_) onReport_(f.report);
     if (transport_ != nullptr) transport_->addReport(std::move(f.report));
-    flight_.add(step, std::move(f.records), startNs, endNs);
+    // A running capture takes the step (and adds it to the flight recorder once written).
+    if (!capture_.offer(step, startNs, endNs, f.records)) {
+      flight_.add(step, std::move(f.records), startNs, endNs);
+    }
     stepsFolded_.fetch_add(1, std::memory_order_relaxed);
   }
   if (hooks.owns_lock()) hooks.unlock();

@@ -343,23 +343,38 @@ TEST_CASE("capture worker writes on its own thread and ends a capture it cannot 
     return out;
   };
   {
-    trainscope::probe::CaptureWorker w(identity(), optionsIn(tmp.path()), post, 1u << 20);
-    w.command(captureCommand("cap-w", 12, 2, 2), 9, fr);
+    trainscope::probe::CaptureWorker w(identity(), optionsIn(tmp.path()), &fr, post, 1u << 20);
+    w.command(captureCommand("cap-w", 12, 2, 2), 9);
     CHECK(w.running());
-    for (int64_t s = 10; s <= 14; ++s) w.offer(s, stepStart(s), stepEnd(s), stepRecords(s));
+    std::vector<int64_t> taken;
+    for (int64_t s = 10; s <= 14; ++s) {
+      auto v = stepRecords(s);
+      if (w.offer(s, stepStart(s), stepEnd(s), v)) {
+        taken.push_back(s);
+      } else {
+        fr.add(s, std::move(v), stepStart(s), stepEnd(s));
+      }
+    }
     REQUIRE(trainscope::probe::testing::FakeAgent::waitFor([&] { return !w.running(); }, 5000));
     CHECK(states() == std::vector<std::string>{"recording", "uploading"});
     std::lock_guard<std::mutex> lock(mu);
     CHECK(seen[1].first_step() == 10);
     CHECK(seen[1].last_step() == 13);
     CHECK(readJsonGz(seen[1].file_path()).is_object());
+    // The steps it took reached the flight recorder through the worker.
+    CHECK(taken.size() >= 4);
+    CHECK(fr.heldSteps().back() == 14);
+    CHECK(fr.stepsIn(10, 13).size() == 4);
   }
   seen.clear();
   {
     // 100 records (6.4 KB) per step against a 4 KiB queue: the first live step is refused.
-    trainscope::probe::CaptureWorker w(identity(), optionsIn(tmp.path()), post, 4u << 10);
-    w.command(captureCommand("cap-behind", 11, 3, 1), 9, fr);
-    for (int64_t s = 10; s <= 14; ++s) w.offer(s, stepStart(s), stepEnd(s), stepRecords(s, 100));
+    trainscope::probe::CaptureWorker w(identity(), optionsIn(tmp.path()), &fr, post, 4u << 10);
+    w.command(captureCommand("cap-behind", 11, 3, 1), 9);
+    for (int64_t s = 10; s <= 14; ++s) {
+      auto v = stepRecords(s, 100);
+      CHECK_FALSE(w.offer(s, stepStart(s), stepEnd(s), v));  // refused: the caller keeps it
+    }
     w.close(14);
     CHECK(states() == std::vector<std::string>{"recording", "uploading"});
     std::lock_guard<std::mutex> lock(mu);
