@@ -4,11 +4,14 @@
 #include "agent/torch/trainscope_torch.h"
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <atomic>
 #include <cstring>
 #include <exception>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -42,9 +45,21 @@ struct ThreadState {
   std::atomic<bool> busy{false};
   Open open[kMaxDepth];
   size_t depth = 0;  // may exceed kMaxDepth; entries past it are not stored
-  // Operator names by the pointer RecordFunction hands out (stable for registered operators),
-  // with the text to catch a pointer reused for another name.
-  std::unordered_map<const char*, std::pair<ts_name, std::string>> names;
+  // Operator names by text (bounded by the operator vocabulary), and in front of it a small
+  // cache by the pointer RecordFunction hands out: stable for registered operators, but
+  // built afresh per call for some scopes ("autograd::engine::evaluate_function: ..."), so a
+  // hit is confirmed against the text.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, ts_name, NameHash, std::equal_to<>> byText;
+  struct Slot {
+    const char* ptr = nullptr;
+    const std::string* text = nullptr;  // the key in byText (nodes do not move)
+    ts_name id = 0;
+  };
+  std::array<Slot, 256> byPtr{};
 };
 
 std::atomic<ts_probe*> gProbe{nullptr};
@@ -71,12 +86,15 @@ ThreadState& threadState() {
 
 ts_name nameId(ThreadState& t, const char* name) {
   if (name == nullptr) name = "";
-  auto it = t.names.find(name);
-  if (it != t.names.end() && it->second.second == name) return it->second.first;
-  // First time on this thread: ts_intern locks, once per name per thread.
-  ts_name id = ts_intern(name);
-  t.names[name] = std::make_pair(id, std::string(name));
-  return id;
+  auto& slot = t.byPtr[(reinterpret_cast<uintptr_t>(name) >> 4) % t.byPtr.size()];
+  if (slot.ptr == name && std::strcmp(slot.text->c_str(), name) == 0) return slot.id;
+  auto it = t.byText.find(std::string_view(name));
+  if (it == t.byText.end()) {
+    // First time on this thread: ts_intern locks, once per name per thread.
+    it = t.byText.emplace(std::string(name), ts_intern(name)).first;
+  }
+  slot = ThreadState::Slot{name, &it->first, it->second};
+  return it->second;
 }
 
 std::unique_ptr<at::ObserverContext> onStart(const at::RecordFunction& rf) {

@@ -7,7 +7,7 @@ library (`ninja -C build-x agent/probe/libtrainscope_probe.so agent/torch/libtra
 
 One process, CPU, one thread (torch.set_num_threads(1)): a small MLP (4 Linear layers, ReLU,
 cross-entropy, Adam) on random data. Every repetition runs each mode once, interleaved, on the
-same model, so drift (thermal, other load) hits all modes alike:
+same model, in a shuffled order, so drift (thermal, other load) hits all modes alike:
 
   base      nothing recorded
   always    trainscope as it runs all the time: steps, compute ranges, and every ATen operator
@@ -23,7 +23,9 @@ operator), and the ratio of trainscope's overhead to the profiler's. Flags: --he
 """
 import argparse
 import ctypes
+import gc
 import os
+import random
 import select
 import statistics
 import subprocess
@@ -246,6 +248,11 @@ def main():
                         help="hidden width of the MLP; smaller means cheaper ops, so the "
                              "per-operator cost weighs more (default 512)")
     parser.add_argument("--batch", type=int, default=32, help="batch size (default 32)")
+    parser.add_argument("--clock", choices=("wall", "thread"), default="wall",
+                        help="what a step's time is: wall (perf_counter; includes waiting for "
+                             "the CPU) or thread (the training thread's CPU time; steady on a "
+                             "loaded machine, but leaves out the probe's and the profiler's "
+                             "other threads) (default wall)")
     parser.add_argument("--fake-agent", metavar="ENDPOINT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fake_agent:
@@ -300,17 +307,20 @@ def main():
             with trainscope.range("optimizer", "compute"):
                 opt.step()
 
+    clock = time.thread_time if args.clock == "thread" else time.perf_counter
+
     def timed(step_fn, n, after=None):
         out = []
         for _ in range(n):
-            t0 = time.perf_counter()
+            t0 = clock()
             step_fn()
-            out.append(time.perf_counter() - t0)
+            out.append(clock() - t0)
             if after is not None:
                 after()
         return out
 
     times = {m: [] for m in ("base", "always", "capture", "profiler")}
+    rep_medians = {m: [] for m in times}  # per repetition: overheads are paired within one
     ops_per_step = []
     capture_bytes = []
     profiler_close = []
@@ -324,17 +334,23 @@ def main():
         ops_per_step.append((tst.ops_recorded() - before) / n)
         return start, out
 
-    for rep in range(args.reps):
-        # base
+    from torch.profiler import ProfilerActivity, profile
+
+    def run_base(rep):
         timed(plain_step, args.warmup)
         times["base"] += timed(plain_step, args.steps)
-        # always-on
+
+    def run_always(rep):
         if not tst.enable_ops():
             raise SystemExit("torch_overhead: the operator library did not load")
         for _ in range(args.warmup):
             run_traced(1)
         times["always"] += run_traced(args.steps)[1]
-        # capture: the command names the first measured step; the run waits for "recording"
+        tst.disable_ops()
+
+    def run_capture(rep):
+        # The command names the first measured step; the run waits for "recording" first.
+        tst.enable_ops()
         for _ in range(args.warmup):
             run_traced(1)
         cid = "bench-%d" % rep
@@ -351,8 +367,8 @@ def main():
             raise SystemExit("torch_overhead: capture failed: " + detail)
         capture_bytes.append(nbytes)
         tst.disable_ops()
-        # profiler
-        from torch.profiler import ProfilerActivity, profile
+
+    def run_profiler(rep):
         prof = profile(activities=[ProfilerActivity.CPU])
         prof.__enter__()
         timed(plain_step, args.warmup, prof.step)
@@ -360,8 +376,20 @@ def main():
         t0 = time.perf_counter()
         prof.__exit__(None, None, None)
         profiler_close.append(time.perf_counter() - t0)
-        print("rep %d/%d: base %.3f  always %.3f  capture %.3f  profiler %.3f ms (medians so far)"
-              % (rep + 1, args.reps, *(1e3 * statistics.median(times[m]) for m in times)),
+
+    # Every repetition runs the modes in a new order (seeded), so no mode always follows the
+    # profiler's heavy exit or always runs first.
+    modes = [run_base, run_always, run_capture, run_profiler]
+    order_rng = random.Random(1)
+    for rep in range(args.reps):
+        order_rng.shuffle(modes)
+        for run in modes:
+            gc.collect()
+            run(rep)
+        for m in times:
+            rep_medians[m].append(statistics.median(times[m][-args.steps:]))
+        print("rep %d/%d: base %.3f  always %.3f  capture %.3f  profiler %.3f ms (this rep's medians)"
+              % (rep + 1, args.reps, *(1e3 * rep_medians[m][-1] for m in times)),
               file=sys.stderr, flush=True)
 
     trainscope.shutdown()
@@ -369,16 +397,19 @@ def main():
     ops = statistics.mean(ops_per_step)
     base = statistics.median(times["base"])
     print("torch %s, %d thread, MLP width %d, batch %d, %d reps x %d steps per mode, %.0f "
-          "operators per step (trainscope count)" % (torch.__version__, torch.get_num_threads(),
-                                                     w, args.batch, args.reps, args.steps, ops))
+          "operators per step (trainscope count), %s clock"
+          % (torch.__version__, torch.get_num_threads(), w, args.batch, args.reps, args.steps, ops,
+             args.clock))
+    # Overhead: the median over repetitions of (mode median - base median) of that repetition,
+    # so slow drift of the machine cancels out.
     print("%-9s %10s %10s %10s %12s" % ("mode", "median ms", "mean ms", "overhead", "ns per op"))
     over = {}
     for m, ts in times.items():
         med = statistics.median(ts)
-        over[m] = med - base
+        over[m] = statistics.median(r - b for r, b in zip(rep_medians[m], rep_medians["base"]))
         print("%-9s %10.3f %10.3f %9.1f%% %12s" % (
-            m, 1e3 * med, 1e3 * statistics.mean(ts), 100.0 * (med - base) / base,
-            "-" if m == "base" else "%.0f" % (1e9 * (med - base) / ops)))
+            m, 1e3 * med, 1e3 * statistics.mean(ts), 100.0 * over[m] / base,
+            "-" if m == "base" else "%.0f" % (1e9 * over[m] / ops)))
     print("capture files: %.0f KiB per %d steps; profiler exit (event post-processing): %.0f ms"
           % (statistics.mean(capture_bytes) / 1024, args.steps,
              1e3 * statistics.median(profiler_close)))
