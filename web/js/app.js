@@ -1,13 +1,16 @@
-// The dashboard: hash routes (#/ jobs, #/jobs/JOB, #/jobs/JOB/anomalies/ID), state kept
-// current by the live feed, pages rendered from the REST API once and then updated by deltas.
-import { get, enc } from './api.js';
+// The dashboard: hash routes (#/ jobs, #/jobs/JOB, #/jobs/JOB/anomalies/ID,
+// #/jobs/JOB/captures, #/jobs/JOB/captures/ID), state kept current by the live feed, pages
+// rendered from the REST API once and then updated by deltas.
+import { get, enc, request } from './api.js';
 import { LiveFeed } from './live.js';
 import { Heatmap, heatmapFromRows, heatmapFromCompact, legendGradient } from './heatmap.js';
+import { Timeline, timelineFromTrace } from './timeline.js';
 
 const state = {
   jobs: new Map(),       // job -> job JSON (API shape)
   nodes: new Map(),      // node -> node JSON
   anomalies: new Map(),  // id -> anomaly JSON
+  captures: new Map(),   // id -> capture JSON (docs/CAPTURE.md)
   stepMs: new Map(),     // job -> latest step's median step time (ms)
   listeners: new Set(),  // called with each live message after state is updated
 };
@@ -30,6 +33,8 @@ const el = (tag, attrs = {}, ...children) => {
 const ms = (ns) => (ns / 1e6).toFixed(1);
 const jobHref = (job) => '#/jobs/' + enc(job);
 const anomalyHref = (a) => jobHref(a.job) + '/anomalies/' + enc(a.id);
+const capturesHref = (job) => jobHref(job) + '/captures';
+const captureHref = (job, id) => capturesHref(job) + '/' + enc(id);
 
 function openAnomalies(job) {
   let n = 0;
@@ -54,6 +59,8 @@ function applyLive(msg) {
   for (const j of msg.jobs || []) state.jobs.set(j.job, j);
   for (const n of msg.nodes || []) state.nodes.set(n.node, n);
   for (const a of msg.anomalies || []) state.anomalies.set(a.id, a);
+  for (const c of msg.captures || []) state.captures.set(c.id, c);
+  if (msg.type === 'capture' && msg.capture) state.captures.set(msg.capture.id, msg.capture);
   for (const [job, rows] of Object.entries(msg.summary || {})) {
     if (rows.length) state.stepMs.set(job, rows[rows.length - 1].median_ns / 1e6);
   }
@@ -167,7 +174,7 @@ function jobPage(job, anomalyId) {
   const anomaliesBox = el('div', { id: 'anomalies' });
   const nodesBox = el('div', { id: 'nodes' });
   app.replaceChildren(
-    el('p', {}, el('a', { href: '#/' }, '← all jobs')), title, meta,
+    el('p', {}, el('a', { href: '#/' }, '← all jobs'), ' · ', el('a', { href: capturesHref(job), id: 'captures-link' }, 'captures')), title, meta,
     el('section', { class: 'panel' }, el('h2', {}, 'Step time (median and max across ranks, ms); anomalies marked where they began — drag to zoom, the heatmap follows'), chartBox),
     el('section', { class: 'panel' },
       el('h2', {}, 'Compute time relative to the step\'s median, rank × step (a straggler is a bright row)'),
@@ -381,7 +388,7 @@ function jobPage(job, anomalyId) {
     const list = markers().sort((a, b) => b.detected_ns - a.detected_ns);
     if (!list.length) { anomaliesBox.replaceChildren(el('p', { class: 'muted' }, 'None detected.')); return; }
     anomaliesBox.replaceChildren(el('table', {},
-      el('thead', {}, el('tr', {}, ['kind', 'state', 'ranks', 'nodes', 'onset step', 'size', 'summary', 'evidence'].map((h) => el('th', {}, h)))),
+      el('thead', {}, el('tr', {}, ['kind', 'state', 'ranks', 'nodes', 'onset step', 'size', 'summary', 'evidence', 'capture'].map((h) => el('th', {}, h)))),
       el('tbody', {}, list.map((a) => el('tr', { class: 'anomaly' + (a.id === anomalyId ? ' selected' : ''), id: 'anomaly-' + a.id, dataset: { id: a.id } },
         el('td', {}, el('a', { href: anomalyHref(a) }, a.kind)),
         el('td', { class: a.state === 'open' ? 'state-stale' : 'state-ended' }, a.state),
@@ -390,7 +397,8 @@ function jobPage(job, anomalyId) {
         el('td', { class: 'num' }, a.onset_step),
         el('td', { class: 'num' }, `${Number(a.magnitude).toFixed(2)}×`),
         el('td', { class: 'evidence' }, a.summary || ''),
-        el('td', { class: 'evidence' }, Object.entries(a.evidence || {}).map(([k, v]) => `${k}=${Number(v).toPrecision(4)}`).join(' ')))))));
+        el('td', { class: 'evidence' }, Object.entries(a.evidence || {}).map(([k, v]) => `${k}=${Number(v).toPrecision(4)}`).join(' ')),
+        el('td', {}, a.capture_id ? el('a', { href: captureHref(a.job, a.capture_id), class: 'capture-link' }, captureLabel(a.capture_id)) : ''))))));
     if (anomalyId) {
       const row = document.getElementById('anomaly-' + anomalyId);
       if (row) row.scrollIntoView({ block: 'center' });
@@ -494,6 +502,189 @@ function jobPage(job, anomalyId) {
   return () => { alive = false; state.listeners.delete(listener); };
 }
 
+// ---- captures ----------------------------------------------------------------------------
+const captureLabel = (c) => {
+  const c2 = state.captures.get(c);
+  return c2 ? `${c2.kind} ${c2.state}` : 'capture';
+};
+const capState = (c) => (c.state === 'complete' ? 'state-running' : c.state === 'running' ? 'state-stale-soft' : c.state === 'failed' ? 'state-stale' : 'state-ended');
+const fmtTime = (ns) => (ns ? new Date(ns / 1e6).toLocaleTimeString() : '');
+const kib = (b) => (b >= 1 << 20 ? (b / (1 << 20)).toFixed(1) + ' MiB' : (b / 1024).toFixed(1) + ' KiB');
+
+// Per-rank progress: one small box per rank, coloured by its state.
+function rankProgress(c) {
+  const done = (c.rank_status || []).filter((r) => r.state === 'done').length;
+  return el('span', { class: 'progress', title: c.summary || '' },
+    (c.rank_status || []).map((r) => el('span', { class: 'rank-box rs-' + r.state, title: `rank ${r.rank}: ${r.state}${r.detail ? ' — ' + r.detail : ''}` })),
+    ` ${done} / ${(c.rank_status || []).length}`);
+}
+
+function captureRanksText(c) {
+  const r = c.ranks || [];
+  return r.length > 8 ? `${r.slice(0, 8).join(', ')}, … (${r.length})` : r.join(', ');
+}
+
+function capturesPage(job) {
+  let alive = true;
+  const err = el('p', { class: 'state-stale', id: 'capture-error' });
+  const ranksIn = el('input', { id: 'cap-ranks', placeholder: 'all', title: 'ranks: "all", "0,3,5-7"' });
+  const stepsIn = el('input', { id: 'cap-steps', type: 'number', min: '1', max: '1000', value: '5' });
+  const histIn = el('input', { id: 'cap-history', type: 'number', min: '0', max: '1000', value: '4' });
+  const startIn = el('input', { id: 'cap-start-in', type: 'number', min: '1', placeholder: '2', title: 'steps from the job\'s latest step to the first recorded one (fast steps need more: the command must reach every rank first)' });
+  const kindIn = el('select', { id: 'cap-kind' }, el('option', { value: 'trace' }, 'trace'), el('option', { value: 'stacks' }, 'stacks'));
+  const button = el('button', { id: 'capture-now', type: 'submit' }, 'Capture now');
+  const form = el('form', { class: 'controls', id: 'capture-form' },
+    'ranks', ranksIn, 'steps', stepsIn, 'history', histIn, 'start in (steps)', startIn, 'kind', kindIn, button);
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    err.textContent = '';
+    const body = { kind: kindIn.value };
+    if (ranksIn.value.trim()) body.ranks = ranksIn.value.trim();
+    if (kindIn.value === 'trace') {
+      body.steps = Number(stepsIn.value);
+      body.history = Number(histIn.value);
+      const j = state.jobs.get(job);
+      if (startIn.value && j && j.latest_step >= 0) body.start_step = j.latest_step + Number(startIn.value);
+    }
+    button.disabled = true;
+    try {
+      const c = await request('POST', `/api/v1/jobs/${enc(job)}/captures`, body);
+      state.captures.set(c.id, c);
+      location.hash = captureHref(job, c.id);
+    } catch (e) {
+      err.textContent = e.message;
+    } finally {
+      button.disabled = false;
+    }
+  });
+  const listBox = el('div', { id: 'captures' }, el('p', { class: 'muted' }, 'loading…'));
+  app.replaceChildren(
+    el('p', {}, el('a', { href: jobHref(job) }, '← job ' + job)),
+    el('h1', {}, 'Captures of ', el('span', { id: 'job-name' }, job)),
+    el('section', { class: 'panel' }, el('h2', {}, 'Capture now (steps from the job\'s next step; history: steps before it from the flight recorder)'), form, err),
+    el('section', { class: 'panel' }, el('h2', {}, 'Captures (live)'), listBox));
+  const draw = () => {
+    const list = [...state.captures.values()].filter((c) => c.job === job).sort((a, b) => b.created_ns - a.created_ns);
+    if (!list.length) { listBox.replaceChildren(el('p', { class: 'muted', id: 'no-captures' }, 'No captures yet.')); return; }
+    listBox.replaceChildren(el('table', { id: 'captures-table' },
+      el('thead', {}, el('tr', {}, ['capture', 'kind', 'state', 'reason', 'ranks', 'steps', 'progress', 'created'].map((h) => el('th', {}, h)))),
+      el('tbody', {}, list.map((c) => el('tr', { dataset: { id: c.id, state: c.state } },
+        el('td', {}, el('a', { href: captureHref(job, c.id) }, c.id)),
+        el('td', {}, c.kind),
+        el('td', { class: capState(c) }, c.state),
+        el('td', {}, c.anomaly_id ? el('a', { href: anomalyHref({ job, id: c.anomaly_id }) }, c.reason) : c.reason),
+        el('td', {}, captureRanksText(c)),
+        el('td', { class: 'num' }, c.kind === 'trace' ? `${c.start_step}–${c.start_step + c.steps - 1} (+${c.history} before)` : ''),
+        el('td', {}, rankProgress(c)),
+        el('td', {}, fmtTime(c.created_ns)))))));
+  };
+  get(`/api/v1/jobs/${enc(job)}/captures`).then((r) => {
+    for (const c of r.captures || []) if (!state.captures.has(c.id) || state.captures.get(c.id).updated_ns <= c.updated_ns) state.captures.set(c.id, c);
+    if (alive) { draw(); app.dataset.ready = '1'; }
+  }).catch((e) => { if (alive) { draw(); err.textContent = e.message; } });
+  const listener = (msg) => { if (alive && (msg.type === 'capture' || msg.type === 'snapshot')) draw(); };
+  state.listeners.add(listener);
+  return () => { alive = false; state.listeners.delete(listener); };
+}
+
+function capturePage(job, id) {
+  let alive = true;
+  const head = el('div', { id: 'capture-head' }, el('p', { class: 'muted' }, 'loading…'));
+  const ranksBox = el('div', { id: 'capture-ranks' });
+  const downloads = el('p', { id: 'capture-downloads' });
+  const tlInfo = el('span', { class: 'muted', id: 'timeline-info' }, 'wheel: zoom · drag: pan · double-click: whole capture');
+  const canvas = el('canvas', { class: 'timeline', id: 'timeline' });
+  const tlBox = el('div', { id: 'timeline-box' }, el('p', { class: 'muted', id: 'timeline-status' }, 'The timeline shows once the capture has finished.'));
+  app.replaceChildren(
+    el('p', {}, el('a', { href: jobHref(job) }, '← job ' + job), ' · ', el('a', { href: capturesHref(job) }, 'all captures')),
+    el('h1', {}, 'Capture ', el('span', { id: 'capture-id' }, id)), head,
+    el('section', { class: 'panel' }, el('h2', {}, 'Ranks'), ranksBox, downloads),
+    el('section', { class: 'panel' }, el('h2', {}, 'Timeline (merged, collector clock)'), tlBox));
+  const timeline = new Timeline(canvas, tlInfo);
+  let loadedTrace = false;
+
+  async function loadTrace(c) {
+    if (loadedTrace) return;
+    loadedTrace = true;
+    tlBox.replaceChildren(el('p', { class: 'muted', id: 'timeline-status' }, 'loading the merged trace…'));
+    const t0 = performance.now();
+    const res = await fetch(`/api/v1/captures/${enc(id)}/trace`);
+    if (!res.ok) {
+      let msg = `HTTP ${res.status}`;
+      try { msg = (await res.json()).error || msg; } catch (e) { /* not JSON */ }
+      tlBox.replaceChildren(el('p', { class: 'state-stale', id: 'timeline-status' }, 'No merged trace: ' + msg));
+      return;
+    }
+    const trace = await res.json();
+    if (!alive) return;
+    if (c.kind === 'stacks') {
+      tlBox.replaceChildren(stacksView(trace));
+      app.dataset.timelineReady = '1';
+      return;
+    }
+    const data = timelineFromTrace(trace);
+    const t1 = performance.now();
+    tlBox.replaceChildren(el('div', { class: 'controls' }, tlInfo), canvas);
+    timeline.set(data);
+    requestAnimationFrame(() => requestAnimationFrame(() => {
+      if (!alive) return;
+      tlInfo.textContent = `${data.rows.length} ranks, ${data.events} events; loaded in ${(t1 - t0).toFixed(0)} ms, drawn in ${canvas.dataset.renderMs} ms — wheel: zoom · drag: pan · double-click: whole capture`;
+      app.dataset.timelineReady = '1';
+    }));
+  }
+
+  function draw(c) {
+    head.replaceChildren(
+      el('p', {}, el('span', { id: 'capture-state', class: capState(c), dataset: { state: c.state } }, c.state), ' — ', c.summary || '', ' — ', c.kind,
+        c.kind === 'trace' ? `, steps ${c.start_step}–${c.start_step + c.steps - 1} with ${c.history} before` : '',
+        ', reason: ', c.anomaly_id ? el('a', { href: anomalyHref({ job, id: c.anomaly_id }) }, c.reason) : c.reason,
+        `, created ${fmtTime(c.created_ns)}`, c.finished_ns ? `, finished ${fmtTime(c.finished_ns)}` : ''),
+      el('p', {}, rankProgress(c)));
+    ranksBox.replaceChildren(el('table', {},
+      el('thead', {}, el('tr', {}, ['rank', 'node', 'state', 'steps', 'size', 'detail', 'file'].map((h) => el('th', {}, h)))),
+      el('tbody', {}, (c.rank_status || []).map((r) => el('tr', { dataset: { rank: r.rank, state: r.state } },
+        el('td', { class: 'num' }, r.rank), el('td', {}, r.node),
+        el('td', { class: 'rs-text-' + r.state }, r.state),
+        el('td', { class: 'num' }, r.first_step >= 0 ? `${r.first_step}–${r.last_step}` : ''),
+        el('td', { class: 'num' }, r.bytes ? kib(r.bytes) + (r.truncated ? ' (cut)' : '') : ''),
+        el('td', { class: 'evidence' }, r.detail || ''),
+        el('td', {}, r.state === 'done' ? el('a', { href: `/api/v1/captures/${enc(id)}/ranks/${r.rank}`, download: `${id}-rank-${r.rank}.json`, class: 'rank-download' }, 'download') : ''))))));
+    const finished = c.state === 'complete' || c.state === 'partial';
+    downloads.replaceChildren(finished
+      ? el('a', { href: `/api/v1/captures/${enc(id)}/trace`, download: `${id}.json`, id: 'trace-download' },
+        `download the merged trace${c.trace_bytes ? ' (' + kib(c.trace_bytes) + ' compressed)' : ''}`)
+      : el('span', { class: 'muted' }, c.state === 'failed' ? 'No merged trace: every rank failed.' : 'The merged trace is written when every rank is done or failed.'));
+    if (finished) loadTrace(c).catch((e) => tlBox.replaceChildren(el('p', { class: 'state-stale', id: 'timeline-status' }, 'Timeline: ' + e.message)));
+    app.dataset.ready = '1';
+  }
+
+  const known = state.captures.get(id);
+  if (known) draw(known);
+  get(`/api/v1/captures/${enc(id)}`).then((c) => {
+    const now = state.captures.get(id);
+    if (!now || now.updated_ns <= c.updated_ns) state.captures.set(id, c);
+    if (alive) draw(state.captures.get(id));
+  }).catch((e) => { if (alive && !known) head.replaceChildren(el('p', { class: 'state-stale' }, e.message)); });
+  const listener = (msg) => {
+    if (!alive) return;
+    if ((msg.type === 'capture' && msg.capture.id === id) || (msg.type === 'snapshot' && state.captures.has(id))) draw(state.captures.get(id));
+  };
+  state.listeners.add(listener);
+  const onResize = () => timeline.setView(timeline.view.t0, timeline.view.t1);
+  window.addEventListener('resize', onResize);
+  return () => { alive = false; state.listeners.delete(listener); window.removeEventListener('resize', onResize); };
+}
+
+// A stacks capture: each rank's threads with their Python and native frames.
+function stacksView(merged) {
+  return el('div', { id: 'stacks' }, (merged.ranks || []).map((r) => el('details', { open: '' },
+    el('summary', {}, `rank ${r.rank} (${r.node || ''}): ${(r.threads || []).length} threads`),
+    (r.threads || []).map((t) => el('div', { class: 'thread' },
+      el('b', {}, `${t.name || ''} [${t.tid}] ${t.state || ''}`), t.error ? el('span', { class: 'state-stale' }, ' ' + t.error) : '',
+      el('pre', {}, [...(t.python || []).map((f) => `py  ${f.function} (${f.file}:${f.line})`),
+        ...(t.native || []).map((f) => `    ${f.function || f.address}${f.offset ? '+' + f.offset : ''}  ${f.module || ''}`)].join('\n')))))));
+}
+
 function showError(e) {
   app.append(el('p', { class: 'state-stale' }, 'Error: ' + e.message));
 }
@@ -504,7 +695,9 @@ function route() {
   if (leave) leave();
   delete app.dataset.ready;
   const parts = location.hash.replace(/^#\/?/, '').split('/').filter((p) => p.length).map(decodeURIComponent);
-  if (parts[0] === 'jobs' && parts.length >= 2) {
+  if (parts[0] === 'jobs' && parts.length >= 3 && parts[2] === 'captures') {
+    leave = parts.length >= 4 ? capturePage(parts[1], parts[3]) : capturesPage(parts[1]);
+  } else if (parts[0] === 'jobs' && parts.length >= 2) {
     leave = jobPage(parts[1], parts[2] === 'anomalies' ? parts[3] : null);
   } else {
     leave = jobsPage();
@@ -512,4 +705,4 @@ function route() {
 }
 window.addEventListener('hashchange', route);
 route();
-window.trainscope = { state, Heatmap, heatmapFromRows };
+window.trainscope = { state, Heatmap, heatmapFromRows, Timeline, timelineFromTrace };

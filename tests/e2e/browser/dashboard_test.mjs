@@ -2,7 +2,10 @@
 // Debian's chromium, driven by playwright-core, opens the dashboard. The job appears live on
 // the jobs page, its page shows the straggler as the heatmap's brightest row (by the data
 // attribute and by the canvas pixels), deep links load, and the live feed reconnects after
-// the collector restarts. Screenshots go to $TRAINSCOPE_ARTIFACT_DIR.
+// the collector restarts. Captures: "Capture now" on the job's captures page completes, its
+// timeline renders (every rank's row has boxes, wheel zooms, drag pans), the merged and
+// per-rank downloads answer, the straggler's anomaly links to its automatic capture, and a
+// capture's deep link loads. Screenshots go to $TRAINSCOPE_ARTIFACT_DIR.
 import fs from 'node:fs';
 import path from 'node:path';
 import { Stack, chromiumPath, playwright, waitFor } from './stack.mjs';
@@ -17,6 +20,9 @@ const artifacts = process.env.TRAINSCOPE_ARTIFACT_DIR || '.';
 fs.mkdirSync(artifacts, { recursive: true });
 
 const stack = new Stack();
+// Probes write capture files here and the agent ships only files from under it.
+process.env.TRAINSCOPE_CAPTURE_DIR = path.join(stack.dir, 'captures');
+fs.mkdirSync(process.env.TRAINSCOPE_CAPTURE_DIR, { recursive: true });
 let browser;
 let failed = false;
 try {
@@ -80,6 +86,81 @@ try {
   const chartPoints = await page.evaluate(() => document.querySelectorAll('#step-chart canvas').length);
   if (chartPoints === 0) throw new Error('no step-time chart');
   await page.screenshot({ path: path.join(artifacts, 'dashboard-job.png'), fullPage: true });
+
+  // Captures: "Capture now" on two ranks the automatic capture (straggler 5 and reference 0)
+  // does not use, then its timeline.
+  await page.click('#captures-link');
+  await page.waitForSelector('#capture-form');
+  await page.fill('#cap-ranks', '2,3');
+  await page.fill('#cap-steps', '3');
+  await page.fill('#cap-history', '2');
+  await page.fill('#cap-start-in', '60');  // steps are 20 ms: the command needs time to reach the ranks
+  await page.click('#capture-now');
+  await page.waitForFunction(() => /#\/jobs\/.+\/captures\/cap-/.test(location.hash), null, { timeout: 10000 });
+  const capId = decodeURIComponent(await page.evaluate(() => location.hash.split('/').pop()));
+  console.log('capture started: ' + capId);
+  await page.waitForSelector('#capture-state[data-state="complete"]', { timeout: 60000 });
+  await page.waitForSelector('#app[data-timeline-ready="1"]', { timeout: 30000 });
+  const tl = await page.evaluate(() => {
+    const cv = document.getElementById('timeline');
+    const ctx = cv.getContext('2d');
+    const dpr = window.devicePixelRatio || 1;
+    const img = ctx.getImageData(0, 0, cv.width, cv.height).data;
+    // Coloured pixels (boxes: blue, green, orange, ...) in each rank's band, right of the labels.
+    const bands = JSON.parse(cv.dataset.rows).map(([rank, y, h]) => {
+      let coloured = 0;
+      for (let py = Math.round(y * dpr); py < Math.round((y + h) * dpr); py++) {
+        for (let px = Math.round(100 * dpr); px < cv.width; px++) {
+          const o = (py * cv.width + px) * 4;
+          const r = img[o], g = img[o + 1], b = img[o + 2];
+          if (Math.max(r, g, b) - Math.min(r, g, b) > 60) coloured++;
+        }
+      }
+      return { rank, coloured };
+    });
+    return { bands, events: +cv.dataset.events, steps: +cv.dataset.stepMarks, view: +cv.dataset.viewUs, info: document.getElementById('timeline-info').textContent };
+  });
+  console.log('timeline: ' + JSON.stringify(tl));
+  if (tl.bands.map((b) => b.rank).join(',') !== '2,3') throw new Error('timeline rows are not ranks 2 and 3');
+  if (tl.bands.some((b) => b.coloured < 200)) throw new Error('a rank row of the timeline has no boxes');
+  // 3 steps + 2 of history on each of two ranks.
+  if (tl.steps < 2 * 5) throw new Error(`timeline marks ${tl.steps} steps, expected at least 10`);
+  await page.screenshot({ path: path.join(artifacts, 'dashboard-capture.png'), fullPage: true });
+  // Wheel zooms in around the cursor; drag pans.
+  const box = await page.locator('#timeline').boundingBox();
+  await page.mouse.move(box.x + box.width / 2, box.y + 40);
+  for (let i = 0; i < 5; i++) await page.mouse.wheel(0, -300);
+  await waitFor(async () => +(await page.getAttribute('#timeline', 'data-view-us')) < tl.view / 4, 5000, 'the timeline to zoom in');
+  const zoomedTo = await page.getAttribute('#timeline', 'data-view-us');
+  const drawnZoomed = await page.getAttribute('#timeline', 'data-drawn');
+  await page.mouse.down();
+  await page.mouse.move(box.x + box.width / 2 + 300, box.y + 40, { steps: 5 });
+  await page.mouse.up();
+  await page.waitForTimeout(200);
+  console.log(`zoomed to ${(+zoomedTo / 1000).toFixed(2)} ms of ${(tl.view / 1000).toFixed(2)} ms (boxes drawn ${drawnZoomed} of ${tl.events}); panned, drawn ${await page.getAttribute('#timeline', 'data-drawn')}`);
+  await page.screenshot({ path: path.join(artifacts, 'dashboard-capture-zoomed.png'), fullPage: true });
+  // Downloads: the merged trace and each rank's file.
+  for (const sel of ['#trace-download', '.rank-download']) {
+    const href = await page.locator(sel).first().getAttribute('href');
+    const res = await fetch(base + href);
+    const body = await res.json();
+    if (res.status !== 200 || !Array.isArray(body.traceEvents)) throw new Error(`download ${href}: HTTP ${res.status}`);
+  }
+  if ((await page.locator('.rank-download').count()) !== 2) throw new Error('not one download per rank');
+  // The list shows it, with every rank done.
+  await page.goto(`${base}/#/jobs/${encodeURIComponent(kJob)}/captures`);
+  await page.waitForSelector(`#captures-table tr[data-id="${capId}"][data-state="complete"]`, { timeout: 10000 });
+  // The straggler's anomaly links to its automatic capture.
+  await page.goto(`${base}/#/jobs/${encodeURIComponent(kJob)}`);
+  await page.waitForSelector('#app[data-ready="1"]', { timeout: 20000 });
+  await page.locator('tr.anomaly .capture-link').first().waitFor({ timeout: 30000 });
+  const autoHref = await page.locator('tr.anomaly .capture-link').first().getAttribute('href');
+  console.log('anomaly links to its capture: ' + autoHref);
+  // A capture's deep link, in a fresh page.
+  const capPage = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+  await capPage.goto(`${base}/#/jobs/${encodeURIComponent(kJob)}/captures/${encodeURIComponent(capId)}`);
+  await capPage.waitForSelector('#app[data-timeline-ready="1"]', { timeout: 20000 });
+  await capPage.close();
 
   // Deep link, in a fresh page.
   const deep = await browser.newPage({ viewport: { width: 1200, height: 900 } });
