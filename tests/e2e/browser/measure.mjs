@@ -1,6 +1,7 @@
 // Dashboard benchmark (prints numbers; not a test): (1) first load of a job page with
 // RANKS x STEPS stored (default 64 x 10,000) until the page is usable (#app[data-ready]);
-// (2) heatmap render of 1,024 ranks x 1,000 steps of synthetic data, in the page's own code.
+// (2) heatmap render of 1,024 ranks x 1,000 steps of synthetic data, in the page's own code;
+// (3) the capture timeline's indexing and drawing of 300,000 synthetic events.
 // Usage (binaries from a build dir):
 //   TRAINSCOPE_COLLECTOR_BIN=... TRAINSCOPE_AGENT_BIN=... TRAINSCOPE_SIMTRAIN_BIN=...
 //   TRAINSCOPE_SOURCE_ROOT=/work/main node measure.mjs [RANKS] [STEPS]
@@ -71,6 +72,39 @@ try {
     return { out, brightest: wrap.querySelector('canvas').dataset.brightestRow };
   });
   console.log(`heatmap render 1024 x 1000: ${times.out.map((t) => t.toFixed(1)).join(', ')} ms (brightest row ${times.brightest})`);
+
+  // (3) The capture timeline with 300,000 events (16 ranks x 5 steps x 3,750 boxes).
+  const tl = await page.evaluate(() => {
+    const { Timeline, timelineFromTrace } = window.trainscope;
+    const ev = [];
+    for (let r = 0; r < 16; r++) {
+      ev.push({ ph: 'M', name: 'process_name', pid: r, args: { name: `rank ${r} (n${r >> 3})` } });
+      for (let s = 0; s < 5; s++) {
+        const t0 = 1.7e15 + s * 100000;
+        ev.push({ name: `ProfilerStep#${s}`, ph: 'X', cat: 'step', ts: t0, dur: 99000, pid: r, tid: 0 });
+        for (let i = 0; i < 3750; i++) {
+          const cat = i % 10 === 9 ? 'collective' : 'op';
+          ev.push({ name: cat === 'op' ? 'aten::mm' : 'all_reduce', ph: 'X', cat, ts: t0 + i * 26, dur: 20, pid: r, tid: 1 + (i % 2) });
+        }
+      }
+    }
+    const t0 = performance.now();
+    const data = timelineFromTrace({ traceEvents: ev });
+    const t1 = performance.now();
+    const cv = document.createElement('canvas');
+    cv.className = 'timeline';
+    cv.style.width = '1300px';
+    document.getElementById('app').append(cv);
+    const tlv = new Timeline(cv, null);
+    tlv.data = data;
+    tlv.set(data);
+    const full = [], zoomed = [];
+    for (let i = 0; i < 5; i++) { tlv.render(); full.push(+cv.dataset.renderMs); }
+    tlv.view = { t0: data.t0 + 200000, t1: data.t0 + 210000 };
+    for (let i = 0; i < 5; i++) { tlv.render(); zoomed.push(+cv.dataset.renderMs); }
+    return { events: data.events, parse: t1 - t0, full, zoomed };
+  });
+  console.log(`timeline ${tl.events} events: indexed in ${tl.parse.toFixed(0)} ms; whole capture drawn in ${tl.full.join(', ')} ms; zoomed to 10 ms in ${tl.zoomed.join(', ')} ms`);
 } finally {
   if (browser) await browser.close();
   stack.cleanup();
