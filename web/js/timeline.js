@@ -2,7 +2,8 @@
 // rank, inside it one lane per probe thread for operators and ranges and one for collectives;
 // ProfilerStep#N spans are marked across the whole height. Wheel zooms around the cursor, drag
 // pans. Built for a few hundred thousand events: each lane is sorted once, a frame draws only
-// the visible slice (binary search) and at most one box per pixel column per lane.
+// the visible slice (binary search), at most one box per pixel column per lane, and runs of
+// narrow boxes as one fill.
 const kLaneH = 14;       // css px per lane
 const kRankGap = 6;      // css px between ranks
 const kLabelW = 92;      // css px of the rank labels on the left
@@ -173,36 +174,53 @@ export class Timeline {
         stepMarks++;
       }
     }
-    // Boxes: per lane, the visible slice; boxes under a pixel wide share one column.
+    // Boxes: per lane, the visible slice; boxes under a pixel wide share one column, and runs
+    // of narrow boxes of one colour are filled as one rectangle (a dense lane is a few hundred
+    // fills, not one per event).
     for (const { lanes } of rows) {
       for (const { lane, y } of lanes) {
         const list = lane.events;
         let i = lowerBound(list, t0 - lane.maxDur);
         let lastPx = -1;
+        let run = null;  // [x0, x1, colour] of narrow boxes not filled yet
+        const flush = () => {
+          if (!run) return;
+          ctx.fillStyle = run[2];
+          ctx.fillRect(run[0], y + 1, run[1] - run[0], kLaneH - 2);
+          run = null;
+        };
         for (; i < list.length; i++) {
           const e = list[i];
           if (e.ts > t1) break;
           if (e.end < t0) continue;
           const x0 = xOf(e.ts), x1 = xOf(e.end);
-          const px = Math.floor(x0);
           if (x1 - x0 < 1) {
+            const px = Math.floor(x0);
             if (px === lastPx) continue;
             lastPx = px;
           }
-          ctx.fillStyle = e.color;
           const bx = Math.max(kLabelW, x0);
-          ctx.fillRect(bx, y + 1, Math.max(1, Math.min(W, x1) - bx), kLaneH - 2);
-          if (x1 - x0 > 40) {
+          const bw = Math.max(1, Math.min(W, x1) - bx);
+          drawn++;
+          if (bw < 3) {
+            if (run && run[2] === e.color && bx <= run[1] + 1) run[1] = Math.max(run[1], bx + bw);
+            else { flush(); run = [bx, bx + bw, e.color]; }
+            continue;
+          }
+          flush();
+          ctx.fillStyle = e.color;
+          ctx.fillRect(bx, y + 1, bw, kLaneH - 2);
+          if (bw > 40) {
             ctx.fillStyle = '#0d1014';
             ctx.save();
             ctx.beginPath();
-            ctx.rect(bx, y, Math.min(W, x1) - bx, kLaneH);
+            ctx.rect(bx, y, bw, kLaneH);
             ctx.clip();
             ctx.fillText(e.name, bx + 2, y + kLaneH - 4);
             ctx.restore();
           }
-          drawn++;
         }
+        flush();
       }
     }
     ctx.font = '10px sans-serif';
