@@ -122,17 +122,26 @@ bool hasFailure(const FakeCollector& c, const std::string& id, uint32_t rank,
   return false;
 }
 
-}  // namespace
-
-TEST_CASE("agent ships a probe's capture file as checksummed chunks after its status, then deletes it") {
+// A real agent with a fake collector and a fake probe (rank 3 of jobA) that said hello.
+struct Rig {
   TempDir tmp;
   zmq::context_t ctx;
   std::string collectorEp = freeTcpEndpoint(ctx);
   AgentOptions opts = testOptions(tmp, collectorEp);
-  FakeCollector collector(ctx, collectorEp);
-  AgentRunner agent(opts);
-  FakeProbe probe(ctx, opts.endpoint);
-  probe.hello();
+  FakeCollector collector{ctx, collectorEp};
+  AgentRunner agent{opts};
+  FakeProbe probe{ctx, opts.endpoint};
+  Rig() { probe.hello(); }
+};
+
+}  // namespace
+
+TEST_CASE("agent ships a probe's capture file as checksummed chunks after its status, then deletes it") {
+  Rig rig;
+  const AgentOptions& opts = rig.opts;
+  FakeCollector& collector = rig.collector;
+  AgentRunner& agent = rig.agent;
+  FakeProbe& probe = rig.probe;
 
   const std::string bytes = randomBytes((3u << 20) + 12345, 7);  // 3 MiB and a bit: 4 chunks
   const std::string path = opts.captureDir + "/cap-1/rank-3.json.gz";
@@ -200,15 +209,13 @@ TEST_CASE("agent ships a probe's capture file as checksummed chunks after its st
 }
 
 TEST_CASE("agent refuses files outside the capture directory and unreadable files, keeping them") {
-  TempDir tmp;
-  zmq::context_t ctx;
-  std::string collectorEp = freeTcpEndpoint(ctx);
-  AgentOptions opts = testOptions(tmp, collectorEp);
+  Rig rig;
+  const AgentOptions& opts = rig.opts;
+  FakeCollector& collector = rig.collector;
+  AgentRunner& agent = rig.agent;
+  FakeProbe& probe = rig.probe;
+  const TempDir& tmp = rig.tmp;
   std::filesystem::create_directories(opts.captureDir);
-  FakeCollector collector(ctx, collectorEp);
-  AgentRunner agent(opts);
-  FakeProbe probe(ctx, opts.endpoint);
-  probe.hello();
 
   const std::string secret = tmp.sub("secret.txt");
   writeFile(secret, "not for the collector");
@@ -238,14 +245,10 @@ TEST_CASE("agent refuses files outside the capture directory and unreadable file
 }
 
 TEST_CASE("agent answers the ranks of a command it has no probe for with failed statuses") {
-  TempDir tmp;
-  zmq::context_t ctx;
-  std::string collectorEp = freeTcpEndpoint(ctx);
-  AgentOptions opts = testOptions(tmp, collectorEp);
-  FakeCollector collector(ctx, collectorEp);
-  AgentRunner agent(opts);
-  FakeProbe probe(ctx, opts.endpoint);
-  probe.hello();
+  Rig rig;
+  FakeCollector& collector = rig.collector;
+  AgentRunner& agent = rig.agent;
+  FakeProbe& probe = rig.probe;
   REQUIRE(waitFor([&] { return agent.stats().ranks == 1; }));
   REQUIRE(collector.pumpUntil([&] { return collector.heartbeats > 0; }));
 
