@@ -33,63 +33,19 @@ struct Options {
 };
 
 int run(const Options& o) {
-  std::string dir = o.dataDir;
-  bool temp = dir.empty();
-  if (temp) {
-    char tmpl[] = "/tmp/trainscope-apibench-XXXXXX";
-    dir = mkdtemp(tmpl);
-  }
-  std::filesystem::create_directories(dir);
-  storage::SqliteOptions so;
-  so.path = (std::filesystem::path(dir) / "trainscope.db").string();
-  so.retentionNs = 0;
-  bool exists = std::filesystem::exists(so.path);
-  if (exists && !o.reuse) {
-    std::fprintf(stderr, "--data-dir: %s already holds a database (pass --reuse to use it)\n",
-                 so.path.c_str());
-    return 2;
-  }
-  auto store = storage::openSqliteStore(so);
-  if (!store) {
-    std::fprintf(stderr, "%s\n", store.message().c_str());
+  bench::BenchStore bs;
+  if (auto s = bs.open(o.dataDir, o.reuse, o.fill); !s) {
+    std::fprintf(stderr, "%s\n", s.message().c_str());
     return 1;
   }
-  if (!exists) {
-    const auto rows = static_cast<unsigned long long>(o.fill.ranks) *
-                      static_cast<unsigned long long>(o.fill.steps);
-    std::printf("filling %u ranks x %lld steps = %llu rows into %s\n", o.fill.ranks,
-                static_cast<long long>(o.fill.steps), rows, so.path.c_str());
-    std::fflush(stdout);
-    auto took = bench::fillStore(**store, o.fill);
-    if (!took) {
-      std::fprintf(stderr, "%s\n", took.message().c_str());
-      return 1;
-    }
-    std::printf("fill: %llu rows in %.1f s (%.0f rows/s), %.2f GB on disk\n", rows, *took,
-                static_cast<double>(rows) / *took,
-                static_cast<double>((*store)->stats().bytesOnDisk) / 1e9);
-  }
-  int64_t latest = -1;
-  uint64_t stored = 0;
-  if (auto jobs = (*store)->jobs()) {
-    for (const auto& j : *jobs) {
-      if (j.job == o.fill.job) {
-        latest = j.latestStep;
-        stored = j.stepRows;
-      }
-    }
-  }
-  if (latest < 0) {
-    std::fprintf(stderr, "job '%s' is not in the store\n", o.fill.job.c_str());
-    return 1;
-  }
+  const int64_t latest = bs.latestStep();
   std::printf("job %s: %llu step rows, latest step %lld\n", o.fill.job.c_str(),
-              static_cast<unsigned long long>(stored), static_cast<long long>(latest));
+              static_cast<unsigned long long>(bs.stepRows()), static_cast<long long>(latest));
 
   http::HttpOptions ho;
   ho.port = 0;
   ho.ioThreads = o.ioThreads;
-  http::HttpServer server(ho, **store);
+  http::HttpServer server(ho, bs.store());
   if (auto s = server.start(); !s) {
     std::fprintf(stderr, "%s\n", s.message().c_str());
     return 1;
@@ -129,8 +85,6 @@ int run(const Options& o) {
     std::fflush(stdout);
   }
   server.stop();
-  store->reset();
-  if (temp) std::filesystem::remove_all(dir);
   return 0;
 }
 

@@ -3,10 +3,14 @@
 // on 127.0.0.1 with a blocking keep-alive client. One thread per client object.
 #pragma once
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <utility>  // before Asio: Boost 1.74 uses std::exchange without including it
 #include <vector>
@@ -126,6 +130,77 @@ inline Result<double> fillStore(storage::Store& store, const FillOptions& o) {
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+// The benchmarks' store: DIR/trainscope.db, filled with `fill` when new. Owner thread only.
+class BenchStore {
+ public:
+  BenchStore() = default;
+  BenchStore(const BenchStore&) = delete;
+  BenchStore& operator=(const BenchStore&) = delete;
+  ~BenchStore() {
+    store_.reset();
+    if (temp_) std::filesystem::remove_all(dir_);
+  }
+
+  // dataDir "" = a temp dir removed by the destructor. A database already there is used as it
+  // is with `reuse` and refused without. Prints the fill's rows, time and rate.
+  Status open(const std::string& dataDir, bool reuse, const FillOptions& fill) {
+    dir_ = dataDir;
+    temp_ = dir_.empty();
+    if (temp_) {
+      char tmpl[] = "/tmp/trainscope-bench-XXXXXX";
+      if (mkdtemp(tmpl) == nullptr) return Status::error("cannot create a temp dir in /tmp");
+      dir_ = tmpl;
+    }
+    std::filesystem::create_directories(dir_);
+    storage::SqliteOptions so;
+    so.path = (std::filesystem::path(dir_) / "trainscope.db").string();
+    so.retentionNs = 0;  // the synthetic job is older than the default retention allows
+    const bool exists = std::filesystem::exists(so.path);
+    if (exists && !reuse) {
+      return Status::error("--data-dir: " + so.path +
+                           " already holds a database (pass --reuse to use it)");
+    }
+    auto opened = storage::openSqliteStore(so);
+    if (!opened) return Status::error(opened.message());
+    store_ = std::move(*opened);
+    if (!exists) {
+      const auto rows = static_cast<unsigned long long>(fill.ranks) *
+                        static_cast<unsigned long long>(fill.steps);
+      std::printf("filling %u ranks x %lld steps = %llu rows (%d ops, %d collectives each) into "
+                  "%s\n",
+                  fill.ranks, static_cast<long long>(fill.steps), rows, fill.ops,
+                  fill.collectives, so.path.c_str());
+      std::fflush(stdout);
+      auto took = fillStore(*store_, fill);
+      if (!took) return Status::error(took.message());
+      std::printf("fill: %llu rows in %.1f s (%.0f rows/s), %.2f GB on disk\n", rows, *took,
+                  static_cast<double>(rows) / *took,
+                  static_cast<double>(store_->stats().bytesOnDisk) / 1e9);
+    }
+    auto jobs = store_->jobs();
+    if (!jobs) return Status::error(jobs.message());
+    for (const auto& j : *jobs) {
+      if (j.job == fill.job) {
+        latestStep_ = j.latestStep;
+        stepRows_ = j.stepRows;
+      }
+    }
+    if (latestStep_ < 0) return Status::error("job '" + fill.job + "' is not in the store");
+    return Status::ok();
+  }
+
+  storage::Store& store() { return *store_; }
+  int64_t latestStep() const { return latestStep_; }
+  uint64_t stepRows() const { return stepRows_; }
+
+ private:
+  std::string dir_;
+  bool temp_ = false;
+  std::unique_ptr<storage::Store> store_;
+  int64_t latestStep_ = -1;
+  uint64_t stepRows_ = 0;
+};
 
 struct Timed {
   double ms = 0;

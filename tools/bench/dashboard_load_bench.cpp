@@ -21,6 +21,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "collector/http/request_target.h"
 #include "collector/http/server.h"
 #include "collector/storage/store.h"
 #include "common/log.h"
@@ -59,80 +60,27 @@ std::vector<bench::Timed> runPhase(uint16_t port, const std::vector<Request>& re
   return out;
 }
 
-std::string enc(const std::string& s) {
-  std::string out;
-  for (unsigned char ch : s) {
-    if (std::isalnum(ch) != 0 || ch == '-' || ch == '_' || ch == '.') {
-      out += static_cast<char>(ch);
-    } else {
-      char buf[4];
-      std::snprintf(buf, sizeof buf, "%%%02X", ch);
-      out += buf;
-    }
-  }
-  return out;
-}
-
 int run(const Options& o) {
-  std::string dir = o.dataDir;
-  bool temp = dir.empty();
-  if (temp) {
-    char tmpl[] = "/tmp/trainscope-dashbench-XXXXXX";
-    dir = mkdtemp(tmpl);
-  }
-  std::filesystem::create_directories(dir);
-  storage::SqliteOptions so;
-  so.path = (std::filesystem::path(dir) / "trainscope.db").string();
-  so.retentionNs = 0;
-  bool exists = std::filesystem::exists(so.path);
-  if (exists && !o.reuse) {
-    std::fprintf(stderr, "--data-dir: %s already holds a database (pass --reuse to use it)\n",
-                 so.path.c_str());
-    return 2;
-  }
-  auto store = storage::openSqliteStore(so);
-  if (!store) {
-    std::fprintf(stderr, "%s\n", store.message().c_str());
+  bench::BenchStore bs;
+  if (auto s = bs.open(o.dataDir, o.reuse, o.fill); !s) {
+    std::fprintf(stderr, "%s\n", s.message().c_str());
     return 1;
   }
   const std::string& job = o.fill.job;
-  if (!exists) {
-    std::printf("filling %u ranks x %lld steps (%d ops, %d collectives per row) into %s\n",
-                o.fill.ranks, static_cast<long long>(o.fill.steps), o.fill.ops,
-                o.fill.collectives, so.path.c_str());
-    auto took = bench::fillStore(**store, o.fill);
-    if (!took) {
-      std::fprintf(stderr, "%s\n", took.message().c_str());
-      return 1;
-    }
-    std::printf("fill: %llu rows in %.1f s\n",
-                static_cast<unsigned long long>(o.fill.ranks) *
-                    static_cast<unsigned long long>(o.fill.steps),
-                *took);
-  }
-  auto jobs = (*store)->jobs();
-  int64_t latest = -1;
-  if (jobs) {
-    for (const auto& j : *jobs) {
-      if (j.job == job) latest = j.latestStep;
-    }
-  }
-  if (latest < 0) {
-    std::fprintf(stderr, "job '%s' is not in the store\n", job.c_str());
-    return 1;
-  }
+  const int64_t latest = bs.latestStep();
+  storage::Store& store = bs.store();
 
   http::HttpOptions ho;
   ho.port = 0;
   ho.webRoot = o.webRoot;
   ho.ioThreads = o.ioThreads;
-  http::HttpServer server(ho, **store);
+  http::HttpServer server(ho, store);
   if (auto s = server.start(); !s) {
     std::fprintf(stderr, "%s\n", s.message().c_str());
     return 1;
   }
   const uint16_t port = server.port();
-  const std::string base = "/api/v1/jobs/" + enc(job);
+  const std::string base = "/api/v1/jobs/" + http::percentEncode(job);
   auto from = [&](int64_t back) { return std::to_string(std::max<int64_t>(0, latest - back)); };
 
   // The requests of web/js/app.js's first load of #/jobs/JOB, phase by phase.
@@ -220,8 +168,6 @@ int run(const Options& o) {
     rc = std::system(cmd.c_str()) == 0 ? 0 : 1;
   }
   server.stop();
-  store->reset();
-  if (temp) std::filesystem::remove_all(dir);
   return rc;
 }
 
