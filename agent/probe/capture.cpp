@@ -65,8 +65,8 @@ const char* rangeKindName(uint8_t kind) {
 bool safeCaptureId(const std::string& s) {
   if (s.empty() || s.size() > 128 || s == "." || s == "..") return false;
   return std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_' || c == '.';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_' || c == '.';
   });
 }
 
@@ -130,27 +130,28 @@ wire::CommandStatus CaptureRecorder::begin(const wire::Command& cmd, int64_t las
     if (id == commandId_) {
       return status(id, "recording", "already recording this capture");
     }
-    return status(id, "failed", "a capture is already running on rank " +
-                                     std::to_string(identity_.rank) + ": " + commandId_);
+    return status(id, "failed",
+                  "a capture is already running on rank " + std::to_string(identity_.rank) + ": " +
+                      commandId_);
   }
   if (!safeCaptureId(c.capture_id())) {
     return status(id, "failed", "capture_id '" + c.capture_id() + "' " + kBadCaptureId);
   }
   if (c.steps() == 0 || c.steps() > options_.maxSteps) {
     return status(id, "failed",
-                   "steps must be between 1 and " + std::to_string(options_.maxSteps) +
-                       ", not " + std::to_string(c.steps()));
+                  "steps must be between 1 and " + std::to_string(options_.maxSteps) + ", not " +
+                      std::to_string(c.steps()));
   }
   if (c.history() > options_.maxHistory) {
     return status(id, "failed",
-                   "history must be at most " + std::to_string(options_.maxHistory) + ", not " +
-                       std::to_string(c.history()));
+                  "history must be at most " + std::to_string(options_.maxHistory) + ", not " +
+                      std::to_string(c.history()));
   }
   if (c.start_step() <= lastFinalStep) {
     return status(id, "failed",
-                   "start step " + std::to_string(c.start_step()) + " already passed: rank " +
-                       std::to_string(identity_.rank) + " is at step " +
-                       std::to_string(lastFinalStep));
+                  "start step " + std::to_string(c.start_step()) + " already passed: rank " +
+                      std::to_string(identity_.rank) + " is at step " +
+                      std::to_string(lastFinalStep));
   }
   if (c.start_step() > INT64_MAX / 2) {
     return status(id, "failed", "start_step " + std::to_string(c.start_step()) + " is too big");
@@ -173,8 +174,8 @@ wire::CommandStatus CaptureRecorder::begin(const wire::Command& cmd, int64_t las
   reserve_ = compressBound(static_cast<uLong>(tail)) + 64;
   // The bound check counts unflushed input as incompressible, so a small bound needs more
   // frequent flushes to be filled at all.
-  flushEvery_ = std::clamp<uint64_t>(maxBytes_ / 16, 512, std::max<uint64_t>(
-                                                               512, options_.flushEveryBytes));
+  flushEvery_ =
+      std::clamp<uint64_t>(maxBytes_ / 16, 512, std::max<uint64_t>(512, options_.flushEveryBytes));
 
   const std::string dir = options_.dir + "/" + captureId_;
   const std::string path = dir + "/rank-" + std::to_string(identity_.rank) + ".json.gz";
@@ -187,8 +188,8 @@ wire::CommandStatus CaptureRecorder::begin(const wire::Command& cmd, int64_t las
   *started = true;
 
   const int64_t from = start_ - static_cast<int64_t>(history_);
-  const int64_t historyFrom = firstHeldStep >= from ? firstHeldStep
-                                                    : std::max(from, lastFinalStep + 1);
+  const int64_t historyFrom =
+      firstHeldStep >= from ? firstHeldStep : std::max(from, lastFinalStep + 1);
   return status(id, "recording",
                 "steps " + std::to_string(start_) + ".." + std::to_string(start_ + steps_ - 1) +
                     ", history from " + std::to_string(historyFrom));
@@ -215,7 +216,8 @@ std::optional<wire::CommandStatus> CaptureRecorder::cutShort(std::string detail)
 
 bool CaptureRecorder::writeEvent(const std::string& event, int64_t tNs) {
   if (truncated_ || !error_.empty()) return false;
-  const uint64_t pending = compressBound(static_cast<uLong>(file_.unflushedBytes() + event.size() + 2));
+  const uint64_t pending =
+      compressBound(static_cast<uLong>(file_.unflushedBytes() + event.size() + 2));
   if (file_.compressedBytes() + pending + reserve_ > maxBytes_) {
     truncated_ = true;
     std::string marker = anyEvent_ ? ",\n" : "";
@@ -351,10 +353,10 @@ std::optional<wire::CommandStatus> CaptureRecorder::close(int64_t lastStep) {
 wire::CommandStatus CaptureRecorder::finishFile(std::string detail) {
   std::string tail = "\n], \"trainscope\": ";
   nlohmann::json meta = {
-      {"kind", "trace"},         {"capture_id", captureId_}, {"job", identity_.job},
-      {"rank", identity_.rank},  {"host", identity_.host},   {"pid", identity_.pid},
-      {"start_step", start_},    {"steps", steps_},          {"history", history_},
-      {"first_step", firstStep_}, {"last_step", lastStep_},  {"truncated", truncated_},
+      {"kind", "trace"},          {"capture_id", captureId_}, {"job", identity_.job},
+      {"rank", identity_.rank},   {"host", identity_.host},   {"pid", identity_.pid},
+      {"start_step", start_},     {"steps", steps_},          {"history", history_},
+      {"first_step", firstStep_}, {"last_step", lastStep_},   {"truncated", truncated_},
       {"detail", detail},
   };
   tail += meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

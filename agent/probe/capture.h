@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <utility>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "agent/probe/config.h"
@@ -30,13 +30,13 @@ struct CaptureIdentity {
 };
 
 struct CaptureOptions {
-  std::string dir = kDefaultCaptureDir;      // files go to <dir>/<capture_id>/rank-<R>.json.gz
-  uint64_t defaultMaxBytes = 64ull << 20;    // bound when the command says 0 (CAPTURE.md)
-  uint32_t maxSteps = 1000;                  // N limit (CAPTURE.md); more is rejected
-  uint32_t maxHistory = 1000;                // K limit (CAPTURE.md); more is rejected
-  uint64_t flushEveryBytes = 32u << 10;      // JSON between zlib sync flushes: smaller keeps
-                                             // the file closer to its bound, costs ratio
-  int zlibLevel = 1;                         // 1 = fastest (runtime thread), 9 = smallest
+  std::string dir = kDefaultCaptureDir;    // files go to <dir>/<capture_id>/rank-<R>.json.gz
+  uint64_t defaultMaxBytes = 64ull << 20;  // bound when the command says 0 (CAPTURE.md)
+  uint32_t maxSteps = 1000;                // N limit (CAPTURE.md); more is rejected
+  uint32_t maxHistory = 1000;              // K limit (CAPTURE.md); more is rejected
+  uint64_t flushEveryBytes = 32u << 10;    // JSON between zlib sync flushes: smaller keeps
+                                           // the file closer to its bound, costs ratio
+  int zlibLevel = 1;                       // 1 = fastest (runtime thread), 9 = smallest
 };
 
 class CaptureRecorder {
@@ -55,8 +55,8 @@ class CaptureRecorder {
   // second); the decision, which opens the file (`*started` true when a new capture began;
   // `firstHeldStep` is the oldest step taken, -1 for none); then the history itself.
   static std::pair<int64_t, int64_t> historyRange(const wire::CaptureCommand& c);
-  wire::CommandStatus begin(const wire::Command& cmd, int64_t lastFinalStep,
-                            int64_t firstHeldStep, bool* started);
+  wire::CommandStatus begin(const wire::Command& cmd, int64_t lastFinalStep, int64_t firstHeldStep,
+                            bool* started);
   std::optional<wire::CommandStatus> writeHistory(const std::vector<HeldStep>& held);
   // Ends the running capture early with what it has, truncated (the writer fell behind).
   std::optional<wire::CommandStatus> cutShort(std::string detail);
@@ -75,8 +75,7 @@ class CaptureRecorder {
   wire::CommandStatus fail(std::string detail);
   // Writes one step (a ProfilerStep event and its records); false once the bound is hit or
   // writing failed (see truncated_ / error_).
-  bool writeStep(int64_t step, int64_t startNs, int64_t endNs,
-                 const std::vector<Record>& records);
+  bool writeStep(int64_t step, int64_t startNs, int64_t endNs, const std::vector<Record>& records);
   bool writeEvent(const std::string& event, int64_t tNs);
   wire::CommandStatus finishFile(std::string detail);
   const std::string& jsonName(uint32_t id);
@@ -92,7 +91,7 @@ class CaptureRecorder {
   uint32_t steps_ = 0;
   uint32_t history_ = 0;
   uint64_t maxBytes_ = 0;
-  uint64_t reserve_ = 0;  // compressed bytes kept for the marker and the tail
+  uint64_t reserve_ = 0;     // compressed bytes kept for the marker and the tail
   uint64_t flushEvery_ = 0;  // input between zlib sync flushes for this capture
   GzipWriter file_;
   bool anyEvent_ = false;

@@ -8,8 +8,7 @@
 namespace trainscope::probe {
 
 CaptureWorker::CaptureWorker(CaptureIdentity identity, CaptureOptions options,
-                             FlightRecorder* flight,
-                             std::function<void(wire::CommandStatus)> post,
+                             FlightRecorder* flight, std::function<void(wire::CommandStatus)> post,
                              uint64_t maxQueuedBytes)
     : recorder_(std::move(identity), std::move(options)),
       flight_(flight),
@@ -116,10 +115,10 @@ void CaptureWorker::run() {
           break;
         }
         case Kind::kBehind:
-          if (auto st = recorder_.cutShort(
-                  "the trace writer fell behind the training at step " +
-                  std::to_string(m.value) + " (over " + formatBound(maxQueuedBytes_) +
-                  " of records waiting); the trace ends before it")) {
+          if (auto st = recorder_.cutShort("the trace writer fell behind the training at step " +
+                                           std::to_string(m.value) + " (over " +
+                                           formatBound(maxQueuedBytes_) +
+                                           " of records waiting); the trace ends before it")) {
             post_(std::move(*st));
           }
           break;

@@ -51,8 +51,8 @@ class CaptureWorker {
   enum class Kind { kStart, kStep, kBehind, kClose };
   struct Msg {
     Kind kind;
-    wire::Command cmd;           // kStart
-    int64_t value = 0;           // kStart: last final step; kBehind, kClose: the step
+    wire::Command cmd;            // kStart
+    int64_t value = 0;            // kStart: last final step; kBehind, kClose: the step
     std::vector<HeldStep> steps;  // kStart: the history; kStep: the one step
     uint64_t bytes = 0;
   };
@@ -66,13 +66,13 @@ class CaptureWorker {
   const uint64_t maxQueuedBytes_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Msg> queue_;      // guarded by mu_
-  uint64_t queuedBytes_ = 0;   // guarded by mu_
-  bool running_ = false;       // guarded by mu_: the thread is serving the queue
-  bool behind_ = false;        // guarded by mu_: a step was refused, the capture ends early
+  std::deque<Msg> queue_;     // guarded by mu_
+  uint64_t queuedBytes_ = 0;  // guarded by mu_
+  bool running_ = false;      // guarded by mu_: the thread is serving the queue
+  bool behind_ = false;       // guarded by mu_: a step was refused, the capture ends early
   std::atomic<bool> runningHint_{false};
   int64_t wantFrom_ = 0;  // runtime thread: steps before it (S-K) are not copied
-  std::thread thread_;  // runtime thread
+  std::thread thread_;    // runtime thread
 };
 
 }  // namespace trainscope::probe

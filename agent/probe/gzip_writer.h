@@ -38,7 +38,7 @@ class GzipWriter {
 
   bool isOpen() const { return file_ != nullptr; }
   const std::string& path() const { return path_; }
-  uint64_t compressedBytes() const { return written_; }  // in the file so far
+  uint64_t compressedBytes() const { return written_; }   // in the file so far
   uint64_t unflushedBytes() const { return unflushed_; }  // input since the last flush
 
  private:

@@ -59,9 +59,9 @@ Instance::Instance(ProbeConfig config)
       id_(gNextInstanceId.fetch_add(1)),
       folder_(foldOptionsFor(config_)),
       flight_(config_.flightSteps, config_.flightMaxBytes),
-      capture_(identityFor(config_), captureOptionsFor(config_), &flight_,
-               [this](wire::CommandStatus st) { postStatus(std::move(st)); },
-               config_.flightMaxBytes) {}
+      capture_(
+          identityFor(config_), captureOptionsFor(config_), &flight_,
+          [this](wire::CommandStatus st) { postStatus(std::move(st)); }, config_.flightMaxBytes) {}
 
 Instance::~Instance() {
   if (stackWorker_.joinable()) stackWorker_.join();
@@ -97,9 +97,8 @@ void Instance::emitStatuses(std::vector<wire::CommandStatus> statuses) {
     }
   }
   for (wire::CommandStatus& st : statuses) {
-    logInfo("probe", "rank " + std::to_string(config_.rank) + ": command " +
-                         st.command_id() + " " + st.state() +
-                         (st.detail().empty() ? "" : ": " + st.detail()));
+    logInfo("probe", "rank " + std::to_string(config_.rank) + ": command " + st.command_id() + " " +
+                         st.state() + (st.detail().empty() ? "" : ": " + st.detail()));
     if (transport_ != nullptr) transport_->addStatus(std::move(st));
   }
 }

@@ -1,7 +1,9 @@
 // Probe instances and the one process-wide runtime thread that services all of them: it
 // drains every ring, folds records into step reports, feeds the flight recorders and does all
-// ZeroMQ I/O. Training threads only touch Instance::ringForThisThread() and the rings; the
-// other Instance members are the runtime thread's unless a comment says otherwise.
+// ZeroMQ I/O, and runs capture commands (docs/CAPTURE.md) with a short-lived writer thread
+// per trace capture and per stack dump. Training threads only touch the rings (ringAt,
+// registerRing); the other Instance members are the runtime thread's unless a comment says
+// otherwise.
 #pragma once
 
 #include <atomic>
@@ -95,8 +97,8 @@ class Instance {
   std::vector<Ring*> ringView_;  // runtime thread's copy of rings_
 
   std::mutex hooksMu_;
-  std::function<void(const wire::StepReport&)> onReport_;  // guarded by hooksMu_
-  std::function<void(const wire::Command&)> onCommand_;    // guarded by hooksMu_
+  std::function<void(const wire::StepReport&)> onReport_;     // guarded by hooksMu_
+  std::function<void(const wire::Command&)> onCommand_;       // guarded by hooksMu_
   std::function<void(const wire::CommandStatus&)> onStatus_;  // guarded by hooksMu_
 
   CaptureWorker capture_;  // runtime thread (its writer posts statuses through postStatus)

@@ -20,9 +20,9 @@ constexpr int64_t kFirstTryBytes = 256 << 10;
 struct Call {
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;      // guarded by mu
-  int64_t length = -1;    // guarded by mu
-  std::string json;       // guarded by mu
+  bool done = false;    // guarded by mu
+  int64_t length = -1;  // guarded by mu
+  std::string json;     // guarded by mu
 };
 
 }  // namespace
@@ -75,8 +75,7 @@ ProviderStacks callStackProvider(std::chrono::milliseconds deadline) {
   std::unique_lock<std::mutex> lock(call->mu);
   if (!call->cv.wait_for(lock, deadline, [&] { return call->done; })) {
     out.detail = "Python stacks not taken: the provider did not answer within " +
-                 std::to_string(deadline.count()) +
-                 " ms (a thread may be holding the GIL)";
+                 std::to_string(deadline.count()) + " ms (a thread may be holding the GIL)";
     return out;
   }
   if (call->length < 0) {

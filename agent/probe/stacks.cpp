@@ -46,7 +46,7 @@ struct Slot {
 Slot gSlots[kMaxThreads];
 std::atomic<int> gSlotCount{0};
 
-std::mutex gDumpMu;            // one dump at a time
+std::mutex gDumpMu;              // one dump at a time
 bool gHandlerInstalled = false;  // guarded by gDumpMu
 struct sigaction gPrevious {};   // guarded by gDumpMu
 
@@ -183,8 +183,8 @@ std::vector<ThreadStack> unwindAllThreads(const StackOptions& options) {
     sigfillset(&sa.sa_mask);
     if (sigaction(sig, &sa, &gPrevious) != 0) {
       gSlotCount.store(0, std::memory_order_release);
-      const std::string why = std::string("cannot install the unwinding signal handler: ") +
-                              std::strerror(errno);
+      const std::string why =
+          std::string("cannot install the unwinding signal handler: ") + std::strerror(errno);
       for (ThreadStack& t : out) {
         if (t.error.empty()) t.error = why;
       }
@@ -265,8 +265,8 @@ std::vector<ThreadStack> unwindAllThreads(const StackOptions& options) {
 
 wire::CommandStatus runStackCapture(const wire::Command& cmd, const CaptureIdentity& identity,
                                     const std::string& dir, const StackOptions& options) {
-  const std::string captureId = cmd.stacks().capture_id().empty() ? cmd.id()
-                                                                  : cmd.stacks().capture_id();
+  const std::string captureId =
+      cmd.stacks().capture_id().empty() ? cmd.id() : cmd.stacks().capture_id();
   wire::CommandStatus st;
   st.set_command_id(cmd.id().empty() ? captureId : cmd.id());
   st.set_job(identity.job);
@@ -293,9 +293,9 @@ wire::CommandStatus runStackCapture(const wire::Command& cmd, const CaptureIdent
   }
 
   nlohmann::json doc;
-  doc["trainscope"] = {{"kind", "stacks"},     {"capture_id", captureId}, {"job", identity.job},
+  doc["trainscope"] = {{"kind", "stacks"},      {"capture_id", captureId}, {"job", identity.job},
                        {"rank", identity.rank}, {"host", identity.host},   {"pid", identity.pid},
-                       {"taken_ns", takenNs},  {"python", py.ok},         {"detail", detail}};
+                       {"taken_ns", takenNs},   {"python", py.ok},         {"detail", detail}};
   nlohmann::json arr = nlohmann::json::array();
   for (const ThreadStack& t : threads) {
     nlohmann::json native = nlohmann::json::array();
@@ -305,18 +305,15 @@ wire::CommandStatus runStackCapture(const wire::Command& cmd, const CaptureIdent
                         {"offset", f.offset},
                         {"module", f.module}});
     }
-    nlohmann::json j = {{"tid", t.tid},
-                        {"name", t.name},
-                        {"state", t.state},
-                        {"native", std::move(native)}};
+    nlohmann::json j = {
+        {"tid", t.tid}, {"name", t.name}, {"state", t.state}, {"native", std::move(native)}};
     auto it = pyByTid.find(std::to_string(t.tid));
     j["python"] = it != pyByTid.end() && it->is_array() ? *it : nlohmann::json::array();
     if (!t.error.empty()) j["error"] = t.error;
     arr.push_back(std::move(j));
   }
   doc["threads"] = std::move(arr);
-  const std::string text =
-      doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string text = doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 
   const std::string folder = dir + "/" + captureId;
   const std::string path = folder + "/rank-" + std::to_string(identity.rank) + ".json.gz";

@@ -24,8 +24,8 @@ struct NativeFrame {
 
 struct ThreadStack {
   int tid = 0;
-  std::string name;   // /proc/self/task/<tid>/comm
-  std::string state;  // the state letter of /proc/self/task/<tid>/stat
+  std::string name;                 // /proc/self/task/<tid>/comm
+  std::string state;                // the state letter of /proc/self/task/<tid>/stat
   std::vector<NativeFrame> native;  // innermost first
   std::string error;  // why `native` is empty (the thread did not answer in time, exited)
 };

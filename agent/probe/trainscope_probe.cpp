@@ -351,8 +351,8 @@ int32_t ts_probe_request_stacks(ts_probe* probe, const char* capture_id, char* p
   if (probe == nullptr || capture_id == nullptr) return -1;
   try {
     if (!trainscope::probe::safeCaptureId(capture_id)) {
-      tLastError = std::string("capture id '") + capture_id + "' " +
-                   trainscope::probe::kBadCaptureId;
+      tLastError =
+          std::string("capture id '") + capture_id + "' " + trainscope::probe::kBadCaptureId;
       return -1;
     }
     trainscope::wire::Command cmd;

@@ -36,7 +36,7 @@ struct BenchOptions {
   int steps = 50;            // steps recorded for the flight-recorder figure and offered
   uint32_t flightSteps = 8;  // flight recorder step bound (probe default)
   uint64_t flightMaxBytes = 64ull << 20;  // flight recorder byte bound (probe default)
-  std::string dir;           // capture files go here (default: a fresh temp dir)
+  std::string dir;                        // capture files go here (default: a fresh temp dir)
 };
 
 double nowSec() {
@@ -115,13 +115,15 @@ void flightFigure(const BenchOptions& o) {
   for (int64_t s = 0; s < o.steps; ++s) {
     p.stepBegin(s, t);
     int64_t x = t + 1000;
-    for (int i = 0; i < o.ranges; ++i) p.range(range, TS_RANGE_COMPUTE, t + 500 + i * 1000, t + 1300 + i * 1000);
+    for (int i = 0; i < o.ranges; ++i)
+      p.range(range, TS_RANGE_COMPUTE, t + 500 + i * 1000, t + 1300 + i * 1000);
     for (int i = 0; i < o.ops; ++i, x += 2000) {
       p.op(op, x, 1500);
       // A real step spreads its records over its duration; let the runtime drain.
       if (i % 16384 == 16383) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    for (int i = 0; i < o.colls; ++i, x += 5000) p.collective(TS_COLL_ALL_REDUCE, group, 25u << 20, x, x + 4000);
+    for (int i = 0; i < o.colls; ++i, x += 5000)
+      p.collective(TS_COLL_ALL_REDUCE, group, 25u << 20, x, x + 4000);
     p.stepEnd(s, t + span);
     t += span + 1000;
     if (p.flush(5000) != 0) std::fprintf(stderr, "capture_bench: flush timed out\n");
@@ -129,22 +131,23 @@ void flightFigure(const BenchOptions& o) {
   }
   const ts_probe_stats st = p.stats();
   const int perStep = o.ops + o.ranges + o.colls;
-  std::printf("flight recorder: %d records/step (64 B each), bound %u steps / %.1f MiB\n",
-              perStep, o.flightSteps, static_cast<double>(o.flightMaxBytes) / (1 << 20));
-  std::printf("  holds %llu steps, %.2f MiB now, %.2f MiB at most (%.1f%% of the byte bound); "
-              "dropped %llu records\n",
-              static_cast<unsigned long long>(st.flight_steps),
-              static_cast<double>(st.flight_bytes) / (1 << 20),
-              static_cast<double>(maxBytes) / (1 << 20),
-              100.0 * static_cast<double>(maxBytes) / static_cast<double>(o.flightMaxBytes),
-              static_cast<unsigned long long>(st.dropped));
+  std::printf("flight recorder: %d records/step (64 B each), bound %u steps / %.1f MiB\n", perStep,
+              o.flightSteps, static_cast<double>(o.flightMaxBytes) / (1 << 20));
+  std::printf(
+      "  holds %llu steps, %.2f MiB now, %.2f MiB at most (%.1f%% of the byte bound); "
+      "dropped %llu records\n",
+      static_cast<unsigned long long>(st.flight_steps),
+      static_cast<double>(st.flight_bytes) / (1 << 20), static_cast<double>(maxBytes) / (1 << 20),
+      100.0 * static_cast<double>(maxBytes) / static_cast<double>(o.flightMaxBytes),
+      static_cast<unsigned long long>(st.dropped));
 }
 
 void offerFigure(const BenchOptions& o, const std::string& dir) {
   const int64_t span = stepSpanNs(o);
   const int64_t base = trainscope::wallNowNs();
   std::vector<std::vector<Record>> steps;
-  for (int64_t s = 0; s < o.steps + 8; ++s) steps.push_back(stepRecords(o, s, base + s * (span + 1000)));
+  for (int64_t s = 0; s < o.steps + 8; ++s)
+    steps.push_back(stepRecords(o, s, base + s * (span + 1000)));
   const size_t perStep = steps[0].size();
 
   CaptureIdentity id;
@@ -157,9 +160,9 @@ void offerFigure(const BenchOptions& o, const std::string& dir) {
   // The runtime thread's side: CaptureWorker::offer per folded step, no capture vs active.
   std::atomic<int> posted{0};
   FlightRecorder workerFlight(8, uint64_t{1} << 30);
-  CaptureWorker worker(id, co, &workerFlight,
-                       [&](trainscope::wire::CommandStatus) { posted.fetch_add(1); },
-                       uint64_t{1} << 34);
+  CaptureWorker worker(
+      id, co, &workerFlight, [&](trainscope::wire::CommandStatus) { posted.fetch_add(1); },
+      uint64_t{1} << 34);
   const int kIdleRounds = 1000;
   double t0 = nowSec();
   for (int r = 0; r < kIdleRounds; ++r) {
@@ -183,7 +186,8 @@ void offerFigure(const BenchOptions& o, const std::string& dir) {
     const int64_t start = base + s * (span + 1000);
     std::vector<Record> v = steps[static_cast<size_t>(s)];  // the folder's vector, not timed
     const double a = nowSec();
-    if (!worker.offer(s, start, start + span, v)) std::fprintf(stderr, "step %lld refused\n", static_cast<long long>(s));
+    if (!worker.offer(s, start, start + span, v))
+      std::fprintf(stderr, "step %lld refused\n", static_cast<long long>(s));
     copyPer.push_back(nowSec() - a);
   }
   worker.close(o.steps);
@@ -193,7 +197,8 @@ void offerFigure(const BenchOptions& o, const std::string& dir) {
   // History: 8 held steps written when the command arrives (one stall of the runtime thread).
   FlightRecorder fr(8, 1ull << 30);
   for (int64_t s = 0; s < 8; ++s) {
-    fr.add(s, steps[static_cast<size_t>(s)], base + s * (span + 1000), base + s * (span + 1000) + span);
+    fr.add(s, steps[static_cast<size_t>(s)], base + s * (span + 1000),
+           base + s * (span + 1000) + span);
   }
   CaptureRecorder cap(id, co);
   trainscope::wire::Command cmd;
@@ -227,14 +232,16 @@ void offerFigure(const BenchOptions& o, const std::string& dir) {
   const double mean = total / static_cast<double>(per.size());
   std::printf("runtime thread, per folded step (%zu records/step):\n", perStep);
   std::printf("  no capture:     %.1f ns/step\n", idleNs);
-  std::printf("  active capture: %.1f us/step median, %.1f us max (handing the step to the writer; "
-              "%d statuses posted)\n",
-              copyPer[copyPer.size() / 2] * 1e6, copyPer.back() * 1e6, posted.load());
+  std::printf(
+      "  active capture: %.1f us/step median, %.1f us max (handing the step to the writer; "
+      "%d statuses posted)\n",
+      copyPer[copyPer.size() / 2] * 1e6, copyPer.back() * 1e6, posted.load());
   std::printf("writer thread (zlib level %d):\n", co.zlibLevel);
-  std::printf("  %.2f ms/step mean, %.2f ms median, %.2f ms max (%.0f ns/record); "
-              "%d steps written %.1f ms after the first offer\n",
-              mean * 1e3, per[per.size() / 2] * 1e3, per.back() * 1e3,
-              mean * 1e9 / static_cast<double>(perStep), o.steps, writerDrain * 1e3);
+  std::printf(
+      "  %.2f ms/step mean, %.2f ms median, %.2f ms max (%.0f ns/record); "
+      "%d steps written %.1f ms after the first offer\n",
+      mean * 1e3, per[per.size() / 2] * 1e3, per.back() * 1e3,
+      mean * 1e9 / static_cast<double>(perStep), o.steps, writerDrain * 1e3);
   std::printf("  history at command time: %.2f ms for 8 held steps\n", historySec * 1e3);
   if (done && done->state() == "uploading") {
     const double records = static_cast<double>(perStep) * (o.steps + 8);
@@ -250,17 +257,21 @@ void offerFigure(const BenchOptions& o, const std::string& dir) {
 
 int main(int argc, char** argv) {
   BenchOptions o;
-  CLI::App app{"capture_bench: flight recorder memory vs its bound, and the per-step cost of "
-               "an active capture vs none"};
+  CLI::App app{
+      "capture_bench: flight recorder memory vs its bound, and the per-step cost of "
+      "an active capture vs none"};
   app.add_option("--ops", o.ops, "operator records per step")->capture_default_str();
   app.add_option("--ranges", o.ranges, "range records per step")->capture_default_str();
   app.add_option("--colls", o.colls, "collective records per step")->capture_default_str();
-  app.add_option("--steps", o.steps, "steps recorded and offered")->capture_default_str()
+  app.add_option("--steps", o.steps, "steps recorded and offered")
+      ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   app.add_option("--flight-steps", o.flightSteps, "flight recorder step bound")
-      ->capture_default_str()->check(CLI::Range(1u, 1000u));
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000u));
   app.add_option("--flight-max-bytes", o.flightMaxBytes, "flight recorder byte bound")
-      ->capture_default_str()->check(CLI::Range(uint64_t{4096}, uint64_t{1} << 36));
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{4096}, uint64_t{1} << 36));
   app.add_option("--dir", o.dir,
                  "directory for the capture file (default: a fresh directory under /tmp, "
                  "removed afterwards)");
@@ -284,7 +295,8 @@ int main(int argc, char** argv) {
   offerFigure(o, dir);
   if (temp) {
     const std::string cmd = "rm -rf '" + dir + "'";
-    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "capture_bench: cannot remove %s\n", dir.c_str());
+    if (std::system(cmd.c_str()) != 0)
+      std::fprintf(stderr, "capture_bench: cannot remove %s\n", dir.c_str());
   }
   return 0;
 }

@@ -31,8 +31,12 @@ namespace {
 constexpr int64_t kBase = 1'700'000'000'000'000'000;  // ns since the epoch
 constexpr int64_t kStepNs = 10'000'000;
 
-int64_t stepStart(int64_t s) { return kBase + s * kStepNs; }
-int64_t stepEnd(int64_t s) { return stepStart(s) + kStepNs - 1000; }
+int64_t stepStart(int64_t s) {
+  return kBase + s * kStepNs;
+}
+int64_t stepEnd(int64_t s) {
+  return stepStart(s) + kStepNs - 1000;
+}
 
 Record rec(RecordType type, int64_t step, int64_t t0, int64_t t1) {
   Record r{};

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/probe/trainscope_probe.h"
 #include "schema/wire.h"
 
 namespace trainscope::probe::testing {
@@ -36,6 +37,19 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// A probe config that connects to `endpoint` as `rank` of `worldSize` in `job`. The strings
+// must outlive the probe's creation.
+inline ts_probe_config agentConfig(const std::string& endpoint, const char* job, int32_t rank,
+                                   int32_t worldSize) {
+  ts_probe_config c;
+  ts_config_init(&c);
+  c.agent_endpoint = endpoint.c_str();
+  c.job = job;
+  c.rank = rank;
+  c.world_size = worldSize;
+  return c;
+}
 
 struct ReceivedBatch {
   uint64_t seq;

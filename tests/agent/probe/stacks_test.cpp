@@ -185,7 +185,8 @@ TEST_CASE("stacks: a provider that does not answer in time leaves python false w
   StackOptions opt;
   opt.providerTimeout = std::chrono::milliseconds(100);
   const auto start = std::chrono::steady_clock::now();
-  const trainscope::wire::CommandStatus st = runStackCapture(cmd, CaptureIdentity{}, dir.path(), opt);
+  const trainscope::wire::CommandStatus st =
+      runStackCapture(cmd, CaptureIdentity{}, dir.path(), opt);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(550));
   setStackProvider(nullptr, nullptr);
   CHECK(st.state() == "uploading");

@@ -18,13 +18,7 @@ using Body = trainscope::wire::Envelope::BodyCase;
 namespace {
 
 ts_probe_config connected(const std::string& endpoint) {
-  ts_probe_config c;
-  ts_config_init(&c);
-  c.agent_endpoint = endpoint.c_str();
-  c.job = "transport-test";
-  c.rank = 1;
-  c.world_size = 2;
-  return c;
+  return testing::agentConfig(endpoint, "transport-test", 1, 2);
 }
 
 void recordSteps(Probe& p, int64_t from, int64_t to) {
