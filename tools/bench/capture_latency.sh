@@ -153,10 +153,16 @@ for run in $(seq "$RUNS"); do
   [[ "$latency" -gt "$target" && "$result" == ok ]] && result="over target"
   printf '%-4s %-24s %6s %6s %10s %10s %10s %s\n' "$run" "$id" "$lead" "$done_ranks/$RANKS" \
     "$latency" "$target" "$(( ${bytes:-0} / 1024 ))" "$result"
-  latencies+=("$latency")
+  if [[ "$state" != complete ]]; then
+    echo "     first failed rank: $(curl -sf "$API/captures/$id" |
+      jq -r '[.rank_status[] | select(.state == "failed")][0] | "rank \(.rank): \(.detail)"')"
+  else
+    latencies+=("$latency")
+  fi
   # The next capture may not overlap this one's ranks; it has ended, so only wait a step.
   sleep "$(awk -v s="$STEP_MS" 'BEGIN { print s / 1000 }')"
 done
+if [[ ${#latencies[@]} -eq 0 ]]; then echo "no run completed"; exit 1; fi
 sorted=$(printf '%s\n' "${latencies[@]}" | sort -n)
-echo "latency_ms min $(head -1 <<<"$sorted") median $(sed -n "$(( (${#latencies[@]} + 1) / 2 ))p" <<<"$sorted") max $(tail -1 <<<"$sorted") over $RUNS runs"
+echo "latency_ms (complete runs) min $(head -1 <<<"$sorted") median $(sed -n "$(( (${#latencies[@]} + 1) / 2 ))p" <<<"$sorted") max $(tail -1 <<<"$sorted"), ${#latencies[@]} of $RUNS runs complete"
 exit "$failed"
