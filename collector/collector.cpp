@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "collector/capture/request.h"
 #include "collector/http/metrics.h"
 #include "collector/http/server.h"
 #include "collector/ingest/ingest.h"
@@ -82,7 +84,39 @@ void retention(storage::Store& store) {
   }
 }
 
+class ManagerService final : public http::CaptureService {
+ public:
+  explicit ManagerService(capture::CaptureManager& manager) : manager_(manager) {}
+
+  Started start(const std::string& job, std::string_view body) override {
+    Started out;
+    auto request = capture::parseCaptureRequest(body);
+    if (!request) {
+      out.status = 400;
+      out.error = request.message();
+      return out;
+    }
+    auto started = manager_.start(job, *request);
+    out.status = started.status;
+    out.error = std::move(started.error);
+    out.capture = std::move(started.capture);
+    return out;
+  }
+
+  Result<std::string> file(const std::string& id, const std::string& name,
+                           bool gzip) const override {
+    return manager_.readFile(id, name, gzip);
+  }
+
+ private:
+  capture::CaptureManager& manager_;
+};
+
 }  // namespace
+
+std::shared_ptr<http::CaptureService> captureService(capture::CaptureManager& manager) {
+  return std::make_shared<ManagerService>(manager);
+}
 
 std::string defaultWebRoot() {
   std::error_code ec;
@@ -128,18 +162,51 @@ Status run(const CollectorOptions& options) {
   retention(**store);
 
   SystemClock clock;
+  // Captures send commands through ingest, which is built after them: the sink reads this
+  // pointer, set once ingest exists (before it starts, so before any capture can begin).
+  std::atomic<ingest::IngestServer*> ingestPtr{nullptr};
+  capture::CaptureManagerOptions co;
+  co.dir = options.captureDir.empty()
+               ? (std::filesystem::path(options.dataDir) / "captures").string()
+               : options.captureDir;
+  co.defaultMaxBytes = options.captureMaxBytes;
+  co.autoIntervalNs = options.autoCaptureIntervalS * 1'000'000'000;
+  co.describe = http::captureJson;
+  std::filesystem::create_directories(co.dir, ec);
+  if (ec || !std::filesystem::is_directory(co.dir)) {
+    return Status::error("--capture-dir: cannot create " + co.dir +
+                         (ec ? ": " + ec.message() : std::string()));
+  }
+  capture::CaptureManager captures(
+      co, **store, clock, [&ingestPtr](const std::string& node, const wire::Command& cmd) {
+        auto* server = ingestPtr.load();
+        if (server == nullptr) return Status::error("ingest is not running");
+        return server->sendCommand(node, cmd);
+      });
+  captures.recover();
+
   std::unique_ptr<DetectPipeline> pipeline;
   ingest::IngestOptions io;
   io.endpoint = options.ingest;
+  io.onCommandItem = [&captures](const std::string& node, const wire::Envelope& item) {
+    captures.onCommandItem(node, item);
+  };
   if (options.detect) {
     PipelineOptions po;
     po.detect = options.detectOptions;
+    if (options.autoCaptureIntervalS > 0) {
+      po.onOpened = [&captures](const storage::AnomalyRow& row) {
+        return captures.startForAnomaly(row);
+      };
+    }
     pipeline = std::make_unique<DetectPipeline>(po, **store, clock);
-    io.onCommitted = [p = pipeline.get()](const storage::WriteBatch& batch) {
-      p->onCommitted(batch);
-    };
   }
+  io.onCommitted = [p = pipeline.get(), &captures](const storage::WriteBatch& batch) {
+    if (p != nullptr) p->onCommitted(batch);
+    captures.onCommitted(batch);
+  };
   ingest::IngestServer ingestServer(io, **store);
+  ingestPtr = &ingestServer;
   if (auto s = ingestServer.start(); !s) return Status::error("--ingest: " + s.message());
 
   http::HttpOptions ho;
@@ -147,9 +214,11 @@ Status run(const CollectorOptions& options) {
   ho.port = httpAddr->port;
   ho.webRoot = options.webRoot;
   ho.authToken = options.httpToken;
-  ho.extraMetrics = [&ingestServer, p = pipeline.get()] {
+  ho.captures = captureService(captures);
+  ho.extraMetrics = [&ingestServer, p = pipeline.get(), &captures] {
     std::string text = http::ingestMetricsText(ingestServer.stats());
     if (p != nullptr) text += detectMetricsText(p->stats(), p->detectStats());
+    text += capture::captureMetricsText(captures.stats());
     return text;
   };
   http::HttpServer httpServer(ho, **store);
@@ -184,10 +253,12 @@ Status run(const CollectorOptions& options) {
               std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ", stopping");
       break;
     }
-    if (pipeline && monotonicNowNs() >= nextTick) {
-      pipeline->tick();
+    if (monotonicNowNs() >= nextTick) {
+      if (pipeline) pipeline->tick();
       nextTick = monotonicNowNs() + kTickIntervalNs;
     }
+    // Capture deadlines and merges; a merge runs here, never on ingest's threads.
+    captures.tick(clock.nowNs());
     if (monotonicNowNs() >= nextRetention) {
       retention(**store);
       nextRetention =
@@ -197,6 +268,7 @@ Status run(const CollectorOptions& options) {
   httpServer.stop();
   // Commits what ingest holds and sends its acks before the socket closes.
   ingestServer.stop();
+  ingestPtr = nullptr;
   auto is = ingestServer.stats();
   auto ss = (*store)->stats();
   logInfo(kComponent, "stopped: " + std::to_string(is.itemsStored) + " items stored, " +

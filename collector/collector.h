@@ -1,11 +1,16 @@
-// The trainscope collector daemon: opens storage, binds ingest and the HTTP server, applies
-// retention hourly and stops cleanly on SIGINT/SIGTERM. run() is called once, from main.
+// The trainscope collector daemon: opens storage, binds ingest and the HTTP server, runs the
+// detectors and captures, applies retention hourly and stops cleanly on SIGINT/SIGTERM. run()
+// is called once, from main.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <string>
 
+#include "collector/capture/manager.h"
 #include "collector/detect/options.h"
+#include "collector/http/api.h"
 #include "common/status.h"
 
 namespace trainscope::collector {
@@ -39,7 +44,20 @@ struct CollectorOptions {
   bool detect = true;
   // Detector thresholds and windows (collector/detect/options.h); flags set a few of them.
   detect::DetectOptions detectOptions{};
+  // At most one automatic capture per job per this many seconds, started on a newly opened
+  // anomaly (docs/CAPTURE.md); 0 turns automatic captures off. Shorter captures more anomalies
+  // and costs the job more tracing overhead.
+  int64_t autoCaptureIntervalS = 600;
+  // Where capture files go (DIR/<id>/rank-<R>.json.gz, trace.json.gz); "" = DATA-DIR/captures.
+  std::string captureDir;
+  // A capture request's per-rank bound on the compressed trace when it names none: larger keeps
+  // longer traces, costs disk and upload time.
+  uint64_t captureMaxBytes = 64ull << 20;
 };
+
+// The HTTP API's view of the capture stage: http::CaptureService over `manager`, which must
+// outlive it. Safe from any thread.
+std::shared_ptr<http::CaptureService> captureService(capture::CaptureManager& manager);
 
 // The repository's web/ directory when it exists (a build run from the source tree), else "".
 std::string defaultWebRoot();

@@ -73,6 +73,19 @@ int main(int argc, char** argv) {
                  "waits longer for late ranks, detects later")
       ->capture_default_str()
       ->check(CLI::Range(0, 10000));
+  app.add_option("--auto-capture-interval", options.autoCaptureIntervalS,
+                 "seconds: at most one automatic capture per job per interval, started on a "
+                 "newly opened anomaly; 0 turns automatic captures off")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{365} * 24 * 3600));
+  app.add_option("--capture-dir", options.captureDir,
+                 "directory for capture files (ID/rank-R.json.gz, ID/trace.json.gz); default: "
+                 "DATA-DIR/captures");
+  app.add_option("--capture-max-bytes", options.captureMaxBytes,
+                 "per-rank bound on a capture's compressed trace when the request names none "
+                 "(max_bytes)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
   CLI11_PARSE(app, argc, argv);
   if (!tokenFile.empty()) {
     auto token = trainscope::http::readTokenFile(tokenFile, "--http-token-file");

@@ -184,16 +184,32 @@ void DetectPipeline::flushLocked() {
     pending_ = std::move(rows);
     return;
   }
+  std::vector<storage::AnomalyRow> captured;
   for (size_t i = fresh; i < rows.size(); ++i) {
     const auto& row = rows[i];
     if (row.state == "open") {
       ++stats_.anomaliesOpened;
       logInfo(kComponent, "anomaly " + row.id + ": " + row.summary);
+      if (options_.onOpened) {
+        if (auto id = options_.onOpened(row)) {
+          ++stats_.capturesStarted;
+          captured.push_back(row);
+          captured.back().captureId = *id;
+        }
+      }
     } else {
       ++stats_.anomaliesResolved;
       logInfo(kComponent, "anomaly resolved " + row.id + " at step " +
                               std::to_string(row.resolvedStep));
     }
+  }
+  if (captured.empty()) return;
+  // The capture id goes onto the stored anomaly; a refused write is retried with the rest.
+  if (Status s = store_.writeAnomalies(captured); !s) {
+    ++stats_.writeFailures;
+    logError(kComponent, "storing the capture ids of " + std::to_string(captured.size()) +
+                             " anomalies failed (kept for a retry): " + s.message());
+    for (auto& row : captured) pending_.push_back(std::move(row));
   }
 }
 

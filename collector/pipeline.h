@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -31,6 +33,10 @@ struct PipelineOptions {
   int64_t rejectLogIntervalNs = 10'000'000'000;
   // Anomaly rows kept for a retry while the store refuses them: more survives a longer outage.
   size_t maxPendingRows = 10000;
+  // Called for each newly opened anomaly once it is stored (under the runner's lock, on the
+  // thread that fed or ticked it); returns the id of the capture started for it, which is then
+  // stored on the anomaly (capture_id). Unset: no automatic captures.
+  std::function<std::optional<std::string>(const storage::AnomalyRow&)> onOpened;
 };
 
 struct PipelineStats {
@@ -42,6 +48,7 @@ struct PipelineStats {
   uint64_t anomaliesResolved = 0;
   uint64_t writeFailures = 0;  // store refused a write (rows kept for a retry)
   uint64_t storeLookups = 0;   // rank/node reads from the store for missing context
+  uint64_t capturesStarted = 0;  // automatic captures onOpened started
 };
 
 // storage::AnomalyRow of an anomaly (kind and state by their stable names).

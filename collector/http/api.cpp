@@ -265,8 +265,6 @@ Api::Api(HttpOptions options, storage::Store& store, const Clock& clock)
 
 ApiResponse Api::handle(std::string_view method, std::string_view target, std::string_view body,
                         bool acceptsGzip) const {
-  (void)body;
-  (void)acceptsGzip;
   try {
     auto parsed = parseRequestTarget(target);
     if (!parsed) return errorResponse(400, parsed.message());
@@ -288,6 +286,7 @@ ApiResponse Api::handle(std::string_view method, std::string_view target, std::s
     }
 
     bool v1 = seg.size() >= 3 && seg[1] == "v1";
+    if (ApiResponse r; v1 && routeCaptures(method, seg, path, parsed->query, body, acceptsGzip, &r)) return r;
     if (v1 && seg.size() == 3 && seg[2] == "anomalies") {
       if (!isGet) return methodNotAllowed(method, path);
       return anomaliesSince(parsed->query);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -28,6 +29,25 @@ struct ApiResponse {
   std::string contentType = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers, e.g. Allow
+};
+
+// What the capture routes need from the capture stage (collector/capture/manager.h), which the
+// collector wires in through HttpOptions::captures (http does not depend on that stage).
+// Implementations must be safe from any thread.
+class CaptureService {
+ public:
+  struct Started {
+    unsigned status = 201;        // 201, or the HTTP status of the refusal
+    std::string error;            // why it was refused
+    storage::CaptureRow capture;  // the stored capture when status is 201
+  };
+  virtual ~CaptureService() = default;
+  // Starts a capture of `job` from a POST body (the request fields of docs/CAPTURE.md).
+  virtual Started start(const std::string& job, std::string_view body) = 0;
+  // A stored file of capture `id` ("trace.json.gz" or "rank-<R>.json.gz"): the gzip bytes as
+  // stored when `gzip`, else decompressed.
+  virtual Result<std::string> file(const std::string& id, const std::string& name,
+                                   bool gzip) const = 0;
 };
 
 // A JSON error body {"error": message} with the given status.
@@ -55,6 +75,16 @@ class Api {
                       const std::vector<std::pair<std::string, std::string>>& query) const;
   ApiResponse jobAnomalies(const std::string& job) const;
   ApiResponse anomaliesSince(const std::vector<std::pair<std::string, std::string>>& query) const;
+  // The capture routes (capture_api.cpp): true when `seg` is one of them, with *out filled.
+  bool routeCaptures(std::string_view method, const std::vector<std::string>& seg,
+                     const std::string& path,
+                     const std::vector<std::pair<std::string, std::string>>& query,
+                     std::string_view body, bool acceptsGzip, ApiResponse* out) const;
+  ApiResponse startCapture(const std::string& job, std::string_view body) const;
+  ApiResponse jobCaptures(const std::string& job) const;
+  ApiResponse getCapture(const std::string& id) const;
+  ApiResponse captureFile(const std::string& id, const std::optional<std::string>& rank,
+                          bool acceptsGzip) const;
   // True if the job exists; otherwise fills *failure with a 404 (unknown) or 500 (store error).
   bool checkJob(const std::string& job, ApiResponse* failure) const;
 

@@ -82,6 +82,15 @@ struct IngestServer::Impl {
   // twice as costly, and on the writer, the stage every commit waits for.
   std::deque<Commit> done;
 
+  // Commands for agents (sendCommand, any thread) wait here for the socket thread, which
+  // cmdWakeSend wakes. Node routes are written by the socket thread, read by sendCommand.
+  mutable std::mutex cmdMu;
+  std::deque<std::pair<std::string, std::string>> commands;  // guarded by cmdMu: (id, frame)
+  zmq::socket_t cmdWakeSend;                                 // guarded by cmdMu
+  zmq::socket_t cmdWakeRecv;                                 // socket thread
+  std::map<std::string, std::string> nodeRoutes;  // guarded by cmdMu: node -> routing id
+  std::atomic<uint64_t> commandsSent{0};
+
   // Counters.
   std::atomic<uint64_t> frames{0}, batches{0}, itemsStored{0}, stepsStored{0}, heartbeats{0},
       hellos{0}, acksSent{0}, commits{0}, commitFailures{0}, disconnects{0};
@@ -121,6 +130,31 @@ struct IngestServer::Impl {
     if (id.empty()) return;
     auto env = wire::errorReply(reason, detail);
     sendTo(id, wire::encode(env));
+  }
+
+  // The latest connection that named itself `node` receives that node's commands.
+  void routeNode(const Peer& p) {
+    if (p.node.empty()) return;
+    std::lock_guard lock(cmdMu);
+    nodeRoutes[p.node] = p.id;
+  }
+
+  void unrouteNode(const Peer& p) {
+    std::lock_guard lock(cmdMu);
+    auto it = nodeRoutes.find(p.node);
+    if (it != nodeRoutes.end() && it->second == p.id) nodeRoutes.erase(it);
+  }
+
+  void sendQueuedCommands() {
+    std::deque<std::pair<std::string, std::string>> ready;
+    {
+      std::lock_guard lock(cmdMu);
+      ready.swap(commands);
+    }
+    for (const auto& [id, frame] : ready) {
+      sendTo(id, frame);
+      ++commandsSent;
+    }
   }
 
   Peer& peerOf(const std::string& id) {
@@ -306,7 +340,10 @@ struct IngestServer::Impl {
                         "heartbeat without a node name from " + describe(peer));
           break;
         }
-        if (peer.node.empty()) peer.node = node;
+        if (peer.node.empty()) {
+          peer.node = node;
+          routeNode(peer);
+        }
         storage::NodeUpdate u;
         u.node = node;
         u.seenNs = receivedNs;
@@ -334,7 +371,9 @@ struct IngestServer::Impl {
                                   hello.agent_version() + ") connected" +
                                   (peer.address.empty() ? "" : " from " + peer.address));
         }
+        if (peer.node != hello.node()) unrouteNode(peer);
         peer.node = hello.node();
+        routeNode(peer);
         storage::NodeUpdate u;
         u.node = hello.node();
         u.host = hello.host();
@@ -395,6 +434,7 @@ struct IngestServer::Impl {
       if (auto it = fdPeers.find(fd); it != fdPeers.end()) {
         if (auto p = peers.find(it->second); p != peers.end()) {
           who = describe(p->second);
+          unrouteNode(p->second);
           peers.erase(p);
         }
         fdPeers.erase(it);
@@ -429,9 +469,16 @@ struct IngestServer::Impl {
           {router.handle(), 0, static_cast<short>(readRouter ? ZMQ_POLLIN : 0), 0},
           {wakeRecv.handle(), 0, ZMQ_POLLIN, 0},
           {monitor.handle(), 0, ZMQ_POLLIN, 0},
+          {cmdWakeRecv.handle(), 0, ZMQ_POLLIN, 0},
       };
       try {
-        zmq::poll(items, 3, std::chrono::milliseconds(timeoutMs));
+        zmq::poll(items, 4, std::chrono::milliseconds(timeoutMs));
+        if ((items[3].revents & ZMQ_POLLIN) != 0) {
+          zmq::message_t m;
+          while (cmdWakeRecv.recv(m, zmq::recv_flags::dontwait)) {
+          }
+        }
+        sendQueuedCommands();
         if ((items[1].revents & ZMQ_POLLIN) != 0) {
           zmq::message_t m;
           while (wakeRecv.recv(m, zmq::recv_flags::dontwait)) {
@@ -549,13 +596,18 @@ Status IngestServer::start() {
     m.monitor.connect(monitorEndpoint);
     m.router.bind(endpoint);
     m.boundEndpoint = m.router.get(zmq::sockopt::last_endpoint);
-    const std::string wakeEndpoint = "inproc://trainscope-ingest-wake-" + tag;
-    m.wakeRecv = zmq::socket_t(m.ctx, zmq::socket_type::pair);
-    m.wakeRecv.set(zmq::sockopt::linger, 0);
-    m.wakeRecv.bind(wakeEndpoint);
-    m.wakeSend = zmq::socket_t(m.ctx, zmq::socket_type::pair);
-    m.wakeSend.set(zmq::sockopt::linger, 0);
-    m.wakeSend.connect(wakeEndpoint);
+    // A connected inproc PAIR: `send` wakes the socket thread polling `recv`.
+    auto wakePair = [&](const std::string& name, zmq::socket_t& recv, zmq::socket_t& send) {
+      const std::string wakeEndpoint = "inproc://trainscope-ingest-" + name + "-" + tag;
+      recv = zmq::socket_t(m.ctx, zmq::socket_type::pair);
+      recv.set(zmq::sockopt::linger, 0);
+      recv.bind(wakeEndpoint);
+      send = zmq::socket_t(m.ctx, zmq::socket_type::pair);
+      send.set(zmq::sockopt::linger, 0);
+      send.connect(wakeEndpoint);
+    };
+    wakePair("wake", m.wakeRecv, m.wakeSend);
+    wakePair("commands", m.cmdWakeRecv, m.cmdWakeSend);
   } catch (const zmq::error_t& e) {
     return Status::error("ingest: cannot bind " + endpoint + ": " + e.what());
   }
@@ -589,6 +641,13 @@ void IngestServer::stop() {
   }
   m.cv.notify_all();
   m.writerThread.join();
+  {
+    std::lock_guard lock(m.cmdMu);
+    m.nodeRoutes.clear();
+    m.commands.clear();
+    m.cmdWakeSend.close();
+  }
+  m.cmdWakeRecv.close();
   m.wakeSend.close();
   m.wakeRecv.close();
   m.router.close();
@@ -618,6 +677,38 @@ IngestStats IngestServer::stats() const {
     s.rejects = m.rejects;
   }
   return s;
+}
+
+}  // namespace trainscope::ingest
+
+namespace trainscope::ingest {
+
+Status IngestServer::sendCommand(const std::string& node, const wire::Command& command) {
+  auto& m = *impl_;
+  wire::Envelope env;
+  *env.mutable_command() = command;
+  std::string frame = wire::encode(env);
+  std::lock_guard lock(m.cmdMu);
+  auto it = m.nodeRoutes.find(node);
+  if (it == m.nodeRoutes.end()) {
+    return Status::error("node " + node + " has no connected agent");
+  }
+  m.commands.emplace_back(it->second, std::move(frame));
+  try {
+    (void)m.cmdWakeSend.send(zmq::str_buffer("c"), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t&) {
+    // The socket thread polls on a timeout as well; a lost wake-up only delays the command.
+  }
+  return Status::ok();
+}
+
+std::vector<std::string> IngestServer::connectedNodes() const {
+  const auto& m = *impl_;
+  std::lock_guard lock(m.cmdMu);
+  std::vector<std::string> out;
+  out.reserve(m.nodeRoutes.size());
+  for (const auto& [node, id] : m.nodeRoutes) out.push_back(node);
+  return out;
 }
 
 }  // namespace trainscope::ingest

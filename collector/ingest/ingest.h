@@ -1,8 +1,8 @@
 // The collector's ingest stage: a ZeroMQ ROUTER socket that agents stream to (schema/PROTOCOL.md).
 // It validates every frame and item, answers heartbeats at once, commits telemetry to the Store
 // in batched transactions on a writer thread, and acks each Batch only after its commit.
-// start(), stop() and endpoint() belong to the thread that owns the server; stats() may be
-// called from any thread.
+// start(), stop() and endpoint() belong to the thread that owns the server; stats(),
+// sendCommand() and connectedNodes() may be called from any thread.
 #pragma once
 
 #include <atomic>
@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "collector/ingest/validate.h"
 #include "collector/storage/store.h"
@@ -80,6 +81,14 @@ class IngestServer {
   // The bound endpoint, with the actual port ("tcp://127.0.0.1:41234"). Valid after start().
   std::string endpoint() const;
   IngestStats stats() const;
+
+  // Queues `command` for the agent of `node` and wakes the socket thread, which sends it as a
+  // Command envelope to that agent's connection. Any thread. Fails, naming the node, when no
+  // agent of that name is connected (or the server is not running).
+  Status sendCommand(const std::string& node, const wire::Command& command);
+  // Nodes whose agent is connected now (it said hello or sent a heartbeat on a connection that
+  // is still open), sorted. Any thread.
+  std::vector<std::string> connectedNodes() const;
 
  private:
   struct Impl;

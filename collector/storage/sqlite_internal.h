@@ -1,5 +1,5 @@
 // Private helpers shared by the SQLite store's source files (sqlite_store.cpp,
-// sqlite_queries.cpp, sqlite_anomalies.cpp); no other file includes it. The helpers hold no
+// sqlite_queries.cpp, sqlite_anomalies.cpp, sqlite_captures.cpp); no other file includes it. The helpers hold no
 // state: callers use them under whichever SqliteStore lock guards the connection they pass.
 #pragma once
 
@@ -30,6 +30,7 @@ enum Stmt : size_t {
   kInsertHost,
   kNodeHost,
   kUpsertAnomaly,
+  kUpsertCapture,
   kStmtCount,
 };
 

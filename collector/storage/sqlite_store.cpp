@@ -111,6 +111,31 @@ CREATE TABLE anomalies(
 CREATE INDEX anomalies_job ON anomalies(job, detected_ns);
 CREATE INDEX anomalies_updated ON anomalies(updated_ns);
 )sql"},
+      // Captures (docs/CAPTURE.md). ranks and rank_status are JSON, served whole; reads go by
+      // job (newest first) or by updated_ns (polling, restart recovery).
+      {4, R"sql(
+CREATE TABLE captures(
+  id TEXT PRIMARY KEY,
+  job TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  state TEXT NOT NULL,
+  reason TEXT NOT NULL DEFAULT '',
+  anomaly_id TEXT,
+  ranks TEXT NOT NULL DEFAULT '[]',
+  start_step INTEGER NOT NULL DEFAULT -1,
+  steps INTEGER NOT NULL DEFAULT 0,
+  history INTEGER NOT NULL DEFAULT 0,
+  max_bytes INTEGER NOT NULL DEFAULT 0,
+  created_ns INTEGER NOT NULL,
+  updated_ns INTEGER NOT NULL,
+  finished_ns INTEGER,
+  deadline_ns INTEGER NOT NULL DEFAULT 0,
+  trace_bytes INTEGER,
+  summary TEXT NOT NULL DEFAULT '',
+  rank_status TEXT NOT NULL DEFAULT '[]');
+CREATE INDEX captures_job ON captures(job, created_ns);
+CREATE INDEX captures_updated ON captures(updated_ns);
+)sql"},
   };
   return kMigrations;
 }
@@ -178,6 +203,10 @@ constexpr const char* kStmtSql[kStmtCount] = {
     " resolved_step = excluded.resolved_step, resolved_ns = excluded.resolved_ns,"
     " summary = excluded.summary, capture_id = coalesce(excluded.capture_id, capture_id),"
     " updated_ns = max(updated_ns, excluded.updated_ns)",
+    "INSERT OR REPLACE INTO captures(id, job, kind, state, reason, anomaly_id, ranks, start_step,"
+    " steps, history, max_bytes, created_ns, updated_ns, finished_ns, deadline_ns, trace_bytes,"
+    " summary, rank_status)"
+    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
 };
 
 void bindBlob(sqlite3_stmt* s, int index, const std::string& blob) {

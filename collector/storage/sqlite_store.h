@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -53,6 +54,10 @@ class SqliteStore final : public Store {
   Status writeAnomalies(const std::vector<AnomalyRow>& rows) override;
   Result<std::vector<AnomalyRow>> anomalies(const std::string& job) override;
   Result<std::vector<AnomalyRow>> anomaliesSince(int64_t sinceNs) override;
+  Status writeCapture(const CaptureRow& row) override;
+  Result<std::optional<CaptureRow>> capture(const std::string& id) override;
+  Result<std::vector<CaptureRow>> captures(const std::string& job) override;
+  Result<std::vector<CaptureRow>> capturesSince(int64_t sinceNs) override;
 
  private:
   explicit SqliteStore(SqliteOptions options);
@@ -64,6 +69,10 @@ class SqliteStore final : public Store {
   // Anomaly rows matching `where` (one parameter ?1: the job when `job` is set, else sinceNs).
   Result<std::vector<AnomalyRow>> queryAnomalies(const std::string& where, const std::string* job,
                                                  int64_t sinceNs);
+  // Capture rows matching `where` (one parameter ?1: text when `text` is set, else sinceNs),
+  // in `order`.
+  Result<std::vector<CaptureRow>> queryCaptures(const std::string& where, const std::string* text,
+                                                int64_t sinceNs, const char* order);
   // The connection reads use: the read connection, or the write one for ":memory:".
   sqlite3* readDb() { return readDb_ != nullptr ? readDb_ : writeDb_; }
   std::mutex& readMutex() { return readDb_ != nullptr ? readMu_ : writeMu_; }

@@ -1,0 +1,685 @@
+#include "collector/capture/manager.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <system_error>
+#include <utility>
+
+#include "collector/capture/gzip_file.h"
+
+namespace trainscope::capture {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr const char* kComponent = "capture";
+// Steps of the latest summary rows whose median step time sets a trace capture's deadline.
+constexpr int64_t kMedianWindowSteps = 20;
+// A merged trace is served whole; decompressing one larger than this for a client that does
+// not take gzip is refused.
+constexpr uint64_t kMaxServedJsonBytes = 4ull << 30;
+
+bool isFinal(const std::string& state) {
+  return state == "done" || state == "failed";
+}
+
+std::string rankFileName(uint32_t rank) {
+  return "rank-" + std::to_string(rank) + ".json.gz";
+}
+
+bool allFinal(const storage::CaptureRow& row) {
+  return std::all_of(row.rankStatus.begin(), row.rankStatus.end(),
+                     [](const auto& r) { return isFinal(r.state); });
+}
+
+// The row as it ends: `failures` (from the merge) applied, the final state chosen by how many
+// ranks are done.
+storage::CaptureRow finalRow(storage::CaptureRow row, const std::map<uint32_t, std::string>& failures,
+                             int64_t nowNs) {
+  size_t done = 0;
+  for (auto& r : row.rankStatus) {
+    if (auto it = failures.find(r.rank); it != failures.end() && r.state == "done") {
+      r.state = "failed";
+      r.detail = it->second;
+      r.updatedNs = nowNs;
+    }
+    if (r.state == "done") ++done;
+  }
+  row.state = done == row.rankStatus.size() && done > 0 ? "complete"
+              : done > 0                                ? "partial"
+                                                        : "failed";
+  row.finishedNs = nowNs;
+  row.updatedNs = nowNs;
+  row.summary = captureSummary(row);
+  return row;
+}
+
+bool safeId(const std::string& id) {
+  return !id.empty() && id.size() <= 128 &&
+         std::all_of(id.begin(), id.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '-' || c == '_';
+         });
+}
+
+bool safeFileName(const std::string& name) {
+  if (name == "trace.json.gz") return true;
+  const std::string prefix = "rank-";
+  const std::string suffix = ".json.gz";
+  if (name.size() <= prefix.size() + suffix.size()) return false;
+  if (name.compare(0, prefix.size(), prefix) != 0) return false;
+  if (name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return false;
+  const std::string digits =
+      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  return digits.find_first_not_of("0123456789") == std::string::npos;
+}
+
+}  // namespace
+
+std::string captureSummary(const storage::CaptureRow& row) {
+  size_t done = 0;
+  size_t failed = 0;
+  for (const auto& r : row.rankStatus) {
+    if (r.state == "done") ++done;
+    if (r.state == "failed") ++failed;
+  }
+  std::string out = std::to_string(done) + " of " + std::to_string(row.rankStatus.size()) +
+                    (row.rankStatus.size() == 1 ? " rank done" : " ranks done");
+  if (failed > 0) out += ", " + std::to_string(failed) + " failed";
+  return out;
+}
+
+std::string captureMetricsText(const CaptureStats& s) {
+  std::string out;
+  auto header = [&](const char* name, const char* type, const char* help) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  };
+  header("trainscope_captures_started_total", "counter",
+         "Captures started, by kind (trace, stacks) and trigger (request, anomaly).");
+  for (const char* kind : {"trace", "stacks"}) {
+    for (const char* trigger : {"request", "anomaly"}) {
+      auto it = s.started.find({kind, trigger});
+      out += std::string("trainscope_captures_started_total{kind=\"") + kind + "\",trigger=\"" +
+             trigger + "\"} " + std::to_string(it == s.started.end() ? 0 : it->second) + "\n";
+    }
+  }
+  header("trainscope_captures_finished_total", "counter",
+         "Captures finished, by final state (complete, partial, failed).");
+  for (const char* state : {"complete", "partial", "failed"}) {
+    auto it = s.finished.find(state);
+    out += std::string("trainscope_captures_finished_total{state=\"") + state + "\"} " +
+           std::to_string(it == s.finished.end() ? 0 : it->second) + "\n";
+  }
+  auto metric = [&](const char* name, const char* help, uint64_t value) {
+    header(name, "counter", help);
+    out += std::string(name) + " " + std::to_string(value) + "\n";
+  };
+  metric("trainscope_capture_bytes_total", "Bytes of rank files received in chunks.", s.bytes);
+  metric("trainscope_capture_chunks_total", "File chunks written.", s.chunks);
+  metric("trainscope_capture_chunks_ignored_total",
+         "File chunks skipped: repeats, or for ranks no longer running.", s.chunksIgnored);
+  metric("trainscope_capture_auto_skipped_total",
+         "Anomalies without an automatic capture (rate limit or refusal).", s.autoSkipped);
+  metric("trainscope_capture_store_failures_total", "Capture rows the store refused.",
+         s.storeFailures);
+  return out;
+}
+
+CaptureManager::CaptureManager(CaptureManagerOptions options, storage::Store& store,
+                               const Clock& clock, CommandSink sink)
+    : options_(std::move(options)), store_(store), clock_(clock), sink_(std::move(sink)) {}
+
+json CaptureManager::describe(const storage::CaptureRow& row) const {
+  if (options_.describe) return options_.describe(row);
+  return json{{"id", row.id}, {"job", row.job}, {"kind", row.kind}, {"state", row.state}};
+}
+
+std::string CaptureManager::directory(const std::string& id) const {
+  return (fs::path(options_.dir) / id).string();
+}
+
+void CaptureManager::persistLocked(storage::CaptureRow& row) {
+  row.updatedNs = std::max(clock_.nowNs(), row.updatedNs);
+  row.summary = captureSummary(row);
+  if (Status s = store_.writeCapture(row); !s) {
+    ++stats_.storeFailures;
+    storeLog_.log(LogLevel::kError, kComponent, "storing capture " + row.id + ": " + s.message());
+  }
+}
+
+storage::CaptureRankRow* CaptureManager::rankOf(Active& a, uint32_t rank) {
+  for (auto& r : a.row.rankStatus) {
+    if (r.rank == rank) return &r;
+  }
+  return nullptr;
+}
+
+void CaptureManager::failRankLocked(Active& a, storage::CaptureRankRow& r,
+                                    const std::string& detail) {
+  r.state = "failed";
+  r.detail = detail;
+  r.updatedNs = clock_.nowNs();
+  std::error_code ec;
+  fs::remove(fs::path(directory(a.row.id)) / (rankFileName(r.rank) + ".part"), ec);
+  logWarn(kComponent, "capture " + a.row.id + ": rank " + std::to_string(r.rank) + " failed: " +
+                          detail);
+}
+
+void CaptureManager::finalizeLocked(Active& a, const std::map<uint32_t, std::string>& failures,
+                                    std::optional<uint64_t> traceBytes) {
+  a.row = finalRow(std::move(a.row), failures, clock_.nowNs());
+  a.row.traceBytes = a.row.state == "failed" ? std::nullopt : traceBytes;
+  persistLocked(a.row);
+  ++stats_.finished[a.row.state];
+  logInfo(kComponent, "capture " + a.row.id + " of job " + a.row.job + " " + a.row.state + ": " +
+                          a.row.summary);
+}
+
+void CaptureManager::recover() {
+  auto rows = store_.capturesSince(0);
+  if (!rows) {
+    logError(kComponent, "reading captures left running: " + rows.message());
+    return;
+  }
+  std::lock_guard lock(mu_);
+  for (auto& row : *rows) {
+    if (row.state != "running") continue;
+    Active a;
+    a.row = std::move(row);
+    for (auto& r : a.row.rankStatus) {
+      if (!isFinal(r.state)) failRankLocked(a, r, "collector restarted during the capture");
+    }
+    persistLocked(a.row);
+    logInfo(kComponent, "capture " + a.row.id + " was running when the collector stopped: " +
+                            "its unfinished ranks are failed");
+    active_.emplace(a.row.id, std::move(a));
+  }
+}
+
+int64_t CaptureManager::medianStepNs(const std::string& job) {
+  storage::SummaryQuery q;
+  q.job = job;
+  q.limit = 100000;
+  auto jobs = store_.ranks(job);
+  int64_t latest = -1;
+  if (jobs) {
+    for (const auto& r : *jobs) latest = std::max(latest, r.latestStep);
+  }
+  if (latest >= 0) q.fromStep = std::max<int64_t>(0, latest - kMedianWindowSteps);
+  auto rows = store_.summary(q);
+  if (!rows || rows->empty()) return options_.fallbackStepNs;
+  std::vector<int64_t> medians;
+  for (const auto& r : *rows) medians.push_back(r.medianNs);
+  std::nth_element(medians.begin(), medians.begin() + static_cast<std::ptrdiff_t>(medians.size() / 2),
+                   medians.end());
+  int64_t m = medians[medians.size() / 2];
+  return m > 0 ? m : options_.fallbackStepNs;
+}
+
+StartResult CaptureManager::start(const std::string& job, const CaptureRequest& request,
+                                  const std::optional<std::string>& anomalyId,
+                                  const std::string& trigger) {
+  StartResult out;
+  auto refuse = [&](unsigned status, std::string message) {
+    out.status = status;
+    out.error = std::move(message);
+    return out;
+  };
+  if (request.kind != "trace" && request.kind != "stacks") {
+    return refuse(400, "kind: must be \"trace\" or \"stacks\", got \"" + request.kind + "\"");
+  }
+  if (request.kind == "trace" && (request.steps == 0 || request.steps > kMaxSteps)) {
+    return refuse(400, "steps: must be 1.." + std::to_string(kMaxSteps) + ", got " +
+                           std::to_string(request.steps));
+  }
+  if (request.history > kMaxHistory) {
+    return refuse(400, "history: must be at most " + std::to_string(kMaxHistory) + ", got " +
+                           std::to_string(request.history));
+  }
+  auto exists = store_.jobExists(job);
+  if (!exists) return refuse(500, exists.message());
+  if (!*exists) return refuse(404, "unknown job '" + job + "'");
+  auto rankRows = store_.ranks(job);
+  if (!rankRows) return refuse(500, rankRows.message());
+  uint32_t worldSize = 0;
+  int64_t latest = -1;
+  std::map<uint32_t, const storage::RankRow*> byRank;
+  std::vector<uint32_t> known;
+  for (const auto& r : *rankRows) {
+    worldSize = std::max(worldSize, r.worldSize);
+    latest = std::max(latest, r.latestStep);
+    byRank[r.rank] = &r;
+    known.push_back(r.rank);
+  }
+  auto ranks = resolveRanks(request.ranks, worldSize, known);
+  if (!ranks) return refuse(400, ranks.message());
+
+  const bool trace = request.kind == "trace";
+  const int64_t now = clock_.nowNs();
+  storage::CaptureRow row;
+  row.id = newCaptureId(now);
+  row.job = job;
+  row.kind = request.kind;
+  row.state = "running";
+  row.reason = request.reason.empty() ? kDefaultReason : request.reason;
+  row.anomalyId = anomalyId;
+  row.ranks = *ranks;
+  row.maxBytes = request.maxBytes.value_or(options_.defaultMaxBytes);
+  row.createdNs = now;
+  row.updatedNs = now;
+  if (trace) {
+    row.startStep = request.startStep.value_or(latest + 2);
+    row.steps = request.steps;
+    row.history = request.history;
+    for (uint32_t r : *ranks) {
+      auto it = byRank.find(r);
+      if (it != byRank.end() && it->second->latestStep >= row.startStep) {
+        return refuse(409, "start step " + std::to_string(row.startStep) +
+                               " already passed: rank " + std::to_string(r) + " is at step " +
+                               std::to_string(it->second->latestStep));
+      }
+    }
+    const int64_t ahead = row.startStep + row.steps - std::max<int64_t>(latest, 0);
+    const double waitNs = static_cast<double>(std::max<int64_t>(ahead, 1)) *
+                          static_cast<double>(medianStepNs(job)) * 3.0;
+    // A start step far ahead still gets a finite deadline (about 100 years at most).
+    row.deadlineNs = now + static_cast<int64_t>(std::min(waitNs, 3e18)) + options_.deadlineSlackNs;
+  } else {
+    row.deadlineNs = now + options_.stacksDeadlineNs;
+  }
+  for (uint32_t r : *ranks) {
+    storage::CaptureRankRow rs;
+    rs.rank = r;
+    rs.updatedNs = now;
+    auto it = byRank.find(r);
+    if (it != byRank.end()) rs.node = it->second->node;
+    if (it == byRank.end()) {
+      rs.state = "failed";
+      rs.detail = "rank " + std::to_string(r) + " never registered with the collector";
+    } else if (it->second->ended) {
+      rs.state = "failed";
+      rs.detail = "rank " + std::to_string(r) + " ended at step " +
+                  std::to_string(it->second->endedStep);
+    } else if (rs.node.empty()) {
+      rs.state = "failed";
+      rs.detail = "rank " + std::to_string(r) + " has no known node";
+    }
+    row.rankStatus.push_back(std::move(rs));
+  }
+  std::error_code ec;
+  fs::create_directories(directory(row.id), ec);
+  if (ec) return refuse(500, "cannot create " + directory(row.id) + ": " + ec.message());
+
+  std::lock_guard lock(mu_);
+  for (const auto& [id, a] : active_) {
+    if (a.row.job != job || allFinal(a.row)) continue;
+    for (const auto& r : a.row.rankStatus) {
+      if (isFinal(r.state)) continue;
+      if (std::find(row.ranks.begin(), row.ranks.end(), r.rank) != row.ranks.end()) {
+        return refuse(409, "capture " + id + " is already running on rank " +
+                               std::to_string(r.rank) + " of job " + job);
+      }
+    }
+  }
+  row.summary = captureSummary(row);
+  if (Status s = store_.writeCapture(row); !s) return refuse(500, s.message());
+
+  // One command per agent, naming that agent's selected ranks.
+  std::map<std::string, std::vector<uint32_t>> byNode;
+  for (const auto& r : row.rankStatus) {
+    if (!isFinal(r.state)) byNode[r.node].push_back(r.rank);
+  }
+  Active a;
+  a.row = std::move(row);
+  bool changed = false;
+  for (const auto& [node, nodeRanks] : byNode) {
+    wire::Command cmd;
+    cmd.set_id(a.row.id);
+    cmd.set_job(job);
+    for (uint32_t r : nodeRanks) cmd.add_ranks(r);
+    if (trace) {
+      auto* c = cmd.mutable_capture();
+      c->set_capture_id(a.row.id);
+      c->set_start_step(a.row.startStep);
+      c->set_steps(a.row.steps);
+      c->set_history(a.row.history);
+      c->set_max_bytes(a.row.maxBytes);
+    } else {
+      cmd.mutable_stacks()->set_capture_id(a.row.id);
+    }
+    Status sent = sink_ ? sink_(node, cmd) : Status::error("captures cannot send commands");
+    if (!sent) {
+      for (uint32_t r : nodeRanks) {
+        if (auto* rs = rankOf(a, r)) failRankLocked(a, *rs, sent.message());
+      }
+      changed = true;
+    }
+  }
+  ++stats_.started[{a.row.kind, trigger}];
+  logInfo(kComponent, "capture " + a.row.id + " of job " + job + " started (" + a.row.kind +
+                          ", " + std::to_string(a.row.ranks.size()) + " ranks" +
+                          (trace ? ", steps " + std::to_string(a.row.startStep) + ".." +
+                                       std::to_string(a.row.startStep + a.row.steps - 1)
+                                 : std::string()) +
+                          "): " + a.row.reason);
+  const bool nothingDone = std::none_of(a.row.rankStatus.begin(), a.row.rankStatus.end(),
+                                        [](const auto& r) { return r.state == "done"; });
+  if (allFinal(a.row) && nothingDone) {
+    finalizeLocked(a, {}, std::nullopt);  // no rank can answer: failed at once
+    out.capture = a.row;
+    return out;
+  }
+  if (changed) persistLocked(a.row);
+  out.capture = a.row;
+  active_.emplace(a.row.id, std::move(a));
+  return out;
+}
+
+std::optional<std::string> CaptureManager::startForAnomaly(const storage::AnomalyRow& anomaly) {
+  if (options_.autoIntervalNs <= 0 || anomaly.state != "open") return std::nullopt;
+  const int64_t now = clock_.nowNs();
+  {
+    std::lock_guard lock(mu_);
+    auto it = lastAuto_.find(anomaly.job);
+    if (it != lastAuto_.end() && now - it->second < options_.autoIntervalNs) {
+      ++stats_.autoSkipped;
+      return std::nullopt;
+    }
+  }
+  CaptureRequest req;
+  std::set<uint32_t> named(anomaly.ranks.begin(), anomaly.ranks.end());
+  // One healthy reference rank: the lowest rank the anomaly does not name.
+  auto rankRows = store_.ranks(anomaly.job);
+  uint32_t worldSize = 0;
+  std::set<uint32_t> known;
+  if (rankRows) {
+    for (const auto& r : *rankRows) {
+      worldSize = std::max(worldSize, r.worldSize);
+      known.insert(r.rank);
+    }
+  }
+  const uint32_t limit = worldSize > 0 ? worldSize : (known.empty() ? 0 : *known.rbegin() + 1);
+  for (uint32_t r = 0; r < limit; ++r) {
+    if (named.count(r) == 0 && (worldSize > 0 || known.count(r) > 0)) {
+      named.insert(r);
+      break;
+    }
+  }
+  if (named.empty()) {
+    std::lock_guard lock(mu_);
+    ++stats_.autoSkipped;
+    return std::nullopt;
+  }
+  req.ranks.all = false;
+  req.ranks.ranks.assign(named.begin(), named.end());
+  req.kind = anomaly.kind == "hang" ? "stacks" : "trace";
+  req.steps = options_.autoSteps;
+  req.history = options_.autoHistory;
+  req.reason = "anomaly " + anomaly.id + ": " + anomaly.kind;
+  auto started = start(anomaly.job, req, anomaly.id, "anomaly");
+  std::lock_guard lock(mu_);
+  if (!started.ok()) {
+    ++stats_.autoSkipped;
+    logWarn(kComponent, "no automatic capture for anomaly " + anomaly.id + ": " + started.error);
+    return std::nullopt;
+  }
+  lastAuto_[anomaly.job] = now;
+  return started.capture.id;
+}
+
+void CaptureManager::onCommandItem(const std::string& node, const wire::Envelope& item) {
+  (void)node;  // statuses and chunks name their capture and rank
+  std::lock_guard lock(mu_);
+  if (item.has_command_status()) onStatusLocked(item.command_status());
+  if (item.has_file_chunk()) onChunkLocked(item.file_chunk());
+}
+
+void CaptureManager::onStatusLocked(const wire::CommandStatus& st) {
+  auto it = active_.find(st.command_id());
+  if (it == active_.end() || it->second.merging) return;
+  Active& a = it->second;
+  auto* r = rankOf(a, st.rank());
+  if (r == nullptr || isFinal(r->state)) return;
+  const int64_t now = clock_.nowNs();
+  if (st.state() == "failed") {
+    failRankLocked(a, *r, st.detail().empty() ? std::string("failed") : st.detail());
+  } else if (st.state() == "recording") {
+    if (r->state != "pending") return;  // a late repeat after the upload began
+    r->state = "recording";
+    r->detail = st.detail();
+    r->updatedNs = now;
+  } else if (st.state() == "uploading") {
+    r->state = "uploading";
+    r->detail = st.detail();
+    r->truncated = st.truncated();
+    r->firstStep = st.first_step();
+    r->lastStep = st.last_step();
+    r->updatedNs = now;
+  } else {
+    return;  // pending and done are the collector's to decide
+  }
+  persistLocked(a.row);
+}
+
+void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
+  auto it = active_.find(chunk.command_id());
+  if (it == active_.end() || it->second.merging ||
+      (!chunk.job().empty() && chunk.job() != it->second.row.job)) {
+    ++stats_.chunksIgnored;
+    return;
+  }
+  Active& a = it->second;
+  auto* r = rankOf(a, chunk.rank());
+  if (r == nullptr || isFinal(r->state)) {
+    ++stats_.chunksIgnored;
+    return;
+  }
+  const std::string& data = chunk.data();
+  uint64_t& written = a.written[r->rank];
+  const uint32_t crc = static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
+  if (crc != chunk.crc32()) {
+    failRankLocked(a, *r, "chunk at offset " + std::to_string(chunk.offset()) +
+                              " failed its checksum");
+    persistLocked(a.row);
+    return;
+  }
+  if (chunk.offset() < written) {
+    ++stats_.chunksIgnored;  // an agent resend: that part is on disk already
+    return;
+  }
+  if (chunk.offset() > written) {
+    failRankLocked(a, *r, "chunk at offset " + std::to_string(chunk.offset()) +
+                              " leaves a gap: the file has " + std::to_string(written) +
+                              " bytes");
+    persistLocked(a.row);
+    return;
+  }
+  if (written + data.size() > a.row.maxBytes + options_.chunkSlackBytes) {
+    failRankLocked(a, *r, "file exceeds max_bytes (" + std::to_string(a.row.maxBytes) + ")");
+    persistLocked(a.row);
+    return;
+  }
+  const fs::path dir = directory(a.row.id);
+  const fs::path part = dir / (rankFileName(r->rank) + ".part");
+  {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    std::ofstream out(part, std::ios::binary | (written == 0 ? std::ios::trunc : std::ios::app));
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    out.flush();
+    if (!out) {
+      failRankLocked(a, *r, "cannot write " + part.string());
+      persistLocked(a.row);
+      return;
+    }
+  }
+  written += data.size();
+  stats_.bytes += data.size();
+  ++stats_.chunks;
+  bool changed = false;
+  if (r->state == "pending" || r->state == "recording") {
+    r->state = "uploading";
+    r->updatedNs = clock_.nowNs();
+    changed = true;
+  }
+  if (chunk.last()) {
+    if (chunk.total_bytes() != 0 && chunk.total_bytes() != written) {
+      failRankLocked(a, *r, "file has " + std::to_string(written) + " bytes, its last chunk said " +
+                                std::to_string(chunk.total_bytes()));
+    } else {
+      std::error_code ec;
+      fs::rename(part, dir / rankFileName(r->rank), ec);
+      if (ec) {
+        failRankLocked(a, *r, "cannot store " + part.string() + ": " + ec.message());
+      } else {
+        r->state = "done";
+        r->bytes = written;
+        r->updatedNs = clock_.nowNs();
+      }
+    }
+    changed = true;
+  }
+  if (changed) persistLocked(a.row);
+}
+
+void CaptureManager::onCommitted(const storage::WriteBatch& batch) {
+  if (batch.goodbyes.empty() && batch.hosts.empty()) return;
+  std::lock_guard lock(mu_);
+  if (active_.empty()) return;
+  // Only ranks that have not begun their upload fail: an uploading rank's file is on its way.
+  auto stillWaiting = [](const storage::CaptureRankRow& r) {
+    return r.state == "pending" || r.state == "recording";
+  };
+  for (const auto& bye : batch.goodbyes) {
+    for (auto& [id, a] : active_) {
+      if (a.merging || a.row.job != bye.job()) continue;
+      auto* r = rankOf(a, bye.rank());
+      if (r == nullptr || !stillWaiting(*r)) continue;
+      if (a.row.kind == "trace" && bye.last_step() >= a.row.startStep + a.row.steps - 1) continue;
+      failRankLocked(a, *r, "rank exited at step " + std::to_string(bye.last_step()) +
+                                " before the capture finished");
+      persistLocked(a.row);
+    }
+  }
+  for (const auto& host : batch.hosts) {
+    for (const auto& proc : host.procs()) {
+      if (proc.alive()) continue;
+      for (auto& [id, a] : active_) {
+        if (a.merging || a.row.job != proc.job()) continue;
+        auto* r = rankOf(a, proc.rank());
+        if (r == nullptr || !stillWaiting(*r)) continue;
+        failRankLocked(a, *r, "the process of rank " + std::to_string(proc.rank()) + " (pid " +
+                                  std::to_string(proc.pid()) + ") is gone, reported by agent " +
+                                  host.node());
+        persistLocked(a.row);
+      }
+    }
+  }
+}
+
+void CaptureManager::tick(int64_t nowNs) {
+  std::vector<storage::CaptureRow> ready;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = active_.begin(); it != active_.end();) {
+      Active& a = it->second;
+      if (a.merging) {
+        ++it;
+        continue;
+      }
+      if (nowNs >= a.row.deadlineNs && !allFinal(a.row)) {
+        for (auto& r : a.row.rankStatus) {
+          if (!isFinal(r.state)) failRankLocked(a, r, "timed out in state " + r.state);
+        }
+        persistLocked(a.row);
+      }
+      if (!allFinal(a.row)) {
+        ++it;
+        continue;
+      }
+      const bool anyDone = std::any_of(a.row.rankStatus.begin(), a.row.rankStatus.end(),
+                                       [](const auto& r) { return r.state == "done"; });
+      if (!anyDone) {
+        finalizeLocked(a, {}, std::nullopt);
+        it = active_.erase(it);
+        continue;
+      }
+      a.merging = true;
+      ready.push_back(a.row);
+      ++it;
+    }
+  }
+  if (ready.empty()) return;
+
+  std::map<std::string, int64_t> offsets;
+  if (auto nodes = store_.nodes(); nodes) {
+    for (const auto& n : *nodes) offsets[n.node] = n.offsetNs;
+  } else {
+    logWarn(kComponent, "reading node clock offsets: " + nodes.message() +
+                            " (merging without alignment)");
+  }
+  for (const auto& row : ready) {
+    const fs::path dir = directory(row.id);
+    std::vector<RankFile> files;
+    for (const auto& r : row.rankStatus) {
+      if (r.state != "done") continue;
+      RankFile f;
+      f.rank = r.rank;
+      f.node = r.node;
+      auto off = offsets.find(r.node);
+      f.offsetNs = off != offsets.end() ? off->second : 0;
+      f.path = (dir / rankFileName(r.rank)).string();
+      files.push_back(std::move(f));
+    }
+    const int64_t mergeNow = clock_.nowNs();
+    DescribeCapture trailer = [&](const std::map<uint32_t, std::string>& failures) {
+      return describe(finalRow(row, failures, mergeNow));
+    };
+    const fs::path tmp = dir / "trace.json.gz.tmp";
+    auto merged = row.kind == "stacks" ? mergeStacks(files, trailer, tmp.string(), options_.merge)
+                                       : mergeTrace(files, trailer, tmp.string(), options_.merge);
+    std::map<uint32_t, std::string> failures;
+    std::optional<uint64_t> bytes;
+    if (merged) {
+      failures = merged->failures;
+      std::error_code ec;
+      fs::rename(tmp, dir / "trace.json.gz", ec);
+      if (ec) {
+        for (const auto& f : files) failures[f.rank] = "cannot store the merged trace: " + ec.message();
+      } else {
+        bytes = merged->bytes;
+      }
+    } else {
+      logError(kComponent, "capture " + row.id + ": merge failed: " + merged.message());
+      for (const auto& f : files) failures[f.rank] = "merge failed: " + merged.message();
+    }
+    std::lock_guard lock(mu_);
+    auto it = active_.find(row.id);
+    if (it == active_.end()) continue;
+    finalizeLocked(it->second, failures, bytes);
+    active_.erase(it);
+  }
+}
+
+Result<std::string> CaptureManager::readFile(const std::string& id, const std::string& name,
+                                             bool gzip) const {
+  if (!safeId(id)) return Result<std::string>::error("capture id '" + id + "' is not valid");
+  if (!safeFileName(name)) return Result<std::string>::error("no capture file named " + name);
+  const std::string path = (fs::path(directory(id)) / name).string();
+  if (gzip) return readFileBytes(path);
+  return readGzipFile(path, kMaxServedJsonBytes);
+}
+
+CaptureStats CaptureManager::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace trainscope::capture

@@ -1,0 +1,151 @@
+// The capture stage's engine (docs/CAPTURE.md): starts captures (from a request or an anomaly),
+// sends their commands to agents, follows every rank's status and file chunks, fails ranks that
+// are gone or late, and merges the rank files once every rank is final. Any thread may call
+// any method; one mutex guards the running captures. tick() does the merges, outside that
+// mutex, so the ingest socket thread (onCommandItem) never waits for one: call it from one
+// thread (the collector's main loop).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "collector/capture/merge.h"
+#include "collector/capture/request.h"
+#include "collector/storage/store.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "schema/wire.h"
+
+namespace trainscope::capture {
+
+struct CaptureManagerOptions {
+  // Capture files live in DIR/<id>/ (rank-<R>.json.gz, trace.json.gz); created as needed.
+  std::string dir = "./trainscope-data/captures";
+  // max_bytes of a request that names none: larger keeps longer traces, costs disk and upload.
+  uint64_t defaultMaxBytes = kDefaultMaxBytes;
+  // Added to every trace deadline: covers upload and a slow first step; longer waits longer for
+  // a rank that will never answer.
+  int64_t deadlineSlackNs = 30'000'000'000;
+  // Deadline of a stacks capture: the probe answers within about a second.
+  int64_t stacksDeadlineNs = 30'000'000'000;
+  // Step time assumed for a job with no step summary yet (deadline arithmetic only).
+  int64_t fallbackStepNs = 1'000'000'000;
+  // A rank file may exceed max_bytes by this much (the probe's cut marker, gzip trailer) before
+  // the rank is failed: bounds disk per rank against a misbehaving probe.
+  uint64_t chunkSlackBytes = 1u << 20;
+  // Automatic captures: at most one per job per this interval (0 turns them off). Shorter
+  // captures more anomalies, costs the job more tracing overhead.
+  int64_t autoIntervalNs = 600'000'000'000;
+  uint32_t autoSteps = 3;    // N of automatic trace captures
+  uint32_t autoHistory = 4;  // K of automatic trace captures
+  MergeOptions merge;
+  // The capture JSON carried inside merged files (http::captureJson; the collector wires it).
+  // Unset: {"id", "job", "kind", "state"} only.
+  std::function<nlohmann::json(const storage::CaptureRow&)> describe;
+};
+
+// Where commands go: the ingest server's sendCommand (an error when the node's agent is not
+// connected). Called with the manager's mutex held; must not call back into the manager.
+using CommandSink = std::function<Status(const std::string& node, const wire::Command& command)>;
+
+struct StartResult {
+  unsigned status = 201;         // 201, or the HTTP status of the refusal (400, 404, 409, 500)
+  std::string error;             // why it was refused
+  storage::CaptureRow capture;   // the stored row when status is 201
+  bool ok() const { return status == 201; }
+};
+
+// Counters since start, for /metrics.
+struct CaptureStats {
+  std::map<std::pair<std::string, std::string>, uint64_t> started;  // (kind, trigger) -> count
+  std::map<std::string, uint64_t> finished;                         // final state -> count
+  uint64_t bytes = 0;           // rank-file bytes written from chunks
+  uint64_t chunks = 0;          // chunks written
+  uint64_t chunksIgnored = 0;   // repeats, or for captures/ranks no longer running
+  uint64_t autoSkipped = 0;     // anomalies not captured (rate limit, refusal)
+  uint64_t storeFailures = 0;   // capture rows the store refused
+};
+
+// Prometheus text: trainscope_captures_started_total{kind,trigger},
+// trainscope_captures_finished_total{state}, trainscope_capture_bytes_total and a few more.
+std::string captureMetricsText(const CaptureStats& stats);
+
+// "2 of 3 ranks done, 1 failed".
+std::string captureSummary(const storage::CaptureRow& row);
+
+class CaptureManager {
+ public:
+  // `store` and `clock` must outlive the manager.
+  CaptureManager(CaptureManagerOptions options, storage::Store& store, const Clock& clock,
+                 CommandSink sink);
+  CaptureManager(const CaptureManager&) = delete;
+  CaptureManager& operator=(const CaptureManager&) = delete;
+
+  // Captures a previous collector left "running" are not resumed: their unfinished ranks fail
+  // with "collector restarted during the capture"; ranks already done are merged by the next
+  // tick() (a partial capture). Call once, before anything else.
+  void recover();
+
+  // Validates `request` against job `job` and, when it is acceptable, stores the capture and
+  // sends its commands. `trigger` is "request" or "anomaly" (for /metrics).
+  StartResult start(const std::string& job, const CaptureRequest& request,
+                    const std::optional<std::string>& anomalyId = std::nullopt,
+                    const std::string& trigger = "request");
+  // The automatic capture for a newly opened anomaly (docs/CAPTURE.md), unless automatic
+  // captures are off or the job had one within the interval. Returns the capture id.
+  std::optional<std::string> startForAnomaly(const storage::AnomalyRow& anomaly);
+
+  // ingest's onCommandItem: CommandStatus and FileChunk items (socket thread).
+  void onCommandItem(const std::string& node, const wire::Envelope& item);
+  // ingest's onCommitted: goodbyes and vanished processes fail the ranks they end.
+  void onCommitted(const storage::WriteBatch& batch);
+  // Applies deadlines at `nowNs` and merges captures whose ranks are all final. About once a
+  // second, from one thread.
+  void tick(int64_t nowNs);
+
+  // A stored file of capture `id` ("trace.json.gz" or "rank-<R>.json.gz"): the gzip bytes as
+  // stored when `gzip`, else decompressed.
+  Result<std::string> readFile(const std::string& id, const std::string& name, bool gzip) const;
+  // DIR/<id>.
+  std::string directory(const std::string& id) const;
+  CaptureStats stats() const;
+
+ private:
+  struct Active {
+    storage::CaptureRow row;
+    std::map<uint32_t, uint64_t> written;  // bytes of each rank's .part so far
+    bool merging = false;                  // handed to tick()'s merge
+  };
+
+  storage::CaptureRankRow* rankOf(Active& a, uint32_t rank);
+  void failRankLocked(Active& a, storage::CaptureRankRow& r, const std::string& detail);
+  void persistLocked(storage::CaptureRow& row);
+  void finalizeLocked(Active& a, const std::map<uint32_t, std::string>& failures,
+                      std::optional<uint64_t> traceBytes);
+  void onStatusLocked(const wire::CommandStatus& status);
+  void onChunkLocked(const wire::FileChunk& chunk);
+  int64_t medianStepNs(const std::string& job);
+  nlohmann::json describe(const storage::CaptureRow& row) const;
+
+  CaptureManagerOptions options_;
+  storage::Store& store_;
+  const Clock& clock_;
+  CommandSink sink_;
+
+  mutable std::mutex mu_;
+  std::map<std::string, Active> active_;      // guarded by mu_; running captures by id
+  std::map<std::string, int64_t> lastAuto_;   // guarded by mu_; job -> last automatic start
+  CaptureStats stats_;                        // guarded by mu_
+  RateLimitedLog storeLog_{std::chrono::seconds(10)};
+};
+
+}  // namespace trainscope::capture

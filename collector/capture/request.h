@@ -1,0 +1,63 @@
+// Capture requests (docs/CAPTURE.md): parsing and validating the POST body, rank specs
+// ("0,3,5-7", a JSON list, "all") and capture ids. Pure functions, safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace trainscope::capture {
+
+inline constexpr uint32_t kDefaultSteps = 5;
+inline constexpr uint32_t kDefaultHistory = 4;
+inline constexpr uint32_t kMaxSteps = 1000;
+inline constexpr uint32_t kMaxHistory = 1000;
+inline constexpr uint64_t kDefaultMaxBytes = 64ull << 20;
+inline constexpr const char* kDefaultReason = "on request";
+
+// A rank selection before the job's world size is known: every rank, or a list.
+struct RankSpec {
+  bool all = true;
+  std::vector<uint32_t> ranks;  // sorted, unique; only when !all
+};
+
+// What a person (or the automatic trigger) asks for. Unset optionals take the defaults of
+// docs/CAPTURE.md, which depend on the job (all ranks; latest step + 2).
+struct CaptureRequest {
+  RankSpec ranks;
+  uint32_t steps = kDefaultSteps;        // N
+  std::optional<int64_t> startStep;      // S
+  uint32_t history = kDefaultHistory;    // K
+  std::optional<uint64_t> maxBytes;      // per rank, compressed; unset: the collector's default
+  std::string reason = kDefaultReason;
+  std::string kind = "trace";            // "trace" or "stacks"
+};
+
+// A request refused, with the HTTP status that says why (400, 404, 409, 500, 503).
+struct RequestError {
+  unsigned status = 400;
+  std::string message;
+};
+
+// "all", or comma-separated ranks and inclusive ranges ("0,3,5-7"). Errors name the field
+// "ranks" and quote the bad part.
+Result<RankSpec> parseRankSpec(std::string_view text);
+
+// Parses a POST body (a JSON object with the fields of docs/CAPTURE.md; empty means {}).
+// Every error is a 400 naming the field: unknown fields, wrong types, N = 0 or N > 1000,
+// K > 1000, max_bytes = 0, an unknown kind, a body that is not a JSON object.
+Result<CaptureRequest> parseCaptureRequest(std::string_view body);
+
+// The spec's ranks for a job of `worldSize` ranks; fails (400) on a rank outside
+// 0..worldSize-1. "all" of a job whose world size is unknown (0) is `knownRanks`.
+Result<std::vector<uint32_t>> resolveRanks(const RankSpec& spec, uint32_t worldSize,
+                                           const std::vector<uint32_t>& knownRanks);
+
+// "cap-<unix ms>-<4 hex>" for a capture created at `nowNs`; the hex part is random.
+std::string newCaptureId(int64_t nowNs);
+
+}  // namespace trainscope::capture

@@ -1,0 +1,176 @@
+// The capture routes of the JSON API (docs/CAPTURE.md): start a capture, list a job's captures,
+// read one, and serve its merged trace and rank files (gzip as stored when the client takes
+// gzip). Starting and files go through HttpOptions::captures; listing reads the Store.
+#include <exception>
+
+#include "collector/http/api.h"
+#include "collector/http/request_target.h"
+
+namespace trainscope::http {
+namespace {
+
+using nlohmann::json;
+
+ApiResponse jsonBody(unsigned status, const json& body) {
+  ApiResponse r;
+  r.status = status;
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+ApiResponse notAllowed(std::string_view method, const std::string& path, const char* allowed) {
+  ApiResponse r = errorResponse(405, "method " + std::string(method) + " not allowed for " + path +
+                                         " (allowed: " + allowed + ")");
+  r.headers.emplace_back("Allow", allowed);
+  return r;
+}
+
+ApiResponse capturesOff() {
+  return errorResponse(503, "captures are off");
+}
+
+}  // namespace
+
+json captureJson(const storage::CaptureRow& c) {
+  json ranks = json::array();
+  for (const auto& r : c.rankStatus) {
+    ranks.push_back(json{{"rank", r.rank},
+                         {"node", r.node},
+                         {"state", r.state},
+                         {"detail", r.detail},
+                         {"bytes", r.bytes},
+                         {"truncated", r.truncated},
+                         {"first_step", r.firstStep},
+                         {"last_step", r.lastStep},
+                         {"updated_ns", r.updatedNs}});
+  }
+  return json{{"id", c.id},
+              {"job", c.job},
+              {"kind", c.kind},
+              {"state", c.state},
+              {"reason", c.reason},
+              {"anomaly_id", c.anomalyId ? json(*c.anomalyId) : json(nullptr)},
+              {"ranks", c.ranks},
+              {"start_step", c.startStep},
+              {"steps", c.steps},
+              {"history", c.history},
+              {"max_bytes", c.maxBytes},
+              {"created_ns", c.createdNs},
+              {"updated_ns", c.updatedNs},
+              {"finished_ns", c.finishedNs ? json(*c.finishedNs) : json(nullptr)},
+              {"deadline_ns", c.deadlineNs},
+              {"trace_bytes", c.traceBytes ? json(*c.traceBytes) : json(nullptr)},
+              {"summary", c.summary},
+              {"rank_status", std::move(ranks)}};
+}
+
+bool Api::routeCaptures(std::string_view method, const std::vector<std::string>& seg,
+                        const std::string& path,
+                        const std::vector<std::pair<std::string, std::string>>& query,
+                        std::string_view body, bool acceptsGzip, ApiResponse* out) const {
+  const bool isGet = method == "GET";
+  QueryParams params(query);
+  // /api/v1/jobs/{job}/captures
+  if (seg.size() == 5 && seg[2] == "jobs" && seg[4] == "captures") {
+    if (Status s = params.checkAllowed({}); !s) {
+      *out = errorResponse(400, s.message());
+    } else if (isGet) {
+      *out = jobCaptures(seg[3]);
+    } else if (method == "POST") {
+      *out = startCapture(seg[3], body);
+    } else {
+      *out = notAllowed(method, path, "GET, POST");
+    }
+    return true;
+  }
+  // /api/v1/captures/{id}[/trace | /ranks/{rank}]
+  if (seg.size() < 4 || seg[2] != "captures") return false;
+  const bool one = seg.size() == 4;
+  const bool trace = seg.size() == 5 && seg[4] == "trace";
+  const bool rank = seg.size() == 6 && seg[4] == "ranks";
+  if (!one && !trace && !rank) return false;
+  if (!isGet) {
+    *out = notAllowed(method, path, "GET");
+  } else if (Status s = params.checkAllowed({}); !s) {
+    *out = errorResponse(400, s.message());
+  } else if (one) {
+    *out = getCapture(seg[3]);
+  } else {
+    *out = captureFile(seg[3], rank ? std::optional<std::string>(seg[5]) : std::nullopt,
+                       acceptsGzip);
+  }
+  return true;
+}
+
+ApiResponse Api::startCapture(const std::string& job, std::string_view body) const {
+  if (!options_.captures) return capturesOff();
+  auto started = options_.captures->start(job, body);
+  if (started.status != 201) return errorResponse(started.status, started.error);
+  ApiResponse r = jsonBody(201, captureJson(started.capture));
+  r.headers.emplace_back("Location", "/api/v1/captures/" + percentEncode(started.capture.id));
+  return r;
+}
+
+ApiResponse Api::jobCaptures(const std::string& job) const {
+  ApiResponse failure;
+  if (!checkJob(job, &failure)) return failure;
+  auto rows = store_.captures(job);
+  if (!rows) return errorResponse(500, rows.message());
+  json list = json::array();
+  for (const auto& row : *rows) list.push_back(captureJson(row));
+  return jsonBody(200, json{{"captures", std::move(list)}});
+}
+
+ApiResponse Api::getCapture(const std::string& id) const {
+  auto row = store_.capture(id);
+  if (!row) return errorResponse(500, row.message());
+  if (!*row) return errorResponse(404, "unknown capture '" + id + "'");
+  return jsonBody(200, captureJson(**row));
+}
+
+ApiResponse Api::captureFile(const std::string& id, const std::optional<std::string>& rank,
+                             bool acceptsGzip) const {
+  auto stored = store_.capture(id);
+  if (!stored) return errorResponse(500, stored.message());
+  if (!*stored) return errorResponse(404, "unknown capture '" + id + "'");
+  const auto& c = **stored;
+  std::string name = "trace.json.gz";
+  if (rank) {
+    const storage::CaptureRankRow* found = nullptr;
+    if (!rank->empty() && rank->size() <= 10 &&
+        rank->find_first_not_of("0123456789") == std::string::npos) {
+      for (const auto& r : c.rankStatus) {
+        if (std::to_string(r.rank) == *rank) found = &r;
+      }
+    }
+    if (found == nullptr) {
+      return errorResponse(404, "capture " + id + " has no rank '" + *rank + "'");
+    }
+    if (found->state == "failed") {
+      return errorResponse(404, "rank " + *rank + " of capture " + id +
+                                    " has no file: it failed: " + found->detail);
+    }
+    if (found->state != "done") {
+      return errorResponse(409, "rank " + *rank + " of capture " + id + " is still " +
+                                    found->state);
+    }
+    name = "rank-" + *rank + ".json.gz";
+  } else if (c.state == "running") {
+    return errorResponse(409, "capture " + id + " is still running (" + c.summary + ")");
+  } else if (c.state == "failed") {
+    return errorResponse(404, "capture " + id + " failed, it has no trace (" + c.summary + ")");
+  }
+  if (!options_.captures) return capturesOff();
+  auto bytes = options_.captures->file(id, name, acceptsGzip);
+  if (!bytes) return errorResponse(404, "capture " + id + ": " + bytes.message());
+  ApiResponse r;
+  r.body = std::move(bytes.value());
+  r.headers.emplace_back("Vary", "Accept-Encoding");
+  if (acceptsGzip) r.headers.emplace_back("Content-Encoding", "gzip");
+  if (!rank) {
+    r.headers.emplace_back("Content-Disposition", "inline; filename=\"" + id + ".trace.json\"");
+  }
+  return r;
+}
+
+}  // namespace trainscope::http

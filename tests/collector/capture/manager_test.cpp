@@ -1,0 +1,392 @@
+// The capture manager's state machine with a fake command sink and synthetic statuses and
+// chunks: validation (404/400/409), commands per agent, done with a merged aligned trace,
+// checksum failure, repeated chunks, ranks gone, deadlines, an unconnected agent, restart
+// recovery and automatic captures.
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "collector/capture/gzip_file.h"
+#include "collector/capture/manager.h"
+#include "tests/collector/capture/capture_fixture.h"
+
+using namespace trainscope;
+using namespace trainscope::capture;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kStartNs = 1'700'000'000'000'000'000;
+
+struct Harness {
+  testing::TempDir dir;
+  std::unique_ptr<storage::Store> store = testing::seededStore();
+  ManualClock clock{kStartNs};
+  std::vector<std::pair<std::string, wire::Command>> sent;
+  std::set<std::string> offline;  // nodes whose agent is "not connected"
+  std::unique_ptr<CaptureManager> manager;
+
+  explicit Harness(CaptureManagerOptions o = {}) {
+    o.dir = dir.sub("captures");
+    manager = std::make_unique<CaptureManager>(
+        o, *store, clock, [this](const std::string& node, const wire::Command& cmd) {
+          if (offline.count(node) != 0) {
+            return Status::error("node " + node + " has no connected agent");
+          }
+          sent.emplace_back(node, cmd);
+          return Status::ok();
+        });
+  }
+
+  storage::CaptureRow start(const std::string& body) {
+    auto req = parseCaptureRequest(body);
+    REQUIRE(req);
+    auto r = manager->start("j", *req);
+    INFO(r.error);
+    REQUIRE(r.ok());
+    return r.capture;
+  }
+
+  storage::CaptureRow stored(const std::string& id) {
+    auto row = store->capture(id);
+    REQUIRE(row);
+    REQUIRE(row->has_value());
+    return **row;
+  }
+
+  const storage::CaptureRankRow& rank(const storage::CaptureRow& row, uint32_t r) {
+    for (const auto& rs : row.rankStatus) {
+      if (rs.rank == r) return rs;
+    }
+    FAIL("rank " << r << " not in capture");
+    return row.rankStatus.front();
+  }
+
+  // Sends rank `r`'s whole file in chunks of `size` bytes.
+  void upload(const std::string& id, uint32_t r, const std::string& bytes, size_t size = 100) {
+    manager->onCommandItem("n", testing::statusOf(id, r, "recording", "steps 12..16"));
+    manager->onCommandItem("n", testing::statusOf(id, r, "uploading"));
+    for (const auto& c : testing::chunksOf(id, r, bytes, size)) manager->onCommandItem("n", c);
+  }
+
+  std::string traceBytes(uint32_t r, double baseUs) {
+    return testing::gzipJson(dir.sub("src-" + std::to_string(r) + ".json.gz"),
+                             testing::rankTrace(r, baseUs, 8, 7));
+  }
+};
+
+unsigned refusal(Harness& h, const std::string& job, const std::string& body,
+                 std::string* message) {
+  auto req = parseCaptureRequest(body);
+  REQUIRE(req);
+  auto r = h.manager->start(job, *req);
+  *message = r.error;
+  return r.status;
+}
+
+}  // namespace
+
+TEST_CASE("requests the job cannot take are refused with their status") {
+  Harness h;
+  std::string msg;
+  CHECK(refusal(h, "nope", "{}", &msg) == 404);
+  CHECK(msg == "unknown job 'nope'");
+  CHECK(refusal(h, "j", R"({"ranks":"2-4"})", &msg) == 400);
+  CHECK(msg == "ranks: rank 4 is outside 0..3 (world size 4)");
+  CHECK(refusal(h, "j", R"({"start_step":10})", &msg) == 409);
+  CHECK(msg == "start step 10 already passed: rank 0 is at step 10");
+  h.start(R"({"ranks":"1-2"})");
+  CHECK(refusal(h, "j", R"({"ranks":[2,3]})", &msg) == 409);
+  CHECK_THAT(msg, Catch::Matchers::Contains("already running on rank 2 of job j"));
+  // Disjoint ranks of the same job are fine.
+  h.start(R"({"ranks":[0,3]})");
+  CHECK(h.sent.size() == 4);
+}
+
+TEST_CASE("a trace capture sends one command per agent, collects files, merges aligned") {
+  Harness h;
+  auto cap = h.start(R"({"ranks":"0,2","steps":5,"history":4})");
+  CHECK(cap.state == "running");
+  CHECK(cap.startStep == 12);  // latest step 10 + 2
+  CHECK(cap.maxBytes == 64ull << 20);
+  CHECK(cap.deadlineNs > kStartNs + 30'000'000'000LL);
+  CHECK(cap.rankStatus.size() == 2);
+  CHECK(h.stored(cap.id).state == "running");
+  CHECK(h.rank(h.stored(cap.id), 0).state == "pending");
+  REQUIRE(h.sent.size() == 2);
+  std::map<std::string, wire::Command> byNode(h.sent.begin(), h.sent.end());
+  REQUIRE(byNode.count("n0") == 1);
+  const auto& c0 = byNode["n0"];
+  CHECK(c0.id() == cap.id);
+  CHECK(c0.job() == "j");
+  REQUIRE(c0.ranks_size() == 1);
+  CHECK(c0.ranks(0) == 0);
+  CHECK(c0.capture().capture_id() == cap.id);
+  CHECK(c0.capture().start_step() == 12);
+  CHECK(c0.capture().steps() == 5);
+  CHECK(c0.capture().history() == 4);
+  CHECK(c0.capture().max_bytes() == 64ull << 20);
+  CHECK(byNode["n1"].ranks(0) == 2);
+
+  const double trueUs = 1.7e15;
+  const std::string f0 = h.traceBytes(0, trueUs);
+  const std::string f2 = h.traceBytes(2, trueUs - 5000.0);  // n1's clock is 5 ms behind
+  h.manager->onCommandItem("n0", testing::statusOf(cap.id, 0, "recording", "steps 12..16"));
+  CHECK(h.rank(h.stored(cap.id), 0).state == "recording");
+  CHECK(h.rank(h.stored(cap.id), 0).detail == "steps 12..16");
+  h.upload(cap.id, 0, f0);
+  auto afterOne = h.stored(cap.id);
+  CHECK(h.rank(afterOne, 0).state == "done");
+  CHECK(h.rank(afterOne, 0).bytes == f0.size());
+  CHECK(h.rank(afterOne, 0).firstStep == 8);
+  CHECK(h.rank(afterOne, 0).lastStep == 14);
+  CHECK(afterOne.state == "running");
+  // A resend of chunks after done changes nothing.
+  for (const auto& c : testing::chunksOf(cap.id, 0, f0, 100)) h.manager->onCommandItem("n0", c);
+  CHECK(h.rank(h.stored(cap.id), 0).state == "done");
+
+  // Rank 2: every chunk arrives twice (agent resends); repeats are skipped.
+  h.manager->onCommandItem("n1", testing::statusOf(cap.id, 2, "uploading"));
+  auto chunks = testing::chunksOf(cap.id, 2, f2, 64);
+  REQUIRE(chunks.size() > 2);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    h.manager->onCommandItem("n1", chunks[i]);
+    if (i + 1 < chunks.size()) h.manager->onCommandItem("n1", chunks[i]);
+  }
+  CHECK(h.rank(h.stored(cap.id), 2).state == "done");
+  CHECK(h.manager->stats().chunksIgnored >= chunks.size() - 1);
+  auto onDisk = readFileBytes(h.manager->directory(cap.id) + "/rank-2.json.gz");
+  REQUIRE(onDisk);
+  CHECK(*onDisk == f2);
+
+  h.manager->tick(h.clock.nowNs());
+  auto done = h.stored(cap.id);
+  CHECK(done.state == "complete");
+  CHECK(done.summary == "2 of 2 ranks done");
+  REQUIRE(done.finishedNs.has_value());
+  REQUIRE(done.traceBytes.has_value());
+  CHECK(*done.traceBytes == fs::file_size(h.manager->directory(cap.id) + "/trace.json.gz"));
+  auto text = h.manager->readFile(cap.id, "trace.json.gz", false);
+  REQUIRE(text);
+  json trace = json::parse(*text);
+  CHECK(trace["trainscope"]["id"] == cap.id);
+  CHECK(trace["trainscope"]["state"] == "complete");
+  std::map<uint32_t, double> firstStepTs;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e.value("cat", "") == "step" && e["args"]["step"] == 8) firstStepTs[e["pid"]] = e["ts"];
+  }
+  REQUIRE(firstStepTs.size() == 2);
+  CHECK(firstStepTs[0] == Approx(firstStepTs[2]).epsilon(0).margin(0.01));
+  auto st = h.manager->stats();
+  CHECK(st.finished["complete"] == 1);
+  CHECK((st.started[{"trace", "request"}]) == 1);
+  CHECK(st.bytes == f0.size() + f2.size());
+  CHECK_THAT(captureMetricsText(st),
+             Catch::Matchers::Contains(
+                 "trainscope_captures_started_total{kind=\"trace\",trigger=\"request\"} 1"));
+}
+
+TEST_CASE("a chunk failing its checksum fails the rank; the capture ends partial") {
+  Harness h;
+  auto cap = h.start(R"({"ranks":[0,1]})");
+  h.upload(cap.id, 0, h.traceBytes(0, 1000.0));
+  auto chunks = testing::chunksOf(cap.id, 1, h.traceBytes(1, 1000.0), 100);
+  h.manager->onCommandItem("n0", chunks[0]);
+  auto bad = chunks[1];
+  bad.mutable_file_chunk()->set_crc32(bad.file_chunk().crc32() ^ 1u);
+  h.manager->onCommandItem("n0", bad);
+  auto row = h.stored(cap.id);
+  CHECK(h.rank(row, 1).state == "failed");
+  CHECK(h.rank(row, 1).detail == "chunk at offset 100 failed its checksum");
+  CHECK_FALSE(fs::exists(h.manager->directory(cap.id) + "/rank-1.json.gz.part"));
+  // Later chunks of a failed rank are ignored.
+  for (size_t i = 2; i < chunks.size(); ++i) h.manager->onCommandItem("n0", chunks[i]);
+  CHECK(h.rank(h.stored(cap.id), 1).state == "failed");
+  h.manager->tick(h.clock.nowNs());
+  row = h.stored(cap.id);
+  CHECK(row.state == "partial");
+  CHECK(row.summary == "1 of 2 ranks done, 1 failed");
+  CHECK(row.traceBytes.has_value());
+}
+
+TEST_CASE("a missing chunk or a wrong total fails the rank") {
+  Harness h;
+  auto cap = h.start(R"({"ranks":[0,1]})");
+  auto chunks = testing::chunksOf(cap.id, 0, h.traceBytes(0, 1.0), 100);
+  h.manager->onCommandItem("n0", chunks[0]);
+  h.manager->onCommandItem("n0", chunks[2]);
+  CHECK(h.rank(h.stored(cap.id), 0).detail ==
+        "chunk at offset 200 leaves a gap: the file has 100 bytes");
+  auto one = testing::chunksOf(cap.id, 1, "0123456789", 100);
+  one[0].mutable_file_chunk()->set_total_bytes(11);
+  h.manager->onCommandItem("n0", one[0]);
+  CHECK(h.rank(h.stored(cap.id), 1).detail == "file has 10 bytes, its last chunk said 11");
+  h.manager->tick(h.clock.nowNs());
+  CHECK(h.stored(cap.id).state == "failed");
+}
+
+TEST_CASE("a probe's failure, a goodbye before the last step and a dead process fail ranks") {
+  Harness h;
+  auto cap = h.start(R"({"ranks":"0-3"})");  // steps 12..16
+  h.manager->onCommandItem("n0", testing::statusOf(cap.id, 0, "failed", "a capture is already running"));
+  storage::WriteBatch b;
+  wire::RankGoodbye bye;
+  bye.set_job("j");
+  bye.set_rank(1);
+  bye.set_last_step(13);
+  b.goodbyes.push_back(bye);
+  wire::HostSample host;
+  host.set_node("n1");
+  auto* proc = host.add_procs();
+  proc->set_job("j");
+  proc->set_rank(2);
+  proc->set_pid(102);
+  proc->set_alive(false);
+  auto* other = host.add_procs();  // another job's rank 3 died: not ours
+  other->set_job("k");
+  other->set_rank(3);
+  other->set_alive(false);
+  b.hosts.push_back(host);
+  h.manager->onCommitted(b);
+  auto row = h.stored(cap.id);
+  CHECK(h.rank(row, 0).detail == "a capture is already running");
+  CHECK(h.rank(row, 1).state == "failed");
+  CHECK(h.rank(row, 1).detail == "rank exited at step 13 before the capture finished");
+  CHECK(h.rank(row, 2).state == "failed");
+  CHECK(h.rank(row, 2).detail == "the process of rank 2 (pid 102) is gone, reported by agent n1");
+  CHECK(h.rank(row, 3).state == "pending");
+  h.upload(cap.id, 3, h.traceBytes(3, 1.0));
+  h.manager->tick(h.clock.nowNs());
+  row = h.stored(cap.id);
+  CHECK(row.state == "partial");
+  CHECK(row.summary == "1 of 4 ranks done, 3 failed");
+}
+
+TEST_CASE("the deadline fails ranks still waiting; a capture with no file ends failed") {
+  Harness h;
+  auto cap = h.start(R"({"ranks":[0,2]})");
+  // Deadline: (12 + 5 - 10) steps x 100 ms median x 3 + 30 s.
+  CHECK(cap.deadlineNs == kStartNs + 7 * 100'000'000LL * 3 + 30'000'000'000LL);
+  h.manager->onCommandItem("n0", testing::statusOf(cap.id, 0, "recording"));
+  h.manager->tick(cap.deadlineNs - 1);
+  CHECK(h.stored(cap.id).state == "running");
+  h.clock.set(cap.deadlineNs);
+  h.manager->tick(cap.deadlineNs);
+  auto row = h.stored(cap.id);
+  CHECK(row.state == "failed");
+  CHECK(h.rank(row, 0).detail == "timed out in state recording");
+  CHECK(h.rank(row, 2).detail == "timed out in state pending");
+  CHECK_FALSE(row.traceBytes.has_value());
+  CHECK(h.manager->stats().finished.at("failed") == 1);
+  // Over: the same ranks may be captured again.
+  h.start(R"({"ranks":[0,2]})");
+}
+
+TEST_CASE("a stacks capture: 30 s deadline, stacks command, merged stacks document") {
+  Harness h;
+  auto cap = h.start(R"({"kind":"stacks","ranks":[1]})");
+  CHECK(cap.kind == "stacks");
+  CHECK(cap.deadlineNs == kStartNs + 30'000'000'000LL);
+  REQUIRE(h.sent.size() == 1);
+  CHECK(h.sent[0].second.has_stacks());
+  CHECK(h.sent[0].second.stacks().capture_id() == cap.id);
+  json doc = {{"trainscope", {{"kind", "stacks"}, {"rank", 1}}},
+              {"threads", json::array({{{"tid", 7}, {"name", "main"}}})}};
+  h.upload(cap.id, 1, testing::gzipJson(h.dir.sub("stk.json.gz"), doc));
+  h.manager->tick(h.clock.nowNs());
+  CHECK(h.stored(cap.id).state == "complete");
+  auto merged = json::parse(*h.manager->readFile(cap.id, "trace.json.gz", false));
+  CHECK(merged["kind"] == "stacks");
+  CHECK(merged["ranks"][0]["threads"][0]["tid"] == 7);
+}
+
+TEST_CASE("ranks on an agent that is not connected fail at once") {
+  Harness h;
+  h.offline.insert("n1");
+  auto cap = h.start(R"({"ranks":[0,2]})");
+  CHECK(h.rank(cap, 2).state == "failed");
+  CHECK(h.rank(cap, 2).detail == "node n1 has no connected agent");
+  CHECK(h.rank(cap, 0).state == "pending");
+  h.offline.insert("n0");
+  auto none = h.start(R"({"ranks":[1,3]})");
+  CHECK(none.state == "failed");  // nobody can answer: over at once
+  CHECK(h.stored(none.id).state == "failed");
+}
+
+TEST_CASE("captures left running by a previous collector fail; done ranks are still merged") {
+  Harness h;
+  auto cap = h.start(R"({"ranks":[0,1]})");
+  h.upload(cap.id, 0, h.traceBytes(0, 1.0));
+  CaptureManagerOptions o;
+  o.dir = h.dir.sub("captures");
+  CaptureManager restarted(o, *h.store, h.clock,
+                           [](const std::string&, const wire::Command&) { return Status::ok(); });
+  restarted.recover();
+  auto row = h.stored(cap.id);
+  CHECK(h.rank(row, 1).state == "failed");
+  CHECK(h.rank(row, 1).detail == "collector restarted during the capture");
+  restarted.tick(h.clock.nowNs());
+  row = h.stored(cap.id);
+  CHECK(row.state == "partial");
+  CHECK(row.traceBytes.has_value());
+}
+
+TEST_CASE("automatic captures: anomaly ranks plus a reference rank, stacks for hangs, rate limit") {
+  CaptureManagerOptions o;
+  o.autoIntervalNs = 600'000'000'000LL;
+  Harness h(o);
+  storage::AnomalyRow a;
+  a.id = "j/straggler/5/r2";
+  a.job = "j";
+  a.kind = "straggler";
+  a.ranks = {2};
+  auto id = h.manager->startForAnomaly(a);
+  REQUIRE(id);
+  auto row = h.stored(*id);
+  CHECK(row.ranks == std::vector<uint32_t>{0, 2});
+  CHECK(row.kind == "trace");
+  CHECK(row.steps == 3);
+  CHECK(row.history == 4);
+  CHECK(row.reason == "anomaly j/straggler/5/r2: straggler");
+  CHECK(row.anomalyId == a.id);
+  // Within the interval: none.
+  storage::AnomalyRow hang = a;
+  hang.id = "j/hang/9/r0";
+  hang.kind = "hang";
+  hang.ranks = {0, 1};
+  CHECK_FALSE(h.manager->startForAnomaly(hang));
+  CHECK(h.manager->stats().autoSkipped == 1);
+  h.clock.advance(600'000'000'001LL);
+  h.manager->tick(h.clock.nowNs());  // the first one times out; its ranks are free again
+  auto stacks = h.manager->startForAnomaly(hang);
+  REQUIRE(stacks);
+  row = h.stored(*stacks);
+  CHECK(row.kind == "stacks");
+  CHECK(row.ranks == std::vector<uint32_t>{0, 1, 2});
+  CHECK((h.manager->stats().started[{"stacks", "anomaly"}]) == 1);
+}
+
+TEST_CASE("automatic captures off: nothing starts") {
+  CaptureManagerOptions o;
+  o.autoIntervalNs = 0;
+  Harness h(o);
+  storage::AnomalyRow a;
+  a.id = "x";
+  a.job = "j";
+  a.kind = "straggler";
+  a.ranks = {1};
+  CHECK_FALSE(h.manager->startForAnomaly(a));
+  CHECK(h.sent.empty());
+}
+
+TEST_CASE("file reads refuse names outside the capture's directory") {
+  Harness h;
+  CHECK_FALSE(h.manager->readFile("../etc", "trace.json.gz", true));
+  CHECK_FALSE(h.manager->readFile("cap-1-abcd", "../../passwd", true));
+  CHECK_FALSE(h.manager->readFile("cap-1-abcd", "rank-x.json.gz", true));
+}

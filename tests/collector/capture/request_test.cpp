@@ -1,0 +1,110 @@
+// Capture request validation (docs/CAPTURE.md): every field's default, the rank spec forms and
+// every 400 the body itself can earn, each naming its field.
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "collector/capture/request.h"
+
+using namespace trainscope::capture;
+
+TEST_CASE("an empty body or {} takes every default") {
+  for (const char* body : {"", "  ", "{}"}) {
+    auto r = parseCaptureRequest(body);
+    REQUIRE(r);
+    CHECK(r->ranks.all);
+    CHECK(r->steps == 5);
+    CHECK_FALSE(r->startStep.has_value());
+    CHECK(r->history == 4);
+    CHECK_FALSE(r->maxBytes.has_value());
+    CHECK(r->reason == "on request");
+    CHECK(r->kind == "trace");
+  }
+}
+
+TEST_CASE("every field is read") {
+  auto r = parseCaptureRequest(
+      R"({"ranks":"0,3,5-7","steps":3,"start_step":120,"history":2,"max_bytes":1000,)"
+      R"("reason":"slow","kind":"stacks"})");
+  REQUIRE(r);
+  CHECK_FALSE(r->ranks.all);
+  CHECK(r->ranks.ranks == std::vector<uint32_t>{0, 3, 5, 6, 7});
+  CHECK(r->steps == 3);
+  CHECK(*r->startStep == 120);
+  CHECK(r->history == 2);
+  CHECK(*r->maxBytes == 1000);
+  CHECK(r->reason == "slow");
+  CHECK(r->kind == "stacks");
+}
+
+TEST_CASE("ranks as a list, as \"all\", duplicates folded") {
+  auto list = parseCaptureRequest(R"({"ranks":[5,0,5]})");
+  REQUIRE(list);
+  CHECK(list->ranks.ranks == std::vector<uint32_t>{0, 5});
+  auto all = parseCaptureRequest(R"({"ranks":"all"})");
+  REQUIRE(all);
+  CHECK(all->ranks.all);
+  auto spec = parseRankSpec("7, 1-2,1");
+  REQUIRE(spec);
+  CHECK(spec->ranks == std::vector<uint32_t>{1, 2, 7});
+}
+
+TEST_CASE("bad bodies are refused with a message naming the field") {
+  struct Case {
+    const char* body;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"[1,2]", "body: expected a JSON object"},
+      {"nonsense", "body: not valid JSON"},
+      {R"("x")", "body: expected a JSON object"},
+      {R"({"steps":0})", "steps: must be at least 1"},
+      {R"({"steps":1001})", "steps: must be at most 1000"},
+      {R"({"steps":-1})", "steps: expected a non-negative integer"},
+      {R"({"steps":"3"})", "steps: expected a non-negative integer"},
+      {R"({"history":1001})", "history: must be at most 1000"},
+      {R"({"start_step":-5})", "start_step: must be >= 0"},
+      {R"({"start_step":1.5})", "start_step: expected an integer"},
+      {R"({"max_bytes":0})", "max_bytes: must be at least 1"},
+      {R"({"kind":"perf"})", "kind: must be \"trace\" or \"stacks\""},
+      {R"({"reason":7})", "reason: expected a string"},
+      {R"({"ranks":"1-x"})", "ranks: 'x' in '1-x' is not a rank number"},
+      {R"({"ranks":"5-2"})", "ranks: range '5-2' ends before it starts"},
+      {R"({"ranks":"1,,2"})", "ranks: '' in '1,,2' is not a rank number"},
+      {R"({"ranks":""})", "ranks: empty"},
+      {R"({"ranks":[1,-2]})", "ranks: list entries must be non-negative integers"},
+      {R"({"ranks":[]})", "ranks: the list is empty"},
+      {R"({"ranks":3})", "ranks: expected \"all\""},
+      {R"({"ranks":"0-4000000000"})", "ranks: '0-4000000000' names too many ranks"},
+      {R"({"job":"x"})", "unknown field 'job'"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.body);
+    auto r = parseCaptureRequest(c.body);
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.message(), Catch::Matchers::StartsWith(c.message));
+  }
+}
+
+TEST_CASE("resolving ranks against the world size") {
+  auto all = resolveRanks(RankSpec{}, 4, {});
+  REQUIRE(all);
+  CHECK(*all == std::vector<uint32_t>{0, 1, 2, 3});
+  RankSpec some{false, {1, 3}};
+  CHECK(*resolveRanks(some, 4, {}) == std::vector<uint32_t>{1, 3});
+  RankSpec outside{false, {1, 4}};
+  auto bad = resolveRanks(outside, 4, {});
+  REQUIRE_FALSE(bad);
+  CHECK(bad.message() == "ranks: rank 4 is outside 0..3 (world size 4)");
+  // Unknown world size: "all" is the ranks seen, a named rank must be one of them.
+  CHECK(*resolveRanks(RankSpec{}, 0, {2, 0}) == std::vector<uint32_t>{0, 2});
+  CHECK_FALSE(resolveRanks(RankSpec{false, {1}}, 0, {2, 0}));
+  CHECK_FALSE(resolveRanks(RankSpec{}, 0, {}));
+}
+
+TEST_CASE("capture ids are cap-<unix ms>-<4 hex>") {
+  const std::string id = newCaptureId(1'700'000'000'123'456'789);
+  REQUIRE(id.size() == std::string("cap-1700000000123-abcd").size());
+  CHECK(id.rfind("cap-1700000000123-", 0) == 0);
+  CHECK(id.substr(18).find_first_not_of("0123456789abcdef") == std::string::npos);
+}

@@ -1,0 +1,199 @@
+// The captures table: every field round-trips (rank status included), a stored id is replaced,
+// per-job reads come newest first, since-updated reads oldest update first, bad rows are
+// refused naming the field, and a version-3 database (anomalies, no captures) migrates to the
+// current version keeping its anomalies.
+#include <sqlite3.h>
+
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "collector/storage/sqlite_store.h"
+#include "tests/agent/temp_dir.h"
+
+using namespace trainscope::storage;
+
+namespace {
+
+using trainscope::agent::testing::TempDir;
+
+std::unique_ptr<Store> openAt(const std::string& path) {
+  SqliteOptions o;
+  o.path = path;
+  auto s = openSqliteStore(o);
+  REQUIRE(s);
+  return std::move(s.value());
+}
+
+CaptureRow row(const std::string& id, const std::string& job, int64_t createdNs,
+               int64_t updatedNs) {
+  CaptureRow c;
+  c.id = id;
+  c.job = job;
+  c.kind = "trace";
+  c.state = "running";
+  c.reason = "on request";
+  c.ranks = {0, 5};
+  c.startStep = 120;
+  c.steps = 3;
+  c.history = 2;
+  c.maxBytes = 67108864;
+  c.createdNs = createdNs;
+  c.updatedNs = updatedNs;
+  c.deadlineNs = createdNs + 1000;
+  c.summary = "0 of 2 ranks done";
+  CaptureRankRow r0;
+  r0.rank = 0;
+  r0.node = "n0";
+  r0.state = "uploading";
+  r0.detail = "steps 120..122, history from 118";
+  r0.bytes = 0;
+  r0.truncated = true;
+  r0.firstStep = 118;
+  r0.lastStep = 122;
+  r0.updatedNs = updatedNs;
+  CaptureRankRow r5;
+  r5.rank = 5;
+  r5.node = "n1";
+  c.rankStatus = {r0, r5};
+  return c;
+}
+
+int userVersion(const std::string& path) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  sqlite3_stmt* s = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_step(s) == SQLITE_ROW);
+  int v = sqlite3_column_int(s, 0);
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("a capture round-trips every field") {
+  auto store = openAt(":memory:");
+  auto c = row("cap-1-aaaa", "j", 1000, 1000);
+  c.anomalyId = "j/straggler/100/r5";
+  REQUIRE(store->writeCapture(c));
+  auto got = store->capture("cap-1-aaaa");
+  REQUIRE(got);
+  REQUIRE(got->has_value());
+  const auto& g = **got;
+  CHECK(g.id == "cap-1-aaaa");
+  CHECK(g.job == "j");
+  CHECK(g.kind == "trace");
+  CHECK(g.state == "running");
+  CHECK(g.reason == "on request");
+  CHECK(g.anomalyId == std::optional<std::string>("j/straggler/100/r5"));
+  CHECK(g.ranks == std::vector<uint32_t>{0, 5});
+  CHECK(g.startStep == 120);
+  CHECK(g.steps == 3);
+  CHECK(g.history == 2);
+  CHECK(g.maxBytes == 67108864);
+  CHECK(g.createdNs == 1000);
+  CHECK(g.updatedNs == 1000);
+  CHECK_FALSE(g.finishedNs.has_value());
+  CHECK(g.deadlineNs == 2000);
+  CHECK_FALSE(g.traceBytes.has_value());
+  CHECK(g.summary == "0 of 2 ranks done");
+  REQUIRE(g.rankStatus.size() == 2);
+  CHECK(g.rankStatus[0].rank == 0);
+  CHECK(g.rankStatus[0].node == "n0");
+  CHECK(g.rankStatus[0].state == "uploading");
+  CHECK(g.rankStatus[0].detail == "steps 120..122, history from 118");
+  CHECK(g.rankStatus[0].truncated);
+  CHECK(g.rankStatus[0].firstStep == 118);
+  CHECK(g.rankStatus[0].lastStep == 122);
+  CHECK(g.rankStatus[0].updatedNs == 1000);
+  CHECK(g.rankStatus[1].state == "pending");
+  CHECK(g.rankStatus[1].firstStep == -1);
+  CHECK_FALSE(store->capture("cap-unknown")->has_value());
+}
+
+TEST_CASE("writing a stored id replaces it; reads by job and by update time are ordered") {
+  auto store = openAt(":memory:");
+  REQUIRE(store->writeCapture(row("cap-a", "j", 1000, 1000)));
+  REQUIRE(store->writeCapture(row("cap-b", "j", 2000, 2000)));
+  REQUIRE(store->writeCapture(row("cap-c", "k", 1500, 1500)));
+  auto done = row("cap-a", "j", 1000, 3000);
+  done.state = "complete";
+  done.finishedNs = 2900;
+  done.traceBytes = 4096;
+  done.rankStatus[0].state = "done";
+  done.rankStatus[0].bytes = 12345;
+  REQUIRE(store->writeCapture(done));
+  auto a = **store->capture("cap-a");
+  CHECK(a.state == "complete");
+  CHECK(a.finishedNs == std::optional<int64_t>(2900));
+  CHECK(a.traceBytes == std::optional<uint64_t>(4096));
+  CHECK(a.rankStatus[0].bytes == 12345);
+  auto j = store->captures("j");
+  REQUIRE(j);
+  REQUIRE(j->size() == 2);
+  CHECK((*j)[0].id == "cap-b");  // newest first
+  CHECK((*j)[1].id == "cap-a");
+  CHECK(store->captures("none")->empty());
+  auto since = store->capturesSince(1500);
+  REQUIRE(since);
+  REQUIRE(since->size() == 3);
+  CHECK((*since)[0].id == "cap-c");
+  CHECK((*since)[1].id == "cap-b");
+  CHECK((*since)[2].id == "cap-a");
+  CHECK(store->capturesSince(3001)->empty());
+}
+
+TEST_CASE("bad capture rows are refused naming the field") {
+  auto store = openAt(":memory:");
+  auto noId = row("", "j", 1, 1);
+  CHECK(store->writeCapture(noId).message() == "storage: capture without id");
+  auto badKind = row("cap-x", "j", 1, 1);
+  badKind.kind = "perf";
+  CHECK(store->writeCapture(badKind).message() ==
+        "storage: capture cap-x: kind must be trace or stacks, got 'perf'");
+  auto badState = row("cap-x", "j", 1, 1);
+  badState.state = "done";
+  CHECK_FALSE(store->writeCapture(badState));
+  CHECK_FALSE(store->capture("cap-x")->has_value());
+}
+
+TEST_CASE("a version-3 database gains the captures table and keeps its anomalies") {
+  TempDir dir;
+  const std::string path = dir.sub("v3.db");
+  {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    std::string sql = "BEGIN;";
+    for (const auto& m : migrations()) {
+      if (m.version <= 3) sql += m.sql;
+    }
+    sql += "PRAGMA user_version = 3;"
+           "INSERT INTO anomalies(id, job, kind, detected_ns, updated_ns, capture_id)"
+           " VALUES('j/hang/5/r1', 'j', 'hang', 10, 10, NULL); COMMIT;";
+    char* err = nullptr;
+    REQUIRE(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err) == SQLITE_OK);
+    sqlite3_close(db);
+  }
+  REQUIRE(userVersion(path) == 3);
+  {
+    auto store = openAt(path);
+    CHECK(userVersion(path) == currentSchemaVersion());
+    CHECK(currentSchemaVersion() >= 4);
+    auto anomalies = store->anomalies("j");
+    REQUIRE(anomalies);
+    REQUIRE(anomalies->size() == 1);
+    CHECK(anomalies->front().kind == "hang");
+    REQUIRE(store->writeCapture(row("cap-1", "j", 5, 5)));
+    // The anomaly gets its capture id; a later write without one keeps it.
+    auto a = anomalies->front();
+    a.captureId = "cap-1";
+    REQUIRE(store->writeAnomalies({a}));
+    a.captureId.reset();
+    REQUIRE(store->writeAnomalies({a}));
+  }
+  auto reopened = openAt(path);
+  CHECK(reopened->capture("cap-1")->has_value());
+  CHECK(reopened->anomalies("j")->front().captureId == std::optional<std::string>("cap-1"));
+}
