@@ -1,0 +1,72 @@
+// The detect runner's automatic-capture hook: each newly opened anomaly is handed to onOpened
+// once, and the capture id it returns is stored on the anomaly; resolutions and later steps do
+// not call it again.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "collector/pipeline.h"
+#include "collector/storage/store.h"
+#include "common/clock.h"
+#include "tests/collector/detect/synth.h"
+
+using trainscope::ManualClock;
+using trainscope::collector::DetectPipeline;
+using trainscope::collector::PipelineOptions;
+using trainscope::detect::test::SynthJob;
+namespace storage = trainscope::storage;
+namespace wire = trainscope::wire;
+
+TEST_CASE("pipeline: a new anomaly gets the capture id onOpened returns, once") {
+  storage::SqliteOptions so;
+  so.path = ":memory:";
+  auto opened = storage::openSqliteStore(so);
+  REQUIRE(opened);
+  auto& store = *opened.value();
+  constexpr int64_t kSec = 1'000'000'000;
+  ManualClock clock(1000 * kSec);
+  std::vector<storage::AnomalyRow> handed;
+  PipelineOptions po;
+  po.onOpened = [&](const storage::AnomalyRow& row) -> std::optional<std::string> {
+    handed.push_back(row);
+    return "cap-" + std::to_string(handed.size());
+  };
+  DetectPipeline pipeline(po, store, clock);
+  SynthJob job;
+  job.computeFactor = [](int64_t s, uint32_t r) { return s >= 60 && r == 5 ? 1.5 : 1.0; };
+  storage::WriteBatch reg;
+  for (uint32_t r = 0; r < job.world; ++r) {
+    wire::RankInfo info;
+    info.set_job(job.job);
+    info.set_rank(r);
+    info.set_world_size(job.world);
+    info.set_node(job.nodeOf(r));
+    reg.ranks.push_back(info);
+  }
+  pipeline.onCommitted(reg);
+  for (int64_t s = 0; s < 150; ++s) {
+    clock.advance(kSec / 10);
+    storage::WriteBatch b;
+    b.steps = job.step(s);
+    b.receivedNs = clock.nowNs();
+    pipeline.onCommitted(b);
+  }
+  REQUIRE_FALSE(handed.empty());
+  CHECK(handed.front().state == "open");
+  CHECK(pipeline.stats().capturesStarted == handed.size());
+  auto rows = store.anomalies(job.job);
+  REQUIRE(rows);
+  REQUIRE(rows->size() == handed.size());  // one call per anomaly, none for updates
+  for (size_t i = 0; i < handed.size(); ++i) {
+    bool found = false;
+    for (const auto& r : *rows) {
+      if (r.id == handed[i].id) {
+        found = true;
+        CHECK(r.captureId == std::optional<std::string>("cap-" + std::to_string(i + 1)));
+      }
+    }
+    CHECK(found);
+  }
+}
