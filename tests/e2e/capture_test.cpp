@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -186,6 +187,27 @@ std::set<uint32_t> rankSet(const json& list) {
   if (!list.is_array()) return out;
   for (const auto& r : list) out.insert(r.get<uint32_t>());
   return out;
+}
+
+// Waits for an anomaly of `kind` in `job` (naming `rank`, when given) that links a capture;
+// true with it in *out.
+bool waitAnomalyWithCapture(uint16_t port, const std::string& job, const std::string& kind,
+                            std::optional<uint32_t> rank, std::chrono::milliseconds timeout,
+                            json* out) {
+  return waitFor(
+      [&] {
+        json list = getJson(port, "/api/v1/jobs/" + urlEncode(job) + "/anomalies");
+        if (!list.is_object()) return false;
+        for (const auto& an : list["anomalies"]) {
+          if (an.value("kind", "") == kind && (!rank || rankSet(an["ranks"]).count(*rank) == 1) &&
+              an.contains("capture_id") && an["capture_id"].is_string()) {
+            *out = an;
+            return true;
+          }
+        }
+        return false;
+      },
+      timeout, 250ms);
 }
 
 // Checks a merged trace against the capture: exactly `ranks` (process_name "rank R (nodeX)"),
@@ -430,20 +452,8 @@ TEST_CASE("e2e: captures end to end: requested, automatic, rank killed, hang sta
     // (b) The straggler's anomaly names an automatic capture of rank 3 and a healthy rank.
     {
       json anomaly;
-      const bool linked = waitFor(
-          [&] {
-            json list = getJson(httpB, "/api/v1/jobs/cap-straggler/anomalies");
-            if (!list.is_object()) return false;
-            for (const auto& an : list["anomalies"]) {
-              if (an.value("kind", "") == "straggler" && rankSet(an["ranks"]).count(3) == 1 &&
-                  an.contains("capture_id") && an["capture_id"].is_string()) {
-                anomaly = an;
-                return true;
-              }
-            }
-            return false;
-          },
-          25s, 250ms);
+      const bool linked = waitAnomalyWithCapture(httpB, "cap-straggler", "straggler", 3, 25s,
+                                                 &anomaly);
       INFO("anomalies: " << getJson(httpB, "/api/v1/jobs/cap-straggler/anomalies").dump()
                          << "\ncollector log:\n"
                          << b.collector->logTail(3000));
@@ -469,20 +479,8 @@ TEST_CASE("e2e: captures end to end: requested, automatic, rank killed, hang sta
     // every thread it has, one of them waiting in simulatedCollectiveWait.
     {
       json anomaly;
-      const bool linked = waitFor(
-          [&] {
-            json list = getJson(httpB, "/api/v1/jobs/cap-hang/anomalies");
-            if (!list.is_object()) return false;
-            for (const auto& an : list["anomalies"]) {
-              if (an.value("kind", "") == "hang" && an.contains("capture_id") &&
-                  an["capture_id"].is_string()) {
-                anomaly = an;
-                return true;
-              }
-            }
-            return false;
-          },
-          20s, 250ms);
+      const bool linked = waitAnomalyWithCapture(httpB, "cap-hang", "hang", std::nullopt, 20s,
+                                                 &anomaly);
       INFO("anomalies: " << getJson(httpB, "/api/v1/jobs/cap-hang/anomalies").dump()
                          << "\ncollector log:\n"
                          << b.collector->logTail(3000));

@@ -14,6 +14,7 @@
 
 #include "collector/http/server.h"
 #include "tests/collector/http/fake_store.h"
+#include "tests/tools/cli_run.h"
 #include "tools/cli/cli.h"
 
 using nlohmann::json;
@@ -22,21 +23,8 @@ namespace storage = trainscope::storage;
 
 namespace {
 
-struct Run {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-Run cli(std::vector<std::string> args) {
-  std::ostringstream out;
-  std::ostringstream err;
-  Run r;
-  r.code = runCli(args, out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
-}
+using trainscope::cli::testing::cli;
+using trainscope::cli::testing::Run;
 
 struct Collector {
   Collector() {

@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tests/tools/cli_run.h"
 #include "tools/cli/cli.h"
 
 using nlohmann::json;
@@ -126,21 +127,8 @@ class FakeApi {
   std::vector<Request> requests_;
 };
 
-struct Run {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-Run cli(std::vector<std::string> args) {
-  std::ostringstream out;
-  std::ostringstream err;
-  Run r;
-  r.code = runCli(args, out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
-}
+using trainscope::cli::testing::cli;
+using trainscope::cli::testing::Run;
 
 json rankStatus(uint32_t rank, const std::string& state, const std::string& detail = "",
                 uint64_t bytes = 0) {
@@ -210,6 +198,16 @@ TEST_CASE("cli capture: rank lists parse ranges and name the bad item", "[cli]")
   CHECK_FALSE(parseRankList("-3").isOk());
   CHECK(formatRankList({0, 1, 2, 3, 5, 7, 8}) == "0-3,5,7,8");
   CHECK(formatRankList({}) == "-");
+}
+
+TEST_CASE("cli capture: gzip round trip; a cut or foreign file is refused", "[cli]") {
+  const std::string text(100000, 'x');
+  auto gz = gzipCompress(text);
+  REQUIRE(gz.isOk());
+  CHECK(gz->size() < 1000);
+  CHECK(*gunzip(*gz) == text);
+  CHECK_THAT(gunzip(gz->substr(0, gz->size() / 2)).message(), Catch::Contains("not valid gzip"));
+  CHECK_FALSE(gunzip("{\"plain\": 1}").isOk());
 }
 
 TEST_CASE("cli capture: the request body carries only the fields given", "[cli]") {

@@ -12,6 +12,7 @@
 #include "collector/http/server.h"
 #include "common/clock.h"
 #include "tests/collector/http/fake_store.h"
+#include "tests/tools/cli_run.h"
 
 using nlohmann::json;
 using namespace trainscope::cli;
@@ -22,21 +23,8 @@ namespace {
 constexpr int64_t kSec = 1'000'000'000;
 constexpr int64_t kMs = 1'000'000;
 
-struct Run {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-Run cli(std::vector<std::string> args) {
-  std::ostringstream out;
-  std::ostringstream err;
-  Run r;
-  r.code = runCli(args, out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
-}
+using trainscope::cli::testing::cli;
+using trainscope::cli::testing::Run;
 
 // A port nothing listens on: bind one, then close it.
 uint16_t deadPort() {

@@ -368,26 +368,35 @@ void renderStacks(const json& merged, std::ostream& out) {
   }
 }
 
-Result<std::string> gunzip(const std::string& data) {
-  z_stream zs{};
-  if (inflateInit2(&zs, 15 + 32) != Z_OK) return Result<std::string>::error("inflateInit2 failed");
+namespace {
+
+// Feeds all of `data` to `zs` and calls `step` (inflate or deflate) until it stops returning
+// Z_OK, collecting the output; returns zlib's last code (Z_STREAM_END when the stream ended).
+template <typename Step>
+int pumpZlib(z_stream& zs, const std::string& data, std::string* out, Step step) {
   zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
   zs.avail_in = static_cast<uInt>(data.size());
-  std::string out;
   char buf[1 << 16];
   int rc = Z_OK;
   do {
     zs.next_out = reinterpret_cast<Bytef*>(buf);
     zs.avail_out = sizeof buf;
-    rc = inflate(&zs, Z_NO_FLUSH);
-    if (rc != Z_OK && rc != Z_STREAM_END) {
-      inflateEnd(&zs);
-      return Result<std::string>::error(std::string("not valid gzip: ") +
-                                        (zs.msg ? zs.msg : "truncated"));
-    }
-    out.append(buf, sizeof buf - zs.avail_out);
-  } while (rc != Z_STREAM_END);
+    rc = step();
+    out->append(buf, sizeof buf - zs.avail_out);
+  } while (rc == Z_OK);
+  return rc;
+}
+
+}  // namespace
+
+Result<std::string> gunzip(const std::string& data) {
+  z_stream zs{};
+  if (inflateInit2(&zs, 15 + 32) != Z_OK) return Result<std::string>::error("inflateInit2 failed");
+  std::string out;
+  const int rc = pumpZlib(zs, data, &out, [&zs] { return inflate(&zs, Z_NO_FLUSH); });
+  const std::string why = zs.msg ? zs.msg : "truncated";
   inflateEnd(&zs);
+  if (rc != Z_STREAM_END) return Result<std::string>::error("not valid gzip: " + why);
   return out;
 }
 
@@ -397,17 +406,8 @@ Result<std::string> gzipCompress(const std::string& data) {
       Z_OK) {
     return Result<std::string>::error("deflateInit2 failed");
   }
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  zs.avail_in = static_cast<uInt>(data.size());
   std::string out;
-  char buf[1 << 16];
-  int rc = Z_OK;
-  do {
-    zs.next_out = reinterpret_cast<Bytef*>(buf);
-    zs.avail_out = sizeof buf;
-    rc = deflate(&zs, Z_FINISH);
-    out.append(buf, sizeof buf - zs.avail_out);
-  } while (rc == Z_OK);
+  const int rc = pumpZlib(zs, data, &out, [&zs] { return deflate(&zs, Z_FINISH); });
   deflateEnd(&zs);
   if (rc != Z_STREAM_END) return Result<std::string>::error("gzip compression failed");
   return out;
