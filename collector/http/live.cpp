@@ -1,5 +1,10 @@
 #include "collector/http/live.h"
 
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "collector/http/api.h"
@@ -8,6 +13,34 @@ namespace trainscope::http {
 
 using nlohmann::json;
 
+namespace {
+
+// Rows written at or after *seenNs (the store's ">=" query), less those already sent at exactly
+// *seenNs (kept in *atEdge); advances both. Rows have `id` and `updatedNs`.
+template <typename Row>
+std::vector<const Row*> unsentSince(const std::vector<Row>& rows, int64_t* seenNs,
+                                    std::map<std::string, int64_t>* atEdge) {
+  int64_t newest = *seenNs;
+  for (const auto& r : rows) newest = std::max(newest, r.updatedNs);
+  std::map<std::string, int64_t> edge;
+  std::vector<const Row*> out;
+  for (const auto& r : rows) {
+    auto it = atEdge->find(r.id);
+    bool sent = r.updatedNs == *seenNs && it != atEdge->end() && it->second == r.updatedNs;
+    if (r.updatedNs == newest) edge[r.id] = r.updatedNs;
+    if (!sent) out.push_back(&r);
+  }
+  if (newest != *seenNs) {
+    *atEdge = std::move(edge);
+  } else {
+    atEdge->insert(edge.begin(), edge.end());
+  }
+  *seenNs = newest;
+  return out;
+}
+
+}  // namespace
+
 LiveFeed::LiveFeed(storage::Store& store, const Clock& clock) : store_(store), clock_(clock) {}
 
 void LiveFeed::reset() {
@@ -15,6 +48,8 @@ void LiveFeed::reset() {
   nodesSeenNs_.clear();
   anomaliesSeenNs_ = 0;
   anomaliesAtEdge_.clear();
+  capturesSeenNs_ = 0;
+  capturesAtEdge_.clear();
 }
 
 Result<std::string> LiveFeed::snapshot() {
@@ -36,14 +71,22 @@ Result<std::string> LiveFeed::snapshot() {
       j["anomalies"].push_back(anomalyJson((*anomalies)[i]));
     }
   }
+  j["captures"] = json::array();
+  if (auto captures = store_.capturesSince(0)) {
+    size_t first = captures->size() > kLiveMaxCaptures ? captures->size() - kLiveMaxCaptures : 0;
+    for (size_t i = first; i < captures->size(); ++i) {
+      j["captures"].push_back(captureJson((*captures)[i]));
+    }
+  }
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-Result<std::string> LiveFeed::poll() {
+Result<std::vector<std::string>> LiveFeed::poll() {
+  using R = Result<std::vector<std::string>>;
   auto jobs = store_.jobs();
-  if (!jobs) return Result<std::string>::error("live poll: " + jobs.message());
+  if (!jobs) return R::error("live poll: " + jobs.message());
   auto nodes = store_.nodes();
-  if (!nodes) return Result<std::string>::error("live poll: " + nodes.message());
+  if (!nodes) return R::error("live poll: " + nodes.message());
   int64_t now = clock_.nowNs();
   json changedJobs = json::array();
   json summaries = json::object();
@@ -71,7 +114,7 @@ Result<std::string> LiveFeed::poll() {
       q.fromStep = from;
       q.limit = kLiveMaxSummaryRows;
       auto rows = store_.summary(q);
-      if (!rows) return Result<std::string>::error("live poll: " + rows.message());
+      if (!rows) return R::error("live poll: " + rows.message());
       json list = json::array();
       for (const auto& s : *rows) list.push_back(summaryJson(s));
       summaries[row.job] = std::move(list);
@@ -87,33 +130,28 @@ Result<std::string> LiveFeed::poll() {
   }
   json changedAnomalies = json::array();
   if (auto anomalies = store_.anomaliesSince(anomaliesSeenNs_)) {
-    int64_t newest = anomaliesSeenNs_;
-    for (const auto& a : *anomalies) newest = std::max(newest, a.updatedNs);
-    std::map<std::string, int64_t> atEdge;
-    for (const auto& a : *anomalies) {
-      auto it = anomaliesAtEdge_.find(a.id);
-      bool sent = a.updatedNs == anomaliesSeenNs_ && it != anomaliesAtEdge_.end() &&
-                  it->second == a.updatedNs;
-      if (a.updatedNs == newest) atEdge[a.id] = a.updatedNs;
-      if (!sent) changedAnomalies.push_back(anomalyJson(a));
+    for (const auto* a : unsentSince(*anomalies, &anomaliesSeenNs_, &anomaliesAtEdge_)) {
+      changedAnomalies.push_back(anomalyJson(*a));
     }
-    if (newest != anomaliesSeenNs_) {
-      anomaliesAtEdge_ = std::move(atEdge);
-    } else {
-      anomaliesAtEdge_.insert(atEdge.begin(), atEdge.end());
+  }
+  std::vector<std::string> out;
+  if (!changedJobs.empty() || !changedNodes.empty() || !changedAnomalies.empty()) {
+    json j = {{"type", "delta"},
+              {"time_ns", now},
+              {"jobs", std::move(changedJobs)},
+              {"summary", std::move(summaries)},
+              {"nodes", std::move(changedNodes)},
+              {"anomalies", std::move(changedAnomalies)}};
+    out.push_back(j.dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  // A store without capture support refuses; the feed then carries none.
+  if (auto captures = store_.capturesSince(capturesSeenNs_)) {
+    for (const auto* c : unsentSince(*captures, &capturesSeenNs_, &capturesAtEdge_)) {
+      json j = {{"type", "capture"}, {"capture", captureJson(*c)}};
+      out.push_back(j.dump(-1, ' ', false, json::error_handler_t::replace));
     }
-    anomaliesSeenNs_ = newest;
   }
-  if (changedJobs.empty() && changedNodes.empty() && changedAnomalies.empty()) {
-    return std::string();
-  }
-  json j = {{"type", "delta"},
-            {"time_ns", now},
-            {"jobs", std::move(changedJobs)},
-            {"summary", std::move(summaries)},
-            {"nodes", std::move(changedNodes)},
-            {"anomalies", std::move(changedAnomalies)}};
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return out;
 }
 
 }  // namespace trainscope::http

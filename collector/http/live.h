@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "collector/storage/store.h"
 #include "common/clock.h"
@@ -18,21 +19,26 @@ namespace trainscope::http {
 inline constexpr size_t kLiveMaxSummaryRows = 5000;
 // Anomalies a snapshot carries at most (the newest); the REST API has them all.
 inline constexpr size_t kLiveMaxAnomalies = 2000;
+// Captures a snapshot carries at most (the most recently updated).
+inline constexpr size_t kLiveMaxCaptures = 500;
 
 class LiveFeed {
  public:
   // `store` and `clock` must outlive the feed.
   LiveFeed(storage::Store& store, const Clock& clock);
 
-  // {"type":"snapshot","time_ns":T,"jobs":[job...],"nodes":[node...],"anomalies":[...]} in the
-  // API's shapes (anomalies: the newest kLiveMaxAnomalies; [] when the store keeps none).
+  // {"type":"snapshot","time_ns":T,"jobs":[job...],"nodes":[node...],"anomalies":[...],
+  // "captures":[...]} in the API's shapes (anomalies: the newest kLiveMaxAnomalies, captures:
+  // the kLiveMaxCaptures most recently updated; [] when the store keeps none).
   Result<std::string> snapshot();
 
-  // {"type":"delta","time_ns":T,"jobs":[changed jobs],"summary":{job:[summary rows of new
-  // steps]},"nodes":[nodes heard from since],"anomalies":[opened/updated since]} or "" when
-  // nothing changed since the previous
-  // poll(). The first poll() after construction (or reset()) compares with an empty store.
-  Result<std::string> poll();
+  // The messages for what changed since the previous poll(), in order: {"type":"delta",
+  // "time_ns":T,"jobs":[changed jobs],"summary":{job:[summary rows of new steps]},"nodes":[nodes
+  // heard from since],"anomalies":[opened/updated since]} when any of those changed, then one
+  // {"type":"capture","capture":{capture JSON}} per capture written since (docs/CAPTURE.md).
+  // Empty when nothing changed. The first poll() after construction (or reset()) compares with
+  // an empty store.
+  Result<std::vector<std::string>> poll();
 
   // Forgets what the previous poll saw (the next poll compares with an empty store).
   void reset();
@@ -54,6 +60,9 @@ class LiveFeed {
   int64_t anomaliesSeenNs_ = 0;
   // (id, updated_ns) sent at exactly anomaliesSeenNs_, so the ">=" query does not resend them.
   std::map<std::string, int64_t> anomaliesAtEdge_;
+  // The same for captures.
+  int64_t capturesSeenNs_ = 0;
+  std::map<std::string, int64_t> capturesAtEdge_;
 };
 
 }  // namespace trainscope::http

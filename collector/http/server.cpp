@@ -498,12 +498,14 @@ void liveTick(ServerCore& core) {
     core.liveTicking = false;
     return;
   }
-  auto delta = core.feed.poll();
-  if (!delta) {
-    core.liveLog.log(LogLevel::kWarn, "http", delta.message());
-  } else if (!delta->empty()) {
-    auto message = std::make_shared<const std::string>(std::move(*delta));
-    for (auto& s : clients) s->send(message);
+  auto messages = core.feed.poll();
+  if (!messages) {
+    core.liveLog.log(LogLevel::kWarn, "http", messages.message());
+  } else {
+    for (auto& text : *messages) {
+      auto message = std::make_shared<const std::string>(std::move(text));
+      for (auto& s : clients) s->send(message);
+    }
   }
   armLiveTimer(core, std::max(10, core.options.liveIntervalMs));
 }

@@ -121,16 +121,22 @@ std::optional<json> readUntil(WsClient& c, const std::function<bool(const json&)
   return std::nullopt;
 }
 
-}  // namespace
-
-TEST_CASE("live: snapshot on connect, delta after a write, snapshot again after restart",
-          "[http][live]") {
+// An in-memory SQLite store holding steps 0..2 of two ranks.
+std::unique_ptr<storage::Store> storeWithSteps() {
   storage::SqliteOptions so;
   so.path = ":memory:";
   auto opened = storage::openSqliteStore(so);
   REQUIRE(opened.isOk());
-  storage::Store& store = **opened;
-  REQUIRE(store.write(steps(0, 2)).isOk());
+  REQUIRE((*opened)->write(steps(0, 2)).isOk());
+  return std::move(*opened);
+}
+
+}  // namespace
+
+TEST_CASE("live: snapshot on connect, delta after a write, snapshot again after restart",
+          "[http][live]") {
+  auto opened = storeWithSteps();
+  storage::Store& store = *opened;
 
   HttpOptions o;
   o.port = 0;
@@ -256,4 +262,68 @@ TEST_CASE("token file: first line trimmed; empty, unreadable or spaced tokens na
   auto missing = trainscope::http::readTokenFile(path, "--http-token-file");
   REQUIRE_FALSE(missing.isOk());
   CHECK(missing.message().find(path) != std::string::npos);
+}
+
+TEST_CASE("live: each capture change arrives as a capture message, and in the snapshot",
+          "[http][live]") {
+  auto opened = storeWithSteps();
+  storage::Store& store = *opened;
+  storage::CaptureRow cap;
+  cap.id = "cap-1-abcd";
+  cap.job = kJob;
+  cap.reason = "on request";
+  cap.ranks = {0, 1};
+  cap.startStep = 4;
+  cap.steps = 2;
+  cap.history = 1;
+  cap.createdNs = trainscope::wallNowNs();
+  cap.updatedNs = cap.createdNs;
+  cap.summary = "0 of 2 ranks done";
+  for (uint32_t r : {0u, 1u}) {
+    storage::CaptureRankRow rr;
+    rr.rank = r;
+    rr.node = "node-a";
+    cap.rankStatus.push_back(rr);
+  }
+  REQUIRE(store.writeCapture(cap).isOk());
+
+  HttpOptions o;
+  o.port = 0;
+  o.liveIntervalMs = 50;
+  HttpServer server(o, store);
+  REQUIRE(server.start().isOk());
+  WsClient c(server.port());
+  auto snap = c.read(std::chrono::seconds(5));
+  REQUIRE(snap);
+  REQUIRE((*snap)["type"] == "snapshot");
+  REQUIRE((*snap)["captures"].size() == 1);
+  CHECK((*snap)["captures"][0]["id"] == "cap-1-abcd");
+  CHECK((*snap)["captures"][0]["state"] == "running");
+
+  // A rank finishes, then the capture completes: each write is one capture message.
+  cap.rankStatus[0].state = "done";
+  cap.rankStatus[0].bytes = 1234;
+  cap.summary = "1 of 2 ranks done";
+  cap.updatedNs = trainscope::wallNowNs();
+  REQUIRE(store.writeCapture(cap).isOk());
+  auto m = readUntil(c, [](const json& j) { return j["type"] == "capture"; },
+                     std::chrono::seconds(5));
+  REQUIRE(m);
+  CHECK((*m)["capture"]["id"] == "cap-1-abcd");
+  CHECK((*m)["capture"]["rank_status"][0]["state"] == "done");
+  CHECK((*m)["capture"]["summary"] == "1 of 2 ranks done");
+
+  cap.rankStatus[1].state = "done";
+  cap.state = "complete";
+  cap.summary = "2 of 2 ranks done";
+  cap.updatedNs = trainscope::wallNowNs() + 1;
+  cap.finishedNs = cap.updatedNs;
+  REQUIRE(store.writeCapture(cap).isOk());
+  m = readUntil(c, [](const json& j) { return j["type"] == "capture"; }, std::chrono::seconds(5));
+  REQUIRE(m);
+  CHECK((*m)["capture"]["state"] == "complete");
+  // Nothing is sent twice: no further capture message while nothing changes.
+  CHECK_FALSE(readUntil(c, [](const json& j) { return j["type"] == "capture"; },
+                        std::chrono::milliseconds(400)));
+  server.stop();
 }
