@@ -374,7 +374,9 @@ TEST_CASE("cli stacks: threads per rank, the rank whose main thread differs is m
                 {"python", python}};
   };
   const std::vector<std::string> waiting = {
-      "clock_nanosleep", "_ZN10trainscope3sim23simulatedCollectiveWaitEl", "main"};
+      "clock_nanosleep", "_ZN10trainscope3sim23simulatedCollectiveWaitEl",
+      "trainscope::sim::(anonymous namespace)::loop(std::vector<int, std::allocator<int> > const&) const",
+      "main"};
   json merged = {{"kind", "stacks"},
                  {"capture", captureJson("complete", {}, "stacks")},
                  {"ranks",
@@ -394,7 +396,8 @@ TEST_CASE("cli stacks: threads per rank, the rank whose main thread differs is m
   const std::string text = out.str();
   INFO(text);
   CHECK_THAT(text, Catch::Contains("rank 0 (n0): 1 threads\n  100 sim [S]  clock_nanosleep < "
-                                   "trainscope::sim::simulatedCollectiveWait < main\n"));
+                                   "trainscope::sim::simulatedCollectiveWait < "
+                                   "trainscope::sim::loop < main\n"));
   CHECK_THAT(text, Catch::Contains("rank 1 (n1): 2 threads   <== top frames differ"));
   CHECK_THAT(text, Catch::Contains("200 python3 [S]  train_step (train.py:42) < epoll_wait"));
   CHECK_THAT(text, Catch::Contains("201 t [R]  (no frames: no answer)"));

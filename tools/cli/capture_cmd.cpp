@@ -93,11 +93,25 @@ std::string nativeFrameText(const json& f) {
     int status = 0;
     std::unique_ptr<char, void (*)(void*)> d(
         abi::__cxa_demangle(fn.c_str(), nullptr, nullptr, &status), std::free);
-    if (status == 0 && d) {
-      fn = d.get();
-      const auto paren = fn.find('(');
-      if (paren != std::string::npos && paren > 0) fn = fn.substr(0, paren);
+    if (status == 0 && d) fn = d.get();
+  }
+  // "ns::(anonymous namespace)::f(long) const" -> "ns::f": the parameter list makes C++
+  // frames several lines long and says little about where a thread is.
+  const std::string kConst = " const";
+  if (endsWith(fn, kConst)) fn.resize(fn.size() - kConst.size());
+  if (!fn.empty() && fn.back() == ')') {
+    int depth = 0;
+    for (size_t i = fn.size(); i-- > 0;) {
+      if (fn[i] == ')') ++depth;
+      if (fn[i] == '(' && --depth == 0) {
+        if (i > 0) fn.resize(i);
+        break;
+      }
     }
+  }
+  const std::string kAnon = "(anonymous namespace)::";
+  for (size_t at = fn.find(kAnon); at != std::string::npos; at = fn.find(kAnon)) {
+    fn.erase(at, kAnon.size());
   }
   return fn;
 }
