@@ -27,9 +27,10 @@ struct Fault {
   std::string inject;   // the simulator's --inject spec
 };
 
-// The collector with a low hang floor (2 s), so a hang is reported within seconds, and a
-// grace of 16 steps: an agent forwards each rank's reports in bursts (50 ms probe coalescing),
-// so one rank can be several steps ahead of another when they arrive.
+// The collector with a low hang floor (2 s), so a hang is reported within seconds, and the
+// default step-assembly grace: an agent forwards each rank's reports in bursts (50 ms probe
+// coalescing), so one rank can be several steps ahead of another when they arrive, and the
+// assembler waits for a rank that is behind but still reporting.
 std::unique_ptr<Process> startDetectingCollector(const TempDir& dir, const CollectorSpec& spec) {
   const std::string bin = binaryFromEnv("TRAINSCOPE_COLLECTOR_BIN");
   const std::string ready = dir / "collector.ready";
@@ -37,8 +38,7 @@ std::unique_ptr<Process> startDetectingCollector(const TempDir& dir, const Colle
       "collector",
       std::vector<std::string>{bin, "--data-dir", spec.dataDir, "--ingest", spec.ingest(),
                                "--http", "127.0.0.1:" + std::to_string(spec.httpPort),
-                               "--ready-file", ready, "--hang-floor-ms", "2000",
-                               "--detect-grace-steps", "16"},
+                               "--ready-file", ready, "--hang-floor-ms", "2000"},
       dir / "collector.log");
   const bool up = waitFor(
       [&] {
