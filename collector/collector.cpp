@@ -214,6 +214,7 @@ Status run(const CollectorOptions& options) {
   ho.port = httpAddr->port;
   ho.webRoot = options.webRoot;
   ho.authToken = options.httpToken;
+  ho.ioThreads = options.httpThreads;
   ho.captures = captureService(captures);
   ho.extraMetrics = [&ingestServer, p = pipeline.get(), &captures] {
     std::string text = http::ingestMetricsText(ingestServer.stats());

@@ -39,6 +39,9 @@ struct CollectorOptions {
   // Bearer token required on every HTTP request that changes something (starting a capture);
   // "" leaves them open, which is only safe while the API listens on loopback.
   std::string httpToken;
+  // Threads answering HTTP requests: more lets slow requests (a big trace download) run beside
+  // the dashboard's; each costs a thread and a stack.
+  int httpThreads = 4;
   // Run the regression detectors on committed step reports and store their anomalies. Off
   // saves the detectors' CPU and memory on the ingest writer thread.
   bool detect = true;

@@ -28,6 +28,11 @@ int main(int argc, char** argv) {
   app.add_option("--http", options.http,
                  "HTTP API/dashboard address, ADDR:PORT; port 0 picks a free port")
       ->capture_default_str();
+  app.add_option("--http-threads", options.httpThreads,
+                 "threads answering HTTP requests; more lets slow downloads run beside the "
+                 "dashboard's requests")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.add_option("--retention-hours", options.retentionHours,
                  "delete steps and host samples received longer ago than this; 0 keeps all")
       ->capture_default_str();

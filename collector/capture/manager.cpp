@@ -274,7 +274,10 @@ StartResult CaptureManager::start(const std::string& job, const CaptureRequest& 
   row.createdNs = now;
   row.updatedNs = now;
   if (trace) {
-    row.startStep = request.startStep.value_or(latest + 2);
+    const int64_t stepNs = medianStepNs(job);
+    const int64_t leadSteps =
+        std::max<int64_t>(2, (options_.minLeadNs + stepNs - 1) / std::max<int64_t>(stepNs, 1) + 1);
+    row.startStep = request.startStep.value_or(latest + leadSteps);
     row.steps = request.steps;
     row.history = request.history;
     for (uint32_t r : *ranks) {
@@ -287,7 +290,7 @@ StartResult CaptureManager::start(const std::string& job, const CaptureRequest& 
     }
     const int64_t ahead = row.startStep + row.steps - std::max<int64_t>(latest, 0);
     const double waitNs = static_cast<double>(std::max<int64_t>(ahead, 1)) *
-                          static_cast<double>(medianStepNs(job)) * 3.0;
+                          static_cast<double>(stepNs) * 3.0;
     // A start step far ahead still gets a finite deadline (about 100 years at most).
     row.deadlineNs = now + static_cast<int64_t>(std::min(waitNs, 3e18)) + options_.deadlineSlackNs;
   } else {

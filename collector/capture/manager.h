@@ -37,7 +37,12 @@ struct CaptureManagerOptions {
   int64_t deadlineSlackNs = 30'000'000'000;
   // Deadline of a stacks capture: the probe answers within about a second.
   int64_t stacksDeadlineNs = 30'000'000'000;
-  // Step time assumed for a job with no step summary yet (deadline arithmetic only).
+  // A request without a start step starts at the job's latest stored step + max(2, this time
+  // in steps): the stored latest step lags the ranks by the probes' and agents' batching (a few
+  // hundred ms), and the command needs time to reach them. Longer makes a passed start step
+  // rarer; shorter makes the capture start sooner.
+  int64_t minLeadNs = 1'000'000'000;
+  // Step time assumed for a job with no step summary yet (deadline and lead arithmetic).
   int64_t fallbackStepNs = 1'000'000'000;
   // A rank file may exceed max_bytes by this much (the probe's cut marker, gzip trailer) before
   // the rank is failed: bounds disk per rank against a misbehaving probe.

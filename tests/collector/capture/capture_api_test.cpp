@@ -60,7 +60,7 @@ TEST_CASE("POST starts a capture: 201, Location, the capture JSON") {
   CHECK(c["reason"] == "look");
   CHECK(c["anomaly_id"].is_null());
   CHECK(c["ranks"] == json::array({0, 2}));
-  CHECK(c["start_step"] == 12);
+  CHECK(c["start_step"] == 21);  // latest 10 + 1 s of 100 ms steps + 1
   CHECK(c["steps"] == 3);
   CHECK(c["history"] == 2);
   CHECK(c["max_bytes"] == 64ull << 20);

@@ -112,7 +112,8 @@ TEST_CASE("a trace capture sends one command per agent, collects files, merges a
   Harness h;
   auto cap = h.start(R"({"ranks":"0,2","steps":5,"history":4})");
   CHECK(cap.state == "running");
-  CHECK(cap.startStep == 12);  // latest step 10 + 2
+  // Latest step 10 + a lead of 1 s at 100 ms steps (10 steps + 1): the stored latest step lags.
+  CHECK(cap.startStep == 21);
   CHECK(cap.maxBytes == 64ull << 20);
   CHECK(cap.deadlineNs > kStartNs + 30'000'000'000LL);
   CHECK(cap.rankStatus.size() == 2);
@@ -127,7 +128,7 @@ TEST_CASE("a trace capture sends one command per agent, collects files, merges a
   REQUIRE(c0.ranks_size() == 1);
   CHECK(c0.ranks(0) == 0);
   CHECK(c0.capture().capture_id() == cap.id);
-  CHECK(c0.capture().start_step() == 12);
+  CHECK(c0.capture().start_step() == 21);
   CHECK(c0.capture().steps() == 5);
   CHECK(c0.capture().history() == 4);
   CHECK(c0.capture().max_bytes() == 64ull << 20);
@@ -270,8 +271,8 @@ TEST_CASE("a probe's failure, a goodbye before the last step and a dead process 
 TEST_CASE("the deadline fails ranks still waiting; a capture with no file ends failed") {
   Harness h;
   auto cap = h.start(R"({"ranks":[0,2]})");
-  // Deadline: (12 + 5 - 10) steps x 100 ms median x 3 + 30 s.
-  CHECK(cap.deadlineNs == kStartNs + 7 * 100'000'000LL * 3 + 30'000'000'000LL);
+  // Deadline: (21 + 5 - 10) steps x 100 ms median x 3 + 30 s.
+  CHECK(cap.deadlineNs == kStartNs + 16 * 100'000'000LL * 3 + 30'000'000'000LL);
   h.manager->onCommandItem("n0", testing::statusOf(cap.id, 0, "recording"));
   h.manager->tick(cap.deadlineNs - 1);
   CHECK(h.stored(cap.id).state == "running");
@@ -389,4 +390,12 @@ TEST_CASE("file reads refuse names outside the capture's directory") {
   CHECK_FALSE(h.manager->readFile("../etc", "trace.json.gz", true));
   CHECK_FALSE(h.manager->readFile("cap-1-abcd", "../../passwd", true));
   CHECK_FALSE(h.manager->readFile("cap-1-abcd", "rank-x.json.gz", true));
+}
+
+TEST_CASE("the default start step leads the latest step by at least two steps") {
+  CaptureManagerOptions o;
+  o.minLeadNs = 0;
+  Harness h(o);
+  auto cap = h.start(R"({"ranks":"0"})");
+  CHECK(cap.startStep == 12);  // latest step 10 + 2
 }
