@@ -2,7 +2,7 @@
 # capture_latency: how long a capture of every rank of a job takes, from the POST to the merged
 # trace being downloadable, next to its target of (lead + N) step times + 2 s, where lead is
 # the start step's distance from the job's latest step when the request came (the default
-# start step is latest + 2, so the ranks must first run the lead steps, then the N recorded
+# start step is the stored latest step + max(2 steps, 1 s), so the ranks must first run the lead steps, then the N recorded
 # ones). Drives the real binaries: one collector, one agent, one trainscope-simtrain hosting
 # all ranks. Needs curl and jq. Prints one line per run and a summary; exit 0 unless a run
 # failed to produce a merged trace.
@@ -118,7 +118,7 @@ done
 [[ "$(latest_step)" -ge "$WARMUP" ]] || { echo "capture_latency: the job did not reach step $WARMUP" >&2; exit 1; }
 
 echo "capture_latency: $RANKS ranks (one simtrain, one agent), captures of all ranks for N=$STEPS steps"
-echo "  with the default start step (latest + 2) and history; step time $STEP_MS ms"
+echo "  with the default start step (latest stored step + max(2 steps, 1 s)) and history; step time $STEP_MS ms"
 echo "  target per run = (lead + N) x step time + 2 s, lead = start step - latest step at the POST"
 printf '%-4s %-24s %6s %6s %10s %10s %10s %s\n' run capture lead ranks latency_ms target_ms trace_kib result
 failed=0
