@@ -7,9 +7,10 @@ need=(pkg-config g++ meson ninja-build libzmq3-dev cppzmq-dev libprotobuf-dev pr
       libsqlite3-dev libboost-dev libunwind-dev catch2 nlohmann-json3-dev libcli11-dev zlib1g-dev)
 mode=${1:-build}
 if [[ "$mode" == "test" ]]; then
-  # Real-training tests (torch), the browser test (chromium + playwright-core from npm) and
-  # the Prometheus scrape test.
-  need+=(python3 python3-torch chromium prometheus)
+  # Real-training tests (torch; libtorch-dev builds libtrainscope_torch.so, the ATen operator
+  # callback the real-training capture test needs), the browser test (chromium +
+  # playwright-core from npm) and the Prometheus scrape test.
+  need+=(python3 python3-torch libtorch-dev chromium prometheus)
   command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
 fi
 
