@@ -5,6 +5,7 @@
 
 #include "collector/http/api.h"
 #include "collector/http/request_target.h"
+#include "collector/storage/capture_json.h"
 
 namespace trainscope::http {
 namespace {
@@ -32,18 +33,7 @@ ApiResponse capturesOff() {
 }  // namespace
 
 json captureJson(const storage::CaptureRow& c) {
-  json ranks = json::array();
-  for (const auto& r : c.rankStatus) {
-    ranks.push_back(json{{"rank", r.rank},
-                         {"node", r.node},
-                         {"state", r.state},
-                         {"detail", r.detail},
-                         {"bytes", r.bytes},
-                         {"truncated", r.truncated},
-                         {"first_step", r.firstStep},
-                         {"last_step", r.lastStep},
-                         {"updated_ns", r.updatedNs}});
-  }
+  json ranks = storage::rankStatusJson(c.rankStatus);
   return json{{"id", c.id},
               {"job", c.job},
               {"kind", c.kind},

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
+#include "collector/storage/capture_json.h"
 #include "collector/storage/sqlite_internal.h"
 #include "common/clock.h"
 
@@ -21,19 +22,7 @@ constexpr const char* kColumns =
     " created_ns, updated_ns, finished_ns, deadline_ns, trace_bytes, summary, rank_status";
 
 std::string rankStatusText(const std::vector<CaptureRankRow>& ranks) {
-  json list = json::array();
-  for (const auto& r : ranks) {
-    list.push_back(json{{"rank", r.rank},
-                        {"node", r.node},
-                        {"state", r.state},
-                        {"detail", r.detail},
-                        {"bytes", r.bytes},
-                        {"truncated", r.truncated},
-                        {"first_step", r.firstStep},
-                        {"last_step", r.lastStep},
-                        {"updated_ns", r.updatedNs}});
-  }
-  return list.dump(-1, ' ', false, json::error_handler_t::replace);
+  return rankStatusJson(ranks).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 Status parseRankStatus(const std::string& id, const std::string& text,
@@ -186,6 +175,22 @@ Result<std::vector<CaptureRow>> SqliteStore::captures(const std::string& job) {
 
 Result<std::vector<CaptureRow>> SqliteStore::capturesSince(int64_t sinceNs) {
   return queryCaptures("updated_ns >= ?1", nullptr, sinceNs, "updated_ns, id");
+}
+
+json rankStatusJson(const std::vector<CaptureRankRow>& ranks) {
+  json list = json::array();
+  for (const auto& r : ranks) {
+    list.push_back(json{{"rank", r.rank},
+                        {"node", r.node},
+                        {"state", r.state},
+                        {"detail", r.detail},
+                        {"bytes", r.bytes},
+                        {"truncated", r.truncated},
+                        {"first_step", r.firstStep},
+                        {"last_step", r.lastStep},
+                        {"updated_ns", r.updatedNs}});
+  }
+  return list;
 }
 
 }  // namespace trainscope::storage
