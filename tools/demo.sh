@@ -19,6 +19,8 @@ dir=${TRAINSCOPE_DEMO_DIR:-/tmp/trainscope-demo}
 http_port=${TRAINSCOPE_HTTP_PORT:-7600}
 ingest_port=${TRAINSCOPE_INGEST_PORT:-7601}
 mkdir -p "$dir/logs"
+# Where the probes write capture files and the agents ship them from (one place per demo).
+export TRAINSCOPE_CAPTURE_DIR="$dir/probe-captures"
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -36,6 +38,7 @@ for _ in $(seq 100); do [[ -f "$dir/collector.ready" ]] && break; sleep 0.1; don
 for node in node0 node1; do
   "$build"/agent/trainscope-agent --collector "tcp://127.0.0.1:$ingest_port" \
     --endpoint "ipc://$dir/$node.sock" --node "$node" --spool-dir "$dir/spool-$node" \
+    --capture-dir "$TRAINSCOPE_CAPTURE_DIR" \
     >"$dir/logs/agent-$node.log" 2>&1 &
   pids+=($!)
 done
@@ -51,7 +54,8 @@ pids+=($!)
 cat <<MSG
 
 trainscope demo is running (job $job: 16 simulated ranks on 2 nodes, 10 steps/s,
-rank 5 becomes a straggler at step 150).
+rank 5 becomes a straggler at step 150; the collector then captures a trace of rank 5 and a
+healthy rank by itself).
 
   dashboard / API   http://127.0.0.1:$http_port/      (e.g. /api/v1/jobs)
   CLI               $build/tools/cli/trainscope jobs
@@ -59,6 +63,9 @@ rank 5 becomes a straggler at step 150).
                     $build/tools/cli/trainscope steps $job --rank 5 --from 140 --to 160
                     $build/tools/cli/trainscope anomalies $job
                     $build/tools/cli/trainscope nodes
+                    $build/tools/cli/trainscope captures $job
+                    $build/tools/cli/trainscope capture $job --ranks 0,5 --steps 3 --wait --out trace.json
+                    $build/tools/cli/trainscope stacks $job --ranks 0-3 --wait
   logs              $dir/logs/
 
 Press Ctrl-C to stop.
