@@ -2,7 +2,6 @@
 // per-job reads come newest first, since-updated reads oldest update first, bad rows are
 // refused naming the field, and a version-3 database (anomalies, no captures) migrates to the
 // current version keeping its anomalies.
-#include <sqlite3.h>
 
 #include <string>
 
@@ -10,8 +9,11 @@
 
 #include "collector/storage/sqlite_store.h"
 #include "tests/agent/temp_dir.h"
+#include "tests/collector/storage/sqlite_file.h"
 
 using namespace trainscope::storage;
+using trainscope::storage::testing::execSql;
+using trainscope::storage::testing::userVersion;
 
 namespace {
 
@@ -57,18 +59,6 @@ CaptureRow row(const std::string& id, const std::string& job, int64_t createdNs,
   r5.node = "n1";
   c.rankStatus = {r0, r5};
   return c;
-}
-
-int userVersion(const std::string& path) {
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-  sqlite3_stmt* s = nullptr;
-  REQUIRE(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, nullptr) == SQLITE_OK);
-  REQUIRE(sqlite3_step(s) == SQLITE_ROW);
-  int v = sqlite3_column_int(s, 0);
-  sqlite3_finalize(s);
-  sqlite3_close(db);
-  return v;
 }
 
 }  // namespace
@@ -163,8 +153,6 @@ TEST_CASE("a version-3 database gains the captures table and keeps its anomalies
   TempDir dir;
   const std::string path = dir.sub("v3.db");
   {
-    sqlite3* db = nullptr;
-    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
     std::string sql = "BEGIN;";
     for (const auto& m : migrations()) {
       if (m.version <= 3) sql += m.sql;
@@ -172,9 +160,7 @@ TEST_CASE("a version-3 database gains the captures table and keeps its anomalies
     sql += "PRAGMA user_version = 3;"
            "INSERT INTO anomalies(id, job, kind, detected_ns, updated_ns, capture_id)"
            " VALUES('j/hang/5/r1', 'j', 'hang', 10, 10, NULL); COMMIT;";
-    char* err = nullptr;
-    REQUIRE(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err) == SQLITE_OK);
-    sqlite3_close(db);
+    execSql(path, sql);
   }
   REQUIRE(userVersion(path) == 3);
   {

@@ -1,4 +1,3 @@
-#include <sqlite3.h>
 #include <stdlib.h>
 
 #include <atomic>
@@ -10,9 +9,12 @@
 #include <catch2/catch.hpp>
 
 #include "collector/storage/sqlite_store.h"
+#include "tests/collector/storage/sqlite_file.h"
 
 using namespace trainscope;
 using namespace trainscope::storage;
+using trainscope::storage::testing::execSql;
+using trainscope::storage::testing::userVersion;
 
 namespace {
 
@@ -59,25 +61,6 @@ std::unique_ptr<Store> open(const std::string& path, int64_t retentionNs = 0) {
   auto store = openSqliteStore(options);
   REQUIRE(store.isOk());
   return std::move(store.value());
-}
-
-int userVersion(const std::string& path) {
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-  sqlite3_stmt* s = nullptr;
-  REQUIRE(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, nullptr) == SQLITE_OK);
-  REQUIRE(sqlite3_step(s) == SQLITE_ROW);
-  int v = sqlite3_column_int(s, 0);
-  sqlite3_finalize(s);
-  sqlite3_close(db);
-  return v;
-}
-
-void execSql(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-  REQUIRE(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
-  sqlite3_close(db);
 }
 
 StepQuery sq(const std::string& job, std::optional<uint32_t> rank = {},

@@ -1,0 +1,33 @@
+// Test helpers that open a store's database file directly with SQLite: read its schema version
+// and run raw SQL (to build old-version databases for migration tests). Test thread only.
+#pragma once
+
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <sqlite3.h>
+
+namespace trainscope::storage::testing {
+
+// PRAGMA user_version of the database at `path`.
+inline int userVersion(const std::string& path) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  sqlite3_stmt* s = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_step(s) == SQLITE_ROW);
+  int v = sqlite3_column_int(s, 0);
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return v;
+}
+
+// Runs `sql` (any number of statements) on the database at `path`; the test fails if it fails.
+inline void execSql(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+}
+
+}  // namespace trainscope::storage::testing
