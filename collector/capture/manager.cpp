@@ -202,15 +202,10 @@ void CaptureManager::recover() {
   }
 }
 
-int64_t CaptureManager::medianStepNs(const std::string& job) {
+int64_t CaptureManager::medianStepNs(const std::string& job, int64_t latest) {
   storage::SummaryQuery q;
   q.job = job;
   q.limit = 100000;
-  auto jobs = store_.ranks(job);
-  int64_t latest = -1;
-  if (jobs) {
-    for (const auto& r : *jobs) latest = std::max(latest, r.latestStep);
-  }
   if (latest >= 0) q.fromStep = std::max<int64_t>(0, latest - kMedianWindowSteps);
   auto rows = store_.summary(q);
   if (!rows || rows->empty()) return options_.fallbackStepNs;
@@ -274,7 +269,7 @@ StartResult CaptureManager::start(const std::string& job, const CaptureRequest& 
   row.createdNs = now;
   row.updatedNs = now;
   if (trace) {
-    const int64_t stepNs = medianStepNs(job);
+    const int64_t stepNs = medianStepNs(job, latest);
     const int64_t leadSteps =
         std::max<int64_t>(2, (options_.minLeadNs + stepNs - 1) / std::max<int64_t>(stepNs, 1) + 1);
     row.startStep = request.startStep.value_or(latest + leadSteps);

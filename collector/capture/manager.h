@@ -138,7 +138,8 @@ class CaptureManager {
                       std::optional<uint64_t> traceBytes);
   void onStatusLocked(const wire::CommandStatus& status);
   void onChunkLocked(const wire::FileChunk& chunk);
-  int64_t medianStepNs(const std::string& job);
+  // Median step time over the job's steps before `latest` (its highest stored step; -1: none).
+  int64_t medianStepNs(const std::string& job, int64_t latest);
   nlohmann::json describe(const storage::CaptureRow& row) const;
 
   CaptureManagerOptions options_;
