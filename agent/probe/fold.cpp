@@ -164,7 +164,8 @@ void StepFolder::add(uint32_t ring, const Record& in) {
     }
     case RecordType::kRange:
     case RecordType::kOp:
-    case RecordType::kCollective: {
+    case RecordType::kCollective:
+    case RecordType::kLink: {
       Record done = r;
       done.t1 = std::max(done.t1, done.t0);
       addComplete(done);
@@ -234,6 +235,14 @@ void StepFolder::finalize(const Span& span) {
     int64_t last = INT64_MIN;
   };
   std::map<std::tuple<uint8_t, uint32_t, uint64_t>, CollAcc> colls;
+  struct LinkAcc {
+    uint64_t bytes = 0;
+    uint64_t transfers = 0;
+    int64_t wire = 0;
+  };
+  // (peer, group): a rank talks to a handful of peers per group (ring neighbours, tree
+  // parent and children), so a small ordered map keeps the report's order stable.
+  std::map<std::pair<uint32_t, uint32_t>, LinkAcc> links;
 
   auto clip = [&](int64_t a, int64_t b) {
     return std::make_pair(std::max(a, span.begin), std::min(b, span.end));
@@ -279,6 +288,15 @@ void StepFolder::finalize(const Span& span) {
         a.max = std::max(a.max, len);
         a.first = std::min(a.first, r.t0);
         a.last = std::max(a.last, r.t1);
+        break;
+      }
+      case RecordType::kLink: {
+        // In-flight time only; a link's transfers are part of a collective already counted
+        // in comm, so they add nothing to the step's unions.
+        LinkAcc& a = links[{r.name, r.group}];
+        a.bytes += r.bytes;
+        ++a.transfers;
+        a.wire += len;
         break;
       }
       default:
@@ -336,6 +354,14 @@ void StepFolder::finalize(const Span& span) {
                                      : 0.0);
     c->set_first_arrival_ns(a.first);
     c->set_last_completion_ns(a.last);
+  }
+  for (const auto& [key, a] : links) {
+    auto* l = rep.add_links();
+    l->set_peer(key.first);
+    l->set_group(nameString(key.second));
+    l->set_bytes(a.bytes);
+    l->set_transfers(a.transfers);
+    l->set_wire_ns(a.wire);
   }
   rep.set_records(static_cast<uint64_t>(std::count_if(
       out.records.begin(), out.records.end(), [](const Record& r) { return r.step != -1; })));

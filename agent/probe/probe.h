@@ -67,6 +67,11 @@ class Probe {
     ts_collective_begin(handle_, op, group.id(), bytes, tNs);
   }
   void collectiveEnd(int64_t tNs = 0) { ts_collective_end(handle_, tNs); }
+  // One transfer to `peer` in flight from postedNs to deliveredNs (see ts_link_transfer).
+  void linkTransfer(Name group, uint32_t peer, uint64_t bytes, int64_t postedNs,
+                    int64_t deliveredNs) {
+    ts_link_transfer(handle_, group.id(), peer, bytes, postedNs, deliveredNs);
+  }
 
   // 0 when everything ended so far is folded (and acknowledged, when connected); 1 on time-out.
   int32_t flush(int32_t timeoutMs) { return ts_probe_flush(handle_, timeoutMs); }

@@ -324,6 +324,15 @@ void ts_collective_end(ts_probe* probe, int64_t t_ns) {
   }
 }
 
+void ts_link_transfer(ts_probe* probe, ts_name group, uint32_t peer, uint64_t bytes,
+                      int64_t posted_ns, int64_t delivered_ns) {
+  Ring* ring = nullptr;
+  if (Record* rec = claim(probe, &ring)) {
+    fill(rec, RecordType::kLink, 0, peer, group, 0, orNow(posted_ns), orNow(delivered_ns), bytes);
+    ring->publish();
+  }
+}
+
 int32_t ts_probe_flush(ts_probe* probe, int32_t timeout_ms) {
   if (probe == nullptr) return 1;
   try {

@@ -4,10 +4,10 @@
  * from the environment (TRAINSCOPE_AGENT, TRAINSCOPE_JOB / SLURM_JOB_ID / TORCHELASTIC_RUN_ID,
  * RANK, WORLD_SIZE, LOCAL_RANK); a simulator may create many instances in one process.
  *
- * Threads: every record call (ts_step_*, ts_range_*, ts_op, ts_collective*) may be called
- * from any thread and is wait-free there: a clock read and a store into that thread's ring
- * for that instance. No locks, no allocation, no syscalls, except the very first record a
- * thread makes for an instance, which registers the thread's ring. ts_probe_create,
+ * Threads: every record call (ts_step_*, ts_range_*, ts_op, ts_collective*, ts_link_transfer)
+ * may be called from any thread and is wait-free there: a clock read and a store into that
+ * thread's ring for that instance. No locks, no allocation, no syscalls, except the very first
+ * record a thread makes for an instance, which registers the thread's ring. ts_probe_create,
  * ts_probe_destroy and ts_intern may lock and allocate; call them outside the hot loop.
  *
  * Errors: no function here throws, aborts or blocks training. A probe that cannot reach its
@@ -129,6 +129,15 @@ void ts_collective(ts_probe* probe, uint32_t op, ts_name group, uint64_t bytes, 
 /* The same as a begin/end pair on one thread (end closes the latest open begin). */
 void ts_collective_begin(ts_probe* probe, uint32_t op, ts_name group, uint64_t bytes, int64_t t_ns);
 void ts_collective_end(ts_probe* probe, int64_t t_ns);
+
+/* One transfer this rank sent to one peer inside a collective (a ring or tree hop), as a
+ * communication library's profiler hooks report it (NCCL profiler plugin proxy send steps):
+ * `bytes` posted at `posted_ns` and delivered to `peer` (global rank) at `delivered_ns`. Only
+ * the time in flight counts: post when the data is ready and the peer can take it, so a slow
+ * link or NIC shows on its sender and waiting does not. Folded per (peer, group) into the
+ * step report of the step `posted_ns` falls in (StepReport.links). */
+void ts_link_transfer(ts_probe* probe, ts_name group, uint32_t peer, uint64_t bytes,
+                      int64_t posted_ns, int64_t delivered_ns);
 
 /* Waits up to `timeout_ms` until every step ended so far is folded and acknowledged by the
  * agent. Returns 0 when all are acknowledged, 1 on time-out. Not for the training loop. */

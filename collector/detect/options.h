@@ -70,7 +70,21 @@ struct SlowCommOptions {
   double rankSkew = 0.10;            // a rank completing this much (of transfer time) after its
                                      // peers is named as the slow end
   size_t maxKeysPerJob = 256;        // bounded memory; least recently seen keys are dropped
-  int forgetAfterSteps = 1000;       // a key unseen this long is dropped
+  int forgetAfterSteps = 1000;       // a key (or link) unseen this long is dropped
+  // Links (StepReport.links): per (sender, peer, group) in-flight ns per byte.
+  PersistenceOptions linkPersistence{};  // on a link's time per byte / its group's median link
+  double linkRise = 0.05;            // a link is slow when its time per byte rose this much
+                                     // against its own history and against its peers; lower
+                                     // names smaller faults, and noisy links by mistake
+  double fabricFraction = 0.5;       // this share of a group's links slower together is the
+                                     // fabric (the group is named); lower calls more "fabric"
+  uint32_t minLinks = 3;             // fewer links in a group have no meaningful peer median
+  uint32_t maxPeersPerRank = 16;     // links kept per sender and group (a ring has 1-2, a tree
+                                     // 3); an all-to-all's other peers are ignored
+  size_t maxLinksPerJob = 65536;     // bounded memory (~2.5 KiB a link); past it new links
+                                     // are ignored until old ones are forgotten
+  size_t maxLinkGroups = 64;         // groups with links tracked per job
+  uint32_t maxLinkRank = 65536;      // ranks at or above are not tracked per link
 };
 
 struct OpRegressionOptions {

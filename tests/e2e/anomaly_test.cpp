@@ -65,22 +65,32 @@ bool namesGroup(const std::string& kind) {
   return kind == "slow_comm" || kind == "hang";
 }
 
+// A slow link (comm:rank=R) is named by its sender and the peer it sends to in the ring,
+// R -> R+1, with their nodes (rank r runs on node<r % 2> in this test): the ranks are exactly
+// those two and labels.link reads "rank R (nodeA) -> rank R+1 (nodeB)". The per-peer link
+// totals tell it; the collective alone slows on every rank alike.
+bool namesSlowLink(const json& a, const std::set<uint32_t>& ranks) {
+  if (ranks.size() != 1 || !a.contains("labels")) return false;
+  const uint32_t r = *ranks.begin();
+  const uint32_t peer = (r + 1) % 8;
+  const std::string want = "rank " + std::to_string(r) + " (node" + std::to_string(r % 2) +
+                           ") -> rank " + std::to_string(peer) + " (node" +
+                           std::to_string(peer % 2) + ")";
+  return rankSet(a["ranks"]) == std::set<uint32_t>{r, peer} &&
+         a["labels"].value("link", "") == want && a["labels"].value("scope", "") == "link";
+}
+
 // The anomaly of `kind` in `anomalies` with the injected `ranks` (exactly, or among the
-// ranks it names for namesGroup kinds), or null. A slow link slows the whole ring's collective
-// on every rank, so slow_comm may name the other end of the link: it also matches when its
-// link label names the injected rank's node (rank r runs on node<r % 2> in this test).
+// ranks it names for namesGroup kinds; slow_comm: the slow link, see namesSlowLink), or null.
 const json* findAnomaly(const json& anomalies, const std::string& kind,
                         const std::set<uint32_t>& ranks) {
   for (const auto& a : anomalies) {
     if (a.value("kind", "") != kind) continue;
     const auto named = rankSet(a["ranks"]);
-    bool match = namesGroup(kind) ? std::includes(named.begin(), named.end(), ranks.begin(),
-                                                  ranks.end())
-                                  : named == ranks;
-    if (!match && kind == "slow_comm" && ranks.size() == 1 && a.contains("labels")) {
-      const std::string link = a["labels"].value("link", "");
-      match = link.find("node" + std::to_string(*ranks.begin() % 2)) != std::string::npos;
-    }
+    bool match = kind == "slow_comm" ? namesSlowLink(a, ranks)
+                 : namesGroup(kind)  ? std::includes(named.begin(), named.end(), ranks.begin(),
+                                                     ranks.end())
+                                     : named == ranks;
     if (match) return &a;
   }
   return nullptr;

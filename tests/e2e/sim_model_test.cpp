@@ -157,6 +157,81 @@ TEST_CASE("sim model: a slow link raises every rank's collective time, not compu
   CHECK(m.transferNs(4.0) == Approx(4 * m.transferNs(1.0)).epsilon(0.001));
 }
 
+TEST_CASE("sim model: each rank sends every bucket to its ring neighbour inside the transfer") {
+  SimOptions o = base();
+  o.noise = 0.05;
+  StepModel m(o);
+  const int64_t transfer = m.transferNs(1.0);
+  int64_t begin = 1'000'000'000;
+  for (int64_t s = 0; s < 20; ++s) {
+    auto tl = m.step(s, begin);
+    begin = tl.endNs;
+    for (const auto& rs : tl.ranks) {
+      REQUIRE(rs.links.size() == o.buckets);
+      for (uint32_t b = 0; b < o.buckets; ++b) {
+        const LinkExec& l = rs.links[b];
+        CHECK(l.peer == (rs.rank + 1) % 8);
+        CHECK(l.bucket == b);
+        CHECK(l.bytes == o.bucketBytes * 2 * 7 / 8);
+        // Posted when the bucket's transfer starts; delivered within it (jitter only
+        // shortens), so never after the collective completes.
+        CHECK(l.postedNs == rs.colls[b].completeNs - transfer);
+        CHECK(l.postedNs >= rs.colls[b].arriveNs);
+        CHECK(l.deliveredNs <= rs.colls[b].completeNs);
+        CHECK(l.deliveredNs - l.postedNs > transfer * 3 / 4);
+      }
+    }
+  }
+  SimOptions one = base(1);
+  StepModel m1(one);
+  CHECK(m1.step(0, 1'000'000'000).ranks[0].links.empty());
+}
+
+TEST_CASE("sim model: a comm fault slows its rank's outgoing link; without rank, every link") {
+  auto wire = [](const RankStep& rs) {
+    int64_t t = 0;
+    for (const auto& l : rs.links) t += l.deliveredNs - l.postedNs;
+    return t;
+  };
+  SimOptions one = base();
+  one.injects.push_back(must("comm:rank=2,from=5,factor=3"));
+  SimOptions all = base();
+  all.injects.push_back(must("comm:from=5,factor=3"));
+  CHECK_FALSE(all.injects[0].rank.has_value());
+  SimOptions h = base();
+  for (uint32_t r = 0; r < 8; ++r) {
+    StepModel m(one), ma(all), hm(h);
+    const double healthy = mean(hm, 5, 25, r, wire);
+    CHECK(mean(m, 5, 25, r, wire) / healthy == Approx(r == 2 ? 3.0 : 1.0).epsilon(0.01));
+    CHECK(mean(ma, 5, 25, r, wire) / healthy == Approx(3.0).epsilon(0.01));
+  }
+  // The ring goes at its slowest link either way: the same step times, collectives and
+  // operators for one slow link and a slow fabric (the links draw their jitter from their
+  // own generator, so they move no other time of the timeline).
+  StepModel m(one), ma(all);
+  int64_t b1 = 1'000'000'000, b2 = b1;
+  for (int64_t s = 0; s < 30; ++s) {
+    auto t1 = m.step(s, b1);
+    auto t2 = ma.step(s, b2);
+    REQUIRE(t1.endNs == t2.endNs);
+    for (uint32_t r = 0; r < 8; ++r) {
+      REQUIRE(t1.ranks[r].colls.size() == t2.ranks[r].colls.size());
+      for (size_t i = 0; i < t1.ranks[r].colls.size(); ++i) {
+        CHECK(t1.ranks[r].colls[i].completeNs == t2.ranks[r].colls[i].completeNs);
+      }
+      CHECK(t1.ranks[r].ops.size() == t2.ranks[r].ops.size());
+      CHECK(t1.ranks[r].ops.back().durationNs == t2.ranks[r].ops.back().durationNs);
+    }
+    b1 = t1.endNs;
+    b2 = t2.endNs;
+  }
+  SimOptions quiet = base();
+  quiet.noise = 0.0;
+  StepModel q(quiet);
+  auto tl = q.step(0, 1'000'000'000);
+  CHECK(tl.ranks[3].links[0].deliveredNs - tl.ranks[3].links[0].postedNs == q.transferNs(1.0));
+}
+
 TEST_CASE("sim model: an operator regression slows that operator on the chosen rank only") {
   SimOptions o = base();
   o.injects.push_back(must("op:name=aten::gelu,from=0,factor=3,rank=1"));
@@ -236,6 +311,7 @@ TEST_CASE("sim inject: specs parse and bad ones are refused naming the key") {
   CHECK(must("spike:every=50,factor=2").every == 50);
   CHECK(must("shift:from=0,factor=1.2").kind == Inject::Kind::kShift);
   CHECK(must("comm:rank=0,from=0,factor=2").kind == Inject::Kind::kComm);
+  CHECK_FALSE(must("comm:from=0,factor=2").rank.has_value());  // every link
 
   auto err = [](const std::string& spec) {
     auto r = parseInject(spec);
@@ -283,6 +359,9 @@ TEST_CASE("sim truth: the JSON lists each injected fault with kind, ranks, step 
   CHECK(j[1]["ranks"] == nlohmann::json::parse("[0,1,2,3]"));
   CHECK(j[2]["kind"] == "slow_comm");
   CHECK(j[2]["ranks"] == nlohmann::json::parse("[3]"));
+  SimOptions fabric = base(4);
+  fabric.injects.push_back(must("comm:from=30,factor=2"));
+  CHECK(truthJson(fabric)[0]["ranks"] == nlohmann::json::parse("[0,1,2,3]"));
   CHECK(j[3]["kind"] == "op_regression");
   CHECK(j[3]["op"] == "aten::gelu");
   CHECK(j[3]["ranks"].size() == 4);

@@ -1,6 +1,7 @@
 // The simulator's emission layer against the real probe: a fake agent (a ZeroMQ ROUTER that
 // acknowledges every batch) receives the step reports of a small simulated run, and they must
-// show what the model put in: every (rank, step) once, the phase shares, and the injects.
+// show what the model put in: every (rank, step) once, the phase shares, per-peer link totals,
+// and the injects.
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -92,6 +93,7 @@ TEST_CASE("sim: the probe's step reports show the model's phases and injected fa
   o.fast = true;
   o.quiet = true;
   o.injects.push_back(*sim::parseInject("straggler:rank=2,from=20,factor=1.5"));
+  o.injects.push_back(*sim::parseInject("comm:rank=1,from=30,factor=2"));
   REQUIRE(sim::run(o) == sim::kExitOk);
 
   const auto reports = agent.reports();
@@ -110,7 +112,24 @@ TEST_CASE("sim: the probe's step reports show the model's phases and injected fa
     CHECK(r.collectives(0).count() == 4);
     CHECK(r.collectives(0).group() == "dp");
     CHECK(r.dropped() == 0);
+    // One link to the ring neighbour: the step's 4 bucket transfers (ts_link_transfer).
+    REQUIRE(r.links_size() == 1);
+    CHECK(r.links(0).peer() == (key.first + 1) % 4);
+    CHECK(r.links(0).group() == "dp");
+    CHECK(r.links(0).transfers() == 4);
+    CHECK(r.links(0).bytes() == 4 * o.bucketBytes * 2 * 3 / 4);
+    CHECK(r.links(0).wire_ns() > 0);
+    CHECK(r.links(0).wire_ns() <= r.comm_ns());
   }
+  auto wireNs = [&](uint32_t rank, int64_t from, int64_t to) {
+    double sum = 0;
+    for (int64_t s = from; s < to; ++s) sum += static_cast<double>(reports.at({rank, s}).links(0).wire_ns());
+    return sum / static_cast<double>(to - from);
+  };
+  // The slow link shows on its sender only; the straggler moves no link.
+  CHECK(wireNs(1, 30, 40) / wireNs(1, 0, 30) == Approx(2.0).epsilon(0.1));
+  CHECK(wireNs(0, 30, 40) / wireNs(0, 0, 30) == Approx(1.0).epsilon(0.1));
+  CHECK(wireNs(2, 30, 40) / wireNs(2, 0, 30) == Approx(1.0).epsilon(0.1));
   auto compute = &wire::StepReport::compute_ns;
   auto comm = &wire::StepReport::comm_ns;
   CHECK(mean(reports, 2, 20, 40, compute) / mean(reports, 2, 0, 20, compute) ==
@@ -118,5 +137,5 @@ TEST_CASE("sim: the probe's step reports show the model's phases and injected fa
   CHECK(mean(reports, 0, 20, 40, compute) / mean(reports, 0, 0, 20, compute) ==
         Approx(1.0).epsilon(0.05));
   // The healthy ranks wait for the straggler inside their collectives.
-  CHECK(mean(reports, 0, 20, 40, comm) > 2 * mean(reports, 0, 0, 20, comm));
+  CHECK(mean(reports, 0, 20, 30, comm) > 2 * mean(reports, 0, 0, 20, comm));
 }

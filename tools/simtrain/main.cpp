@@ -47,9 +47,10 @@ int main(int argc, char** argv) {
                "time); default paces each step in real time");
   app.add_option("--inject", injects,
                  "fault to inject (repeatable): straggler:rank=R,from=S,factor=F | "
-                 "shift:from=S,factor=F | comm:rank=R,from=S,factor=F | "
+                 "shift:from=S,factor=F | comm:from=S,factor=F[,rank=R] | "
                  "op:name=NAME,from=S,factor=F[,rank=R] | hang:rank=R,at=S | "
-                 "spike:every=N,factor=F");
+                 "spike:every=N,factor=F. comm slows rank R's link to its ring neighbour "
+                 "R+1 (without rank: every link) by F, and with it every rank's all_reduce");
   app.add_option("--truth", o.truthFile,
                  "write the injected faults as JSON to this file (default: none)");
   app.add_option("--flush-timeout-ms", o.flushTimeoutMs,

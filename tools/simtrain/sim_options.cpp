@@ -103,7 +103,8 @@ Result<Inject> parseInject(const std::string& spec) {
     }
   }
   for (const auto& a : allowed) {
-    if (kind == "op" && a == "rank") continue;  // optional
+    // Optional: an op fault on every rank, a comm fault on every link (fabric-wide).
+    if ((kind == "op" || kind == "comm") && a == "rank") continue;
     if (!kv.count(a)) {
       return Result<Inject>::error("--inject '" + spec + "': missing key '" + a + "'");
     }

@@ -16,7 +16,8 @@ namespace trainscope::sim {
 struct Inject {
   enum class Kind { kStraggler, kShift, kComm, kOp, kHang, kSpike };
   Kind kind = Kind::kStraggler;
-  std::optional<uint32_t> rank;  // straggler, comm, hang; op when limited to one rank
+  std::optional<uint32_t> rank;  // straggler, hang; op when limited to one rank; comm: the
+                                 // rank whose outgoing ring link is slow (none: every link)
   int64_t fromStep = 0;          // straggler, shift, comm, op: first affected step
   int64_t atStep = 0;            // hang: the step whose first collective rank never reaches
   double factor = 1.0;           // straggler, shift, comm, op, spike: multiplier (> 0)

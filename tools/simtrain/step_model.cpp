@@ -83,7 +83,8 @@ std::vector<std::string> StepModel::knownOps() {
   return names;
 }
 
-StepModel::StepModel(const SimOptions& options) : options_(options), rng_(options.seed) {
+StepModel::StepModel(const SimOptions& options)
+    : options_(options), rng_(options.seed), linkRng_(options.seed ^ 0x6c696e6b5f726e67ull) {
   // The model always runs the whole job, whichever ranks this process hosts: every process of
   // a split job then draws the same timeline from the same seed.
   options_.ranks = worldSizeOf(options);
@@ -146,10 +147,20 @@ double StepModel::opFactor(uint32_t op, uint32_t rank, int64_t step) const {
 }
 
 double StepModel::commFactor(int64_t step) const {
-  // A slow link at one rank slows the whole ring: every rank's collective waits for it.
+  // A slow link at one rank slows the whole ring: the pipelined ring goes at its slowest
+  // link, so every rank's collective completes that much later.
   double f = 1.0;
   for (const auto& in : options_.injects) {
     if (in.kind == Inject::Kind::kComm && step >= in.fromStep) f = std::max(f, in.factor);
+  }
+  return f;
+}
+
+double StepModel::linkFactor(uint32_t rank, int64_t step) const {
+  double f = 1.0;
+  for (const auto& in : options_.injects) {
+    if (in.kind != Inject::Kind::kComm || step < in.fromStep) continue;
+    if (!in.rank || *in.rank == rank) f = std::max(f, in.factor);
   }
   return f;
 }
@@ -247,11 +258,33 @@ StepTimeline StepModel::step(int64_t step, int64_t beginNs) {
     return tl;
   }
 
+  // Each rank sends every bucket to its ring neighbour. Its link is in flight for the healthy
+  // transfer time (times its own slow-down and some jitter) from the moment the bucket's
+  // transfer starts; the slowest link sets the completion above.
+  const uint32_t world = options_.ranks;
+  const int64_t healthyTransfer = transferNs(1.0);
+  const double linkSigma = std::max(0.0, options_.noise);
+  const uint64_t linkBytes =
+      world > 1 ? options_.bucketBytes * 2 * (world - 1) / world : options_.bucketBytes;
+  std::vector<double> linkF(world, 1.0);
+  for (uint32_t r = 0; r < world; ++r) linkF[r] = linkFactor(r, step);
+
   int64_t stepEnd = 0;
   for (uint32_t r = 0; r < options_.ranks; ++r) {
     RankStep& rs = tl.ranks[r];
     for (uint32_t b = 0; b < buckets; ++b) {
       rs.colls.push_back({b, options_.bucketBytes, arrive[r][b], complete[b]});
+    }
+    if (world > 1) {
+      for (uint32_t b = 0; b < buckets; ++b) {
+        const int64_t start = complete[b] - transfer;
+        // Jitter only shortens: the modelled transfer is the slowest delivery, so no link
+        // may deliver after the ring completed.
+        const double jitter = std::exp(-linkSigma * std::fabs(linkNormal_(linkRng_)));
+        const int64_t wire = std::clamp<int64_t>(
+            toNs(static_cast<double>(healthyTransfer) * linkF[r] * jitter), 1, transfer);
+        rs.links.push_back({(r + 1) % world, b, linkBytes, start, start + wire});
+      }
     }
     const int64_t optStart = std::max(backwardEnd[r], complete[buckets - 1]);
     const uint32_t optOp = static_cast<uint32_t>(opNames_.size() - 1);

@@ -48,6 +48,18 @@ struct CollExec {
   int64_t completeNs = 0;  // 0 when it never completes (hang)
 };
 
+// One transfer a rank sends to its ring neighbour for one bucket's all_reduce, as a comm
+// library's profiler hooks report it: posted when the bucket's transfer starts, delivered
+// after the link's own in-flight time (a healthy link delivers early and then waits for the
+// slowest link of the ring; waiting is not in flight).
+struct LinkExec {
+  uint32_t peer = 0;  // global rank receiving: (rank + 1) % world
+  uint32_t bucket = 0;
+  uint64_t bytes = 0;  // what a ring all_reduce sends per rank: 2 (n - 1) / n of the bucket
+  int64_t postedNs = 0;
+  int64_t deliveredNs = 0;
+};
+
 struct RankStep {
   uint32_t rank = 0;
   int64_t beginNs = 0;
@@ -55,6 +67,7 @@ struct RankStep {
   std::vector<RangeExec> ranges;  // in time order
   std::vector<OpExec> ops;        // in time order
   std::vector<CollExec> colls;    // in time order; a hung collective has completeNs == 0
+  std::vector<LinkExec> links;    // in time order; none in a hung step or a 1-rank job
   // Totals the model knows, for tests and the truth: time spent in compute ranges.
   int64_t computeNs = 0;
 };
@@ -79,6 +92,9 @@ class StepModel {
   static std::vector<std::string> knownOps();
   // Transfer time of one bucket at the given slow-down.
   int64_t transferNs(double commFactor) const;
+  // Slow-down of rank's outgoing ring link at `step`: the factors of comm injects naming it
+  // or naming no rank (a fabric-wide slowdown).
+  double linkFactor(uint32_t rank, int64_t step) const;
 
  private:
   struct OpTemplate {
@@ -92,6 +108,10 @@ class StepModel {
 
   SimOptions options_;
   std::mt19937_64 rng_;
+  // Link jitter draws from its own generator, so adding links left every other time of the
+  // timeline as it was for a given seed.
+  std::mt19937_64 linkRng_;
+  std::normal_distribution<double> linkNormal_{0.0, 1.0};  // its own: normal_ caches a draw
   std::normal_distribution<double> normal_{0.0, 1.0};
   std::vector<std::string> opNames_;
   std::vector<OpTemplate> forward_;

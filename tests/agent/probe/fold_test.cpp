@@ -1,5 +1,8 @@
 #include "agent/probe/fold.h"
 
+#include <map>
+#include <string>
+
 #include <catch2/catch.hpp>
 
 #include "agent/probe/intern.h"
@@ -41,6 +44,17 @@ Record coll(uint8_t opKind, const char* group, uint64_t bytes, int64_t t0, int64
   r.bytes = bytes;
   r.t0 = t0;
   r.t1 = t1;
+  return r;
+}
+// What ts_link_transfer records: the peer rides in `name`.
+Record link(uint32_t peer, const char* group, uint64_t bytes, int64_t posted, int64_t delivered) {
+  Record r{};
+  r.type = RecordType::kLink;
+  r.name = peer;
+  r.group = internName(group);
+  r.bytes = bytes;
+  r.t0 = posted;
+  r.t1 = delivered;
   return r;
 }
 Record push(uint8_t kind, int64_t at) {
@@ -207,4 +221,59 @@ TEST_CASE("a step that never ends does not hold records without bound") {
   REQUIRE(out.size() == 1);
   CHECK(out[0].report.step() == 2);
   CHECK(f.unattributed() == 10000);
+}
+
+TEST_CASE("fold totals link transfers per (peer, group) in the step their posted time falls in") {
+  StepFolder f(opts());
+  f.add(0, step(RecordType::kStepBegin, 1, 1000));
+  f.add(0, coll(TS_COLL_ALL_REDUCE, "dp", 4096, 1100, 1500));
+  f.add(0, link(4, "dp", 1000, 1200, 1300));  // peer 4 on dp: 2 transfers, 100 + 150 ns
+  f.add(1, link(4, "dp", 3000, 1310, 1460));  // another thread (channel), same link
+  f.add(0, link(2, "dp", 500, 1250, 1260));   // another peer
+  f.add(0, link(4, "tp", 64, 1400, 1401));    // the same peer in another group
+  f.add(0, link(4, "dp", 7, 1990, 2100));     // posted in step 1, delivered after its end
+  f.add(0, step(RecordType::kStepEnd, 1, 2000));
+  f.add(0, link(4, "dp", 9, 2000, 2050));     // posted as step 1 ends: step 2
+  f.add(0, step(RecordType::kStepBegin, 2, 2000));
+  f.add(0, step(RecordType::kStepEnd, 2, 3000));
+  f.endPass();
+  f.endPass();
+  auto out = f.take();
+  REQUIRE(out.size() == 2);
+  const auto& rep = out[0].report;
+  // Transfers are part of the collective: they add nothing to comm time.
+  CHECK(rep.comm_ns() == 400);
+  CHECK(rep.records() == 6);
+  REQUIRE(rep.links_size() == 3);
+  std::map<std::pair<uint32_t, std::string>, trainscope::wire::LinkTotal> byKey;
+  for (const auto& l : rep.links()) byKey[{l.peer(), l.group()}] = l;
+  const auto& dp4 = byKey.at({4, "dp"});
+  CHECK(dp4.bytes() == 1000 + 3000 + 7);
+  CHECK(dp4.transfers() == 3);
+  CHECK(dp4.wire_ns() == 100 + 150 + 110);
+  CHECK(byKey.at({2, "dp"}).wire_ns() == 10);
+  CHECK(byKey.at({2, "dp"}).bytes() == 500);
+  CHECK(byKey.at({4, "tp"}).transfers() == 1);
+  // The flight recorder keeps link records like any other, in their step.
+  size_t links = 0;
+  for (const auto& r : out[0].records) links += r.type == RecordType::kLink && r.step == 1;
+  CHECK(links == 5);
+  const auto& rep2 = out[1].report;
+  REQUIRE(rep2.links_size() == 1);
+  CHECK(rep2.links(0).peer() == 4);
+  CHECK(rep2.links(0).bytes() == 9);
+  CHECK(rep2.links(0).wire_ns() == 50);
+}
+
+TEST_CASE("fold: a link delivered before it was posted counts no negative time") {
+  StepFolder f(opts());
+  f.add(0, step(RecordType::kStepBegin, 1, 0));
+  f.add(0, link(1, "dp", 100, 500, 400));
+  f.add(0, step(RecordType::kStepEnd, 1, 1000));
+  f.finish();
+  auto out = f.take();
+  REQUIRE(out.size() == 1);
+  REQUIRE(out[0].report.links_size() == 1);
+  CHECK(out[0].report.links(0).wire_ns() == 0);
+  CHECK(out[0].report.links(0).transfers() == 1);
 }

@@ -65,10 +65,11 @@ void feedRank(probe::StepFolder& folder, const Names& names, int64_t step,
     size_t idx;
   };
   std::vector<Ev> evs;
-  evs.reserve(rs.ranges.size() + rs.ops.size() + rs.colls.size());
+  evs.reserve(rs.ranges.size() + rs.ops.size() + rs.colls.size() + rs.links.size());
   for (size_t i = 0; i < rs.ranges.size(); ++i) evs.push_back({rs.ranges[i].startNs, 0, i});
   for (size_t i = 0; i < rs.ops.size(); ++i) evs.push_back({rs.ops[i].startNs, 1, i});
   for (size_t i = 0; i < rs.colls.size(); ++i) evs.push_back({rs.colls[i].arriveNs, 2, i});
+  for (size_t i = 0; i < rs.links.size(); ++i) evs.push_back({rs.links[i].postedNs, 3, i});
   std::stable_sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) {
     return a.t != b.t ? a.t < b.t : a.order < b.order;
   });
@@ -83,7 +84,7 @@ void feedRank(probe::StepFolder& folder, const Names& names, int64_t step,
       const auto& o = rs.ops[e.idx];
       folder.add(0, makeRecord(RecordType::kOp, 0, names.ops[o.op], 0, 0, o.startNs,
                                o.startNs + o.durationNs, 0));
-    } else {
+    } else if (e.order == 2) {
       const auto& c = rs.colls[e.idx];
       if (c.completeNs == 0) {
         folder.add(0, makeRecord(RecordType::kCollBegin, TS_COLL_ALL_REDUCE, 0, names.group, 0,
@@ -92,6 +93,11 @@ void feedRank(probe::StepFolder& folder, const Names& names, int64_t step,
         folder.add(0, makeRecord(RecordType::kCollective, TS_COLL_ALL_REDUCE, 0, names.group, 0,
                                  c.arriveNs, c.completeNs, c.bytes));
       }
+    } else {
+      // What ts_link_transfer records: the peer in `name`.
+      const auto& l = rs.links[e.idx];
+      folder.add(0, makeRecord(RecordType::kLink, 0, l.peer, names.group, 0, l.postedNs,
+                               l.deliveredNs, l.bytes));
     }
   }
   if (!hung && rs.endNs > 0) {

@@ -32,7 +32,7 @@ import threading
 
 __all__ = [
     "init", "step", "step_begin", "step_end", "range", "collective", "record_collective",
-    "op", "flush", "stats", "shutdown", "now_ns", "intern", "dump_stacks", "ProbeError",
+    "record_link_transfer", "op", "flush", "stats", "shutdown", "now_ns", "intern", "dump_stacks", "ProbeError",
     "RANGE_OTHER", "RANGE_COMPUTE", "RANGE_DATA", "COLLECTIVE_OPS",
 ]
 
@@ -139,6 +139,7 @@ def _bind(lib):
         "ts_collective": (None, [P, u32, u32, u64, i64, i64]),
         "ts_collective_begin": (None, [P, u32, u32, u64, i64]),
         "ts_collective_end": (None, [P, i64]),
+        "ts_link_transfer": (None, [P, u32, u32, u64, i64, i64]),
         "ts_probe_flush": (i32, [P, i32]),
         "ts_probe_get_stats": (None, [P, ctypes.POINTER(_Stats)]),
         "ts_last_error": (ctypes.c_char_p, []),
@@ -344,6 +345,15 @@ def record_collective(op, nbytes, arrive_ns, complete_ns, group="default"):
     """Records a collective whose arrival and completion times are known (ns, epoch)."""
     _get_lib().ts_collective(_probe(), _op_code(op), intern(group), int(nbytes),
                              int(arrive_ns), int(complete_ns))
+
+
+def record_link_transfer(peer, nbytes, posted_ns, delivered_ns, group="default"):
+    """Records one transfer this rank sent to global rank `peer`, in flight from posted_ns to
+    delivered_ns (ns, epoch); folded per (peer, group) into the step's link totals."""
+    if int(peer) < 0:
+        raise ValueError("peer must be a global rank >= 0, not %r" % (peer,))
+    _get_lib().ts_link_transfer(_probe(), intern(group), int(peer), int(nbytes),
+                                int(posted_ns), int(delivered_ns))
 
 
 def op(name, start_ns, duration_ns):
