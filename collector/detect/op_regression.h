@@ -66,6 +66,7 @@ private:
   };
 
   void evict(int64_t step);
+  std::vector<double> scratch_;  // per-step medians, capacity kept
 
   // Ops found by their position in the report: every rank lists them in the same order, so
   // a name compare at the cached position replaces a map search per op per report. Cleared

@@ -5,7 +5,9 @@
 
 namespace trainscope::detect {
 
-double median(std::vector<double> values) {
+double median(std::vector<double> values) { return medianInPlace(values); }
+
+double medianInPlace(std::vector<double>& values) {
   if (values.empty()) return 0.0;
   size_t mid = values.size() / 2;
   std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid), values.end());
@@ -68,18 +70,24 @@ void PersistenceTracker::refreshBaseline() const {
   // A median of 256 values per push would dominate the cost; the baseline moves slowly (one
   // value in 256 per sample), so refreshing every 32 additions (every 256 once the ring is
   // full) is as good.
-  if (!dirty_ && sinceRefresh_ < (base_.full() ? 256 : 32)) return;
-  std::vector<double> v(base_.size());
+  // While the ring fills, every time it grew by half (at least 32): a baseline of n samples
+  // barely moves when n/2 more join, and refreshing every 32 made the first few hundred
+  // steps of a big job cost several times the steady state.
+  const int every = base_.full() ? 256 : std::max(32, static_cast<int>(base_.size() / 2));
+  if (!dirty_ && sinceRefresh_ < every) return;
+  // One scratch buffer per thread: a refresh allocated twice before.
+  thread_local std::vector<double> v;
+  v.resize(base_.size());
   for (size_t i = 0; i < base_.size(); ++i) v[i] = base_[i];
-  baseMedian_ = median(v);
+  baseMedian_ = medianInPlace(v);
   // A MAD of a few dozen samples is often a third too small, and a job has thousands of
   // series (ops x ranks): the rare under-estimate made CUSUMs fire on noisy single-call ops
   // from 6 % noise on. Widened by 1 + 2/sqrt(n): x1.35 at the 32 samples of a new baseline,
   // x1.13 once 256 are held.
   const double smallSample = 1.0 + 2.0 / std::sqrt(static_cast<double>(std::max<size_t>(v.size(), 1)));
-  baseRelSigma_ = baseMedian_ > 0
-                      ? smallSample * kMadToSigma * mad(v, baseMedian_) / baseMedian_
-                      : 0.0;
+  for (double& x : v) x = std::fabs(x - baseMedian_);
+  baseRelSigma_ = baseMedian_ > 0 ? smallSample * kMadToSigma * medianInPlace(v) / baseMedian_
+                                  : 0.0;
   dirty_ = false;
   sinceRefresh_ = 0;
 }

@@ -12,6 +12,8 @@ namespace trainscope::detect {
 
 // Median of the values (a copy is partially sorted). 0 for an empty input.
 double median(std::vector<double> values);
+// The same on the caller's buffer, which it reorders: no copy, for scratch vectors.
+double medianInPlace(std::vector<double>& values);
 // Median absolute deviation around `center`; multiply by 1.4826 for a Gaussian sigma.
 double mad(const std::vector<double>& values, double center);
 inline constexpr double kMadToSigma = 1.4826;
@@ -44,6 +46,8 @@ public:
   const T& operator[](size_t i) const { return buf_[wrap(head_ + i)]; }
   const T& front() const { return (*this)[0]; }
   const T& back() const { return (*this)[size_ - 1]; }
+  // Where the next push writes (a hint for prefetching).
+  const T* nextSlot() const { return &buf_[wrap(head_ + (size_ < buf_.size() ? size_ : 0))]; }
   void clear() { head_ = size_ = 0; }
   // The newest `n` values (all of them when fewer are held), oldest first.
   std::vector<T> latest(size_t n) const {
@@ -82,6 +86,13 @@ public:
   explicit PersistenceTracker(const PersistenceOptions& options, double fixedBaseline = 0.0);
 
   Transition push(int64_t step, double value);
+  // Asks the CPU to fetch what the next push touches, for a caller about to push into many
+  // trackers in turn. No effect on results.
+  void prefetch() const {
+    __builtin_prefetch(hist_.nextSlot(), 1);
+    if (hist_.size() > window_) __builtin_prefetch(&hist_[hist_.size() - window_]);
+    __builtin_prefetch(base_.nextSlot(), 1);
+  }
 
   // Relative sigma used when the baseline is fixed (e.g. the job-wide spread of ratios).
   void setExternalNoise(double relSigma) { externalNoise_ = relSigma; }

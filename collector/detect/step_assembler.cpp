@@ -41,6 +41,11 @@ void StepAssembler::add(wire::StepReport&& report, const RankContext& ctx, uint3
   if (inserted) {
     s.job = job_;
     s.step = step;
+    if (!spare_.empty()) {
+      s.ranks = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    s.ranks.reserve(worldSize);
   }
   s.worldSize = std::max(s.worldSize, worldSize);
   // Ranks are appended as they come (sorted when the step is handed out); a bitmap by rank
@@ -113,6 +118,15 @@ void StepAssembler::release(std::map<int64_t, AssembledStep>::iterator it,
   s.seen.clear();
   s.seen.shrink_to_fit();
   out->push_back(std::move(s));
+}
+
+void StepAssembler::recycle(std::vector<AssembledStep>& done) {
+  for (AssembledStep& s : done) {
+    if (spare_.size() >= 2) break;
+    s.ranks.clear();
+    spare_.push_back(std::move(s.ranks));
+  }
+  done.clear();
 }
 
 void StepAssembler::flush(std::vector<AssembledStep>* out) {

@@ -60,6 +60,11 @@ public:
            std::vector<AssembledStep>* out);
   // Hands out every pending step (e.g. when the job ended).
   void flush(std::vector<AssembledStep>* out);
+  // Takes judged steps back and empties `done`: their reports are freed, and the rank arrays
+  // are kept for the next steps. At 1,024 ranks an array is ~300 KiB; allocating and freeing
+  // one per step (and growing it report by report) made glibc consolidate its free lists
+  // every step, a third of the detectors' cost per report.
+  void recycle(std::vector<AssembledStep>& done);
 
   const AssemblyStats& stats() const { return stats_; }
   size_t pendingSteps() const { return pending_.size(); }
@@ -75,6 +80,7 @@ private:
   uint64_t consecutiveLate_ = 0;  // restart-like reports in a row (see add)
   int64_t maxEndNs_ = 0;          // latest end time of an accepted report (collector clock)
   bool missingMayBeLeftOut(const AssembledStep& s) const;
+  std::vector<std::vector<RankStep>> spare_;  // emptied rank arrays, capacity kept (<= 2)
   std::vector<int64_t> rankMax_;     // per rank: highest step it reported (-1: none)
   std::vector<int64_t> rankLastNs_;  // per rank: collector clock of its latest report
   int64_t firstNs_ = 0;              // collector clock of the job's first report
