@@ -205,6 +205,12 @@ Status run(const CollectorOptions& options) {
     if (p != nullptr) p->onCommitted(batch);
     captures.onCommitted(batch);
   };
+  if (pipeline != nullptr) {
+    // Hellos' progress names the stuck rank of a hang (socket thread; the pipeline queues it).
+    io.onRankProgress = [p = pipeline.get()](const ingest::RankProgressUpdate& u) {
+      p->onRankProgress(u);
+    };
+  }
   ingest::IngestServer ingestServer(io, **store);
   ingestPtr = &ingestServer;
   if (auto s = ingestServer.start(); !s) return Status::error("--ingest: " + s.message());

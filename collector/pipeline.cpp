@@ -1,5 +1,6 @@
 #include "collector/pipeline.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "common/log.h"
@@ -12,6 +13,9 @@ constexpr const char* kComponent = "detect";
 // Bounds the "rankGone already sent" set; clearing it only risks a repeated rankGone call,
 // which the detectors take as a no-op for a rank already judged gone.
 constexpr size_t kMaxGoneEntries = 100000;
+// Ranks whose progress may wait for the detectors at once (one entry per rank, newest wins);
+// past it new ranks' progress is dropped until the next pass takes the inbox.
+constexpr size_t kMaxProgressInbox = 65536;
 
 }  // namespace
 
@@ -100,6 +104,7 @@ void DetectPipeline::onCommitted(const storage::WriteBatch& batch) {
     }
   }
 
+  feedProgressLocked();
   for (const auto& bye : batch.goodbyes) {
     detectors_.rankEnded(bye.job(), bye.rank(), now);
     ++stats_.goodbyes;
@@ -119,8 +124,45 @@ void DetectPipeline::onCommitted(const storage::WriteBatch& batch) {
 void DetectPipeline::tick() {
   std::lock_guard lock(mu_);
   const int64_t now = clock_.nowNs();
+  feedProgressLocked();
   detectors_.tick(now);
   flushLocked();
+}
+
+void DetectPipeline::onRankProgress(const ingest::RankProgressUpdate& update) {
+  std::lock_guard lock(progressMu_);
+  auto key = std::make_pair(update.job, update.rank);
+  auto it = progressInbox_.find(key);
+  if (it != progressInbox_.end()) {
+    it->second = update;
+  } else if (progressInbox_.size() < kMaxProgressInbox) {
+    progressInbox_.emplace(std::move(key), update);
+  }
+}
+
+void DetectPipeline::feedProgressLocked() {
+  std::map<std::pair<std::string, uint32_t>, ingest::RankProgressUpdate> inbox;
+  {
+    std::lock_guard lock(progressMu_);
+    inbox.swap(progressInbox_);
+  }
+  for (const auto& [key, u] : inbox) {
+    auto& job = jobs_[u.job];
+    if (!u.node.empty()) job.nodes[u.rank] = u.node;
+    detect::RankContext ctx;
+    ctx.node = u.node;
+    ctx.worldSize = job.worldSize;
+    ctx.clockOffsetNs = u.clockOffsetNs != 0 || u.node.empty() ? u.clockOffsetNs
+                                                               : offsetLocked(u.node, u.receivedNs);
+    ctx.receivedNs = u.sentNs != 0 ? std::min(u.sentNs + ctx.clockOffsetNs, u.receivedNs)
+                                   : u.receivedNs;
+    if (Status s = detectors_.rankProgress(u.job, u.rank, u.progress, ctx); !s) {
+      logOnce(LogLevel::kWarn, kComponent, "progress-reject",
+              "detectors refused a rank progress (further ones not logged): " + s.message());
+    } else {
+      ++stats_.progressFed;
+    }
+  }
 }
 
 void DetectPipeline::lookupJobLocked(const std::string& name, JobContext& job, int64_t nowNs) {

@@ -18,6 +18,7 @@
 #include "collector/detect/anomaly.h"
 #include "collector/detect/detector_set.h"
 #include "collector/detect/options.h"
+#include "collector/ingest/ingest.h"
 #include "collector/storage/store.h"
 #include "common/clock.h"
 
@@ -49,6 +50,7 @@ struct PipelineStats {
   uint64_t writeFailures = 0;  // store refused a write (rows kept for a retry)
   uint64_t storeLookups = 0;   // rank/node reads from the store for missing context
   uint64_t capturesStarted = 0;  // automatic captures onOpened started
+  uint64_t progressFed = 0;      // rank progresses (from hellos) passed to the detectors
 };
 
 // storage::AnomalyRow of an anomaly (kind and state by their stable names).
@@ -68,6 +70,11 @@ class DetectPipeline {
   // ingest's onCommitted hook: registrations, heartbeat offsets, step reports, goodbyes and
   // host samples (alive=false) of one committed batch, in that order.
   void onCommitted(const storage::WriteBatch& batch);
+  // ingest's onRankProgress hook (socket thread): keeps the rank's latest progress for the
+  // detectors, which take it in after the next committed batch or tick, so the socket thread
+  // never waits for a detection pass. Its time is the hello's sent_ns on the collector clock
+  // (no later than its arrival), so a hello replayed from a spool reads as old.
+  void onRankProgress(const ingest::RankProgressUpdate& update);
   // Time-based detection (hangs); call about once a second.
   void tick();
 
@@ -85,6 +92,7 @@ class DetectPipeline {
   int64_t offsetLocked(const std::string& node, int64_t nowNs);
   void noteRejectLocked(const Status& status, int64_t nowNs);
   void flushLocked();
+  void feedProgressLocked();
 
   PipelineOptions options_;
   storage::Store& store_;
@@ -100,6 +108,9 @@ class DetectPipeline {
   int64_t lastRejectLogNs_ = 0;                 // guarded by mu_
   uint64_t rejectsUnlogged_ = 0;                // guarded by mu_
   PipelineStats stats_;                         // guarded by mu_
+  // Latest progress per (job, rank) not yet fed; bounded by kMaxProgressInbox.
+  std::mutex progressMu_;
+  std::map<std::pair<std::string, uint32_t>, ingest::RankProgressUpdate> progressInbox_;
 };
 
 }  // namespace trainscope::collector

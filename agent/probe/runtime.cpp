@@ -250,6 +250,9 @@ Status Instance::open(void* zmqContext) {
   transport_ = std::make_unique<Transport>(zmqContext, t, std::move(info));
   // Handled at the start of the next pass, outside the transport's receive loop.
   transport_->onCommand = [this](const wire::Command& cmd) { submitCommand(cmd); };
+  // Hellos go out every 2 s even while the training thread is stuck (this thread keeps
+  // draining), so the collector learns where each rank stopped.
+  transport_->progress = [this](wire::RankProgress* p) { progress_.fill(p); };
   Status s = transport_->open();
   if (!s) transport_.reset();
   return s;
@@ -265,7 +268,10 @@ void Instance::service(int64_t nowNs, bool closing) {
   uint64_t dropped = 0;
   for (size_t i = 0; i < ringView_.size(); ++i) {
     const auto ring = static_cast<uint32_t>(i);
-    taken += ringView_[i]->drain([&](const Record& r) { folder_.add(ring, r); });
+    taken += ringView_[i]->drain([&](const Record& r) {
+      folder_.add(ring, r);
+      progress_.add(ring, r);
+    });
     dropped += ringView_[i]->dropped();
   }
   records_.fetch_add(taken, std::memory_order_relaxed);

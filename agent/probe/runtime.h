@@ -19,6 +19,7 @@
 #include "agent/probe/config.h"
 #include "agent/probe/flight_recorder.h"
 #include "agent/probe/fold.h"
+#include "agent/probe/progress.h"
 #include "agent/probe/ring.h"
 #include "agent/probe/trainscope_probe.h"
 #include "agent/probe/transport.h"
@@ -90,6 +91,7 @@ class Instance {
   std::mutex ringsMu_;
   std::vector<std::unique_ptr<Ring>> rings_;  // guarded by ringsMu_; never shrinks
   StepFolder folder_;
+  ProgressTracker progress_;  // fed the folder's records; read into each RankHello
   FlightRecorder flight_;
   std::unique_ptr<Transport> transport_;
   uint64_t droppedReported_ = 0;  // ring drops already put in a report

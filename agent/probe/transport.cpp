@@ -72,6 +72,7 @@ void Transport::queueHello(int64_t nowNs) {
   auto* hello = env.mutable_rank_hello();
   *hello->mutable_rank() = info_;
   hello->set_sent_ns(wallNowNs());
+  if (progress) progress(hello->mutable_progress());
   // Hellos go first so an agent that just came up learns the rank before its reports.
   queued_.insert(queued_.begin(), std::move(env));
   helloOutstanding_ = true;

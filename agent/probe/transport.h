@@ -56,6 +56,9 @@ class Transport {
   // Called for each Command envelope from the agent (the capture seam). Unset: logged once
   // and ignored.
   std::function<void(const wire::Command&)> onCommand;
+  // Fills the rank's progress into each RankHello when it is queued (the runtime's
+  // ProgressTracker). Unset: hellos carry no progress, as from older probes.
+  std::function<void(wire::RankProgress*)> progress;
 
   std::atomic<uint64_t> reportsSent{0};  // reports whose batch went out the first time
   std::atomic<uint64_t> reportsAcked{0};

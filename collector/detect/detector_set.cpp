@@ -241,6 +241,26 @@ void DetectorSet::rankGone(const std::string& name, uint32_t rank, int64_t nowNs
   if (j.staged.pending() != 0) route(j, nullptr, false);
 }
 
+Status DetectorSet::rankProgress(const std::string& name, uint32_t rank,
+                                 const wire::RankProgress& p, const RankContext& ctx) {
+  auto reject = [](const std::string& why) { return Status::error("rank progress: " + why); };
+  if (name.empty()) return reject("job is empty");
+  if (p.last_step() < -1) return reject("last_step is below -1 (" + std::to_string(p.last_step()) + ")");
+  if (p.open_step() < -1) return reject("open_step is below -1 (" + std::to_string(p.open_step()) + ")");
+  if (p.last_record_ns() < 0) return reject("last_record_ns is negative");
+  if (p.collective_since_ns() < 0) return reject("collective_since_ns is negative");
+  auto it = jobs_.find(name);
+  if (it == jobs_.end()) return Status::ok();
+  Job& j = *it->second;
+  const uint32_t world = std::max(j.worldSize, ctx.worldSize);
+  if (world != 0 && rank >= world) {
+    return reject("rank " + std::to_string(rank) + " is not below world_size " +
+                  std::to_string(world));
+  }
+  j.hang.rankProgress(rank, p, ctx);
+  return Status::ok();
+}
+
 void DetectorSet::forgetJob(const std::string& name) {
   auto it = jobs_.find(name);
   if (it == jobs_.end()) return;

@@ -6,7 +6,8 @@
 // Per job it keeps a StepAssembler (reports from different ranks arrive in any order and
 // late; a step is judged once every rank reported it or graceSteps later) feeding the
 // step_shift, straggler, slow_comm and op_regression detectors, and a HangDetector fed with
-// every report directly. Memory is bounded per job by the option limits and across jobs by
+// every report directly and with each rank's progress (rankProgress), which names the stuck
+// rank of a hang. Memory is bounded per job by the option limits and across jobs by
 // maxJobs (least recently seen job forgotten first).
 //
 // Folding (FoldOptions): one fault often moves several signals. A straggler also raises the
@@ -70,6 +71,14 @@ public:
   void rankEnded(const std::string& job, uint32_t rank, int64_t nowNs = 0);
   // The rank's process is gone without a goodbye (its agent saw it exit).
   void rankGone(const std::string& job, uint32_t rank, int64_t nowNs = 0);
+  // Where the rank is, from its latest RankHello (schema RankProgress): what names the stuck
+  // rank when a hang opens (HangDetector). ctx.receivedNs: collector clock when the progress
+  // was true (the hello's sent_ns + the node's clock offset, or its arrival); ctx.clockOffsetNs
+  // converts its probe-clock times. Ignored for a job or rank that sent no step report yet:
+  // progress never opens a hang by itself. Refuses (naming the field) an empty job, a rank not
+  // below the job's world size, and steps below -1 or negative times.
+  Status rankProgress(const std::string& job, uint32_t rank, const wire::RankProgress& progress,
+                      const RankContext& ctx);
   // Drops all state of a job (e.g. deleted by retention).
   void forgetJob(const std::string& job);
 

@@ -1,11 +1,20 @@
 #include "collector/detect/hang.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 
 namespace trainscope::detect {
 
 namespace {
+// Progress counts once it was true this long after the rank's last report arrived (or 2
+// typical steps, when longer): by then a peer has reached the collective it waits in.
+constexpr int64_t kProgressMarginNs = 500'000'000;
+// Older progress does not count (hellos come every 2 s while the probe runs).
+constexpr int64_t kProgressMaxAgeNs = 10'000'000'000;
+// How long a due hang waits for a hello from the silence (2.5 hello periods).
+constexpr int64_t kProgressWaitNs = 5'000'000'000;
+
 std::string seconds(int64_t ns) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ns) / 1e9);
@@ -111,6 +120,32 @@ void HangDetector::rankGone(uint32_t rank, int64_t nowNs) {
   st.goneOpen = true;
 }
 
+void HangDetector::rankProgress(uint32_t rank, const wire::RankProgress& p,
+                                const RankContext& ctx) {
+  auto it = ranks_.find(rank);
+  if (it == ranks_.end()) return;  // no step report yet: nothing a hang could name
+  RankState& st = it->second;
+  if (!ctx.node.empty()) st.node = ctx.node;
+  auto toCollector = [&](int64_t probeNs) { return probeNs == 0 ? 0 : probeNs + ctx.clockOffsetNs; };
+  const int64_t asOf = ctx.receivedNs != 0 ? ctx.receivedNs : toCollector(p.last_record_ns());
+  if (st.progress.known && asOf < st.progress.asOfNs) return;  // an older hello, late
+  Progress& g = st.progress;
+  g.known = true;
+  g.asOfNs = asOf;
+  g.lastStep = p.last_step();
+  g.openStep = p.open_step();
+  g.lastRecordNs = toCollector(p.last_record_ns());
+  g.collectiveSinceNs = toCollector(p.collective_since_ns());
+  g.collectivesBegun = p.collectives_begun();
+}
+
+bool HangDetector::progressCounts(const RankState& st, int64_t nowNs) const {
+  const Progress& g = st.progress;
+  if (!g.known || g.asOfNs == 0) return false;
+  const int64_t margin = std::max(kProgressMarginNs, static_cast<int64_t>(2.0 * st.typical));
+  return g.asOfNs >= st.lastActivityNs + margin && nowNs - g.asOfNs <= kProgressMaxAgeNs;
+}
+
 void HangDetector::tick(int64_t nowNs) {
   if (hangOpen_) return;
   std::vector<uint32_t> live, silent;
@@ -120,59 +155,177 @@ void HangDetector::tick(int64_t nowNs) {
     live.push_back(rank);
     if (nowNs - st.lastActivityNs > threshold(st)) silent.push_back(rank);
   }
-  if (silent.empty()) return;
-  int64_t minStep = ranks_.at(silent.front()).lastStep;
-  for (uint32_t r : silent) minStep = std::min(minStep, ranks_.at(r).lastStep);
-  std::vector<uint32_t> culprits;
-  for (uint32_t r : silent) {
-    if (ranks_.at(r).lastStep == minStep) culprits.push_back(r);
+  if (silent.empty()) {
+    hangDueNs_ = 0;
+    return;
   }
-  int64_t maxStep = minStep;
+  if (hangDueNs_ == 0) hangDueNs_ = nowNs;
+  // Stalled: silent, or silent for over half the threshold (stopped with the silent ones; its
+  // last report merely arrived a little later).
+  std::vector<uint32_t> stalled;
+  for (uint32_t r : live) {
+    const RankState& st = ranks_.at(r);
+    if (2 * (nowNs - st.lastActivityNs) > threshold(st)) stalled.push_back(r);
+  }
+  // A stalled rank that sends progress but none from its silence yet: wait for its next hello.
+  bool waitForHello = false;
+  std::vector<uint32_t> waiting, notWaiting, noProgress;
+  for (uint32_t r : stalled) {
+    const RankState& st = ranks_.at(r);
+    if (!progressCounts(st, nowNs)) {
+      noProgress.push_back(r);
+      if (st.progress.known) waitForHello = true;
+    } else if (st.progress.collectiveSinceNs != 0) {
+      waiting.push_back(r);
+    } else {
+      notWaiting.push_back(r);
+    }
+  }
+  if (waitForHello && nowNs - hangDueNs_ < kProgressWaitNs) return;
+
+  // The step a rank reached: its reports', or its progress's when that is newer.
+  auto reached = [&](uint32_t r) {
+    const RankState& st = ranks_.at(r);
+    return progressCounts(st, nowNs) ? std::max(st.lastStep, st.progress.lastStep) : st.lastStep;
+  };
+  auto minOf = [](const std::vector<uint32_t>& v, auto&& f) {
+    auto best = f(v.front());
+    for (uint32_t r : v) best = std::min(best, f(r));
+    return best;
+  };
+  auto maxOf = [](const std::vector<uint32_t>& v, auto&& f) {
+    auto best = f(v.front());
+    for (uint32_t r : v) best = std::max(best, f(r));
+    return best;
+  };
+  auto select = [](const std::vector<uint32_t>& v, auto&& keep) {
+    std::vector<uint32_t> out;
+    for (uint32_t r : v) {
+      if (keep(r)) out.push_back(r);
+    }
+    return out;
+  };
+  const bool jobStalled = stalled.size() == live.size();
+  std::vector<uint32_t> culprits;
+  std::string culprit;     // labels["culprit"]
+  bool jobWide = false;
+  if (!waiting.empty() && (!notWaiting.empty() || !noProgress.empty())) {
+    // The stuck rank never reached the collective its peers wait in.
+    const int64_t waitStep = minOf(waiting, [&](uint32_t r) {
+      const Progress& g = ranks_.at(r).progress;
+      return g.openStep >= 0 ? g.openStep : std::max(ranks_.at(r).lastStep, g.lastStep) + 1;
+    });
+    culprits = notWaiting.empty() ? noProgress : notWaiting;
+    culprit = std::string(notWaiting.empty() ? "no progress" : "not in a collective") +
+              " while " + std::to_string(waiting.size()) + " peer" +
+              (waiting.size() == 1 ? "" : "s") + " wait in one since step " +
+              std::to_string(waitStep);
+  } else if (noProgress.empty() && jobStalled) {
+    // Every rank's progress is known and alike: all wait in a collective, or none does.
+    const bool allWait = notWaiting.empty();
+    const int64_t low = minOf(stalled, reached);
+    const int64_t high = maxOf(stalled, reached);
+    auto begun = [&](uint32_t r) { return ranks_.at(r).progress.collectivesBegun; };
+    const uint64_t fewest = minOf(stalled, begun);
+    const uint64_t most = maxOf(stalled, begun);
+    std::vector<uint32_t> behind = select(stalled, [&](uint32_t r) { return begun(r) == fewest; });
+    if (low < high) {
+      culprits = select(stalled, [&](uint32_t r) { return reached(r) == low; });
+      culprit = "stopped at step " + std::to_string(low) + " while " +
+                std::to_string(stalled.size() - culprits.size()) + " peers reached step " +
+                std::to_string(high);
+    } else if (allWait && fewest < most && 2 * behind.size() < stalled.size()) {
+      culprits = behind;
+      culprit = "entered " + std::to_string(fewest) + " collectives while " +
+                std::to_string(stalled.size() - behind.size()) + " peers entered up to " +
+                std::to_string(most) + " (waits in an earlier one)";
+    } else {
+      culprits = stalled;
+      jobWide = true;
+      culprit = allWait ? "job-wide: every rank waits in a collective since step " +
+                              std::to_string(low + 1) + " (none stuck in its own code)"
+                        : "job-wide: no rank waits in a collective (all stuck in their own "
+                          "code since step " +
+                              std::to_string(low + 1) + ")";
+    }
+  } else {
+    // No progress to tell them apart (older probes): the ones that stopped first.
+    const int64_t minStep = minOf(stalled, [&](uint32_t r) { return ranks_.at(r).lastStep; });
+    culprits = select(stalled, [&](uint32_t r) { return ranks_.at(r).lastStep == minStep; });
+    // All stopped after the same step: on a synchronous job the stuck rank and the ranks
+    // waiting for it in the next collective look alike in the step reports.
+    culprit = culprits.size() > 1 && culprits.size() == stalled.size() ? "unknown"
+                                                                        : rankSubject(culprits);
+  }
+
+  int64_t onset = INT64_MAX;
+  for (uint32_t r : culprits) onset = std::min(onset, reached(r) + 1);
+  int64_t maxStep = onset - 1;
   for (uint32_t r : live) maxStep = std::max(maxStep, ranks_.at(r).lastStep);
-  const RankState& first = ranks_.at(culprits.front());
-  int64_t silence = nowNs - first.lastActivityNs;
-  int64_t thr = threshold(first);
-  bool jobStalled = silent.size() == live.size();
+  // The hang's age: the longest silence among the stalled ranks.
+  uint32_t longest = stalled.front();
+  for (uint32_t r : stalled) {
+    if (ranks_.at(r).lastActivityNs < ranks_.at(longest).lastActivityNs) longest = r;
+  }
+  const RankState& first = ranks_.at(longest);
+  const int64_t silence = nowNs - first.lastActivityNs;
+  const int64_t thr = threshold(first);
+  const RankState& lead = ranks_.at(culprits.front());
   Anomaly a;
   a.job = job_;
   a.kind = AnomalyKind::kHang;
   a.ranks = culprits;
   for (uint32_t r : culprits) a.nodes.push_back(ranks_.at(r).node);
-  a.onsetStep = minStep + 1;
+  a.onsetStep = onset;
   a.detectedStep = maxStep;
   a.detectedNs = nowNs;
   a.magnitude = thr > 0 ? static_cast<double>(silence) / static_cast<double>(thr) : 1.0;
   a.confidence = std::min(1.0, 0.5 + 0.25 * a.magnitude);
-  double typical = first.typical;
   a.evidence = {{"silent_s", static_cast<double>(silence) / 1e9},
                 {"threshold_s", static_cast<double>(thr) / 1e9},
-                {"typical_step_ms", typical / 1e6},
-                {"last_step", static_cast<double>(minStep)},
+                {"typical_step_ms", first.typical / 1e6},
+                {"last_step", static_cast<double>(onset - 1)},
                 {"ranks_silent", static_cast<double>(silent.size())},
+                {"ranks_stalled", static_cast<double>(stalled.size())},
                 {"ranks_live", static_cast<double>(live.size())},
                 {"job_stalled", jobStalled ? 1.0 : 0.0},
-                {"process_gone", 0.0}};
-  if (culprits.size() > 1 && culprits.size() == silent.size()) {
-    // Every silent rank stopped after the same step: on a synchronous job the stuck rank and
-    // the ranks waiting for it in the next collective look alike in the step reports, so all
-    // are named. (A probe heartbeat saying whether the rank waits inside a collective would
-    // tell them apart.)
-    a.labels["culprit"] = "unknown";
-  } else {
-    a.labels["culprit"] = rankSubject(culprits);
+                {"process_gone", 0.0},
+                {"ranks_waiting", static_cast<double>(waiting.size())},
+                {"ranks_not_waiting", static_cast<double>(notWaiting.size())},
+                {"ranks_no_progress", static_cast<double>(noProgress.size())}};
+  if (!waiting.empty()) {
+    const int64_t since = minOf(waiting, [&](uint32_t r) {
+      return ranks_.at(r).progress.collectiveSinceNs;
+    });
+    a.evidence["wait_s"] = static_cast<double>(nowNs - since) / 1e9;
+    a.evidence["peers_collectives_begun"] = static_cast<double>(
+        maxOf(waiting, [&](uint32_t r) { return ranks_.at(r).progress.collectivesBegun; }));
   }
+  if (progressCounts(lead, nowNs)) {
+    if (lead.progress.lastRecordNs != 0) {
+      a.evidence["culprit_idle_s"] =
+          static_cast<double>(nowNs - lead.progress.lastRecordNs) / 1e9;
+    }
+    a.evidence["culprit_collectives_begun"] =
+        static_cast<double>(lead.progress.collectivesBegun);
+  }
+  a.labels["culprit"] = culprit;
+  a.labels["scope"] = jobWide ? "job" : "rank";
   std::string who = culprits.size() == 1
                         ? "rank " + std::to_string(culprits.front()) +
-                              (first.node.empty() ? "" : " (" + first.node + ")")
+                              (lead.node.empty() ? "" : " (" + lead.node + ")")
                         : "ranks " + rankSubject(culprits);
-  a.summary = who + " stopped after step " + std::to_string(minStep) + ": silent " +
+  if (jobWide) who = "job-wide hang: " + who;
+  a.summary = who + " stopped after step " + std::to_string(onset - 1) + ": silent " +
               seconds(silence) + " (threshold " + seconds(thr) + "); " +
-              std::to_string(silent.size()) + " of " + std::to_string(live.size()) +
-              " ranks silent";
+              std::to_string(stalled.size()) + " of " + std::to_string(live.size()) +
+              " ranks stalled";
+  if (culprit != "unknown" && culprit != rankSubject(culprits)) a.summary += "; " + culprit;
   culpritSteps_.clear();
-  for (uint32_t r : culprits) culpritSteps_[r] = ranks_.at(r).lastStep;
+  for (uint32_t r : culprits) culpritSteps_[r] = reached(r);
   hang_ = log_->open(std::move(a), rankSubject(culprits));
   hangOpen_ = true;
+  hangDueNs_ = 0;
 }
 
 }  // namespace trainscope::detect

@@ -2,17 +2,37 @@
 // rank is silent when now - its last report (collector clock) exceeds
 // max(stepMultiple * its typical step, floorNs, longestStepMultiple * its longest step after
 // warm-up), so slow checkpoint steps are not hangs. One hang anomaly is open per job at a
-// time; it names the culprit: among the silent ranks, those with the lowest latest step (in a
-// synchronous job the others block a step later inside a collective and go silent after
-// it). When every silent rank stopped after the same step (the usual case on a synchronous
-// job: the others block inside the stuck step's first collective) the reports cannot tell the
-// culprit, so all are named and labels["culprit"] is "unknown"; otherwise it names the
-// culprits. It resolves when every culprit reports a newer step.
+// time. It opens when a rank is silent, and judges every stalled rank: the silent ones and
+// those silent for over half their threshold (they stopped with it, their last report just
+// came a little later).
+//
+// Naming the culprit. Step reports alone cannot: in a synchronous job the stuck rank (stuck in
+// its own code: data loader, a deadlock, a kernel that never returns) and its peers, which
+// wait for it in the step's first collective, all stop after the same step. The probe's
+// progress (rankProgress, from every RankHello, every 2 s) tells them apart: peers have an
+// open collective, the stuck rank has none. Progress counts for a rank only when it was true
+// at least max(2 typical steps, 0.5 s) after the rank's last report arrived (it describes
+// the silence, not the step before) and is at most 10 s old; when a stalled rank that sends
+// progress has none that counts yet, the hang waits up to 5 s for its next hello. Then:
+//  - some stalled ranks wait in a collective and others do not (or sent nothing that
+//    counts): those others are named, labels["culprit"] = "not in a collective while N peers
+//    wait in one since step S" (or "no progress ...");
+//  - the whole job stalled, each rank's progress known, and all wait in a collective, or
+//    none does: the ones behind are named (a lower step reached; or, when all wait, fewer
+//    collectives entered by less than half of them), else every rank is named and
+//    labels["culprit"] says "job-wide: ..." (labels["scope"] = "job");
+//  - otherwise (no progress: older probes) as before: the stalled ranks with the lowest
+//    latest step; when all stopped after the same step, all are named, culprit "unknown".
+// Evidence adds ranks_waiting, ranks_not_waiting, ranks_no_progress, wait_s (longest wait in
+// the collective), culprit_idle_s (since the culprit's newest record), and the culprits' and
+// the waiting peers' collectives_begun. Progress never opens a hang by itself. It resolves
+// when every culprit reports a newer step than it had reached.
 // A process that exited (rankGone, from its agent) is not a hang of that rank: it is reported
 // at once as kind hang with evidence process_gone=1 and a summary saying the process exited,
 // and while it is open the rest of the job is not reported as hung (the dead peer explains
 // their silence). It resolves if the rank reports again. A rank that ended cleanly
-// (rankEnded, from its goodbye) is never reported. Used from the caller's thread only.
+// (rankEnded, from its goodbye) is never reported. Memory: one progress per rank. Used from
+// the caller's thread only.
 #pragma once
 
 #include <cstdint>
@@ -35,12 +55,26 @@ public:
   void tick(int64_t nowNs);
   void rankEnded(uint32_t rank, int64_t nowNs);
   void rankGone(uint32_t rank, int64_t nowNs);
+  // The rank's latest progress (see above); ctx.receivedNs is when it was true (collector
+  // clock; 0: its last_record_ns), ctx.clockOffsetNs converts its probe-clock times. Kept only
+  // for a rank that reported a step already; an older one than the kept one is ignored.
+  void rankProgress(uint32_t rank, const wire::RankProgress& progress, const RankContext& ctx);
 
   bool allEnded() const;
   // Silence threshold of a rank now (for tests and the API); 0 for an unknown rank.
   int64_t thresholdNs(uint32_t rank) const;
 
 private:
+  // A rank's progress with its times on the collector clock.
+  struct Progress {
+    bool known = false;
+    int64_t asOfNs = 0;             // when it was true
+    int64_t lastStep = -1;
+    int64_t openStep = -1;
+    int64_t lastRecordNs = 0;       // 0: none
+    int64_t collectiveSinceNs = 0;  // 0: not in a collective
+    uint64_t collectivesBegun = 0;
+  };
   struct RankState {
     explicit RankState(size_t window) : durations(window) {}
     int64_t lastStep = -1;
@@ -54,9 +88,12 @@ private:
     bool gone = false;
     bool goneOpen = false;
     Anomaly goneAnomaly;
+    Progress progress;
   };
   int64_t threshold(const RankState& st) const;
   RankState& state(uint32_t rank);
+  // Whether the rank's progress describes its silence at `nowNs` (see above).
+  bool progressCounts(const RankState& st, int64_t nowNs) const;
 
   std::string job_;
   HangOptions o_;
@@ -66,6 +103,7 @@ private:
   bool hangOpen_ = false;
   Anomaly hang_;
   std::map<uint32_t, int64_t> culpritSteps_;  // culprit rank -> its last step at the hang
+  int64_t hangDueNs_ = 0;  // first tick that found a silent rank; 0: none is silent
 };
 
 }  // namespace trainscope::detect

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -104,6 +105,7 @@ struct IngestServer::Impl {
   std::unordered_map<std::string, Peer> peers;   // routing id -> peer
   std::unordered_map<int, std::string> fdPeers;  // socket fd -> routing id
   std::unordered_map<std::string, uint32_t> worldSizes;
+  std::unordered_map<std::string, int64_t> nodeOffsets;  // node -> latest heartbeat offset_ns
   RateLimitedLog rejectLog{std::chrono::seconds(5)};
   RateLimitedLog commitLog{std::chrono::seconds(5)};
   RateLimitedLog peerLog{std::chrono::seconds(5)};
@@ -211,7 +213,33 @@ struct IngestServer::Impl {
     return it->second;
   }
 
-  void handleBatch(const std::string& id, wire::Envelope& env) {
+  // Hands a valid hello's progress to onRankProgress with the node's clock offset.
+  void progressOf(const wire::RankHello& hello, const Peer& peer, int64_t receivedNs) {
+    if (!hello.has_progress() || !options.onRankProgress) return;
+    const wire::RankInfo& info = hello.rank();
+    if (auto r = validateProgress(hello.progress(), info)) {
+      countReject(r->reason);
+      rejectLog.log(LogLevel::kWarn, kComponent,
+                    "dropped the progress of a hello from " + describe(peer) + ": " + r->detail);
+      return;
+    }
+    RankProgressUpdate u;
+    u.job = info.job();
+    u.rank = info.rank();
+    u.node = info.node();
+    u.progress = hello.progress();
+    u.sentNs = hello.sent_ns();
+    auto off = nodeOffsets.find(u.node);
+    u.clockOffsetNs = off == nodeOffsets.end() ? 0 : off->second;
+    u.receivedNs = receivedNs;
+    try {
+      options.onRankProgress(u);
+    } catch (const std::exception& e) {
+      peerLog.log(LogLevel::kWarn, kComponent, std::string("onRankProgress hook failed: ") + e.what());
+    }
+  }
+
+  void handleBatch(const std::string& id, wire::Envelope& env, int64_t receivedNs) {
     auto* batch = env.mutable_batch();
     ++batches;
     Peer& peer = peerOf(id);
@@ -249,6 +277,7 @@ struct IngestServer::Impl {
             break;
           }
           worldSizes[info->job()] = info->world_size();
+          progressOf(item.rank_hello(), peer, receivedNs);
           pending.batch.ranks.push_back(std::move(*info));
           ++pending.items;
           break;
@@ -321,7 +350,7 @@ struct IngestServer::Impl {
     }
     switch (env->body_case()) {
       case wire::Envelope::kBatch:
-        handleBatch(id, *env);
+        handleBatch(id, *env, receivedNs);
         break;
       case wire::Envelope::kHeartbeat: {
         const auto& hb = env->heartbeat();
@@ -348,6 +377,7 @@ struct IngestServer::Impl {
         u.node = node;
         u.seenNs = receivedNs;
         u.offsetNs = hb.offset_ns();
+        nodeOffsets[node] = hb.offset_ns();
         u.rttNs = hb.rtt_ns();
         u.spoolBytes = hb.spool_bytes();
         u.spoolDropped = hb.spool_dropped();

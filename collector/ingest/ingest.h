@@ -22,6 +22,18 @@
 
 namespace trainscope::ingest {
 
+// A rank's progress from its RankHello, for the hang detector (schema RankProgress).
+struct RankProgressUpdate {
+  std::string job;
+  uint32_t rank = 0;
+  std::string node;            // the agent's node name
+  wire::RankProgress progress;  // times on the node's clock
+  int64_t sentNs = 0;          // the hello's sent_ns (node clock); 0 when the probe left it out
+  int64_t clockOffsetNs = 0;   // collector clock - node clock, from the node's latest
+                               // heartbeat; 0 before its first
+  int64_t receivedNs = 0;      // collector clock when its batch arrived
+};
+
 struct IngestOptions {
   // Where agents connect. "tcp://127.0.0.1:0" or "tcp://127.0.0.1:*" picks a free port
   // (see endpoint()).
@@ -48,6 +60,11 @@ struct IngestOptions {
   // with the sending agent's node name. Unset: such items are counted as "unsupported_item".
   // Their batch is acked after the next commit whether or not the hook kept them durably.
   std::function<void(const std::string& node, const wire::Envelope& item)> onCommandItem;
+  // Receives the progress of every valid RankHello that carries one (the hang detector's
+  // input; hellos come every 2 s per rank) on the socket thread. Must be quick: queue it.
+  // Invalid progress is counted ("invalid_progress") and dropped; the registration is kept.
+  // Unset: progress is dropped.
+  std::function<void(const RankProgressUpdate&)> onRankProgress;
 };
 
 // Counters since start. A snapshot; safe to take from any thread.

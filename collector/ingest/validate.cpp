@@ -110,4 +110,23 @@ std::optional<Rejection> validateHost(const wire::HostSample& host) {
   return std::nullopt;
 }
 
+std::optional<Rejection> validateProgress(const wire::RankProgress& p, const wire::RankInfo& info) {
+  const std::string at = " (job " + info.job() + " rank " + std::to_string(info.rank()) + ")";
+  if (p.last_step() < -1) {
+    return reject("invalid_progress",
+                  "progress.last_step " + std::to_string(p.last_step()) + " < -1" + at);
+  }
+  if (p.open_step() < -1) {
+    return reject("invalid_progress",
+                  "progress.open_step " + std::to_string(p.open_step()) + " < -1" + at);
+  }
+  if (p.last_record_ns() < 0) {
+    return reject("invalid_progress", "progress.last_record_ns must be >= 0" + at);
+  }
+  if (p.collective_since_ns() < 0) {
+    return reject("invalid_progress", "progress.collective_since_ns must be >= 0" + at);
+  }
+  return std::nullopt;
+}
+
 }  // namespace trainscope::ingest

@@ -32,5 +32,9 @@ std::optional<Rejection> validateGoodbye(const wire::RankGoodbye& bye,
                                          std::optional<uint32_t> worldSize,
                                          const ValidationLimits& limits);
 std::optional<Rejection> validateHost(const wire::HostSample& host);
+// A RankHello's progress (the hang detector's input): steps >= -1, times >= 0. `info` names
+// the rank in the detail.
+std::optional<Rejection> validateProgress(const wire::RankProgress& progress,
+                                          const wire::RankInfo& info);
 
 }  // namespace trainscope::ingest

@@ -59,10 +59,10 @@ std::set<uint32_t> rankSet(const json& list) {
 }
 
 // Kinds whose anomaly names more ranks than the fault touched: slow_comm names the
-// collective's group (the slow link is in its labels), a hang every rank that went silent
-// (in a synchronous job the peers of a hung rank block in the next collective).
+// collective's group (the slow link is in its labels). A hang names the stuck rank only: its
+// peers block in the step's first collective, which their probes' progress (RankHello) shows.
 bool namesGroup(const std::string& kind) {
-  return kind == "slow_comm" || kind == "hang";
+  return kind == "slow_comm";
 }
 
 // A slow link (comm:rank=R) is named by its sender and the peer it sends to in the ring,
@@ -182,6 +182,14 @@ TEST_CASE("e2e: every injected fault kind is detected and served by the API and 
     INFO("collector log:\n" << collector->logTail(4000));
     CHECK(found.count(f.kind) == 1);
   }
+  // The hang names the stuck rank alone and says why: its peers wait in a collective.
+  if (found.count("hang") != 0) {
+    const json& h = found["hang"];
+    INFO(h.dump());
+    CHECK(rankSet(h["ranks"]) == expectedRanks["hang"]);
+    CHECK(h["labels"].value("culprit", "").rfind("not in a collective while 7 peers wait in one", 0) == 0);
+    CHECK(h["evidence"].value("ranks_waiting", 0.0) == 7.0);
+  }
   for (const auto& [kind, a] : found) {
     INFO(a.dump());
     CHECK(a["job"] == "anom-" + kind);
@@ -224,6 +232,7 @@ TEST_CASE("e2e: every injected fault kind is detected and served by the API and 
     const json* same = findAnomaly(out["anomalies"], kind, expectedRanks[kind]);
     REQUIRE(same != nullptr);
     CHECK((*same)["id"] == a["id"]);
+    if (kind == "hang") CHECK(rankSet((*same)["ranks"]) == expectedRanks["hang"]);
   }
 
   // The hung simulator stays up until killed; the others finish.

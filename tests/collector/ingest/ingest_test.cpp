@@ -3,6 +3,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
+#include <vector>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -132,7 +134,8 @@ struct Client {
 
 struct Fixture {
   explicit Fixture(storage::Store* storeOverride = nullptr,
-                   std::chrono::milliseconds interval = 20ms) {
+                   std::chrono::milliseconds interval = 20ms,
+                   std::function<void(const ingest::RankProgressUpdate&)> onProgress = {}) {
     storage::SqliteOptions so;
     so.path = dir.path + "/ingest.db";
     auto opened = storage::openSqliteStore(so);
@@ -141,6 +144,7 @@ struct Fixture {
     ingest::IngestOptions io;
     io.endpoint = "tcp://127.0.0.1:0";
     io.commitInterval = interval;
+    io.onRankProgress = std::move(onProgress);
     server = std::make_unique<ingest::IngestServer>(io, storeOverride ? *storeOverride : *store);
     REQUIRE(server->start().isOk());
   }
@@ -452,4 +456,71 @@ TEST_CASE("ingest: stop commits what is pending and acks it before closing") {
   storage::StepQuery q;
   q.job = "s";
   CHECK((*inner)->steps(q)->size() == 2);
+}
+
+TEST_CASE("ingest: a hello's progress reaches onRankProgress with its node and clock offset; bad progress is counted, the rank kept") {
+  std::mutex mu;
+  std::vector<ingest::RankProgressUpdate> got;
+  Fixture f(nullptr, 20ms, [&](const ingest::RankProgressUpdate& u) {
+    std::lock_guard lock(mu);
+    got.push_back(u);
+  });
+  Client c(f.ctx, f.server->endpoint());
+  wire::Envelope hello;
+  hello.mutable_agent_hello()->set_node("node-p");
+  c.sendEnv(hello);
+  wire::Envelope beat;
+  beat.mutable_heartbeat()->set_node("node-p");
+  beat.mutable_heartbeat()->set_offset_ns(-4242);
+  c.sendEnv(beat);
+  REQUIRE(c.recvKind(wire::Envelope::kHeartbeatReply).has_value());
+
+  auto helloBatch = [](uint64_t seq, uint32_t rank, int64_t lastStep) {
+    wire::Envelope env;
+    env.mutable_batch()->set_seq(seq);
+    auto* rh = env.mutable_batch()->add_items()->mutable_rank_hello();
+    auto* info = rh->mutable_rank();
+    info->set_job("prog");
+    info->set_rank(rank);
+    info->set_world_size(4);
+    info->set_host("h");
+    info->set_pid(100 + rank);
+    rh->set_sent_ns(7'000'000'000);
+    auto* p = rh->mutable_progress();
+    p->set_last_step(lastStep);
+    p->set_open_step(lastStep + 1);
+    p->set_last_record_ns(6'900'000'000);
+    p->set_collective_since_ns(6'800'000'000);
+    p->set_collectives_begun(31);
+    return env;
+  };
+  const int64_t before = wallNowNs();
+  c.sendEnv(helloBatch(1, 1, 9));
+  REQUIRE(c.recvKind(wire::Envelope::kAck).has_value());
+  {
+    std::lock_guard lock(mu);
+    REQUIRE(got.size() == 1);
+    const auto& u = got[0];
+    CHECK(u.job == "prog");
+    CHECK(u.rank == 1);
+    CHECK(u.node == "node-p");  // filled from the agent's hello
+    CHECK(u.clockOffsetNs == -4242);
+    CHECK(u.sentNs == 7'000'000'000);
+    CHECK(u.receivedNs >= before);
+    CHECK(u.progress.last_step() == 9);
+    CHECK(u.progress.open_step() == 10);
+    CHECK(u.progress.collective_since_ns() == 6'800'000'000);
+    CHECK(u.progress.collectives_begun() == 31);
+  }
+  // A progress with a step below -1: counted and dropped; the registration is still stored.
+  c.sendEnv(helloBatch(2, 2, -7));
+  REQUIRE(c.recvKind(wire::Envelope::kAck).has_value());
+  CHECK(f.rejects("invalid_progress") == 1);
+  {
+    std::lock_guard lock(mu);
+    CHECK(got.size() == 1);
+  }
+  auto ranks = f.store->ranks("prog");
+  REQUIRE(ranks.isOk());
+  CHECK(ranks->size() == 2);
 }

@@ -117,12 +117,12 @@ std::vector<Scenario> buildSuite(const EvalOptions& o) {
   const std::vector<int64_t> onsets = {60, 400};
   const char* kOp = "aten::matmul";
   auto addFault = [&](const std::string& label, double mag, int64_t from, double noise,
-                      uint64_t seed) {
-    Scenario s = base(16, 500, noise, seed);
+                      uint64_t seed, uint32_t ranks = 16) {
+    Scenario s = base(ranks, 500, noise, seed);
     s.faultLabel = label;
     s.magnitude = label == "hang" ? 0.0 : mag;
     s.sim.injects.push_back(inject("spike:every=75,factor=2.5"));
-    const uint32_t rank = static_cast<uint32_t>((seed * 5 + 3) % 16);
+    const uint32_t rank = static_cast<uint32_t>((seed * 5 + 3) % ranks);
     char f[32];
     std::snprintf(f, sizeof f, "%g", mag);
     const std::string rk = std::to_string(rank), at = std::to_string(from);
@@ -138,9 +138,10 @@ std::vector<Scenario> buildSuite(const EvalOptions& o) {
     s.sim.injects.push_back(in);
     if (label == "hang") s.sim.steps = from + 1;
     char name[160];
-    std::snprintf(name, sizeof name, "%s x%s @%lld noise %d%% seed %llu", label.c_str(),
+    std::snprintf(name, sizeof name, "%s x%s @%lld noise %d%% seed %llu%s", label.c_str(),
                   label == "hang" ? "-" : f, static_cast<long long>(from),
-                  static_cast<int>(noise * 100), static_cast<unsigned long long>(seed));
+                  static_cast<int>(noise * 100), static_cast<unsigned long long>(seed),
+                  ranks == 16 ? "" : (" " + std::to_string(ranks) + " ranks").c_str());
     s.name = name;
     out.push_back(std::move(s));
   };
@@ -158,6 +159,15 @@ std::vector<Scenario> buildSuite(const EvalOptions& o) {
       }
     }
     if (o.quick) continue;
+    if (label == "hang") {
+      // Hangs are cheap to run (they end at the hang): more stuck ranks (seed picks the rank)
+      // and larger jobs, so the share of detections naming the right rank means something.
+      for (int sd = seeds + 1; sd <= std::max(seeds, 10); ++sd) {
+        addFault(label, 0.0, sd % 2 == 0 ? 60 : 400, 0.05, static_cast<uint64_t>(sd));
+      }
+      addFault(label, 0.0, 60, 0.05, 1, 64);
+      addFault(label, 0.0, 60, 0.05, 2, 256);
+    }
     for (double noise : {0.02, 0.10}) {
       if (label == "hang") {
         addFault(label, 0.0, 60, noise, 101);
@@ -216,6 +226,10 @@ int main(int argc, char** argv) {
   std::printf("  faults: 16 ranks, 500 steps, checkpoint every 75 at 2.5x, onset 60 and 400, "
               "factors 1.05-2.0, %d seed(s) at 5%% noise%s; op = aten::matmul\n",
               o.quick ? 1 : o.seeds, o.quick ? "" : ", 1 seed at 2%/10% (x1.1, x1.5, onset 60)");
+  if (!o.quick) {
+    std::printf("  hangs: also seeds up to 10 at 16 ranks (onsets alternate) and one 64- and one "
+                "256-rank job (onset 60)\n");
+  }
   std::fflush(stdout);
 
   auto t0 = std::chrono::steady_clock::now();

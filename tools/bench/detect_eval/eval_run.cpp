@@ -6,6 +6,7 @@
 
 #include "agent/probe/fold.h"
 #include "agent/probe/intern.h"
+#include "agent/probe/progress.h"
 #include "agent/probe/trainscope_probe.h"
 #include "collector/detect/detector_set.h"
 #include "tools/simtrain/step_model.h"
@@ -21,6 +22,9 @@ using probe::RecordType;
 constexpr int64_t kDeliveryNs = 2'000'000;
 // Silence is ticked through in steps of this much simulated time after a hang.
 constexpr int64_t kHangTickNs = 500'000'000;
+// Each probe sends a RankHello with its progress this often (transport.h helloIntervalNs),
+// each rank at its own phase.
+constexpr int64_t kHelloNs = 2'000'000'000;
 constexpr int64_t kEpochNs = 1'700'000'000'000'000'000;
 constexpr uint32_t kRanksPerNode = 8;
 
@@ -55,9 +59,20 @@ Record makeRecord(RecordType type, uint8_t kind, uint32_t name, uint32_t group, 
   return r;
 }
 
+// Where the runtime thread puts each record it drains: the step folder and the progress
+// tracker (whose state every RankHello carries).
+struct RecordSink {
+  probe::StepFolder& folder;
+  probe::ProgressTracker& progress;
+  void add(uint32_t ring, const Record& r) {
+    folder.add(ring, r);
+    progress.add(ring, r);
+  }
+};
+
 // The records one rank's probe would hold for this step, in the order trainscope-simtrain's
 // runner records them (ranges before the ops they contain, ops before collectives).
-void feedRank(probe::StepFolder& folder, const Names& names, int64_t step,
+void feedRank(RecordSink& folder, const Names& names, int64_t step,
               const sim::RankStep& rs, bool hung) {
   struct Ev {
     int64_t t;
@@ -138,12 +153,15 @@ ScenarioResult runScenario(const Scenario& scenario) {
 
   std::vector<probe::StepFolder> folders;
   folders.reserve(o.ranks);
+  std::vector<probe::ProgressTracker> trackers(o.ranks);
+  std::vector<int64_t> nextHello(o.ranks);
   std::vector<detect::RankContext> ctx(o.ranks);
   for (uint32_t r = 0; r < o.ranks; ++r) {
     probe::FoldOptions f;
     f.job = job;
     f.rank = r;
     folders.emplace_back(f);
+    nextHello[r] = kEpochNs + static_cast<int64_t>((r * 2654435761u) % 1000) * (kHelloNs / 1000);
     ctx[r].node = "node" + std::to_string(r / kRanksPerNode);
     ctx[r].worldSize = o.ranks;
   }
@@ -158,6 +176,20 @@ ScenarioResult runScenario(const Scenario& scenario) {
     timespec ts{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  };
+  // The hellos due by `nowNs` (the latest one per rank), each with its rank's progress as of
+  // the records fed so far, dated by its sent time as the collector's pipeline dates them.
+  wire::RankProgress progress;
+  auto hellos = [&](int64_t nowNs) {
+    for (uint32_t r = 0; r < o.ranks; ++r) {
+      if (nextHello[r] > nowNs) continue;
+      while (nextHello[r] + kHelloNs <= nowNs) nextHello[r] += kHelloNs;  // only the latest
+      trackers[r].fill(&progress);
+      detect::RankContext c = ctx[r];
+      c.receivedNs = nextHello[r];
+      nextHello[r] += kHelloNs;
+      (void)set.rankProgress(job, r, progress, c);
+    }
   };
   auto collect = [&] {
     std::vector<detect::Anomaly> ev = set.takeEvents();
@@ -175,7 +207,8 @@ ScenarioResult runScenario(const Scenario& scenario) {
     }
     reports.clear();
     for (uint32_t r = 0; r < o.ranks; ++r) {
-      feedRank(folders[r], names, s, tl.ranks[r], tl.hung);
+      RecordSink sink{folders[r], trackers[r]};
+      feedRank(sink, names, s, tl.ranks[r], tl.hung);
       // Two drain passes: the first sees the end, the second makes the step final.
       folders[r].endPass();
       folders[r].endPass();
@@ -196,6 +229,7 @@ ScenarioResult runScenario(const Scenario& scenario) {
         (void)set.observe(std::move(rep), c);
       }
     }
+    hellos(now);
     set.tick(now);
     res.detectNs += cpuNs() - t0;
     res.reports += reports.size();
@@ -204,6 +238,7 @@ ScenarioResult runScenario(const Scenario& scenario) {
       for (int64_t t = kHangTickNs; t <= static_cast<int64_t>(scenario.hangTickS * 1e9);
            t += kHangTickNs) {
         const int64_t h0 = cpuNs();
+        hellos(lastEnd + t);
         set.tick(lastEnd + t);
         res.detectNs += cpuNs() - h0;
         collect();

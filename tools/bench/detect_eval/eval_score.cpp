@@ -49,6 +49,7 @@ struct Cell {
   int faults = 0;
   int found = 0;
   int ranksOk = 0;
+  int ranksExact = 0;           // named exactly the faulty ranks
   std::vector<double> latency;  // steps
   std::vector<double> latencyS; // seconds (hangs)
   std::vector<std::string> missed;
@@ -127,6 +128,10 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
       }
       ++c.found;
       if (ranksRight(*first, t, sc.sim.ranks)) ++c.ranksOk;
+      if (std::set<uint32_t>(first->ranks.begin(), first->ranks.end()) ==
+          std::set<uint32_t>(t.ranks.begin(), t.ranks.end())) {
+        ++c.ranksExact;
+      }
       if (t.kind == "hang") {
         double s = static_cast<double>(first->detectedNs - t.startNs) / 1e9;
         c.latencyS.push_back(s);
@@ -187,6 +192,7 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
         all.faults += c.faults;
         all.found += c.found;
         all.ranksOk += c.ranksOk;
+        all.ranksExact += c.ranksExact;
         all.latency.insert(all.latency.end(), c.latency.begin(), c.latency.end());
         all.latencyS.insert(all.latencyS.end(), c.latencyS.begin(), c.latencyS.end());
         all.missed.insert(all.missed.end(), c.missed.begin(), c.missed.end());
@@ -207,9 +213,10 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
                           "the group unless a rank's own completion lags\n");
       }
       if (label == "hang") {
-        std::fprintf(out, "  note: in the simulator every rank's last report is the step before the "
-                          "hang, so step reports cannot tell the stuck rank; the detector names all, "
-                          "culprit unknown\n");
+        std::fprintf(out, "  note: every rank's last report is the step before the hang; the probes' "
+                          "progress (in each RankHello) tells the stuck rank (no open collective) "
+                          "from its peers waiting in one; named exactly the stuck rank: %d of %d\n",
+                     all.ranksExact, all.found);
       }
       for (size_t i = 0; i < all.missed.size() && i < 8; ++i) {
         std::fprintf(out, "  missed: %s\n", all.missed[i].c_str());
