@@ -408,10 +408,15 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
       post.reserve(list.size());
       for (const Sample& s : list) post.push_back(s.completion - lastArrival);
       double medPost = median(post);
+      // Flat per rank (no map lookup per report); a rank's ring is made on its first sample.
+      const size_t w = static_cast<size_t>(std::max(1, o_.persistence.window));
       for (size_t i = 0; i < list.size(); ++i) {
-        auto [sit, inserted] = ks.skew.try_emplace(
-            list[i].rank, static_cast<size_t>(std::max(1, o_.persistence.window)));
-        sit->second.push((post[i] - medPost) / transfer);
+        const uint32_t rank = list[i].rank;
+        if (rank >= o_.maxLinkRank) continue;
+        if (rank >= ks.skew.size()) ks.skew.resize(rank + 1, Ring<float>(0));
+        Ring<float>& ring = ks.skew[rank];
+        if (ring.capacity() != w) ring = Ring<float>(w);
+        ring.push(static_cast<float>((post[i] - medPost) / transfer));
       }
     }
 
@@ -463,11 +468,13 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
     int64_t culprit = -1;
     double culpritSkew = 0.0;
     if (!linkNamed && !lv.fabric) {
-      for (auto& [rank, ring] : ks.skew) {
+      for (uint32_t rank = 0; rank < ks.skew.size(); ++rank) {
+        const Ring<float>& ring = ks.skew[rank];
         // Only the steps since the onset: a link that went bad lags from then on, and the
         // healthy steps before would hide it.
         if (ring.size() < since) continue;
-        const double skew = median(ring.latest(since));
+        const std::vector<float> latest = ring.latest(since);
+        const double skew = median(std::vector<double>(latest.begin(), latest.end()));
         if (skew <= o_.rankSkew) continue;
         slowEnd.push_back(rank);
         if (culprit < 0 || skew > culpritSkew) {

@@ -82,7 +82,9 @@ private:
     explicit KeyState(const SlowCommOptions& o) : tracker(o.persistence) {}
     PersistenceTracker tracker;
     int64_t lastSeenStep = -1;
-    std::map<uint32_t, Ring<double>> skew;   // per rank: completion lag after peers / transfer
+    // Per rank (index; below maxLinkRank): completion lag after peers / transfer. A rank not
+    // seen yet holds a 1-slot placeholder.
+    std::vector<Ring<float>> skew;
     bool open = false;
     Anomaly anomaly;
     int op = 0;
