@@ -84,8 +84,7 @@ struct SlowCommOptions {
   size_t maxLinksPerJob = 65536;     // bounded memory (~2.5 KiB a link); past it new links
                                      // are ignored until old ones are forgotten
   size_t maxLinkGroups = 64;         // groups with links tracked per job
-  uint32_t maxLinkRank = 65536;      // ranks at or above are not tracked per link (nor
-                                     // named as a collective's late end)
+  uint32_t maxLinkRank = 65536;      // ranks at or above are not tracked per link
 };
 
 struct OpRegressionOptions {

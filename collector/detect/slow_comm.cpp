@@ -408,15 +408,18 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
       post.reserve(list.size());
       for (const Sample& s : list) post.push_back(s.completion - lastArrival);
       double medPost = median(post);
-      // Flat per rank (no map lookup per report); a rank's ring is made on its first sample.
+      // A sorted flat map (binary search in one array, no node per rank); a rank's ring is
+      // made on its first sample.
       const size_t w = static_cast<size_t>(std::max(1, o_.persistence.window));
       for (size_t i = 0; i < list.size(); ++i) {
         const uint32_t rank = list[i].rank;
-        if (rank >= o_.maxLinkRank) continue;
-        if (rank >= ks.skew.size()) ks.skew.resize(rank + 1, Ring<float>(0));
-        Ring<float>& ring = ks.skew[rank];
-        if (ring.capacity() != w) ring = Ring<float>(w);
-        ring.push(static_cast<float>((post[i] - medPost) / transfer));
+        auto at = std::lower_bound(ks.skewRanks.begin(), ks.skewRanks.end(), rank);
+        const auto pos = at - ks.skewRanks.begin();
+        if (at == ks.skewRanks.end() || *at != rank) {
+          ks.skewRanks.insert(at, rank);
+          ks.skew.insert(ks.skew.begin() + pos, Ring<float>(w));
+        }
+        ks.skew[static_cast<size_t>(pos)].push(static_cast<float>((post[i] - medPost) / transfer));
       }
     }
 
@@ -468,8 +471,9 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
     int64_t culprit = -1;
     double culpritSkew = 0.0;
     if (!linkNamed && !lv.fabric) {
-      for (uint32_t rank = 0; rank < ks.skew.size(); ++rank) {
-        const Ring<float>& ring = ks.skew[rank];
+      for (size_t k = 0; k < ks.skew.size(); ++k) {
+        const uint32_t rank = ks.skewRanks[k];
+        const Ring<float>& ring = ks.skew[k];
         // Only the steps since the onset: a link that went bad lags from then on, and the
         // healthy steps before would hide it.
         if (ring.size() < since) continue;

@@ -82,8 +82,9 @@ private:
     explicit KeyState(const SlowCommOptions& o) : tracker(o.persistence) {}
     PersistenceTracker tracker;
     int64_t lastSeenStep = -1;
-    // Per rank (index; below maxLinkRank): completion lag after peers / transfer. A rank not
-    // seen yet holds a 1-slot placeholder.
+    // Per rank: completion lag after peers / transfer; skew[i] belongs to skewRanks[i]
+    // (sorted).
+    std::vector<uint32_t> skewRanks;
     std::vector<Ring<float>> skew;
     bool open = false;
     Anomaly anomaly;
