@@ -64,8 +64,8 @@ struct DetectorSet::Job {
 
   struct Held {
     Anomaly anomaly;
-    int age = 0;                    // judged steps waited
-    std::vector<Anomaly> updates;   // its resolution, when it came while held
+    int age = 0;                   // judged steps waited
+    std::vector<Anomaly> updates;  // its resolution, when it came while held
   };
 
   EventLog staged;  // the detectors' events before folding (declared first: they point here)
@@ -76,8 +76,8 @@ struct DetectorSet::Job {
   OpRegressionDetector opRegression;
   HangDetector hang;
   std::vector<Held> held;
-  std::deque<Anomaly> explainers;   // recent stragglers, op regressions and slow comms
-  std::set<std::string> folded;     // ids whose resolution is dropped too
+  std::deque<Anomaly> explainers;  // recent stragglers, op regressions and slow comms
+  std::set<std::string> folded;    // ids whose resolution is dropped too
   uint32_t worldSize = 0;
   uint64_t lastUse = 0;
   uint64_t stepsJudged = 0;
@@ -124,9 +124,8 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
   if (j.held.empty()) return;
   for (auto it = j.held.begin(); it != j.held.end();) {
     const Anomaly& a = it->anomaly;
-    bool explained = std::any_of(j.explainers.begin(), j.explainers.end(), [&](const Anomaly& by) {
-      return explains(by, a, options_.fold);
-    });
+    bool explained = std::any_of(j.explainers.begin(), j.explainers.end(),
+                                 [&](const Anomaly& by) { return explains(by, a, options_.fold); });
     if (explained) {
       ++folded_;
       if (it->updates.empty()) j.folded.insert(a.id);
@@ -245,8 +244,10 @@ Status DetectorSet::rankProgress(const std::string& name, uint32_t rank,
                                  const wire::RankProgress& p, const RankContext& ctx) {
   auto reject = [](const std::string& why) { return Status::error("rank progress: " + why); };
   if (name.empty()) return reject("job is empty");
-  if (p.last_step() < -1) return reject("last_step is below -1 (" + std::to_string(p.last_step()) + ")");
-  if (p.open_step() < -1) return reject("open_step is below -1 (" + std::to_string(p.open_step()) + ")");
+  if (p.last_step() < -1)
+    return reject("last_step is below -1 (" + std::to_string(p.last_step()) + ")");
+  if (p.open_step() < -1)
+    return reject("open_step is below -1 (" + std::to_string(p.open_step()) + ")");
   if (p.last_record_ns() < 0) return reject("last_record_ns is negative");
   if (p.collective_since_ns() < 0) return reject("collective_since_ns is negative");
   auto it = jobs_.find(name);

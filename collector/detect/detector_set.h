@@ -36,22 +36,22 @@
 namespace trainscope::detect {
 
 struct DetectStats {
-  uint64_t reports = 0;        // accepted step reports
-  uint64_t rejected = 0;       // reports refused by observe (bad fields)
-  uint64_t duplicates = 0;     // same (job, rank, step) seen again (replays)
-  uint64_t late = 0;           // arrived after their step was judged
-  uint64_t stepsJudged = 0;    // assembled steps fed to the detectors
-  uint64_t partialSteps = 0;   // judged without every rank
-  uint64_t droppedSteps = 0;   // forced out with too few ranks
-  uint64_t rewinds = 0;        // jobs that started over at a lower step (restarts)
+  uint64_t reports = 0;       // accepted step reports
+  uint64_t rejected = 0;      // reports refused by observe (bad fields)
+  uint64_t duplicates = 0;    // same (job, rank, step) seen again (replays)
+  uint64_t late = 0;          // arrived after their step was judged
+  uint64_t stepsJudged = 0;   // assembled steps fed to the detectors
+  uint64_t partialSteps = 0;  // judged without every rank
+  uint64_t droppedSteps = 0;  // forced out with too few ranks
+  uint64_t rewinds = 0;       // jobs that started over at a lower step (restarts)
   uint64_t anomaliesOpened = 0;
   uint64_t anomaliesResolved = 0;
-  uint64_t folded = 0;         // anomalies not published: another one explains them
-  size_t jobs = 0;             // jobs tracked now
+  uint64_t folded = 0;  // anomalies not published: another one explains them
+  size_t jobs = 0;      // jobs tracked now
 };
 
 class DetectorSet {
-public:
+ public:
   explicit DetectorSet(DetectOptions options = {});
   ~DetectorSet();
   DetectorSet(const DetectorSet&) = delete;
@@ -88,7 +88,7 @@ public:
   DetectStats stats() const;
   const DetectOptions& options() const { return options_; }
 
-private:
+ private:
   struct Job;
   Job& job(const std::string& name);
   // Feeds assembled steps to the detectors, routing their events after each one; `final`
@@ -100,13 +100,13 @@ private:
   void publish(Anomaly a);
 
   DetectOptions options_;
-  std::vector<Anomaly> out_;      // published events, oldest first
+  std::vector<Anomaly> out_;  // published events, oldest first
   uint64_t opened_ = 0;
   uint64_t resolved_ = 0;
   uint64_t folded_ = 0;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   uint64_t useCounter_ = 0;
-  DetectStats retired_;   // counters of forgotten jobs
+  DetectStats retired_;  // counters of forgotten jobs
   uint64_t rejected_ = 0;
 };
 

@@ -67,7 +67,8 @@ void HangDetector::observe(const wire::StepReport& report, const RankContext& ct
     double d = static_cast<double>(report.duration_ns());
     st.durations.push(d);
     st.longest = std::max(st.longest, d);
-    if (st.durations.size() < 8 || st.stepsSeen % 8 == 0) st.typical = median(st.durations.values());
+    if (st.durations.size() < 8 || st.stepsSeen % 8 == 0)
+      st.typical = median(st.durations.values());
   }
   if (st.gone) {
     st.gone = false;
@@ -126,7 +127,9 @@ void HangDetector::rankProgress(uint32_t rank, const wire::RankProgress& p,
   if (it == ranks_.end()) return;  // no step report yet: nothing a hang could name
   RankState& st = it->second;
   if (!ctx.node.empty()) st.node = ctx.node;
-  auto toCollector = [&](int64_t probeNs) { return probeNs == 0 ? 0 : probeNs + ctx.clockOffsetNs; };
+  auto toCollector = [&](int64_t probeNs) {
+    return probeNs == 0 ? 0 : probeNs + ctx.clockOffsetNs;
+  };
   const int64_t asOf = ctx.receivedNs != 0 ? ctx.receivedNs : toCollector(p.last_record_ns());
   if (st.progress.known && asOf < st.progress.asOfNs) return;  // an older hello, late
   Progress& g = st.progress;
@@ -207,7 +210,7 @@ void HangDetector::tick(int64_t nowNs) {
   };
   const bool jobStalled = stalled.size() == live.size();
   std::vector<uint32_t> culprits;
-  std::string culprit;     // labels["culprit"]
+  std::string culprit;  // labels["culprit"]
   bool jobWide = false;
   if (!waiting.empty() && (!notWaiting.empty() || !noProgress.empty())) {
     // The stuck rank never reached the collective its peers wait in.
@@ -216,10 +219,9 @@ void HangDetector::tick(int64_t nowNs) {
       return g.openStep >= 0 ? g.openStep : std::max(ranks_.at(r).lastStep, g.lastStep) + 1;
     });
     culprits = notWaiting.empty() ? noProgress : notWaiting;
-    culprit = std::string(notWaiting.empty() ? "no progress" : "not in a collective") +
-              " while " + std::to_string(waiting.size()) + " peer" +
-              (waiting.size() == 1 ? "" : "s") + " wait in one since step " +
-              std::to_string(waitStep);
+    culprit = std::string(notWaiting.empty() ? "no progress" : "not in a collective") + " while " +
+              std::to_string(waiting.size()) + " peer" + (waiting.size() == 1 ? "" : "s") +
+              " wait in one since step " + std::to_string(waitStep);
   } else if (noProgress.empty() && jobStalled) {
     // Every rank's progress is known and alike: all wait in a collective, or none does.
     const bool allWait = notWaiting.empty();
@@ -255,7 +257,7 @@ void HangDetector::tick(int64_t nowNs) {
     // All stopped after the same step: on a synchronous job the stuck rank and the ranks
     // waiting for it in the next collective look alike in the step reports.
     culprit = culprits.size() > 1 && culprits.size() == stalled.size() ? "unknown"
-                                                                        : rankSubject(culprits);
+                                                                       : rankSubject(culprits);
   }
 
   int64_t onset = INT64_MAX;
@@ -294,27 +296,23 @@ void HangDetector::tick(int64_t nowNs) {
                 {"ranks_not_waiting", static_cast<double>(notWaiting.size())},
                 {"ranks_no_progress", static_cast<double>(noProgress.size())}};
   if (!waiting.empty()) {
-    const int64_t since = minOf(waiting, [&](uint32_t r) {
-      return ranks_.at(r).progress.collectiveSinceNs;
-    });
+    const int64_t since =
+        minOf(waiting, [&](uint32_t r) { return ranks_.at(r).progress.collectiveSinceNs; });
     a.evidence["wait_s"] = static_cast<double>(nowNs - since) / 1e9;
     a.evidence["peers_collectives_begun"] = static_cast<double>(
         maxOf(waiting, [&](uint32_t r) { return ranks_.at(r).progress.collectivesBegun; }));
   }
   if (progressCounts(lead, nowNs)) {
     if (lead.progress.lastRecordNs != 0) {
-      a.evidence["culprit_idle_s"] =
-          static_cast<double>(nowNs - lead.progress.lastRecordNs) / 1e9;
+      a.evidence["culprit_idle_s"] = static_cast<double>(nowNs - lead.progress.lastRecordNs) / 1e9;
     }
-    a.evidence["culprit_collectives_begun"] =
-        static_cast<double>(lead.progress.collectivesBegun);
+    a.evidence["culprit_collectives_begun"] = static_cast<double>(lead.progress.collectivesBegun);
   }
   a.labels["culprit"] = culprit;
   a.labels["scope"] = jobWide ? "job" : "rank";
-  std::string who = culprits.size() == 1
-                        ? "rank " + std::to_string(culprits.front()) +
-                              (lead.node.empty() ? "" : " (" + lead.node + ")")
-                        : "ranks " + rankSubject(culprits);
+  std::string who = culprits.size() == 1 ? "rank " + std::to_string(culprits.front()) +
+                                               (lead.node.empty() ? "" : " (" + lead.node + ")")
+                                         : "ranks " + rankSubject(culprits);
   if (jobWide) who = "job-wide hang: " + who;
   a.summary = who + " stopped after step " + std::to_string(onset - 1) + ": silent " +
               seconds(silence) + " (threshold " + seconds(thr) + "); " +

@@ -48,7 +48,7 @@
 namespace trainscope::detect {
 
 class HangDetector {
-public:
+ public:
   HangDetector(std::string job, const HangOptions& options, EventLog* log);
 
   void observe(const wire::StepReport& report, const RankContext& ctx, uint32_t worldSize);
@@ -64,11 +64,11 @@ public:
   // Silence threshold of a rank now (for tests and the API); 0 for an unknown rank.
   int64_t thresholdNs(uint32_t rank) const;
 
-private:
+ private:
   // A rank's progress with its times on the collector clock.
   struct Progress {
     bool known = false;
-    int64_t asOfNs = 0;             // when it was true
+    int64_t asOfNs = 0;  // when it was true
     int64_t lastStep = -1;
     int64_t openStep = -1;
     int64_t lastRecordNs = 0;       // 0: none
@@ -81,7 +81,7 @@ private:
     int64_t lastActivityNs = 0;
     Ring<double> durations;
     double longest = 0.0;
-    double typical = 0.0;   // median of durations, refreshed every few steps (tick reads it)
+    double typical = 0.0;  // median of durations, refreshed every few steps (tick reads it)
     int64_t stepsSeen = 0;
     std::string node;
     bool ended = false;

@@ -89,7 +89,7 @@ struct IngestServer::Impl {
   std::deque<std::pair<std::string, std::string>> commands;  // guarded by cmdMu: (id, frame)
   zmq::socket_t cmdWakeSend;                                 // guarded by cmdMu
   zmq::socket_t cmdWakeRecv;                                 // socket thread
-  std::map<std::string, std::string> nodeRoutes;  // guarded by cmdMu: node -> routing id
+  std::map<std::string, std::string> nodeRoutes;             // guarded by cmdMu: node -> routing id
   std::atomic<uint64_t> commandsSent{0};
 
   // Counters.
@@ -235,7 +235,8 @@ struct IngestServer::Impl {
     try {
       options.onRankProgress(u);
     } catch (const std::exception& e) {
-      peerLog.log(LogLevel::kWarn, kComponent, std::string("onRankProgress hook failed: ") + e.what());
+      peerLog.log(LogLevel::kWarn, kComponent,
+                  std::string("onRankProgress hook failed: ") + e.what());
     }
   }
 

@@ -26,12 +26,12 @@ namespace trainscope::ingest {
 struct RankProgressUpdate {
   std::string job;
   uint32_t rank = 0;
-  std::string node;            // the agent's node name
+  std::string node;             // the agent's node name
   wire::RankProgress progress;  // times on the node's clock
-  int64_t sentNs = 0;          // the hello's sent_ns (node clock); 0 when the probe left it out
-  int64_t clockOffsetNs = 0;   // collector clock - node clock, from the node's latest
-                               // heartbeat; 0 before its first
-  int64_t receivedNs = 0;      // collector clock when its batch arrived
+  int64_t sentNs = 0;           // the hello's sent_ns (node clock); 0 when the probe left it out
+  int64_t clockOffsetNs = 0;    // collector clock - node clock, from the node's latest
+                                // heartbeat; 0 before its first
+  int64_t receivedNs = 0;       // collector clock when its batch arrived
 };
 
 struct IngestOptions {

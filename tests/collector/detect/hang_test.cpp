@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <map>
 #include <set>
 
@@ -29,9 +30,12 @@ void feed(SynthJob& job, DetectorSet& set, int64_t from, int64_t to,
   }
 }
 
-std::vector<Anomaly> tickUntil(DetectorSet& set, int64_t from, int64_t to, int64_t every) {
+// Ticks every `every` from `from` to `to`; `before(t)` runs before each tick (hellos).
+std::vector<Anomaly> tickUntil(DetectorSet& set, int64_t from, int64_t to, int64_t every,
+                               const std::function<void(int64_t)>& before = {}) {
   std::vector<Anomaly> out;
   for (int64_t t = from; t <= to; t += every) {
+    if (before) before(t);
     set.tick(t);
     for (auto& e : set.takeEvents()) out.push_back(e);
   }
@@ -50,7 +54,9 @@ TEST_CASE("hang: no alarm while every rank keeps stepping, including slow checkp
   CHECK(ofKind(events, AnomalyKind::kHang).empty());
 }
 
-TEST_CASE("hang: the rank that stopped first is named after the threshold, not before; resolved when it moves") {
+TEST_CASE(
+    "hang: the rank that stopped first is named after the threshold, not before; resolved when it "
+    "moves") {
   SynthJob job;  // ~105 ms steps: the 10 s floor applies
   DetectorSet set;
   std::vector<Anomaly> events;
@@ -103,7 +109,9 @@ TEST_CASE("hang: the threshold follows the typical step time when it is long") {
   CHECK(hangs[0].evidence.at("threshold_s") > 28.0);
 }
 
-TEST_CASE("hang: a process that exited is reported at once with process_gone, and hides the peers' silence") {
+TEST_CASE(
+    "hang: a process that exited is reported at once with process_gone, and hides the peers' "
+    "silence") {
   SynthJob job;
   DetectorSet set;
   std::vector<Anomaly> events;
@@ -132,12 +140,15 @@ TEST_CASE("hang: a job whose ranks all ended cleanly is never reported") {
   DetectorSet set2;
   feed(job2, set2, 0, 300, {}, &events);
   set2.rankEnded("job2", 0, job2.now());
-  auto hangs = ofKind(tickUntil(set2, job2.now(), job2.now() + 30 * kSec, kSec), AnomalyKind::kHang);
+  auto hangs =
+      ofKind(tickUntil(set2, job2.now(), job2.now() + 30 * kSec, kSec), AnomalyKind::kHang);
   REQUIRE(hangs.size() == 1);
   CHECK(std::find(hangs[0].ranks.begin(), hangs[0].ranks.end(), 0u) == hangs[0].ranks.end());
 }
 
-TEST_CASE("hang: the stuck rank is named with labels culprit; ranks that all stopped at the same step are named together, culprit unknown") {
+TEST_CASE(
+    "hang: the stuck rank is named with labels culprit; ranks that all stopped at the same step "
+    "are named together, culprit unknown") {
   {
     SynthJob job;
     DetectorSet set;
@@ -146,7 +157,8 @@ TEST_CASE("hang: the stuck rank is named with labels culprit; ranks that all sto
     std::map<uint32_t, int64_t> stop;
     for (uint32_t r = 0; r < 8; ++r) stop[r] = r == 3 ? 299 : 300;
     feed(job, set, 300, 301, stop, &events);
-    auto hangs = ofKind(tickUntil(set, job.now(), job.now() + 20 * kSec, kSec / 2), AnomalyKind::kHang);
+    auto hangs =
+        ofKind(tickUntil(set, job.now(), job.now() + 20 * kSec, kSec / 2), AnomalyKind::kHang);
     REQUIRE(hangs.size() == 1);
     CHECK(hangs[0].ranks == std::vector<uint32_t>{3});
     CHECK(hangs[0].labels.at("culprit") == "r3");
@@ -158,7 +170,8 @@ TEST_CASE("hang: the stuck rank is named with labels culprit; ranks that all sto
     DetectorSet set;
     std::vector<Anomaly> events;
     feed(job, set, 0, 300, {}, &events);
-    auto hangs = ofKind(tickUntil(set, job.now(), job.now() + 20 * kSec, kSec / 2), AnomalyKind::kHang);
+    auto hangs =
+        ofKind(tickUntil(set, job.now(), job.now() + 20 * kSec, kSec / 2), AnomalyKind::kHang);
     REQUIRE(hangs.size() == 1);
     CHECK(hangs[0].ranks.size() == 8);
     CHECK(hangs[0].labels.at("culprit") == "unknown");
@@ -193,31 +206,29 @@ struct Stuck {
 // brings its progress.
 std::vector<Anomaly> silence(DetectorSet& set, SynthJob& job, int64_t step, const Stuck& s,
                              int64_t from, int64_t to, int64_t helloFrom) {
-  std::vector<Anomaly> out;
   const int64_t began = job.now();
-  for (int64_t t = from; t <= to; t += kSec / 2) {
-    if (t >= helloFrom && (t - helloFrom) % (2 * kSec) == 0) {
-      for (uint32_t r = 0; r < job.world; ++r) {
-        bool waits = s.stuck.count(r) == 0;
-        if (auto w = s.waits.find(r); w != s.waits.end()) waits = w->second;
-        auto b = s.begun.find(r);
-        const uint64_t begun = b != s.begun.end() ? b->second : static_cast<uint64_t>(step) + (waits ? 1 : 0);
-        RankContext c = job.ctx(r);
-        c.receivedNs = t;
-        auto p = progressOf(step - 1, step, began + (waits ? 50 : 30) * 1'000'000,
-                            waits ? began + 50'000'000 : 0, begun);
-        REQUIRE(set.rankProgress(job.job, r, p, c).isOk());
-      }
+  auto hellos = [&](int64_t t) {
+    if (t < helloFrom || (t - helloFrom) % (2 * kSec) != 0) return;
+    for (uint32_t r = 0; r < job.world; ++r) {
+      bool waits = s.stuck.count(r) == 0;
+      if (auto w = s.waits.find(r); w != s.waits.end()) waits = w->second;
+      auto b = s.begun.find(r);
+      const uint64_t begun =
+          b != s.begun.end() ? b->second : static_cast<uint64_t>(step) + (waits ? 1 : 0);
+      RankContext c = job.ctx(r);
+      c.receivedNs = t;
+      auto p = progressOf(step - 1, step, began + (waits ? 50 : 30) * 1'000'000,
+                          waits ? began + 50'000'000 : 0, begun);
+      REQUIRE(set.rankProgress(job.job, r, p, c).isOk());
     }
-    set.tick(t);
-    for (auto& e : set.takeEvents()) out.push_back(e);
-  }
-  return out;
+  };
+  return tickUntil(set, from, to, kSec / 2, hellos);
 }
 
 }  // namespace
 
-TEST_CASE("hang: with progress, the rank not in a collective is named while its peers wait in one") {
+TEST_CASE(
+    "hang: with progress, the rank not in a collective is named while its peers wait in one") {
   SynthJob job;
   DetectorSet set;
   std::vector<Anomaly> events;
@@ -230,7 +241,8 @@ TEST_CASE("hang: with progress, the rank not in a collective is named while its 
   CHECK(hangs[0].ranks == std::vector<uint32_t>{3});
   CHECK(hangs[0].nodes == std::vector<std::string>{"node-0"});
   CHECK(hangs[0].onsetStep == 300);
-  CHECK(hangs[0].labels.at("culprit") == "not in a collective while 7 peers wait in one since step 300");
+  CHECK(hangs[0].labels.at("culprit") ==
+        "not in a collective while 7 peers wait in one since step 300");
   CHECK(hangs[0].labels.at("scope") == "rank");
   CHECK(hangs[0].evidence.at("ranks_waiting") == 7.0);
   CHECK(hangs[0].evidence.at("ranks_not_waiting") == 1.0);
@@ -252,7 +264,9 @@ TEST_CASE("hang: with progress, the rank not in a collective is named while its 
   CHECK(resolved[0].id == hangs[0].id);
 }
 
-TEST_CASE("hang: with progress, every rank waiting in a collective, or none, is a job-wide hang naming all") {
+TEST_CASE(
+    "hang: with progress, every rank waiting in a collective, or none, is a job-wide hang naming "
+    "all") {
   for (bool allWait : {true, false}) {
     SynthJob job;
     DetectorSet set;
@@ -261,7 +275,8 @@ TEST_CASE("hang: with progress, every rank waiting in a collective, or none, is 
     const int64_t t0 = job.now();
     Stuck s;
     for (uint32_t r = 0; r < 8; ++r) s.waits[r] = allWait;
-    auto hangs = ofKind(silence(set, job, 300, s, t0, t0 + 30 * kSec, t0 + kSec), AnomalyKind::kHang);
+    auto hangs =
+        ofKind(silence(set, job, 300, s, t0, t0 + 30 * kSec, t0 + kSec), AnomalyKind::kHang);
     INFO("all wait: " << allWait);
     REQUIRE(hangs.size() == 1);
     CHECK(hangs[0].ranks.size() == 8);
@@ -274,7 +289,8 @@ TEST_CASE("hang: with progress, every rank waiting in a collective, or none, is 
   }
 }
 
-TEST_CASE("hang: with progress and every rank waiting, the one that entered fewer collectives is named") {
+TEST_CASE(
+    "hang: with progress and every rank waiting, the one that entered fewer collectives is named") {
   SynthJob job;
   DetectorSet set;
   std::vector<Anomaly> events;
@@ -291,7 +307,9 @@ TEST_CASE("hang: with progress and every rank waiting, the one that entered fewe
   CHECK(hangs[0].labels.at("culprit").find("entered 600 collectives") == 0);
 }
 
-TEST_CASE("hang: progress from before the silence does not count; the hang waits a few seconds for a hello") {
+TEST_CASE(
+    "hang: progress from before the silence does not count; the hang waits a few seconds for a "
+    "hello") {
   SynthJob job;
   DetectorSet set;
   std::vector<Anomaly> events;
@@ -301,9 +319,9 @@ TEST_CASE("hang: progress from before the silence does not count; the hang waits
   for (uint32_t r = 0; r < 8; ++r) {
     RankContext c = job.ctx(r);
     c.receivedNs = t0 - 30'000'000;
-    REQUIRE(set.rankProgress("job1", r, progressOf(298, 299, t0 - 40'000'000,
-                                                   r == 3 ? 0 : t0 - 40'000'000, 299),
-                             c)
+    REQUIRE(set.rankProgress(
+                   "job1", r,
+                   progressOf(298, 299, t0 - 40'000'000, r == 3 ? 0 : t0 - 40'000'000, 299), c)
                 .isOk());
   }
   {
@@ -325,7 +343,8 @@ TEST_CASE("hang: progress from before the silence does not count; the hang waits
     for (uint32_t r = 0; r < 8; ++r) {
       RankContext c = job2.ctx(r);
       c.receivedNs = u0 - 30'000'000;
-      REQUIRE(set2.rankProgress("job2", r, progressOf(298, 299, u0, r == 3 ? 0 : u0, 299), c).isOk());
+      REQUIRE(
+          set2.rankProgress("job2", r, progressOf(298, 299, u0, r == 3 ? 0 : u0, 299), c).isOk());
     }
     auto hangs = ofKind(tickUntil(set2, u0, u0 + 30 * kSec, kSec / 2), AnomalyKind::kHang);
     REQUIRE(hangs.size() == 1);
@@ -351,8 +370,9 @@ TEST_CASE("hang: progress never opens a hang by itself, nor hides an exited proc
     for (uint32_t r = 0; r < 8; ++r) {
       RankContext rc = job.ctx(r);
       rc.receivedNs = job.now();
-      REQUIRE(set.rankProgress("job1", r, progressOf(s + 19, s + 20, job.now(),
-                                                     r == 3 ? 0 : job.now(), 100), rc)
+      REQUIRE(set.rankProgress("job1", r,
+                               progressOf(s + 19, s + 20, job.now(), r == 3 ? 0 : job.now(), 100),
+                               rc)
                   .isOk());
     }
   }
