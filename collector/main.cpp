@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
   det.stepShift.warmupSteps = warmupSteps;
   det.straggler.persistence.warmupSamples = warmupSteps;
   det.slowComm.persistence.warmupSamples = warmupSteps;
+  det.slowComm.linkPersistence.warmupSamples = warmupSteps;
   det.opRegression.persistence.warmupSamples = warmupSteps;
   det.hang.warmupSteps = warmupSteps;
   det.hang.floorNs = hangFloorMs * 1'000'000;

@@ -12,7 +12,8 @@ namespace trainscope::detect {
 enum class AnomalyKind {
   kStepShift,     // the job's step time changed and stayed changed
   kStraggler,     // one rank computes slower than its peers; the others wait for it
-  kSlowComm,      // a collective (op, group, bytes) got slower while compute did not
+  kSlowComm,      // a collective (op, group, bytes) or a link got slower while compute did
+                  // not; names the link's sender and peer where links are reported
   kOpRegression,  // an operator's time per call rose against its own baseline
   kHang,          // a rank or the whole job stopped reporting steps (or its process exited)
   kSpike,         // periodic outlier steps (a checkpoint every N steps); informational

@@ -163,7 +163,7 @@ void DetectorSet::judge(Job& j, std::vector<AssembledStep>& steps, bool final) {
     route(j, &s, false);
   }
   if (final) route(j, steps.empty() ? nullptr : &steps.back(), true);
-  steps.clear();
+  j.assembler.recycle(steps);
 }
 
 DetectorSet::DetectorSet(DetectOptions options) : options_(options) {}

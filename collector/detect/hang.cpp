@@ -7,14 +7,6 @@
 namespace trainscope::detect {
 
 namespace {
-// Progress counts once it was true this long after the rank's last report arrived (or 2
-// typical steps, when longer): by then a peer has reached the collective it waits in.
-constexpr int64_t kProgressMarginNs = 500'000'000;
-// Older progress does not count (hellos come every 2 s while the probe runs).
-constexpr int64_t kProgressMaxAgeNs = 10'000'000'000;
-// How long a due hang waits for a hello from the silence (2.5 hello periods).
-constexpr int64_t kProgressWaitNs = 5'000'000'000;
-
 std::string seconds(int64_t ns) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ns) / 1e9);
@@ -145,8 +137,8 @@ void HangDetector::rankProgress(uint32_t rank, const wire::RankProgress& p,
 bool HangDetector::progressCounts(const RankState& st, int64_t nowNs) const {
   const Progress& g = st.progress;
   if (!g.known || g.asOfNs == 0) return false;
-  const int64_t margin = std::max(kProgressMarginNs, static_cast<int64_t>(2.0 * st.typical));
-  return g.asOfNs >= st.lastActivityNs + margin && nowNs - g.asOfNs <= kProgressMaxAgeNs;
+  const int64_t margin = std::max(o_.progressMarginNs, static_cast<int64_t>(2.0 * st.typical));
+  return g.asOfNs >= st.lastActivityNs + margin && nowNs - g.asOfNs <= o_.progressMaxAgeNs;
 }
 
 void HangDetector::tick(int64_t nowNs) {
@@ -184,7 +176,7 @@ void HangDetector::tick(int64_t nowNs) {
       notWaiting.push_back(r);
     }
   }
-  if (waitForHello && nowNs - hangDueNs_ < kProgressWaitNs) return;
+  if (waitForHello && nowNs - hangDueNs_ < o_.progressWaitNs) return;
 
   // The step a rank reached: its reports', or its progress's when that is newer.
   auto reached = [&](uint32_t r) {

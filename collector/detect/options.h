@@ -103,6 +103,14 @@ struct HangOptions {
                                        // warm-up (checkpoints are slow but not hangs)
   int warmupSteps = 10;                // steps left out of the typical/longest step time
   int typicalWindow = 32;              // recent steps whose median is the typical step time
+  // Progress from the probes' hellos (which rank is stuck, which wait for it):
+  int64_t progressMarginNs = 500'000'000;       // progress counts once it was true this long
+                                                // (or 2 typical steps) after the rank's last
+                                                // report: by then a peer reached its collective
+  int64_t progressMaxAgeNs = 10'000'000'000;    // older progress does not count (hellos come
+                                                // every 2 s); longer = trusts staler news
+  int64_t progressWaitNs = 5'000'000'000;       // a due hang waits this long for a hello from
+                                                // the silence; longer = later, better named
 };
 
 struct AssemblyOptions {

@@ -55,14 +55,22 @@ def main():
     with trainscope.step(100):
         now = trainscope.now_ns()
         trainscope.record_collective("all_gather", 4096, now, now + 500, group="tp")
+        trainscope.record_link_transfer(1, 4096, now + 10, now + 300, group="tp")
+    try:
+        trainscope.record_link_transfer(-1, 4096, now, now + 300)
+        check(False, "a negative peer is refused")
+    except ValueError as e:
+        check("peer" in str(e), "a negative peer is refused")
     check(trainscope.flush(5000), "flush folds every ended step")
     s = trainscope.stats()
     check(s["steps_folded"] == 6, "six steps folded (got %d)" % s["steps_folded"])
-    # Per step: begin, end, 2 range push/pop pairs, collective begin/end, op = 9 records.
-    check(s["records"] == 5 * 9 + 3, "records counted (got %d)" % s["records"])
+    # Per step: begin, end, 2 range push/pop pairs, collective begin/end, op = 9 records;
+    # step 100: begin, end, a collective and a link transfer.
+    check(s["records"] == 5 * 9 + 4, "records counted (got %d)" % s["records"])
     check(s["dropped"] == 0, "nothing dropped")
     check(s["unattributed"] == 0, "nothing unattributed")
-    check(s["flight_steps"] == 6 and s["flight_bytes"] == (5 * 4 + 1) * 64,
+    # Complete intervals: 4 per auto step; the collective and the link transfer of step 100.
+    check(s["flight_steps"] == 6 and s["flight_bytes"] == (5 * 4 + 2) * 64,
           "flight recorder holds the steps (%d steps, %d bytes)"
           % (s["flight_steps"], s["flight_bytes"]))
     check(s["connected"] == 0 and s["reports_sent"] == 0, "fold-only mode sends nothing")

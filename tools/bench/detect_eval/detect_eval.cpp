@@ -25,7 +25,7 @@ struct EvalOptions {
   int seeds = 3;          // seeds per fault cell; more = tighter estimates, longer run
   int threads = 2;        // scenarios run in parallel (cost per report is then per thread)
   std::string json;       // "" writes no JSON
-  std::string only;       // "" runs all; else only scenarios whose group or label has this
+  std::string only;       // "" runs all; else only scenarios whose group, label or name has this
   bool copyReports = false;  // feed reports by const& (the set copies them) instead of moving
   bool noiseSweep = false;   // only healthy jobs at 5..10 % noise: where false alarms start
 };
@@ -179,7 +179,9 @@ std::vector<Scenario> buildSuite(const EvalOptions& o) {
   if (!o.only.empty()) {
     std::vector<Scenario> kept;
     for (auto& s : out) {
-      if (s.group.find(o.only) != std::string::npos || s.faultLabel.find(o.only) != std::string::npos) {
+      if (s.group.find(o.only) != std::string::npos ||
+          s.faultLabel.find(o.only) != std::string::npos ||
+          s.name.find(o.only) != std::string::npos) {
         kept.push_back(std::move(s));
       }
     }
@@ -203,8 +205,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "scenarios run in parallel (default: 2)")
       ->check(CLI::Range(1, 64));
   app.add_option("--json", o.json, "write the results as JSON to this file (default: none)");
-  app.add_option("--only", o.only, "run only scenarios whose kind or label contains this text, "
-                                   "e.g. straggler, healthy, op_one (default: all)");
+  app.add_option("--only", o.only, "run only scenarios whose kind, label or name contains this "
+                                   "text, e.g. straggler, healthy, op_one, 1024r (default: all)");
   app.add_flag("--copy-reports", o.copyReports,
                "feed reports with observe(const&), which copies each one, instead of handing "
                "them over with observe(&&) (default: off)");

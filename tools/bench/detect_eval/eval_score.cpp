@@ -208,9 +208,9 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
       }
       // Why ranks_ok can be low here, in the table itself (see last_run.txt).
       if (label == "slow_comm") {
-        std::fprintf(out, "  note: the simulator's comm fault slows the whole ring alike (every rank "
-                          "completes together), so no rank-level signal exists; the detector names "
-                          "the group unless a rank's own completion lags\n");
+        std::fprintf(out, "  note: a slow link slows the whole ring alike; the ranks are told by the "
+                          "links' in-flight time per byte (StepReport.links), named as sender and "
+                          "peer\n");
       }
       if (label == "hang") {
         std::fprintf(out, "  note: every rank's last report is the step before the hang; the probes' "
