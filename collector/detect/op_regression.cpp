@@ -112,7 +112,13 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
     };
     for (size_t i = 0; i < list.size(); ++i) {
       if (i + 8 < list.size()) {
-        if (const RankSeries* ahead = series(i + 8)) __builtin_prefetch(ahead);
+        if (const RankSeries* ahead = series(i + 8)) {
+          // Every line of it: the tracker's fields, its rings' pointers and the node span
+          // several (the anomaly kept for resolution is at the end and is left out).
+          const char* p = reinterpret_cast<const char*>(ahead);
+          const char* end = reinterpret_cast<const char*>(&ahead->anomaly);
+          for (; p < end; p += 64) __builtin_prefetch(p);
+        }
       }
       if (i + 4 < list.size()) {
         if (const RankSeries* ahead = series(i + 4)) ahead->tracker.prefetch();

@@ -90,8 +90,6 @@ public:
   // trackers in turn. No effect on results.
   void prefetch() const {
     __builtin_prefetch(hist_.nextSlot(), 1);
-    if (hist_.size() > window_) __builtin_prefetch(&hist_[hist_.size() - window_]);
-    __builtin_prefetch(base_.nextSlot(), 1);
   }
 
   // Relative sigma used when the baseline is fixed (e.g. the job-wide spread of ratios).
@@ -126,7 +124,8 @@ private:
   // per tracker, and a 1,024-rank job has ~25,000 of them, so fewer cache misses per sample.
   Ring<float> base_;
   // The last 2 x window samples in one ring (one cache line per few samples, not five
-  // rings); the last `window` of them are the recent window, kept out of the baseline.
+  // rings); the last `window` of them are the recent window, kept out of the baseline; the
+  // older ones join it a window at a time (see push).
   struct Sample {
     int64_t step;
     float value;
@@ -135,7 +134,7 @@ private:
   std::vector<double> recentValues() const;
   Ring<Sample> hist_;
   size_t window_;
-  int flagged_ = 0;
+  size_t sinceBatch_ = 0;              // pushes since samples last joined the baseline
   double cusum_ = 0.0;
   double lowCusum_ = 0.0;              // the same test downwards (baseline admission only)
   int64_t cusumStart_ = -1;            // first step of the current CUSUM excursion
