@@ -16,6 +16,7 @@
 #include "agent/probe/intern.h"
 #include "tests/agent/probe/capture_files.h"
 #include "tests/agent/probe/fake_agent.h"
+#include "tests/agent/probe/records.h"
 
 using trainscope::probe::CaptureIdentity;
 using trainscope::probe::CaptureOptions;
@@ -25,6 +26,7 @@ using trainscope::probe::Record;
 using trainscope::probe::RecordType;
 using trainscope::probe::testing::readJsonGz;
 using trainscope::probe::testing::TempDir;
+using trainscope::probe::testing::rec;
 
 namespace {
 
@@ -36,15 +38,6 @@ int64_t stepStart(int64_t s) {
 }
 int64_t stepEnd(int64_t s) {
   return stepStart(s) + kStepNs - 1000;
-}
-
-Record rec(RecordType type, int64_t step, int64_t t0, int64_t t1) {
-  Record r{};
-  r.type = type;
-  r.step = step;
-  r.t0 = t0;
-  r.t1 = t1;
-  return r;
 }
 
 // One step's records: `ops` operators on ring 1, a compute range on ring 0, an all_reduce on

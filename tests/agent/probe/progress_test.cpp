@@ -5,21 +5,14 @@
 #include "agent/probe/probe.h"
 #include "agent/probe/progress.h"
 #include "tests/agent/probe/fake_agent.h"
+#include "tests/agent/probe/records.h"
 
 using namespace trainscope::probe;
 using trainscope::probe::testing::FakeAgent;
 using trainscope::probe::testing::TempDir;
+using trainscope::probe::testing::rec;
 
 namespace {
-
-Record rec(RecordType type, int64_t step, int64_t t0, int64_t t1 = 0) {
-  Record r{};
-  r.type = type;
-  r.step = step;
-  r.t0 = t0;
-  r.t1 = t1;
-  return r;
-}
 
 // One synchronous step as the simulator records it: begin, an op, an all-reduce, end.
 void fullStep(ProgressTracker& t, int64_t step, int64_t base) {
