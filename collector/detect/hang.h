@@ -11,9 +11,10 @@
 // wait for it in the step's first collective, all stop after the same step. The probe's
 // progress (rankProgress, from every RankHello, every 2 s) tells them apart: peers have an
 // open collective, the stuck rank has none. Progress counts for a rank only when it was true
-// at least max(2 typical steps, 0.5 s) after the rank's last report arrived (it describes
-// the silence, not the step before) and is at most 10 s old; when a stalled rank that sends
-// progress has none that counts yet, the hang waits up to 5 s for its next hello. Then:
+// at least max(2 typical steps, progressMarginNs) after the rank's last report arrived (it
+// describes the silence, not the step before) and is at most progressMaxAgeNs old; when a
+// stalled rank that sends progress has none that counts yet, the hang waits up to
+// progressWaitNs for its next hello (HangOptions; 0.5 s, 10 s and 5 s by default). Then:
 //  - some stalled ranks wait in a collective and others do not (or sent nothing that
 //    counts): those others are named, labels["culprit"] = "not in a collective while N peers
 //    wait in one since step S" (or "no progress ...");

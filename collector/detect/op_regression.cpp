@@ -42,12 +42,7 @@ void OpRegressionDetector::evict(int64_t step) {
 void OpRegressionDetector::onStep(const AssembledStep& step) {
   touched_.clear();
   ++serial_;
-  std::vector<double>& computes = scratch_;
-  computes.clear();
-  for (const RankStep& r : step.ranks) {
-    if (r.report.compute_ns() > 0) computes.push_back(static_cast<double>(r.report.compute_ns()));
-  }
-  const double medianCompute = medianInPlace(computes);
+  const double medianCompute = medianComputeNs(step, &scratch_);
   for (const RankStep& r : step.ranks) {
     // How much slower this rank computes than its peers this step: a straggler's ops all carry
     // it, so it is divided out of the rank's op series.

@@ -91,11 +91,14 @@ std::string SlowCommDetector::linkLabel(uint32_t sender, uint32_t peer) const {
   return rankWithNode(sender) + " -> " + rankWithNode(peer);
 }
 
+size_t SlowCommDetector::stepsSince(int64_t onset, int64_t step) const {
+  const int64_t w = std::max(1, o_.persistence.window);
+  return static_cast<size_t>(std::clamp<int64_t>(step - onset + 1, 3, w));
+}
+
 double SlowCommDetector::computeRatioSince(int64_t onset, int64_t step) const {
   // Did compute rise since the onset? Then the job slowed, not its communication.
-  const size_t w = static_cast<size_t>(std::max(1, o_.persistence.window));
-  const size_t since =
-      static_cast<size_t>(std::clamp<int64_t>(step - onset + 1, 3, static_cast<int64_t>(w)));
+  const size_t since = stepsSince(onset, step);
   if (compute_.size() <= since + 8) return 1.0;
   std::vector<double> all = compute_.values();
   std::vector<double> before(all.begin(), all.end() - static_cast<std::ptrdiff_t>(since));
@@ -113,19 +116,12 @@ SlowCommDetector::LinkGroup* SlowCommDetector::findGroup(const std::string& name
 
 SlowCommDetector::LinkGroup* SlowCommDetector::groupFor(const std::string& name, int64_t step) {
   // The links of a job nearly always share one group: try the last one first.
-  LinkGroup* g = nullptr;
-  if (lastGroup_ < groups_.size() && groups_[lastGroup_].name == name) {
-    g = &groups_[lastGroup_];
+  LinkGroup* g = lastGroup_ < groups_.size() && groups_[lastGroup_].name == name
+                     ? &groups_[lastGroup_]
+                     : findGroup(name);
+  if (g != nullptr) {
+    lastGroup_ = static_cast<size_t>(g - groups_.data());
   } else {
-    for (size_t i = 0; i < groups_.size(); ++i) {
-      if (groups_[i].name == name) {
-        lastGroup_ = i;
-        g = &groups_[i];
-        break;
-      }
-    }
-  }
-  if (g == nullptr) {
     if (groups_.size() >= o_.maxLinkGroups) return nullptr;
     groups_.emplace_back();
     groups_.back().name = name;
@@ -338,9 +334,7 @@ void SlowCommDetector::evict(int64_t step) {
 }
 
 void SlowCommDetector::onStep(const AssembledStep& step) {
-  computes_.clear();
   for (const RankStep& r : step.ranks) {
-    if (r.report.compute_ns() > 0) computes_.push_back(static_cast<double>(r.report.compute_ns()));
     // Node names per rank, assigned only when they change (no string copy per report).
     const uint32_t rank = r.report.rank();
     if (rank < o_.maxLinkRank) {
@@ -348,7 +342,7 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
       if (nodes_[rank] != r.ctx.node) nodes_[rank] = r.ctx.node;
     }
   }
-  if (!computes_.empty()) compute_.push(median(computes_));
+  if (const double c = medianComputeNs(step, &computes_); c > 0) compute_.push(c);
 
   observeLinks(step);
 
@@ -446,13 +440,11 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
     const double keyRatio = keyBase > 0 ? ks.tracker.level() / keyBase : 1.0;
     const double rise = std::clamp(0.5 * (keyRatio - 1.0), 0.01, o_.linkRise);
     LinkVerdict lv;
-    if (const LinkGroup* lg = findGroup(ks.group)) {
-      lv = judgeLinks(*lg, ks.tracker.onsetStep(), step.step, rise);
-    }
+    const LinkGroup* lg = findGroup(ks.group);
+    if (lg != nullptr) lv = judgeLinks(*lg, ks.tracker.onsetStep(), step.step, rise);
     const bool linkNamed = lv.sender >= 0 && !lv.fabric;
     if (linkNamed) {
       // The link's own anomaly, when already open, says it all; a second one would repeat it.
-      const LinkGroup* lg = findGroup(ks.group);
       const auto& peers = lg->bySender[static_cast<size_t>(lv.sender)];
       const bool alreadyOpen = std::any_of(peers.begin(), peers.end(), [&](const LinkState& ls) {
         return ls.peer == lv.peer && ls.open;
@@ -465,9 +457,7 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
     for (const Sample& s : list) members.push_back(s.rank);
     // Without link data: the slow end whose own completion lags its peers' the most (its own
     // bandwidth fell against theirs; compute was checked above).
-    const size_t w = static_cast<size_t>(std::max(1, o_.persistence.window));
-    const size_t since = static_cast<size_t>(std::clamp<int64_t>(
-        step.step - ks.tracker.onsetStep() + 1, 3, static_cast<int64_t>(w)));
+    const size_t since = stepsSince(ks.tracker.onsetStep(), step.step);
     int64_t culprit = -1;
     double culpritSkew = 0.0;
     if (!linkNamed && !lv.fabric) {

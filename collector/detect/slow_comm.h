@@ -135,6 +135,8 @@ private:
   LinkVerdict judgeLinks(const LinkGroup& g, int64_t onset, int64_t step, double rise) const;
   void setCovered(const std::string& group, int64_t sender, uint32_t peer, bool covered);
   double computeRatioSince(int64_t onset, int64_t step) const;
+  // Steps since `onset` judged at `step`: at least 3, at most a persistence window.
+  size_t stepsSince(int64_t onset, int64_t step) const;
   const std::string& nodeOf(uint32_t rank) const;
   std::string rankWithNode(uint32_t rank) const;  // "rank 5 (node1)"
   std::string linkLabel(uint32_t sender, uint32_t peer) const;

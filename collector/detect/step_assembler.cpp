@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "collector/detect/robust.h"
+
 namespace trainscope::detect {
 
 StepAssembler::StepAssembler(std::string job, const AssemblyOptions& options)
@@ -118,6 +120,14 @@ void StepAssembler::release(std::map<int64_t, AssembledStep>::iterator it,
   s.seen.clear();
   s.seen.shrink_to_fit();
   out->push_back(std::move(s));
+}
+
+double medianComputeNs(const AssembledStep& step, std::vector<double>* scratch) {
+  scratch->clear();
+  for (const RankStep& r : step.ranks) {
+    if (r.report.compute_ns() > 0) scratch->push_back(static_cast<double>(r.report.compute_ns()));
+  }
+  return medianInPlace(*scratch);
 }
 
 void StepAssembler::recycle(std::vector<AssembledStep>& done) {

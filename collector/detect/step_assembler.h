@@ -39,6 +39,11 @@ struct AssembledStep {
   bool partial() const { return ranks.size() < worldSize; }
 };
 
+// Median compute_ns over the step's ranks that report compute (0 when none): the job's
+// compute this step, which op_regression and slow_comm both compare against. `scratch` is the
+// caller's buffer (capacity kept between steps).
+double medianComputeNs(const AssembledStep& step, std::vector<double>* scratch);
+
 struct AssemblyStats {
   uint64_t reports = 0;
   uint64_t duplicates = 0;     // same (rank, step) twice (replays)
