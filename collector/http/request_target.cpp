@@ -49,23 +49,6 @@ Result<std::string> percentDecode(std::string_view in, bool plusIsSpace) {
   return out;
 }
 
-std::string percentEncode(std::string_view in) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : in) {
-    bool unreserved = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                      c == '-' || c == '.' || c == '_' || c == '~';
-    if (unreserved) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  return out;
-}
-
 Result<RequestTarget> parseRequestTarget(std::string_view target) {
   RequestTarget out;
   size_t q = target.find('?');

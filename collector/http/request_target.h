@@ -11,14 +11,14 @@
 #include <utility>
 #include <vector>
 
+#include "common/percent_encode.h"
 #include "common/status.h"
 
 namespace trainscope::http {
 
 // Decodes %XX escapes; with plusIsSpace also '+' (query strings). Fails on a malformed escape.
 Result<std::string> percentDecode(std::string_view in, bool plusIsSpace);
-// Escapes everything but unreserved characters (RFC 3986), for building targets.
-std::string percentEncode(std::string_view in);
+// percentEncode (building targets) is in common/percent_encode.h.
 
 struct RequestTarget {
   std::string rawPath;                // the path as sent, before decoding

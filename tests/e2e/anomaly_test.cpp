@@ -97,7 +97,7 @@ const json* findAnomaly(const json& anomalies, const std::string& kind,
 }
 
 json jobAnomalies(uint16_t http, const std::string& job) {
-  auto r = httpGet(http, "/api/v1/jobs/" + urlEncode(job) + "/anomalies", 5s);
+  auto r = httpGet(http, "/api/v1/jobs/" + percentEncode(job) + "/anomalies", 5s);
   if (r.status != 200) return json::array();
   auto j = json::parse(r.body, nullptr, false);
   return j.is_discarded() ? json::array() : j["anomalies"];

@@ -149,7 +149,7 @@ json getJson(uint16_t port, const std::string& target) {
 }
 
 json getCapture(uint16_t port, const std::string& id) {
-  return getJson(port, "/api/v1/captures/" + urlEncode(id));
+  return getJson(port, "/api/v1/captures/" + percentEncode(id));
 }
 
 // Polls the capture until it leaves `running`; returns its last JSON.
@@ -196,7 +196,7 @@ bool waitAnomalyWithCapture(uint16_t port, const std::string& job, const std::st
                             json* out) {
   return waitFor(
       [&] {
-        json list = getJson(port, "/api/v1/jobs/" + urlEncode(job) + "/anomalies");
+        json list = getJson(port, "/api/v1/jobs/" + percentEncode(job) + "/anomalies");
         if (!list.is_object()) return false;
         for (const auto& an : list["anomalies"]) {
           if (an.value("kind", "") == kind && (!rank || rankSet(an["ranks"]).count(*rank) == 1) &&

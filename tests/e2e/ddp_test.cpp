@@ -141,7 +141,7 @@ TEST_CASE(
     return;
   }
   // Every step's operators include the matrix products of the MLP's forward and backward.
-  const auto detail = httpGet(cs.httpPort, "/api/v1/jobs/" + urlEncode(job) +
+  const auto detail = httpGet(cs.httpPort, "/api/v1/jobs/" + percentEncode(job) +
                                                "/steps?limit=100000&detail=true", 30s);
   REQUIRE(detail.status == 200);
   const auto detailRows = detail.json().at("steps");
@@ -199,7 +199,7 @@ TEST_CASE("e2e: a capture of real 2-rank DDP training merges the aten operators 
 
   // Both ranks under way, then the capture: 3 steps from latest + 2, with 2 steps of history.
   REQUIRE(waitFor([&] { return jobStepRows(cs.httpPort, job) >= 20; }, 60s, 100ms));
-  const auto posted = httpPost(cs.httpPort, "/api/v1/jobs/" + urlEncode(job) + "/captures",
+  const auto posted = httpPost(cs.httpPort, "/api/v1/jobs/" + percentEncode(job) + "/captures",
                                R"({"ranks": "all", "steps": 3, "history": 2, "reason": "e2e"})");
   INFO("POST captures: " << posted.status << " " << posted.body << "\n" << logs());
   REQUIRE(posted.status == 201);
@@ -210,7 +210,7 @@ TEST_CASE("e2e: a capture of real 2-rank DDP training merges the aten operators 
   nlohmann::json last;
   const bool finished = waitFor(
       [&] {
-        auto r = httpGet(cs.httpPort, "/api/v1/captures/" + urlEncode(id));
+        auto r = httpGet(cs.httpPort, "/api/v1/captures/" + percentEncode(id));
         if (r.status != 200) return false;
         last = r.json();
         return last.at("state").get<std::string>() != "running";
@@ -220,7 +220,7 @@ TEST_CASE("e2e: a capture of real 2-rank DDP training merges the aten operators 
   REQUIRE(finished);
   REQUIRE(last.at("state") == "complete");
 
-  const auto trace = httpGet(cs.httpPort, "/api/v1/captures/" + urlEncode(id) + "/trace", 30s);
+  const auto trace = httpGet(cs.httpPort, "/api/v1/captures/" + percentEncode(id) + "/trace", 30s);
   REQUIRE(trace.status == 200);
   const auto merged = trace.json();
   const auto& events = merged.at("traceEvents");

@@ -376,21 +376,6 @@ std::string readFile(const std::string& path) {
   return ss.str();
 }
 
-std::string urlEncode(const std::string& s) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
-
 std::unique_ptr<Process> startCollector(const TempDir& dir, const CollectorSpec& spec,
                                         const std::string& name) {
   const std::string bin = binaryFromEnv("TRAINSCOPE_COLLECTOR_BIN");
@@ -439,7 +424,7 @@ std::unique_ptr<Process> startSim(const TempDir& dir, const std::vector<std::str
 }
 
 nlohmann::json stepRows(uint16_t httpPort, const std::string& job) {
-  auto r = httpGet(httpPort, "/api/v1/jobs/" + urlEncode(job) + "/steps?limit=100000", 30s);
+  auto r = httpGet(httpPort, "/api/v1/jobs/" + percentEncode(job) + "/steps?limit=100000", 30s);
   if (r.status != 200) return nlohmann::json::array();
   auto j = nlohmann::json::parse(r.body, nullptr, false);
   if (j.is_discarded() || !j.contains("steps")) return nlohmann::json::array();

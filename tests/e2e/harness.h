@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/percent_encode.h"
 #include "common/status.h"
 
 namespace trainscope::e2e {
@@ -125,7 +126,7 @@ nlohmann::json stepRows(uint16_t httpPort, const std::string& job);
 // Number of step rows the collector reports for `job` (from /api/v1/jobs), -1 on error.
 int64_t jobStepRows(uint16_t httpPort, const std::string& job);
 
-// Percent-encodes a path segment or query value.
-std::string urlEncode(const std::string& s);
+// Percent-encodes a path segment or query value (common/percent_encode.h).
+using trainscope::percentEncode;
 
 }  // namespace trainscope::e2e

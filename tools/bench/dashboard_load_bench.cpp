@@ -25,6 +25,7 @@
 #include "collector/http/server.h"
 #include "collector/storage/store.h"
 #include "common/log.h"
+#include "common/percent_encode.h"
 #include "tools/bench/api_bench_common.h"
 
 using namespace trainscope;
@@ -80,7 +81,7 @@ int run(const Options& o) {
     return 1;
   }
   const uint16_t port = server.port();
-  const std::string base = "/api/v1/jobs/" + http::percentEncode(job);
+  const std::string base = "/api/v1/jobs/" + percentEncode(job);
   auto from = [&](int64_t back) { return std::to_string(std::max<int64_t>(0, latest - back)); };
 
   // The requests of web/js/app.js's first load of #/jobs/JOB, phase by phase.

@@ -50,7 +50,7 @@ bool endsWith(const std::string& s, const std::string& suffix) {
 }
 
 std::string capturePath(const std::string& id, const char* what = "") {
-  return "/api/v1/captures/" + urlEncode(id) + what;
+  return "/api/v1/captures/" + percentEncode(id) + what;
 }
 
 std::vector<uint32_t> rankVector(const json& j) {

@@ -53,7 +53,7 @@ void printJson(Context& ctx, const json& j) {
 std::string withQuery(std::string path, const std::vector<std::pair<std::string, std::string>>& q) {
   char sep = '?';
   for (const auto& [k, v] : q) {
-    path += sep + k + "=" + urlEncode(v);
+    path += sep + k + "=" + percentEncode(v);
     sep = '&';
   }
   return path;
@@ -75,7 +75,7 @@ int64_t fieldInt(const json& j, const char* key, int64_t fallback) {
 }
 
 std::string jobPath(const std::string& job, const char* what) {
-  return "/api/v1/jobs/" + urlEncode(job) + "/" + what;
+  return "/api/v1/jobs/" + percentEncode(job) + "/" + what;
 }
 
 // ---- HTTP client -------------------------------------------------------------------------

@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/percent_encode.h"
 #include "common/status.h"
 
 namespace trainscope::cli {
@@ -78,8 +79,6 @@ Result<HttpReply> httpRequest(const ServerUrl& server, const HttpRequest& reques
 Result<HttpReply> httpGet(const ServerUrl& server, const std::string& target,
                           std::chrono::milliseconds timeout);
 
-// Escapes everything but RFC 3986 unreserved characters (job names in paths).
-std::string urlEncode(const std::string& s);
 
 // GETs `target` from the collector and parses the JSON. On failure prints the one-line
 // message to ctx.err and returns the exit code (kExitUnreachable or kExitApiError).

@@ -144,22 +144,6 @@ Result<HttpReply> httpGet(const ServerUrl& server, const std::string& target,
   return httpRequest(server, req, timeout);
 }
 
-std::string urlEncode(const std::string& s) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-        c == '.' || c == '_' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  return out;
-}
-
 namespace {
 
 // Sends `request` (its target relative to the server's base path) and reports a failure to get

@@ -584,7 +584,7 @@ TEST_CASE("request targets decode segments and query values", "[http]") {
   CHECK(t->query[2] == std::pair<std::string, std::string>{"flag", ""});
   CHECK_FALSE(parseRequestTarget("/a%2").isOk());
   CHECK_FALSE(parseRequestTarget("nope").isOk());
-  CHECK(trainscope::http::percentEncode("a b/c") == "a%20b%2Fc");
+  CHECK(trainscope::percentEncode("a b/c") == "a%20b%2Fc");
 }
 
 namespace {
