@@ -573,7 +573,7 @@ void addCaptureCommand(CLI::App& app, Action* action) {
       ->check(CLI::Range(uint32_t{0}, uint32_t{1000}));
   sub->add_option("--start-step", raw->startStep,
                   "First recorded step; no selected rank may have reached it yet (default: "
-                  "the job's latest step + 2)")
+                  "the job's latest stored step + max(2, the steps of 1 s))")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   sub->add_option("--max-mb", raw->maxMb,
                   "Bound per rank on the compressed file, in MiB; past it the trace is cut "
