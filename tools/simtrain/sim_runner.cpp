@@ -56,33 +56,17 @@ uint32_t rangeKind(Phase p) {
   }
 }
 
-// Emits one rank's step in time order: begin, then ranges, operators, collectives and link
-// transfers by their start, then end (unless the step hangs).
+// Emits one rank's step: begin, its events in eventOrder, then end (unless the step hangs).
 void emit(ts_probe* p, const Names& names, int64_t step, const RankStep& rs, bool hung) {
-  struct Ev {
-    int64_t t;
-    int order;  // ranges before the ops they contain, ops before collectives at the same
-                // time, collectives before their link transfers
-    size_t idx;
-  };
-  std::vector<Ev> evs;
-  evs.reserve(rs.ranges.size() + rs.ops.size() + rs.colls.size() + rs.links.size());
-  for (size_t i = 0; i < rs.ranges.size(); ++i) evs.push_back({rs.ranges[i].startNs, 0, i});
-  for (size_t i = 0; i < rs.ops.size(); ++i) evs.push_back({rs.ops[i].startNs, 1, i});
-  for (size_t i = 0; i < rs.colls.size(); ++i) evs.push_back({rs.colls[i].arriveNs, 2, i});
-  for (size_t i = 0; i < rs.links.size(); ++i) evs.push_back({rs.links[i].postedNs, 3, i});
-  std::stable_sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) {
-    return a.t != b.t ? a.t < b.t : a.order < b.order;
-  });
   ts_step_begin(p, step, rs.beginNs);
-  for (const auto& e : evs) {
-    if (e.order == 0) {
+  for (const RankEvent& e : eventOrder(rs)) {
+    if (e.kind == RankEvent::Kind::kRange) {
       const auto& r = rs.ranges[e.idx];
       ts_range(p, names.phase[static_cast<int>(r.phase)], rangeKind(r.phase), r.startNs, r.endNs);
-    } else if (e.order == 1) {
+    } else if (e.kind == RankEvent::Kind::kOp) {
       const auto& o = rs.ops[e.idx];
       ts_op(p, names.ops[o.op], o.startNs, o.durationNs);
-    } else if (e.order == 2) {
+    } else if (e.kind == RankEvent::Kind::kColl) {
       const auto& c = rs.colls[e.idx];
       if (c.completeNs == 0) {
         ts_collective_begin(p, TS_COLL_ALL_REDUCE, names.group, c.bytes, c.arriveNs);

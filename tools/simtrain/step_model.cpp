@@ -68,6 +68,33 @@ const char* phaseName(Phase phase) {
   return "unknown";
 }
 
+std::vector<RankEvent> eventOrder(const RankStep& rs) {
+  struct Ev {
+    int64_t t;
+    RankEvent e;  // Kind's order breaks ties
+  };
+  std::vector<Ev> evs;
+  evs.reserve(rs.ranges.size() + rs.ops.size() + rs.colls.size() + rs.links.size());
+  using K = RankEvent::Kind;
+  for (size_t i = 0; i < rs.ranges.size(); ++i) {
+    evs.push_back({rs.ranges[i].startNs, {K::kRange, i}});
+  }
+  for (size_t i = 0; i < rs.ops.size(); ++i) evs.push_back({rs.ops[i].startNs, {K::kOp, i}});
+  for (size_t i = 0; i < rs.colls.size(); ++i) {
+    evs.push_back({rs.colls[i].arriveNs, {K::kColl, i}});
+  }
+  for (size_t i = 0; i < rs.links.size(); ++i) {
+    evs.push_back({rs.links[i].postedNs, {K::kLink, i}});
+  }
+  std::stable_sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) {
+    return a.t != b.t ? a.t < b.t : a.e.kind < b.e.kind;
+  });
+  std::vector<RankEvent> out;
+  out.reserve(evs.size());
+  for (const Ev& e : evs) out.push_back(e.e);
+  return out;
+}
+
 std::vector<std::string> StepModel::knownOps() {
   std::vector<std::string> names;
   auto add = [&](const char* n) {

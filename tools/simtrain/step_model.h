@@ -72,6 +72,17 @@ struct RankStep {
   int64_t computeNs = 0;
 };
 
+// One event of a rank's step: which list of the RankStep, and its index there.
+struct RankEvent {
+  enum class Kind { kRange, kOp, kColl, kLink };
+  Kind kind;
+  size_t idx;
+};
+// The events of one rank's step in the order trainscope-simtrain records them (and the
+// detector evaluation feeds them): by start time; at the same time ranges before the ops they
+// contain, ops before collectives, collectives before their link transfers.
+std::vector<RankEvent> eventOrder(const RankStep& rs);
+
 struct StepTimeline {
   int64_t step = 0;
   int64_t beginNs = 0;

@@ -74,35 +74,21 @@ struct RecordSink {
 };
 
 // The records one rank's probe would hold for this step, in the order trainscope-simtrain's
-// runner records them (ranges before the ops they contain, ops before collectives).
+// runner records them (sim::eventOrder).
 void feedRank(RecordSink& folder, const Names& names, int64_t step,
               const sim::RankStep& rs, bool hung) {
-  struct Ev {
-    int64_t t;
-    int order;
-    size_t idx;
-  };
-  std::vector<Ev> evs;
-  evs.reserve(rs.ranges.size() + rs.ops.size() + rs.colls.size() + rs.links.size());
-  for (size_t i = 0; i < rs.ranges.size(); ++i) evs.push_back({rs.ranges[i].startNs, 0, i});
-  for (size_t i = 0; i < rs.ops.size(); ++i) evs.push_back({rs.ops[i].startNs, 1, i});
-  for (size_t i = 0; i < rs.colls.size(); ++i) evs.push_back({rs.colls[i].arriveNs, 2, i});
-  for (size_t i = 0; i < rs.links.size(); ++i) evs.push_back({rs.links[i].postedNs, 3, i});
-  std::stable_sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) {
-    return a.t != b.t ? a.t < b.t : a.order < b.order;
-  });
   folder.add(0, makeRecord(RecordType::kStepBegin, 0, 0, 0, step, rs.beginNs, 0, 0));
-  for (const Ev& e : evs) {
-    if (e.order == 0) {
+  for (const sim::RankEvent& e : sim::eventOrder(rs)) {
+    if (e.kind == sim::RankEvent::Kind::kRange) {
       const auto& r = rs.ranges[e.idx];
       folder.add(0, makeRecord(RecordType::kRange, rangeKind(r.phase),
                                names.phase[static_cast<int>(r.phase)], 0, 0, r.startNs, r.endNs,
                                0));
-    } else if (e.order == 1) {
+    } else if (e.kind == sim::RankEvent::Kind::kOp) {
       const auto& o = rs.ops[e.idx];
       folder.add(0, makeRecord(RecordType::kOp, 0, names.ops[o.op], 0, 0, o.startNs,
                                o.startNs + o.durationNs, 0));
-    } else if (e.order == 2) {
+    } else if (e.kind == sim::RankEvent::Kind::kColl) {
       const auto& c = rs.colls[e.idx];
       if (c.completeNs == 0) {
         folder.add(0, makeRecord(RecordType::kCollBegin, TS_COLL_ALL_REDUCE, 0, names.group, 0,
