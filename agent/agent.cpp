@@ -45,7 +45,8 @@ Status claimIpcPath(const std::string& path) {
   struct stat sb {};
   if (::lstat(path.c_str(), &sb) != 0) return Status::ok();
   if (!S_ISSOCK(sb.st_mode)) {
-    return Status::error("--endpoint: " + path + " exists and is not a socket; refusing to replace it");
+    return Status::error("--endpoint: " + path +
+                         " exists and is not a socket; refusing to replace it");
   }
   sockaddr_un addr{};
   if (path.size() >= sizeof addr.sun_path) {
@@ -115,9 +116,10 @@ Status Agent::Impl::start() {
     upstream.connect(opts.collector);
   } catch (const zmq::error_t& e) {
     if (!bound.empty() || opts.endpoint.rfind("tcp://", 0) != 0 || e.num() != EADDRINUSE) {
-      return Status::error("cannot open " + (bound.empty() ? "--endpoint " + opts.endpoint
-                                                            : "--collector " + opts.collector) +
-                           ": " + e.what());
+      return Status::error(
+          "cannot open " +
+          (bound.empty() ? "--endpoint " + opts.endpoint : "--collector " + opts.collector) + ": " +
+          e.what());
     }
     return Status::error("--endpoint " + opts.endpoint +
                          " is already in use (another agent?): " + e.what());
@@ -142,8 +144,8 @@ bool Agent::Impl::spoolItems(const std::vector<std::string>& records, int64_t no
   if (records.empty()) return true;
   Status st = spool->append(records);
   if (!st) {
-    spoolLog.log(LogLevel::kError, kLog, "cannot spool " + std::to_string(records.size()) +
-                                             " items: " + st.message());
+    spoolLog.log(LogLevel::kError, kLog,
+                 "cannot spool " + std::to_string(records.size()) + " items: " + st.message());
     return false;
   }
   if (unsentSinceMono == 0) unsentSinceMono = now;
@@ -280,8 +282,12 @@ Agent::~Agent() {
   if (!impl_->ipcPath.empty() && !impl_->bound.empty()) ::unlink(impl_->ipcPath.c_str());
 }
 
-Status Agent::start() { return impl_->start(); }
-Status Agent::run() { return impl_->run(); }
+Status Agent::start() {
+  return impl_->start();
+}
+Status Agent::run() {
+  return impl_->run();
+}
 
 void Agent::stop() {
   impl_->stopRequested.store(true);
@@ -297,7 +303,9 @@ AgentStats Agent::stats() const {
   return impl_->published;
 }
 
-std::string Agent::boundEndpoint() const { return impl_->bound; }
+std::string Agent::boundEndpoint() const {
+  return impl_->bound;
+}
 
 namespace {
 std::atomic<Agent*> gSignalAgent{nullptr};

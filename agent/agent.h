@@ -24,35 +24,35 @@ inline constexpr size_t kMaxBatchBytes = 1u << 20;
 
 // A snapshot of the agent's counters, for tests and logs.
 struct AgentStats {
-  uint64_t probeFrames = 0;       // frames received from probes
-  uint64_t probeBatches = 0;      // probe batches spooled and acked
-  uint64_t probeItems = 0;        // items spooled from probe batches
+  uint64_t probeFrames = 0;                 // frames received from probes
+  uint64_t probeBatches = 0;                // probe batches spooled and acked
+  uint64_t probeItems = 0;                  // items spooled from probe batches
   std::map<std::string, uint64_t> rejects;  // probe frames/items rejected, by reason
-  uint32_t ranks = 0;             // ranks registered now
-  uint64_t hostSamples = 0;       // HostSamples spooled
-  uint64_t upstreamBatches = 0;   // batches sent upstream (resends included)
-  uint64_t upstreamResends = 0;   // times sending restarted from the oldest unacked batch
-  uint64_t upstreamAcked = 0;     // spool index acked by the collector
-  uint64_t upstreamErrors = 0;    // ErrorReply messages from the collector
+  uint32_t ranks = 0;                       // ranks registered now
+  uint64_t hostSamples = 0;                 // HostSamples spooled
+  uint64_t upstreamBatches = 0;             // batches sent upstream (resends included)
+  uint64_t upstreamResends = 0;             // times sending restarted from the oldest unacked batch
+  uint64_t upstreamAcked = 0;               // spool index acked by the collector
+  uint64_t upstreamErrors = 0;              // ErrorReply messages from the collector
   uint64_t heartbeatsSent = 0;
   uint64_t heartbeatReplies = 0;
-  bool haveOffset = false;        // at least one valid heartbeat round trip
-  int64_t offsetNs = 0;           // collector clock minus agent clock (lowest-rtt sample)
+  bool haveOffset = false;  // at least one valid heartbeat round trip
+  int64_t offsetNs = 0;     // collector clock minus agent clock (lowest-rtt sample)
   int64_t rttNs = 0;
   bool collectorConnected = false;
-  uint64_t commandsForwarded = 0; // Command envelopes handed to probes
-  uint64_t commandsUnmatched = 0; // Commands with no registered rank on this node
-  uint64_t filesShipped = 0;      // capture files spooled in full as FileChunks and deleted
-  uint64_t filesFailed = 0;       // capture files refused or unreadable (failed status sent)
-  uint64_t fileBytesShipped = 0;  // bytes of capture files spooled
-  uint32_t uploadsActive = 0;     // capture files queued or being read now
+  uint64_t commandsForwarded = 0;  // Command envelopes handed to probes
+  uint64_t commandsUnmatched = 0;  // Commands with no registered rank on this node
+  uint64_t filesShipped = 0;       // capture files spooled in full as FileChunks and deleted
+  uint64_t filesFailed = 0;        // capture files refused or unreadable (failed status sent)
+  uint64_t fileBytesShipped = 0;   // bytes of capture files spooled
+  uint32_t uploadsActive = 0;      // capture files queued or being read now
   uint64_t spoolBytes = 0;
-  uint64_t spoolPending = 0;      // records not yet acked by the collector
-  uint64_t spoolDropped = 0;      // records lost to the spool bound
+  uint64_t spoolPending = 0;  // records not yet acked by the collector
+  uint64_t spoolDropped = 0;  // records lost to the spool bound
 };
 
 class Agent {
-public:
+ public:
   explicit Agent(AgentOptions opts);
   ~Agent();
   Agent(const Agent&) = delete;
@@ -71,7 +71,7 @@ public:
   // The probe endpoint actually bound (resolves tcp://...:* to its port). After start().
   std::string boundEndpoint() const;
 
-private:
+ private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

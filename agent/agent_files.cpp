@@ -139,13 +139,14 @@ void Agent::Impl::queueUpload(const wire::CommandStatus& status, bool resumed) {
     }
     std::filesystem::rename(tmp, up.journal, ec);
     if (ec) {
-      spoolLog.log(LogLevel::kWarn, kLog, "cannot journal the upload of " + path + ": " +
-                                              ec.message() + " (a restart would not resume it)");
+      spoolLog.log(LogLevel::kWarn, kLog,
+                   "cannot journal the upload of " + path + ": " + ec.message() +
+                       " (a restart would not resume it)");
     }
   }
-  logInfo(kLog, "shipping " + up.resolved + " (" + std::to_string(up.size) + " bytes) for capture " +
-                    status.command_id() + " rank " + std::to_string(status.rank()) +
-                    (resumed ? ", resumed after a restart" : ""));
+  logInfo(kLog, "shipping " + up.resolved + " (" + std::to_string(up.size) +
+                    " bytes) for capture " + status.command_id() + " rank " +
+                    std::to_string(status.rank()) + (resumed ? ", resumed after a restart" : ""));
   uploads.push_back(std::move(up));
 }
 
@@ -176,13 +177,14 @@ void Agent::Impl::finishUpload(Upload& up, const std::string& failure) {
   const wire::CommandStatus& st = up.status;
   if (!failure.empty()) {
     ++counters.filesFailed;
-    logWarn(kLog, "capture " + st.command_id() + " rank " + std::to_string(st.rank()) + ": " +
-                      failure);
+    logWarn(kLog,
+            "capture " + st.command_id() + " rank " + std::to_string(st.rank()) + ": " + failure);
     spoolCommandStatus(st.command_id(), st.job(), st.rank(), "failed", failure);
   } else {
     ++counters.filesShipped;
     // Delete only the file that was shipped: the path must still name the opened inode.
-    struct stat opened {}, now {};
+    struct stat opened {
+    }, now{};
     if (::fstat(up.fd, &opened) == 0 && ::lstat(up.resolved.c_str(), &now) == 0 &&
         opened.st_dev == now.st_dev && opened.st_ino == now.st_ino) {
       if (::unlink(up.resolved.c_str()) != 0) {
@@ -214,7 +216,8 @@ void Agent::Impl::pumpUploads(int64_t now) {
     size_t got = 0;
     std::string failure;
     while (got < want) {
-      ssize_t n = ::pread(up.fd, data.data() + got, want - got, static_cast<off_t>(up.offset + got));
+      ssize_t n =
+          ::pread(up.fd, data.data() + got, want - got, static_cast<off_t>(up.offset + got));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
         failure = "cannot read " + st.file_path() + " at offset " +

@@ -68,9 +68,9 @@ struct Agent::Impl {
     wire::CommandStatus status;  // the probe's "uploading" status: command, job, rank, file
     std::string resolved;        // realpath of status.file_path, under the capture dir
     int fd = -1;
-    uint64_t size = 0;           // at open; the file is complete when the probe reports it
-    uint64_t offset = 0;         // next byte to ship
-    std::string journal;         // <spool>/uploads/<name>: resumes the upload after a restart
+    uint64_t size = 0;    // at open; the file is complete when the probe reports it
+    uint64_t offset = 0;  // next byte to ship
+    std::string journal;  // <spool>/uploads/<name>: resumes the upload after a restart
   };
   struct InFlight {
     uint64_t seq = 0;  // spool index after the batch's last record
@@ -95,13 +95,13 @@ struct Agent::Impl {
   std::map<std::pair<std::string, uint32_t>, RankEntry> ranks;
 
   // Upstream sending state.
-  uint64_t sendCursor = 0;         // next spool index to send
-  uint64_t highestSent = 0;        // highest batch seq ever sent (acks above it are bogus)
-  std::string heldFrame;           // a built batch the socket refused, sent again as is
-  uint64_t heldSeq = 0;            // its seq; 0 when none is held
-  std::deque<InFlight> inflight;   // oldest first
-  int64_t unsentSinceMono = 0;     // when the oldest unsent record was appended; 0: none
-  int64_t retryAtMono = 0;         // no send attempts before this
+  uint64_t sendCursor = 0;        // next spool index to send
+  uint64_t highestSent = 0;       // highest batch seq ever sent (acks above it are bogus)
+  std::string heldFrame;          // a built batch the socket refused, sent again as is
+  uint64_t heldSeq = 0;           // its seq; 0 when none is held
+  std::deque<InFlight> inflight;  // oldest first
+  int64_t unsentSinceMono = 0;    // when the oldest unsent record was appended; 0: none
+  int64_t retryAtMono = 0;        // no send attempts before this
   bool connected = false;
 
   // Timers (monotonic ns).
@@ -114,12 +114,12 @@ struct Agent::Impl {
   uint64_t inBatchItems = 0;
 
   // Capture files (agent_files.cpp).
-  std::string spoolDir;                      // resolved at start; holds the upload journal
-  std::deque<Upload> uploads;                // shipped in order, a few MiB per loop turn
+  std::string spoolDir;                        // resolved at start; holds the upload journal
+  std::deque<Upload> uploads;                  // shipped in order, a few MiB per loop turn
   std::vector<wire::CommandStatus> inUploads;  // "uploading" statuses of this drain
-  std::deque<std::string> finishedUploads;   // keys of recently finished uploads
-  int64_t uploadRetryAtMono = 0;             // no chunk is read before this
-  int uploadFailures = 0;                    // spool refusals in a row
+  std::deque<std::string> finishedUploads;     // keys of recently finished uploads
+  int64_t uploadRetryAtMono = 0;               // no chunk is read before this
+  int uploadFailures = 0;                      // spool refusals in a row
 
   RateLimitedLog rejectLog{std::chrono::seconds(5)};
   RateLimitedLog upstreamLog{std::chrono::seconds(5)};

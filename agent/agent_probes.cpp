@@ -96,7 +96,8 @@ void Agent::Impl::reject(const std::string& rid, const std::string& reason,
 void Agent::Impl::sendToProbe(const std::string& rid, wire::Envelope& env) {
   std::string data = wire::encode(env);
   try {
-    if (!probes.send(zmq::buffer(rid), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return;
+    if (!probes.send(zmq::buffer(rid), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+      return;
     (void)probes.send(zmq::buffer(data), zmq::send_flags::dontwait);
   } catch (const zmq::error_t& e) {
     // EHOSTUNREACH: the probe disconnected; it resends what we did not ack.
@@ -150,7 +151,8 @@ void Agent::Impl::handleProbeFrame(const std::string& rid, const zmq::message_t&
       // re-encode per item; RankHello items are changed (node) and always re-encoded.
       std::vector<std::string_view> raw;
       std::string_view frameView(static_cast<const char*>(frame.data()), frame.size());
-      if (!rawBatchItems(frameView, &raw) || raw.size() != static_cast<size_t>(batch->items_size())) {
+      if (!rawBatchItems(frameView, &raw) ||
+          raw.size() != static_cast<size_t>(batch->items_size())) {
         raw.clear();
       }
       size_t index = 0;
@@ -158,9 +160,10 @@ void Agent::Impl::handleProbeFrame(const std::string& rid, const zmq::message_t&
         std::string_view rawItem = raw.empty() ? std::string_view() : raw[index];
         ++index;
         if (!allowedItem(item.body_case())) {
-          reject("", "bad_item", "batch " + std::to_string(batch->seq()) +
-                                     " holds an item of a type probes may not send (field " +
-                                     std::to_string(static_cast<int>(item.body_case())) + ")");
+          reject("", "bad_item",
+                 "batch " + std::to_string(batch->seq()) +
+                     " holds an item of a type probes may not send (field " +
+                     std::to_string(static_cast<int>(item.body_case())) + ")");
           continue;
         }
         if (item.has_rank_hello()) {
@@ -179,8 +182,9 @@ void Agent::Impl::handleProbeFrame(const std::string& rid, const zmq::message_t&
                      item.schema_version() == wire::kSchemaVersion;
         std::string rec = reuse ? std::string(rawItem) : wire::encode(item);
         if (rec.size() > kMaxItemBytes) {
-          reject("", "item_too_large", "an item of " + std::to_string(rec.size()) + " bytes in batch " +
-                                           std::to_string(batch->seq()));
+          reject("", "item_too_large",
+                 "an item of " + std::to_string(rec.size()) + " bytes in batch " +
+                     std::to_string(batch->seq()));
           continue;
         }
         inRecords.push_back(std::move(rec));
@@ -208,7 +212,8 @@ void Agent::Impl::drainProbes(int64_t now) {
     if (frame.more()) {
       // One frame per message is the protocol; drop the extra parts.
       zmq::message_t extra;
-      while (frame.more() && probes.recv(extra, zmq::recv_flags::dontwait) && extra.more()) {}
+      while (frame.more() && probes.recv(extra, zmq::recv_flags::dontwait) && extra.more()) {
+      }
       reject(ridStr, "multipart", "a probe message must be a single frame");
       continue;
     }

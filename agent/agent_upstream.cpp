@@ -64,9 +64,9 @@ std::string encodeBatchFrame(uint64_t seq, const std::vector<std::string>& items
 void Agent::Impl::handleAck(uint64_t seq) {
   if (seq <= spool->ackedIndex()) return;  // a late ack of something already acked
   if (seq > highestSent) {
-    upstreamLog.log(LogLevel::kWarn, kLog, "collector acked seq " + std::to_string(seq) +
-                                                " beyond what was sent (" +
-                                                std::to_string(highestSent) + "); ignoring it");
+    upstreamLog.log(LogLevel::kWarn, kLog,
+                    "collector acked seq " + std::to_string(seq) + " beyond what was sent (" +
+                        std::to_string(highestSent) + "); ignoring it");
     return;
   }
   spool->ack(seq);
@@ -107,9 +107,9 @@ void Agent::Impl::drainUpstream(int64_t now) {
         break;
       case wire::Envelope::kError:
         ++counters.upstreamErrors;
-        upstreamLog.log(LogLevel::kWarn, kLog,
-                        "collector rejected a frame (" + env.error().reason() +
-                            "): " + env.error().detail());
+        upstreamLog.log(
+            LogLevel::kWarn, kLog,
+            "collector rejected a frame (" + env.error().reason() + "): " + env.error().detail());
         break;
       default:
         ++counters.upstreamErrors;
@@ -126,8 +126,8 @@ void Agent::Impl::restartFromAcked(const std::string& why) {
   uint64_t from = spool->firstUnacked();
   if (!inflight.empty() || sendCursor != from) {
     ++counters.upstreamResends;
-    upstreamLog.log(LogLevel::kInfo, kLog, why + "; sending again from spool index " +
-                                               std::to_string(from));
+    upstreamLog.log(LogLevel::kInfo, kLog,
+                    why + "; sending again from spool index " + std::to_string(from));
   }
   inflight.clear();
   sendCursor = from;

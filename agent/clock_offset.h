@@ -15,7 +15,7 @@ struct OffsetSample {
 };
 
 class ClockOffsetEstimator {
-public:
+ public:
   // window: how many recent samples compete; the one with the lowest rtt wins because its
   // offset error is bounded by rtt / 2.
   explicit ClockOffsetEstimator(size_t window = 16) : window_(window == 0 ? 1 : window) {}
@@ -32,7 +32,7 @@ public:
   // The formulas, exposed for tests.
   static OffsetSample compute(int64_t t1, int64_t t2, int64_t t3, int64_t t4);
 
-private:
+ private:
   size_t window_;
   std::deque<OffsetSample> samples_;
 };

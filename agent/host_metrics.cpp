@@ -23,7 +23,9 @@ std::vector<std::string> fields(const std::string& line) {
   return out;
 }
 
-uint64_t toU64(const std::string& s) { return std::strtoull(s.c_str(), nullptr, 10); }
+uint64_t toU64(const std::string& s) {
+  return std::strtoull(s.c_str(), nullptr, 10);
+}
 
 }  // namespace
 
@@ -44,9 +46,8 @@ bool HostSampler::readFile(const std::string& rel, std::string* out) {
   return true;
 }
 
-wire::HostSample HostSampler::sample(const std::string& node,
-                                     const std::vector<WatchedProc>& procs, int64_t wallNs,
-                                     int64_t monoNs) {
+wire::HostSample HostSampler::sample(const std::string& node, const std::vector<WatchedProc>& procs,
+                                     int64_t wallNs, int64_t monoNs) {
   wire::HostSample s;
   s.set_node(node);
   s.set_time_ns(wallNs);
@@ -153,7 +154,8 @@ wire::HostSample HostSampler::sample(const std::string& node,
       } else if (prev == prevProc_.end()) {
         logOnce(LogLevel::kInfo, kLog, "pid" + std::to_string(p.pid),
                 "process " + std::to_string(p.pid) + " of rank " + std::to_string(p.rank) +
-                    " is not visible under " + root_ + " (another pid namespace?); not sampling it");
+                    " is not visible under " + root_ +
+                    " (another pid namespace?); not sampling it");
       }
       continue;
     }

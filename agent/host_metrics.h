@@ -26,7 +26,7 @@ struct WatchedProc {
 };
 
 class HostSampler {
-public:
+ public:
   // clockTicks and pageSize default to this machine's sysconf values; tests pass their own.
   explicit HostSampler(std::string procRoot, long clockTicks = 0, long pageSize = 0);
 
@@ -37,7 +37,7 @@ public:
   wire::HostSample sample(const std::string& node, const std::vector<WatchedProc>& procs,
                           int64_t wallNs, int64_t monoNs);
 
-private:
+ private:
   struct CpuTimes {
     uint64_t total = 0;
     uint64_t idle = 0;
@@ -49,7 +49,7 @@ private:
   struct ProcPrev {
     uint64_t ticks = 0;  // utime + stime
     int64_t monoNs = 0;
-    bool gone = false;   // reported alive=false already
+    bool gone = false;  // reported alive=false already
   };
 
   bool readFile(const std::string& rel, std::string* out);

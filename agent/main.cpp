@@ -10,9 +10,10 @@
 int main(int argc, char** argv) {
   using trainscope::LogLevel;
   trainscope::agent::AgentOptions opts;
-  CLI::App app{"trainscope-agent: the per-node daemon. Receives probe telemetry on a local "
-               "endpoint, spools it on disk, samples host metrics from /proc and streams "
-               "everything to the collector."};
+  CLI::App app{
+      "trainscope-agent: the per-node daemon. Receives probe telemetry on a local "
+      "endpoint, spools it on disk, samples host metrics from /proc and streams "
+      "everything to the collector."};
   app.add_option("--collector", opts.collector,
                  "collector ingest endpoint, tcp://HOST:PORT or ipc://PATH")
       ->capture_default_str();
@@ -42,7 +43,8 @@ int main(int argc, char** argv) {
                  "least time between two reads of the probe socket; longer costs less CPU with "
                  "many ranks and delays acks")
       ->capture_default_str();
-  app.add_option("--window", opts.windowBatches, "upstream batches in flight before waiting for an ack")
+  app.add_option("--window", opts.windowBatches,
+                 "upstream batches in flight before waiting for an ack")
       ->capture_default_str();
   app.add_option("--resend-timeout-ms", opts.resendTimeoutMs,
                  "resend from the oldest unacked batch after this long without an ack")

@@ -6,7 +6,8 @@ namespace trainscope::agent {
 namespace {
 
 bool hasScheme(const std::string& ep) {
-  return (ep.rfind("tcp://", 0) == 0 && ep.size() > 6) || (ep.rfind("ipc://", 0) == 0 && ep.size() > 6);
+  return (ep.rfind("tcp://", 0) == 0 && ep.size() > 6) ||
+         (ep.rfind("ipc://", 0) == 0 && ep.size() > 6);
 }
 
 }  // namespace
@@ -17,8 +18,9 @@ Status finalizeOptions(AgentOptions& opts) {
                          "' must start with tcp:// or ipc:// (e.g. tcp://collector:7601)");
   }
   if (!hasScheme(opts.endpoint)) {
-    return Status::error("--endpoint: '" + opts.endpoint +
-                         "' must start with ipc:// or tcp:// (e.g. ipc:///tmp/trainscope-agent.sock)");
+    return Status::error(
+        "--endpoint: '" + opts.endpoint +
+        "' must start with ipc:// or tcp:// (e.g. ipc:///tmp/trainscope-agent.sock)");
   }
   if (opts.node.empty()) {
     char buf[256] = {};
@@ -39,15 +41,16 @@ Status finalizeOptions(AgentOptions& opts) {
     const char* flag;
     int value;
   };
-  for (const Positive& p : {Positive{"--sample-interval-ms", opts.sampleIntervalMs},
-                            Positive{"--heartbeat-interval-ms", opts.heartbeatIntervalMs},
-                            Positive{"--hello-interval-ms", opts.helloIntervalMs},
-                            Positive{"--resend-timeout-ms", opts.resendTimeoutMs},
-                            Positive{"--window", opts.windowBatches},
-                            Positive{"--rank-expiry-ms", opts.rankExpiryMs},
-                            Positive{"--sync-interval-ms", opts.syncIntervalMs}}) {
+  for (const Positive& p :
+       {Positive{"--sample-interval-ms", opts.sampleIntervalMs},
+        Positive{"--heartbeat-interval-ms", opts.heartbeatIntervalMs},
+        Positive{"--hello-interval-ms", opts.helloIntervalMs},
+        Positive{"--resend-timeout-ms", opts.resendTimeoutMs},
+        Positive{"--window", opts.windowBatches}, Positive{"--rank-expiry-ms", opts.rankExpiryMs},
+        Positive{"--sync-interval-ms", opts.syncIntervalMs}}) {
     if (p.value <= 0) {
-      return Status::error(std::string(p.flag) + ": must be positive, got " + std::to_string(p.value));
+      return Status::error(std::string(p.flag) + ": must be positive, got " +
+                           std::to_string(p.value));
     }
   }
   if (opts.probeCoalesceMs < 0 || opts.probeCoalesceMs > 500) {

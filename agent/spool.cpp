@@ -40,7 +40,8 @@ void putU32(std::string& out, uint32_t v) {
 
 uint32_t getU32(const char* p) {
   uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
   return v;
 }
 
@@ -89,9 +90,8 @@ Spool::Spool(SpoolOptions opts) : opts_(std::move(opts)) {
 Result<std::unique_ptr<Spool>> Spool::open(const SpoolOptions& opts) {
   if (opts.dir.empty()) return Result<std::unique_ptr<Spool>>::error("spool: no directory given");
   if (opts.maxBytes < 4 * kMinSegmentBytes) {
-    return Result<std::unique_ptr<Spool>>::error("spool: max bytes " +
-                                                 std::to_string(opts.maxBytes) +
-                                                 " is below the minimum of 16384");
+    return Result<std::unique_ptr<Spool>>::error(
+        "spool: max bytes " + std::to_string(opts.maxBytes) + " is below the minimum of 16384");
   }
   std::unique_ptr<Spool> spool(new Spool(opts));
   Status st = spool->recover();
@@ -177,7 +177,8 @@ Status Spool::recover() {
 
 Status Spool::recoverSegment(Segment& seg, bool last) {
   struct stat sb {};
-  if (::fstat(seg.fd, &sb) != 0) return Status::error("spool: " + errnoText("cannot stat", seg.path));
+  if (::fstat(seg.fd, &sb) != 0)
+    return Status::error("spool: " + errnoText("cannot stat", seg.path));
   std::string data;
   Status st = readAll(seg.fd, 0, static_cast<size_t>(sb.st_size), &data);
   if (!st) return Status::error("spool: cannot read " + seg.path + ": " + st.message());
@@ -325,7 +326,8 @@ Status Spool::read(uint64_t from, size_t maxItems, size_t maxBytes, std::vector<
     uint64_t startOff = seg.offsets[first - seg.base];
     Status st = readAll(seg.fd, startOff, runBytes, &buf);
     if (!st) return Status::error("spool: read of " + seg.path + " failed: " + st.message());
-    if (buf.size() != runBytes) return Status::error("spool: " + seg.path + " is shorter than its index");
+    if (buf.size() != runBytes)
+      return Status::error("spool: " + seg.path + " is shorter than its index");
     size_t pos = 0;
     for (uint64_t idx = first; idx < last; ++idx) {
       uint32_t len = getU32(buf.data() + pos);

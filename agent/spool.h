@@ -52,7 +52,7 @@ struct SpoolStats {
 };
 
 class Spool {
-public:
+ public:
   // Opens (or creates) the spool in opts.dir, takes its lock, and recovers what a previous
   // agent left. Fails when the directory cannot be used or another agent holds it.
   static Result<std::unique_ptr<Spool>> open(const SpoolOptions& opts);
@@ -87,13 +87,13 @@ public:
   uint64_t pendingItems() const;
   SpoolStats stats() const;
 
-private:
+ private:
   struct Segment {
-    uint64_t base = 0;               // index of the first record
-    std::vector<uint64_t> offsets;   // file offset of each record
-    uint64_t bytes = 0;              // file size
+    uint64_t base = 0;              // index of the first record
+    std::vector<uint64_t> offsets;  // file offset of each record
+    uint64_t bytes = 0;             // file size
     std::string path;
-    int fd = -1;                     // read/write; the active (last) one is appended to
+    int fd = -1;  // read/write; the active (last) one is appended to
     uint64_t end() const { return base + offsets.size(); }
   };
 

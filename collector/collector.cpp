@@ -177,12 +177,13 @@ Status run(const CollectorOptions& options) {
     return Status::error("--capture-dir: cannot create " + co.dir +
                          (ec ? ": " + ec.message() : std::string()));
   }
-  capture::CaptureManager captures(
-      co, **store, clock, [&ingestPtr](const std::string& node, const wire::Command& cmd) {
-        auto* server = ingestPtr.load();
-        if (server == nullptr) return Status::error("ingest is not running");
-        return server->sendCommand(node, cmd);
-      });
+  capture::CaptureManager captures(co, **store, clock,
+                                   [&ingestPtr](const std::string& node, const wire::Command& cmd) {
+                                     auto* server = ingestPtr.load();
+                                     if (server == nullptr)
+                                       return Status::error("ingest is not running");
+                                     return server->sendCommand(node, cmd);
+                                   });
   captures.recover();
 
   std::unique_ptr<DetectPipeline> pipeline;
@@ -285,9 +286,8 @@ Status run(const CollectorOptions& options) {
     auto ps = pipeline->stats();
     auto ds = pipeline->detectStats();
     logInfo(kComponent, "detectors: " + std::to_string(ps.reportsFed) + " reports fed, " +
-                            std::to_string(ps.rejected) + " refused, " +
-                            std::to_string(ds.late) + " late, " +
-                            std::to_string(ds.droppedSteps) + " steps dropped, " +
+                            std::to_string(ps.rejected) + " refused, " + std::to_string(ds.late) +
+                            " late, " + std::to_string(ds.droppedSteps) + " steps dropped, " +
                             std::to_string(ps.anomaliesOpened) + " anomalies opened, " +
                             std::to_string(ps.anomaliesResolved) + " resolved");
   }

@@ -47,20 +47,20 @@ std::string detectMetricsText(const PipelineStats& s, const detect::DetectStats&
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
            name + " " + std::to_string(value) + "\n";
   };
-  metric("trainscope_detect_reports_total", "counter",
-         "Step reports the detectors accepted.", s.reportsFed);
+  metric("trainscope_detect_reports_total", "counter", "Step reports the detectors accepted.",
+         s.reportsFed);
   metric("trainscope_detect_rejected_total", "counter",
          "Step reports the detectors refused (bad fields).", s.rejected);
   metric("trainscope_detect_late_total", "counter",
          "Step reports that arrived after their step was judged.", d.late);
   metric("trainscope_detect_dropped_steps_total", "counter",
          "Steps forced out with too few ranks and not judged.", d.droppedSteps);
-  metric("trainscope_detect_steps_judged_total", "counter",
-         "Assembled steps fed to the detectors.", d.stepsJudged);
-  metric("trainscope_detect_anomalies_opened_total", "counter",
-         "Anomalies opened and stored.", s.anomaliesOpened);
-  metric("trainscope_detect_anomalies_resolved_total", "counter",
-         "Anomaly resolutions stored.", s.anomaliesResolved);
+  metric("trainscope_detect_steps_judged_total", "counter", "Assembled steps fed to the detectors.",
+         d.stepsJudged);
+  metric("trainscope_detect_anomalies_opened_total", "counter", "Anomalies opened and stored.",
+         s.anomaliesOpened);
+  metric("trainscope_detect_anomalies_resolved_total", "counter", "Anomaly resolutions stored.",
+         s.anomaliesResolved);
   metric("trainscope_detect_store_failures_total", "counter",
          "Anomaly writes the store refused (kept for a retry).", s.writeFailures);
   metric("trainscope_detect_jobs", "gauge", "Jobs the detectors track now.", d.jobs);
@@ -154,8 +154,8 @@ void DetectPipeline::feedProgressLocked() {
     ctx.worldSize = job.worldSize;
     ctx.clockOffsetNs = u.clockOffsetNs != 0 || u.node.empty() ? u.clockOffsetNs
                                                                : offsetLocked(u.node, u.receivedNs);
-    ctx.receivedNs = u.sentNs != 0 ? std::min(u.sentNs + ctx.clockOffsetNs, u.receivedNs)
-                                   : u.receivedNs;
+    ctx.receivedNs =
+        u.sentNs != 0 ? std::min(u.sentNs + ctx.clockOffsetNs, u.receivedNs) : u.receivedNs;
     if (Status s = detectors_.rankProgress(u.job, u.rank, u.progress, ctx); !s) {
       logOnce(LogLevel::kWarn, kComponent, "progress-reject",
               "detectors refused a rank progress (further ones not logged): " + s.message());
@@ -202,8 +202,8 @@ void DetectPipeline::noteRejectLocked(const Status& status, int64_t nowNs) {
   if (lastRejectLogNs_ != 0 && nowNs - lastRejectLogNs_ < options_.rejectLogIntervalNs) return;
   logWarn(kComponent, "detectors refused " + std::to_string(rejectsUnlogged_) +
                           " step report(s) since the last message (" +
-                          std::to_string(stats_.rejected) + " in all); latest: " +
-                          status.message());
+                          std::to_string(stats_.rejected) +
+                          " in all); latest: " + status.message());
   lastRejectLogNs_ = nowNs;
   rejectsUnlogged_ = 0;
 }
@@ -241,8 +241,8 @@ void DetectPipeline::flushLocked() {
       }
     } else {
       ++stats_.anomaliesResolved;
-      logInfo(kComponent, "anomaly resolved " + row.id + " at step " +
-                              std::to_string(row.resolvedStep));
+      logInfo(kComponent,
+              "anomaly resolved " + row.id + " at step " + std::to_string(row.resolvedStep));
     }
   }
   if (captured.empty()) return;

@@ -47,8 +47,8 @@ struct PipelineStats {
   uint64_t gone = 0;             // rankGone calls (process exited without a goodbye)
   uint64_t anomaliesOpened = 0;  // events written with state open
   uint64_t anomaliesResolved = 0;
-  uint64_t writeFailures = 0;  // store refused a write (rows kept for a retry)
-  uint64_t storeLookups = 0;   // rank/node reads from the store for missing context
+  uint64_t writeFailures = 0;    // store refused a write (rows kept for a retry)
+  uint64_t storeLookups = 0;     // rank/node reads from the store for missing context
   uint64_t capturesStarted = 0;  // automatic captures onOpened started
   uint64_t progressFed = 0;      // rank progresses (from hellos) passed to the detectors
 };
@@ -99,15 +99,15 @@ class DetectPipeline {
   const Clock& clock_;
 
   mutable std::mutex mu_;
-  detect::DetectorSet detectors_;               // guarded by mu_
-  std::map<std::string, JobContext> jobs_;      // guarded by mu_
-  std::map<std::string, int64_t> offsets_;      // guarded by mu_; node -> clock offset
-  int64_t lastNodeLookupNs_ = 0;                // guarded by mu_
+  detect::DetectorSet detectors_;                    // guarded by mu_
+  std::map<std::string, JobContext> jobs_;           // guarded by mu_
+  std::map<std::string, int64_t> offsets_;           // guarded by mu_; node -> clock offset
+  int64_t lastNodeLookupNs_ = 0;                     // guarded by mu_
   std::set<std::pair<std::string, uint32_t>> gone_;  // guarded by mu_; rankGone already sent
-  std::vector<storage::AnomalyRow> pending_;    // guarded by mu_; rows the store refused
-  int64_t lastRejectLogNs_ = 0;                 // guarded by mu_
-  uint64_t rejectsUnlogged_ = 0;                // guarded by mu_
-  PipelineStats stats_;                         // guarded by mu_
+  std::vector<storage::AnomalyRow> pending_;         // guarded by mu_; rows the store refused
+  int64_t lastRejectLogNs_ = 0;                      // guarded by mu_
+  uint64_t rejectsUnlogged_ = 0;                     // guarded by mu_
+  PipelineStats stats_;                              // guarded by mu_
   // Latest progress per (job, rank) not yet fed; bounded by kMaxProgressInbox.
   std::mutex progressMu_;
   std::map<std::pair<std::string, uint32_t>, ingest::RankProgressUpdate> progressInbox_;

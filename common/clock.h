@@ -23,25 +23,25 @@ inline int64_t monotonicNowNs() {
 
 // A source of wall time. Implementations must be safe to call from any thread.
 class Clock {
-public:
+ public:
   virtual ~Clock() = default;
   virtual int64_t nowNs() const = 0;
 };
 
 class SystemClock final : public Clock {
-public:
+ public:
   int64_t nowNs() const override { return wallNowNs(); }
 };
 
 // A clock a test sets by hand.
 class ManualClock final : public Clock {
-public:
+ public:
   explicit ManualClock(int64_t startNs = 0) : now_(startNs) {}
   int64_t nowNs() const override { return now_.load(); }
   void set(int64_t ns) { now_.store(ns); }
   void advance(int64_t ns) { now_.fetch_add(ns); }
 
-private:
+ private:
   std::atomic<int64_t> now_;
 };
 

@@ -26,18 +26,26 @@ std::atomic<int>& levelStore() {
 
 const char* levelName(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return "debug";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kWarn: return "warn";
-    case LogLevel::kError: return "error";
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarn:
+      return "warn";
+    case LogLevel::kError:
+      return "error";
   }
   return "?";
 }
 
 }  // namespace
 
-void setLogLevel(LogLevel level) { levelStore().store(static_cast<int>(level)); }
-LogLevel logLevel() { return static_cast<LogLevel>(levelStore().load()); }
+void setLogLevel(LogLevel level) {
+  levelStore().store(static_cast<int>(level));
+}
+LogLevel logLevel() {
+  return static_cast<LogLevel>(levelStore().load());
+}
 
 void logLine(LogLevel level, std::string_view component, std::string_view message) {
   if (static_cast<int>(level) < levelStore().load(std::memory_order_relaxed)) return;
@@ -48,8 +56,8 @@ void logLine(LogLevel level, std::string_view component, std::string_view messag
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &parts);
   // One fprintf per line keeps lines from different threads whole.
-  std::fprintf(stderr, "%s.%03ldZ %-5s %.*s: %.*s\n", stamp, ts.tv_nsec / 1000000,
-               levelName(level), static_cast<int>(component.size()), component.data(),
+  std::fprintf(stderr, "%s.%03ldZ %-5s %.*s: %.*s\n", stamp, ts.tv_nsec / 1000000, levelName(level),
+               static_cast<int>(component.size()), component.data(),
                static_cast<int>(message.size()), message.data());
 }
 
@@ -80,8 +88,9 @@ void RateLimitedLog::log(LogLevel level, std::string_view component, std::string
   if (suppressed == 0) {
     logLine(level, component, message);
   } else {
-    logLine(level, component,
-            std::string(message) + " (" + std::to_string(suppressed) + " similar lines suppressed)");
+    logLine(
+        level, component,
+        std::string(message) + " (" + std::to_string(suppressed) + " similar lines suppressed)");
   }
 }
 

@@ -21,10 +21,18 @@ LogLevel logLevel();
 
 void logLine(LogLevel level, std::string_view component, std::string_view message);
 
-inline void logDebug(std::string_view c, std::string_view m) { logLine(LogLevel::kDebug, c, m); }
-inline void logInfo(std::string_view c, std::string_view m) { logLine(LogLevel::kInfo, c, m); }
-inline void logWarn(std::string_view c, std::string_view m) { logLine(LogLevel::kWarn, c, m); }
-inline void logError(std::string_view c, std::string_view m) { logLine(LogLevel::kError, c, m); }
+inline void logDebug(std::string_view c, std::string_view m) {
+  logLine(LogLevel::kDebug, c, m);
+}
+inline void logInfo(std::string_view c, std::string_view m) {
+  logLine(LogLevel::kInfo, c, m);
+}
+inline void logWarn(std::string_view c, std::string_view m) {
+  logLine(LogLevel::kWarn, c, m);
+}
+inline void logError(std::string_view c, std::string_view m) {
+  logLine(LogLevel::kError, c, m);
+}
 
 // Logs `message` the first time this key is seen in the process, then stays quiet.
 void logOnce(LogLevel level, std::string_view component, std::string_view key,
@@ -32,11 +40,11 @@ void logOnce(LogLevel level, std::string_view component, std::string_view key,
 
 // Lets at most one line through per interval and reports how many were suppressed.
 class RateLimitedLog {
-public:
+ public:
   explicit RateLimitedLog(std::chrono::milliseconds interval) : interval_(interval) {}
   void log(LogLevel level, std::string_view component, std::string_view message);
 
-private:
+ private:
   std::chrono::milliseconds interval_;
   std::mutex mu_;
   std::chrono::steady_clock::time_point last_{};  // guarded by mu_

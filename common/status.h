@@ -9,7 +9,7 @@
 namespace trainscope {
 
 class Status {
-public:
+ public:
   Status() = default;
   static Status ok() { return Status(); }
   static Status error(std::string message) { return Status(std::move(message)); }
@@ -18,7 +18,7 @@ public:
   explicit operator bool() const { return isOk(); }
   const std::string& message() const { return message_; }
 
-private:
+ private:
   explicit Status(std::string message) : failed_(true), message_(std::move(message)) {}
   bool failed_ = false;
   std::string message_;
@@ -27,8 +27,8 @@ private:
 // A value or the reason there is none.
 template <typename T>
 class Result {
-public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+ public:
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : value_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
   static Result error(std::string message) { return Result(Status::error(std::move(message))); }
 
@@ -47,7 +47,7 @@ public:
     return isOk() ? kEmpty : std::get<Status>(value_).message();
   }
 
-private:
+ private:
   std::variant<T, Status> value_;
 };
 

@@ -14,19 +14,17 @@ std::string encode(Envelope& env) {
 Result<Envelope> decode(const void* data, size_t size) {
   if (size > kMaxFrameBytes) {
     return Result<Envelope>::error("oversized: frame of " + std::to_string(size) +
-                                   " bytes exceeds the limit of " +
-                                   std::to_string(kMaxFrameBytes));
+                                   " bytes exceeds the limit of " + std::to_string(kMaxFrameBytes));
   }
   Envelope env;
   if (!env.ParseFromArray(data, static_cast<int>(size))) {
-    return Result<Envelope>::error("malformed: not a trainscope Envelope (" +
-                                   std::to_string(size) + " bytes)");
+    return Result<Envelope>::error("malformed: not a trainscope Envelope (" + std::to_string(size) +
+                                   " bytes)");
   }
   if (env.schema_version() != kSchemaVersion) {
-    return Result<Envelope>::error("version: schema version " +
-                                   std::to_string(env.schema_version()) +
-                                   " is not supported; this peer speaks version " +
-                                   std::to_string(kSchemaVersion));
+    return Result<Envelope>::error(
+        "version: schema version " + std::to_string(env.schema_version()) +
+        " is not supported; this peer speaks version " + std::to_string(kSchemaVersion));
   }
   if (env.body_case() == Envelope::BODY_NOT_SET) {
     return Result<Envelope>::error("empty: envelope carries no message");
@@ -55,9 +53,15 @@ struct OpName {
   const char* name;
 };
 constexpr OpName kOpNames[] = {
-    {COLL_UNKNOWN, "unknown"},     {ALL_REDUCE, "all_reduce"}, {ALL_GATHER, "all_gather"},
-    {REDUCE_SCATTER, "reduce_scatter"}, {ALL_TO_ALL, "all_to_all"}, {BROADCAST, "broadcast"},
-    {REDUCE, "reduce"},            {SEND, "send"},             {RECV, "recv"},
+    {COLL_UNKNOWN, "unknown"},
+    {ALL_REDUCE, "all_reduce"},
+    {ALL_GATHER, "all_gather"},
+    {REDUCE_SCATTER, "reduce_scatter"},
+    {ALL_TO_ALL, "all_to_all"},
+    {BROADCAST, "broadcast"},
+    {REDUCE, "reduce"},
+    {SEND, "send"},
+    {RECV, "recv"},
     {BARRIER, "barrier"},
 };
 }  // namespace

@@ -46,7 +46,7 @@ class FlightRecorder {
   const uint64_t maxBytes_;
   mutable std::mutex mu_;
   std::deque<HeldStep> entries_;  // guarded by mu_
-  uint64_t bytes_ = 0;         // guarded by mu_
+  uint64_t bytes_ = 0;            // guarded by mu_
 };
 
 }  // namespace trainscope::probe

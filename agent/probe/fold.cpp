@@ -206,9 +206,8 @@ void StepFolder::sweepUnattributed() {
   // last final step, can no longer belong to any step.
   const int64_t horizon = spans_.empty() ? lastEnd_ : spans_.front().begin;
   if (horizon == INT64_MIN) return;
-  auto keep = std::partition(pending_.begin(), pending_.end(), [&](const Record& r) {
-    return r.t0 >= horizon;
-  });
+  auto keep = std::partition(pending_.begin(), pending_.end(),
+                             [&](const Record& r) { return r.t0 >= horizon; });
   for (auto it = keep; it != pending_.end(); ++it) markUnattributed(*it);
   pending_.erase(keep, pending_.end());
 }

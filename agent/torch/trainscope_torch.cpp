@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdint>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -64,8 +64,8 @@ struct ThreadState {
 
 std::atomic<ts_probe*> gProbe{nullptr};
 std::atomic<uint64_t> gOps{0};
-std::mutex gEnableMu;               // enable/disable
-at::CallbackHandle gHandle = 0;     // guarded by gEnableMu; 0: no callback registered
+std::mutex gEnableMu;            // enable/disable
+at::CallbackHandle gHandle = 0;  // guarded by gEnableMu; 0: no callback registered
 std::mutex gThreadsMu;
 std::vector<ThreadState*> gThreads;  // guarded by gThreadsMu
 
@@ -147,11 +147,11 @@ extern "C" int32_t trainscope_torch_enable(ts_probe* probe) {
   gProbe.store(probe);
   if (gHandle != 0) return 0;
   try {
-    gHandle = at::addGlobalCallback(at::RecordFunctionCallback(&onStart, &onEnd)
-                                        .needsInputs(false)
-                                        .samplingProb(1.0)
-                                        .scopes({at::RecordScope::FUNCTION,
-                                                 at::RecordScope::USER_SCOPE}));
+    gHandle = at::addGlobalCallback(
+        at::RecordFunctionCallback(&onStart, &onEnd)
+            .needsInputs(false)
+            .samplingProb(1.0)
+            .scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
   } catch (const std::exception& e) {
     gProbe.store(nullptr);
     trainscope::logError(kLog, std::string("cannot add the operator callback: ") + e.what());

@@ -73,7 +73,8 @@ void GzipWriter::flushBuffer() {
     buffer_.clear();
     return;
   }
-  int n = gzwrite(static_cast<gzFile>(file_), buffer_.data(), static_cast<unsigned>(buffer_.size()));
+  int n =
+      gzwrite(static_cast<gzFile>(file_), buffer_.data(), static_cast<unsigned>(buffer_.size()));
   if (n <= 0 || static_cast<size_t>(n) != buffer_.size()) failed_ = true;
   buffer_.clear();
 }

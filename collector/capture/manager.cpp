@@ -40,8 +40,8 @@ bool allFinal(const storage::CaptureRow& row) {
 
 // The row as it ends: `failures` (from the merge) applied, the final state chosen by how many
 // ranks are done.
-storage::CaptureRow finalRow(storage::CaptureRow row, const std::map<uint32_t, std::string>& failures,
-                             int64_t nowNs) {
+storage::CaptureRow finalRow(storage::CaptureRow row,
+                             const std::map<uint32_t, std::string>& failures, int64_t nowNs) {
   size_t done = 0;
   for (auto& r : row.rankStatus) {
     if (auto it = failures.find(r.rank); it != failures.end() && r.state == "done") {
@@ -61,11 +61,10 @@ storage::CaptureRow finalRow(storage::CaptureRow row, const std::map<uint32_t, s
 }
 
 bool safeId(const std::string& id) {
-  return !id.empty() && id.size() <= 128 &&
-         std::all_of(id.begin(), id.end(), [](char c) {
-           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '-' || c == '_';
-         });
+  return !id.empty() && id.size() <= 128 && std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
+  });
 }
 
 bool safeFileName(const std::string& name) {
@@ -167,8 +166,8 @@ void CaptureManager::failRankLocked(Active& a, storage::CaptureRankRow& r,
   r.updatedNs = clock_.nowNs();
   std::error_code ec;
   fs::remove(fs::path(directory(a.row.id)) / (rankFileName(r.rank) + ".part"), ec);
-  logWarn(kComponent, "capture " + a.row.id + ": rank " + std::to_string(r.rank) + " failed: " +
-                          detail);
+  logWarn(kComponent,
+          "capture " + a.row.id + ": rank " + std::to_string(r.rank) + " failed: " + detail);
 }
 
 void CaptureManager::finalizeLocked(Active& a, const std::map<uint32_t, std::string>& failures,
@@ -211,7 +210,8 @@ int64_t CaptureManager::medianStepNs(const std::string& job, int64_t latest) {
   if (!rows || rows->empty()) return options_.fallbackStepNs;
   std::vector<int64_t> medians;
   for (const auto& r : *rows) medians.push_back(r.medianNs);
-  std::nth_element(medians.begin(), medians.begin() + static_cast<std::ptrdiff_t>(medians.size() / 2),
+  std::nth_element(medians.begin(),
+                   medians.begin() + static_cast<std::ptrdiff_t>(medians.size() / 2),
                    medians.end());
   int64_t m = medians[medians.size() / 2];
   return m > 0 ? m : options_.fallbackStepNs;
@@ -284,8 +284,8 @@ StartResult CaptureManager::start(const std::string& job, const CaptureRequest& 
       }
     }
     const int64_t ahead = row.startStep + row.steps - std::max<int64_t>(latest, 0);
-    const double waitNs = static_cast<double>(std::max<int64_t>(ahead, 1)) *
-                          static_cast<double>(stepNs) * 3.0;
+    const double waitNs =
+        static_cast<double>(std::max<int64_t>(ahead, 1)) * static_cast<double>(stepNs) * 3.0;
     // A start step far ahead still gets a finite deadline (about 100 years at most).
     row.deadlineNs = now + static_cast<int64_t>(std::min(waitNs, 3e18)) + options_.deadlineSlackNs;
   } else {
@@ -302,8 +302,8 @@ StartResult CaptureManager::start(const std::string& job, const CaptureRequest& 
       rs.detail = "rank " + std::to_string(r) + " never registered with the collector";
     } else if (it->second->ended) {
       rs.state = "failed";
-      rs.detail = "rank " + std::to_string(r) + " ended at step " +
-                  std::to_string(it->second->endedStep);
+      rs.detail =
+          "rank " + std::to_string(r) + " ended at step " + std::to_string(it->second->endedStep);
     } else if (rs.node.empty()) {
       rs.state = "failed";
       rs.detail = "rank " + std::to_string(r) + " has no known node";
@@ -360,8 +360,8 @@ StartResult CaptureManager::start(const std::string& job, const CaptureRequest& 
     }
   }
   ++stats_.started[{a.row.kind, trigger}];
-  logInfo(kComponent, "capture " + a.row.id + " of job " + job + " started (" + a.row.kind +
-                          ", " + std::to_string(a.row.ranks.size()) + " ranks" +
+  logInfo(kComponent, "capture " + a.row.id + " of job " + job + " started (" + a.row.kind + ", " +
+                          std::to_string(a.row.ranks.size()) + " ranks" +
                           (trace ? ", steps " + std::to_string(a.row.startStep) + ".." +
                                        std::to_string(a.row.startStep + a.row.steps - 1)
                                  : std::string()) +
@@ -483,8 +483,8 @@ void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
   const uint32_t crc = static_cast<uint32_t>(
       crc32(0L, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
   if (crc != chunk.crc32()) {
-    failRankLocked(a, *r, "chunk at offset " + std::to_string(chunk.offset()) +
-                              " failed its checksum");
+    failRankLocked(a, *r,
+                   "chunk at offset " + std::to_string(chunk.offset()) + " failed its checksum");
     persistLocked(a.row);
     return;
   }
@@ -493,9 +493,9 @@ void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
     return;
   }
   if (chunk.offset() > written) {
-    failRankLocked(a, *r, "chunk at offset " + std::to_string(chunk.offset()) +
-                              " leaves a gap: the file has " + std::to_string(written) +
-                              " bytes");
+    failRankLocked(a, *r,
+                   "chunk at offset " + std::to_string(chunk.offset()) +
+                       " leaves a gap: the file has " + std::to_string(written) + " bytes");
     persistLocked(a.row);
     return;
   }
@@ -529,8 +529,9 @@ void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
   }
   if (chunk.last()) {
     if (chunk.total_bytes() != 0 && chunk.total_bytes() != written) {
-      failRankLocked(a, *r, "file has " + std::to_string(written) + " bytes, its last chunk said " +
-                                std::to_string(chunk.total_bytes()));
+      failRankLocked(a, *r,
+                     "file has " + std::to_string(written) + " bytes, its last chunk said " +
+                         std::to_string(chunk.total_bytes()));
     } else {
       std::error_code ec;
       fs::rename(part, dir / rankFileName(r->rank), ec);
@@ -561,8 +562,9 @@ void CaptureManager::onCommitted(const storage::WriteBatch& batch) {
       auto* r = rankOf(a, bye.rank());
       if (r == nullptr || !stillWaiting(*r)) continue;
       if (a.row.kind == "trace" && bye.last_step() >= a.row.startStep + a.row.steps - 1) continue;
-      failRankLocked(a, *r, "rank exited at step " + std::to_string(bye.last_step()) +
-                                " before the capture finished");
+      failRankLocked(a, *r,
+                     "rank exited at step " + std::to_string(bye.last_step()) +
+                         " before the capture finished");
       persistLocked(a.row);
     }
   }
@@ -573,9 +575,10 @@ void CaptureManager::onCommitted(const storage::WriteBatch& batch) {
         if (a.merging || a.row.job != proc.job()) continue;
         auto* r = rankOf(a, proc.rank());
         if (r == nullptr || !stillWaiting(*r)) continue;
-        failRankLocked(a, *r, "the process of rank " + std::to_string(proc.rank()) + " (pid " +
-                                  std::to_string(proc.pid()) + ") is gone, reported by agent " +
-                                  host.node());
+        failRankLocked(a, *r,
+                       "the process of rank " + std::to_string(proc.rank()) + " (pid " +
+                           std::to_string(proc.pid()) + ") is gone, reported by agent " +
+                           host.node());
         persistLocked(a.row);
       }
     }
@@ -620,8 +623,8 @@ void CaptureManager::tick(int64_t nowNs) {
   if (auto nodes = store_.nodes(); nodes) {
     for (const auto& n : *nodes) offsets[n.node] = n.offsetNs;
   } else {
-    logWarn(kComponent, "reading node clock offsets: " + nodes.message() +
-                            " (merging without alignment)");
+    logWarn(kComponent,
+            "reading node clock offsets: " + nodes.message() + " (merging without alignment)");
   }
   for (const auto& row : ready) {
     const fs::path dir = directory(row.id);
@@ -650,7 +653,8 @@ void CaptureManager::tick(int64_t nowNs) {
       std::error_code ec;
       fs::rename(tmp, dir / "trace.json.gz", ec);
       if (ec) {
-        for (const auto& f : files) failures[f.rank] = "cannot store the merged trace: " + ec.message();
+        for (const auto& f : files)
+          failures[f.rank] = "cannot store the merged trace: " + ec.message();
       } else {
         bytes = merged->bytes;
       }

@@ -63,9 +63,9 @@ struct CaptureManagerOptions {
 using CommandSink = std::function<Status(const std::string& node, const wire::Command& command)>;
 
 struct StartResult {
-  unsigned status = 201;         // 201, or the HTTP status of the refusal (400, 404, 409, 500)
-  std::string error;             // why it was refused
-  storage::CaptureRow capture;   // the stored row when status is 201
+  unsigned status = 201;        // 201, or the HTTP status of the refusal (400, 404, 409, 500)
+  std::string error;            // why it was refused
+  storage::CaptureRow capture;  // the stored row when status is 201
   bool ok() const { return status == 201; }
 };
 
@@ -73,11 +73,11 @@ struct StartResult {
 struct CaptureStats {
   std::map<std::pair<std::string, std::string>, uint64_t> started;  // (kind, trigger) -> count
   std::map<std::string, uint64_t> finished;                         // final state -> count
-  uint64_t bytes = 0;           // rank-file bytes written from chunks
-  uint64_t chunks = 0;          // chunks written
-  uint64_t chunksIgnored = 0;   // repeats, or for captures/ranks no longer running
-  uint64_t autoSkipped = 0;     // anomalies not captured (rate limit, refusal)
-  uint64_t storeFailures = 0;   // capture rows the store refused
+  uint64_t bytes = 0;          // rank-file bytes written from chunks
+  uint64_t chunks = 0;         // chunks written
+  uint64_t chunksIgnored = 0;  // repeats, or for captures/ranks no longer running
+  uint64_t autoSkipped = 0;    // anomalies not captured (rate limit, refusal)
+  uint64_t storeFailures = 0;  // capture rows the store refused
 };
 
 // Prometheus text: trainscope_captures_started_total{kind,trigger},
@@ -148,9 +148,9 @@ class CaptureManager {
   CommandSink sink_;
 
   mutable std::mutex mu_;
-  std::map<std::string, Active> active_;      // guarded by mu_; running captures by id
-  std::map<std::string, int64_t> lastAuto_;   // guarded by mu_; job -> last automatic start
-  CaptureStats stats_;                        // guarded by mu_
+  std::map<std::string, Active> active_;     // guarded by mu_; running captures by id
+  std::map<std::string, int64_t> lastAuto_;  // guarded by mu_; job -> last automatic start
+  CaptureStats stats_;                       // guarded by mu_
   RateLimitedLog storeLog_{std::chrono::seconds(10)};
 };
 

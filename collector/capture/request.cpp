@@ -20,8 +20,8 @@ constexpr uint64_t kMaxSpecRanks = 1u << 20;
 Result<uint32_t> parseRankNumber(std::string_view text, std::string_view whole) {
   if (text.empty() || text.size() > 10 ||
       text.find_first_not_of("0123456789") != std::string_view::npos) {
-    return Result<uint32_t>::error("ranks: '" + std::string(text) + "' in '" +
-                                   std::string(whole) + "' is not a rank number");
+    return Result<uint32_t>::error("ranks: '" + std::string(text) + "' in '" + std::string(whole) +
+                                   "' is not a rank number");
   }
   const uint64_t v = std::stoull(std::string(text));
   if (v > std::numeric_limits<uint32_t>::max()) {
@@ -118,8 +118,10 @@ Result<CaptureRequest> parseCaptureRequest(std::string_view body) {
         req.ranks.all = false;
         req.ranks.ranks.assign(ranks.begin(), ranks.end());
       } else {
-        return R::error("ranks: expected \"all\", a spec like \"0,3,5-7\" or a list of ranks, "
-                        "got " + typeName(v));
+        return R::error(
+            "ranks: expected \"all\", a spec like \"0,3,5-7\" or a list of ranks, "
+            "got " +
+            typeName(v));
       }
     } else if (key == "steps") {
       auto n = unsignedField("steps", v, kMaxSteps);

@@ -29,12 +29,12 @@ struct RankSpec {
 // docs/CAPTURE.md, which depend on the job (all ranks; latest step + 2).
 struct CaptureRequest {
   RankSpec ranks;
-  uint32_t steps = kDefaultSteps;        // N
-  std::optional<int64_t> startStep;      // S
-  uint32_t history = kDefaultHistory;    // K
-  std::optional<uint64_t> maxBytes;      // per rank, compressed; unset: the collector's default
+  uint32_t steps = kDefaultSteps;      // N
+  std::optional<int64_t> startStep;    // S
+  uint32_t history = kDefaultHistory;  // K
+  std::optional<uint64_t> maxBytes;    // per rank, compressed; unset: the collector's default
   std::string reason = kDefaultReason;
-  std::string kind = "trace";            // "trace" or "stacks"
+  std::string kind = "trace";  // "trace" or "stacks"
 };
 
 // A request refused, with the HTTP status that says why (400, 404, 409, 500, 503).

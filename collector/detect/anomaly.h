@@ -33,28 +33,28 @@ struct Anomaly {
   std::string id;
   std::string job;
   AnomalyKind kind = AnomalyKind::kStepShift;
-  std::vector<uint32_t> ranks;   // sorted; every rank of the job for job-wide anomalies
+  std::vector<uint32_t> ranks;     // sorted; every rank of the job for job-wide anomalies
   std::vector<std::string> nodes;  // sorted, unique; nodes of `ranks` where known
-  int64_t onsetStep = -1;        // estimated first affected step (not the detection step)
-  int64_t detectedStep = -1;     // step being processed when the detector fired
-  int64_t detectedNs = 0;        // collector clock at detection
-  double magnitude = 1.0;        // slowdown ratio new/baseline (>1 slower); hangs: silence/threshold
-  double confidence = 0.0;       // 0..1, heuristic strength of the evidence
-  std::map<std::string, double> evidence;      // named numbers: baseline_ms, current_ms, z, ...
-  std::map<std::string, std::string> labels;   // named strings: op, group, link, direction
+  int64_t onsetStep = -1;          // estimated first affected step (not the detection step)
+  int64_t detectedStep = -1;       // step being processed when the detector fired
+  int64_t detectedNs = 0;          // collector clock at detection
+  double magnitude = 1.0;   // slowdown ratio new/baseline (>1 slower); hangs: silence/threshold
+  double confidence = 0.0;  // 0..1, heuristic strength of the evidence
+  std::map<std::string, double> evidence;     // named numbers: baseline_ms, current_ms, z, ...
+  std::map<std::string, std::string> labels;  // named strings: op, group, link, direction
   AnomalyState state = AnomalyState::kOpen;
-  int64_t resolvedStep = -1;     // first step back to normal (state kResolved only)
-  int64_t resolvedNs = 0;        // collector clock when resolution was seen
-  std::string summary;           // one line for people
+  int64_t resolvedStep = -1;  // first step back to normal (state kResolved only)
+  int64_t resolvedNs = 0;     // collector clock when resolution was seen
+  std::string summary;        // one line for people
 };
 
 // What the caller knows about the rank that sent a report (from its RankHello, the agent's
 // heartbeats and the ingest clock).
 struct RankContext {
-  std::string node;          // the agent's node name; "" when unknown
-  uint32_t worldSize = 0;    // ranks in the job; 0 = take it from earlier reports of the job
-  int64_t clockOffsetNs = 0; // collector clock - node clock (from the agent's heartbeats)
-  int64_t receivedNs = 0;    // collector clock when the report arrived; 0 = end_ns + offset
+  std::string node;           // the agent's node name; "" when unknown
+  uint32_t worldSize = 0;     // ranks in the job; 0 = take it from earlier reports of the job
+  int64_t clockOffsetNs = 0;  // collector clock - node clock (from the agent's heartbeats)
+  int64_t receivedNs = 0;     // collector clock when the report arrived; 0 = end_ns + offset
 };
 
 }  // namespace trainscope::detect

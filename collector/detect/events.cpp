@@ -7,18 +7,24 @@ namespace trainscope::detect {
 
 namespace {
 constexpr AnomalyKind kAllKinds[] = {AnomalyKind::kStepShift, AnomalyKind::kStraggler,
-                                     AnomalyKind::kSlowComm, AnomalyKind::kOpRegression,
-                                     AnomalyKind::kHang, AnomalyKind::kSpike};
+                                     AnomalyKind::kSlowComm,  AnomalyKind::kOpRegression,
+                                     AnomalyKind::kHang,      AnomalyKind::kSpike};
 }  // namespace
 
 const char* anomalyKindName(AnomalyKind kind) {
   switch (kind) {
-    case AnomalyKind::kStepShift: return "step_shift";
-    case AnomalyKind::kStraggler: return "straggler";
-    case AnomalyKind::kSlowComm: return "slow_comm";
-    case AnomalyKind::kOpRegression: return "op_regression";
-    case AnomalyKind::kHang: return "hang";
-    case AnomalyKind::kSpike: return "spike";
+    case AnomalyKind::kStepShift:
+      return "step_shift";
+    case AnomalyKind::kStraggler:
+      return "straggler";
+    case AnomalyKind::kSlowComm:
+      return "slow_comm";
+    case AnomalyKind::kOpRegression:
+      return "op_regression";
+    case AnomalyKind::kHang:
+      return "hang";
+    case AnomalyKind::kSpike:
+      return "spike";
   }
   return "unknown";
 }
@@ -71,8 +77,8 @@ Anomaly EventLog::open(Anomaly a, const std::string& subject) {
   a.nodes.erase(std::remove(a.nodes.begin(), a.nodes.end(), std::string()), a.nodes.end());
   std::sort(a.nodes.begin(), a.nodes.end());
   a.nodes.erase(std::unique(a.nodes.begin(), a.nodes.end()), a.nodes.end());
-  std::string base = a.job + "/" + anomalyKindName(a.kind) + "/" + std::to_string(a.onsetStep) +
-                     "/" + subject;
+  std::string base =
+      a.job + "/" + anomalyKindName(a.kind) + "/" + std::to_string(a.onsetStep) + "/" + subject;
   std::string id = base;
   for (int n = 2; usedIds_.count(id) != 0; ++n) id = base + "#" + std::to_string(n);
   usedIds_.insert(id);

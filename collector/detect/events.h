@@ -12,7 +12,7 @@
 namespace trainscope::detect {
 
 class EventLog {
-public:
+ public:
   // Fills in the id ("<job>/<kind>/<onset>/<subject>", suffixed "#2", "#3" if that id was
   // used before in this log), sorts ranks and nodes, marks it open and queues it. Returns the
   // stored copy, which the detector keeps to resolve it later.
@@ -25,7 +25,7 @@ public:
   uint64_t opened() const { return opened_; }
   uint64_t resolved() const { return resolved_; }
 
-private:
+ private:
   std::vector<Anomaly> events_;
   std::set<std::string> usedIds_;
   uint64_t opened_ = 0;

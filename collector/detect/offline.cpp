@@ -32,8 +32,9 @@ std::vector<ChangePoint> findChangePoints(const std::vector<double>& series,
     size_t mid = out[k].index;
     size_t to = k + 1 < out.size() ? out[k + 1].index : series.size();
     if (mid > from) {
-      out[k].before = median(std::vector<double>(series.begin() + static_cast<std::ptrdiff_t>(from),
-                                                 series.begin() + static_cast<std::ptrdiff_t>(mid)));
+      out[k].before =
+          median(std::vector<double>(series.begin() + static_cast<std::ptrdiff_t>(from),
+                                     series.begin() + static_cast<std::ptrdiff_t>(mid)));
     }
     if (to > mid) {
       out[k].after = median(std::vector<double>(series.begin() + static_cast<std::ptrdiff_t>(mid),
@@ -84,8 +85,8 @@ Result<std::vector<double>> parseSeries(std::istream& in) {
         sawData = true;
         continue;
       }
-      return Result<std::vector<double>>::error("line " + std::to_string(lineNo) +
-                                                ": value '" + field + "' is not a number");
+      return Result<std::vector<double>>::error("line " + std::to_string(lineNo) + ": value '" +
+                                                field + "' is not a number");
     }
     if (!std::isfinite(v)) {
       return Result<std::vector<double>>::error("line " + std::to_string(lineNo) + ": value '" +

@@ -72,7 +72,8 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
         st->samples.clear();
         touched_.push_back(st);
       }
-      st->samples.push_back({r.report.rank(), perCall, static_cast<double>(op.count()), rankFactor, &r.ctx.node});
+      st->samples.push_back(
+          {r.report.rank(), perCall, static_cast<double>(op.count()), rankFactor, &r.ctx.node});
     }
   }
   // Every rank and node, for job-wide anomalies; built only when one opens.
@@ -142,8 +143,8 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
     op.perCall.push(medianCall);
     // Job level: the op's median per-call time relative to the job's median compute, so a
     // job-wide step-time shift (every op slower alike) is not an op regression.
-    auto jt = op.job.push(step.step, medianCompute > 0.0 ? medianCall / medianCompute * kShareScale
-                                                         : medianCall);
+    auto jt = op.job.push(
+        step.step, medianCompute > 0.0 ? medianCall / medianCompute * kShareScale : medianCall);
 
     // Ranks trending up together make this a job-wide regression; the per-rank trackers stay
     // silent and the job-level tracker reports it once. Counted only when a rank opened.
@@ -186,8 +187,8 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
                     {"added_ms_per_step", (currentNs - baseNs) * calls / 1e6}};
       a.labels = {{"op", name}, {"scope", "all_ranks"}};
       a.summary = "op " + name + " slowed on all ranks: " + formatRatio(a.magnitude) +
-                  " per call (" + formatMs(baseNs) + " -> " + formatMs(currentNs) +
-                  ") from step " + std::to_string(a.onsetStep);
+                  " per call (" + formatMs(baseNs) + " -> " + formatMs(currentNs) + ") from step " +
+                  std::to_string(a.onsetStep);
       op.jobAnomaly = log_->open(std::move(a), name + "/all");
       op.jobOpen = true;
     } else if (jt == PersistenceTracker::Transition::kResolved && op.jobOpen) {

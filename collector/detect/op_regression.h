@@ -26,12 +26,12 @@
 namespace trainscope::detect {
 
 class OpRegressionDetector {
-public:
+ public:
   OpRegressionDetector(std::string job, const OpRegressionOptions& options, EventLog* log);
   void onStep(const AssembledStep& step);
   size_t trackedOps() const { return ops_.size(); }
 
-private:
+ private:
   static constexpr size_t kPerCallHistory = 32;
   static double recentMedian(const Ring<double>& ring, int64_t n);
   struct Sample {
@@ -60,9 +60,9 @@ private:
     std::vector<std::unique_ptr<RankSeries>> ranks;  // by rank; null until it reports the op
     size_t rankCount = 0;                            // non-null entries of `ranks`
     int64_t lastSeenStep = -1;
-    const std::string* name = nullptr;               // its key in ops_
-    uint64_t sampledIn = 0;                          // serial of the step `samples` is for
-    std::vector<Sample> samples;                  // this step's, capacity kept
+    const std::string* name = nullptr;  // its key in ops_
+    uint64_t sampledIn = 0;             // serial of the step `samples` is for
+    std::vector<Sample> samples;        // this step's, capacity kept
   };
 
   void evict(int64_t step);
@@ -73,7 +73,7 @@ private:
   // when ops are evicted (the pointers would dangle).
   std::vector<OpState*> byPosition_;
   std::vector<OpState*> touched_;  // ops sampled in the step being judged
-  uint64_t serial_ = 0;             // steps judged (a restart may judge a step number again)
+  uint64_t serial_ = 0;            // steps judged (a restart may judge a step number again)
 
   std::string job_;
   OpRegressionOptions o_;

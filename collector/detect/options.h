@@ -12,29 +12,29 @@ namespace trainscope::detect {
 // a one-sided CUSUM, S = max(0, S + min(e / sigma - max(minExcess / sigma, cusumMinK),
 // cusumClip)), sigma being the series' robust relative spread (floored at minRelSigma); the
 // detector opens when S reaches cusumH and the median since the excursion began is above
-// baseline * (1 + minExcess). A rise of (minExcess + d) is thus found after about cusumH / (d / sigma) samples: a
-// 10 % fault on a 1 %-noise series in 4 samples, on a 5 %-noise series in ~12, and a rise
-// below minExcess never. It resolves when at most releaseCount of the last `window` samples
-// exceed baseline * (1 + max(minExcess, noiseSigmas * sigma)) and their median is back within
-// minExcess / 2 of the baseline.
+// baseline * (1 + minExcess). A rise of (minExcess + d) is thus found after about cusumH / (d /
+// sigma) samples: a 10 % fault on a 1 %-noise series in 4 samples, on a 5 %-noise series in ~12,
+// and a rise below minExcess never. It resolves when at most releaseCount of the last `window`
+// samples exceed baseline * (1 + max(minExcess, noiseSigmas * sigma)) and their median is back
+// within minExcess / 2 of the baseline.
 struct PersistenceOptions {
-  int warmupSamples = 10;     // first samples ignored (compile, caches); more = later first alarm
-  int baselineMin = 32;       // samples needed to learn a baseline before judging; more = steadier
-  int baselineSize = 256;     // baseline ring (median/MAD); larger = steadier, and slower to
-                              // absorb a regression not yet fired on (or to follow a drift)
-  int window = 20;            // recent samples kept out of the baseline, judged for resolution
-                              // and for the level; larger = slower resolution
-  double cusumH = 12.0;       // CUSUM alarm level in sigmas; higher = fewer false alarms, later
-  double cusumClip = 3.0;     // cap of one sample's CUSUM increment, so one outlier (or three)
-                              // cannot open an episode alone; lower = more robust, slower
-  double cusumMinK = 1.0;     // least CUSUM allowance in sigmas, for series noisier than
-                              // minExcess; higher = quieter on noisy series, slower there
-  int releaseCount = 4;       // at most this many exceeding samples in the window to resolve
-  double minExcess = 0.05;    // rises up to this fraction are tolerated (CUSUM allowance); a
-                              // 10 % fault needs < 0.1; higher = quieter, misses small faults
-  double noiseSigmas = 1.0;   // exceed level (resolution) in robust sigmas above minExcess on
-                              // noisy series; higher = resolves sooner on noisy series
-  double minRelSigma = 0.005; // floor of the relative sigma, so a noiseless series is not twitchy
+  int warmupSamples = 10;      // first samples ignored (compile, caches); more = later first alarm
+  int baselineMin = 32;        // samples needed to learn a baseline before judging; more = steadier
+  int baselineSize = 256;      // baseline ring (median/MAD); larger = steadier, and slower to
+                               // absorb a regression not yet fired on (or to follow a drift)
+  int window = 20;             // recent samples kept out of the baseline, judged for resolution
+                               // and for the level; larger = slower resolution
+  double cusumH = 12.0;        // CUSUM alarm level in sigmas; higher = fewer false alarms, later
+  double cusumClip = 3.0;      // cap of one sample's CUSUM increment, so one outlier (or three)
+                               // cannot open an episode alone; lower = more robust, slower
+  double cusumMinK = 1.0;      // least CUSUM allowance in sigmas, for series noisier than
+                               // minExcess; higher = quieter on noisy series, slower there
+  int releaseCount = 4;        // at most this many exceeding samples in the window to resolve
+  double minExcess = 0.05;     // rises up to this fraction are tolerated (CUSUM allowance); a
+                               // 10 % fault needs < 0.1; higher = quieter, misses small faults
+  double noiseSigmas = 1.0;    // exceed level (resolution) in robust sigmas above minExcess on
+                               // noisy series; higher = resolves sooner on noisy series
+  double minRelSigma = 0.005;  // floor of the relative sigma, so a noiseless series is not twitchy
 };
 
 struct StepShiftOptions {
@@ -73,18 +73,18 @@ struct SlowCommOptions {
   int forgetAfterSteps = 1000;       // a key (or link) unseen this long is dropped
   // Links (StepReport.links): per (sender, peer, group) in-flight ns per byte.
   PersistenceOptions linkPersistence{};  // on a link's time per byte / its group's median link
-  double linkRise = 0.05;            // a link is slow when its time per byte rose this much
-                                     // against its own history and against its peers; lower
-                                     // names smaller faults, and noisy links by mistake
-  double fabricFraction = 0.5;       // this share of a group's links slower together is the
-                                     // fabric (the group is named); lower calls more "fabric"
-  uint32_t minLinks = 3;             // fewer links in a group have no meaningful peer median
-  uint32_t maxPeersPerRank = 16;     // links kept per sender and group (a ring has 1-2, a tree
-                                     // 3); an all-to-all's other peers are ignored
-  size_t maxLinksPerJob = 65536;     // bounded memory (~2.5 KiB a link); past it new links
-                                     // are ignored until old ones are forgotten
-  size_t maxLinkGroups = 64;         // groups with links tracked per job
-  uint32_t maxLinkRank = 65536;      // ranks at or above are not tracked per link
+  double linkRise = 0.05;                // a link is slow when its time per byte rose this much
+                                         // against its own history and against its peers; lower
+                                         // names smaller faults, and noisy links by mistake
+  double fabricFraction = 0.5;           // this share of a group's links slower together is the
+                                         // fabric (the group is named); lower calls more "fabric"
+  uint32_t minLinks = 3;                 // fewer links in a group have no meaningful peer median
+  uint32_t maxPeersPerRank = 16;         // links kept per sender and group (a ring has 1-2, a tree
+                                         // 3); an all-to-all's other peers are ignored
+  size_t maxLinksPerJob = 65536;         // bounded memory (~2.5 KiB a link); past it new links
+                                         // are ignored until old ones are forgotten
+  size_t maxLinkGroups = 64;             // groups with links tracked per job
+  uint32_t maxLinkRank = 65536;          // ranks at or above are not tracked per link
 };
 
 struct OpRegressionOptions {
@@ -97,20 +97,20 @@ struct OpRegressionOptions {
 };
 
 struct HangOptions {
-  double stepMultiple = 10.0;          // silent for this many typical steps ...
-  int64_t floorNs = 10'000'000'000;    // ... and at least this long (10 s)
-  double longestStepMultiple = 1.5;    // ... and longer than 1.5x the longest step seen after
-                                       // warm-up (checkpoints are slow but not hangs)
-  int warmupSteps = 10;                // steps left out of the typical/longest step time
-  int typicalWindow = 32;              // recent steps whose median is the typical step time
+  double stepMultiple = 10.0;        // silent for this many typical steps ...
+  int64_t floorNs = 10'000'000'000;  // ... and at least this long (10 s)
+  double longestStepMultiple = 1.5;  // ... and longer than 1.5x the longest step seen after
+                                     // warm-up (checkpoints are slow but not hangs)
+  int warmupSteps = 10;              // steps left out of the typical/longest step time
+  int typicalWindow = 32;            // recent steps whose median is the typical step time
   // Progress from the probes' hellos (which rank is stuck, which wait for it):
-  int64_t progressMarginNs = 500'000'000;       // progress counts once it was true this long
-                                                // (or 2 typical steps) after the rank's last
-                                                // report: by then a peer reached its collective
-  int64_t progressMaxAgeNs = 10'000'000'000;    // older progress does not count (hellos come
-                                                // every 2 s); longer = trusts staler news
-  int64_t progressWaitNs = 5'000'000'000;       // a due hang waits this long for a hello from
-                                                // the silence; longer = later, better named
+  int64_t progressMarginNs = 500'000'000;     // progress counts once it was true this long
+                                              // (or 2 typical steps) after the rank's last
+                                              // report: by then a peer reached its collective
+  int64_t progressMaxAgeNs = 10'000'000'000;  // older progress does not count (hellos come
+                                              // every 2 s); longer = trusts staler news
+  int64_t progressWaitNs = 5'000'000'000;     // a due hang waits this long for a hello from
+                                              // the silence; longer = later, better named
 };
 
 struct AssemblyOptions {
@@ -127,13 +127,13 @@ struct AssemblyOptions {
 // straggler, op regression or slow collective starting at the same time explains, are not
 // reported a second time.
 struct FoldOptions {
-  int holdSteps = 1;             // a straggler or step_shift waits this many judged steps for
-                                 // its explanation before it is published; more = fewer
-                                 // double reports, later alarms (the wait is in the latency)
-  int onsetSteps = 20;           // onsets this close (in steps) count as the same event;
-                                 // wider = folds more, may hide a second, unrelated change
-  double minExplained = 0.5;     // the explanation must account for at least this fraction of
-                                 // the added time per step; lower = folds more eagerly
+  int holdSteps = 1;          // a straggler or step_shift waits this many judged steps for
+                              // its explanation before it is published; more = fewer
+                              // double reports, later alarms (the wait is in the latency)
+  int onsetSteps = 20;        // onsets this close (in steps) count as the same event;
+                              // wider = folds more, may hide a second, unrelated change
+  double minExplained = 0.5;  // the explanation must account for at least this fraction of
+                              // the added time per step; lower = folds more eagerly
 };
 
 struct DetectOptions {

@@ -5,7 +5,9 @@
 
 namespace trainscope::detect {
 
-double median(std::vector<double> values) { return medianInPlace(values); }
+double median(std::vector<double> values) {
+  return medianInPlace(values);
+}
 
 double medianInPlace(std::vector<double>& values) {
   if (values.empty()) return 0.0;
@@ -38,7 +40,8 @@ size_t bestSplit(const std::vector<double>& values, int rising) {
     double m2 = (total - prefix) / static_cast<double>(n - i);
     double d = m2 - m1;
     if ((rising > 0 && d <= 0) || (rising < 0 && d >= 0)) continue;
-    double score = static_cast<double>(i) * static_cast<double>(n - i) / static_cast<double>(n) * d * d;
+    double score =
+        static_cast<double>(i) * static_cast<double>(n - i) / static_cast<double>(n) * d * d;
     if (score > bestScore) {
       bestScore = score;
       best = i;
@@ -84,10 +87,11 @@ void PersistenceTracker::refreshBaseline() const {
   // series (ops x ranks): the rare under-estimate made CUSUMs fire on noisy single-call ops
   // from 6 % noise on. Widened by 1 + 2/sqrt(n): x1.35 at the 32 samples of a new baseline,
   // x1.13 once 256 are held.
-  const double smallSample = 1.0 + 2.0 / std::sqrt(static_cast<double>(std::max<size_t>(v.size(), 1)));
+  const double smallSample =
+      1.0 + 2.0 / std::sqrt(static_cast<double>(std::max<size_t>(v.size(), 1)));
   for (double& x : v) x = std::fabs(x - baseMedian_);
-  baseRelSigma_ = baseMedian_ > 0 ? smallSample * kMadToSigma * medianInPlace(v) / baseMedian_
-                                  : 0.0;
+  baseRelSigma_ =
+      baseMedian_ > 0 ? smallSample * kMadToSigma * medianInPlace(v) / baseMedian_ : 0.0;
   dirty_ = false;
   sinceRefresh_ = 0;
 }

@@ -27,7 +27,7 @@ size_t bestSplit(const std::vector<double>& values, int rising);
 // Fixed-capacity ring; index 0 is the oldest element.
 template <typename T>
 class Ring {
-public:
+ public:
   explicit Ring(size_t capacity = 1) : buf_(capacity == 0 ? 1 : capacity) {}
   // Index arithmetic by compare-and-subtract, not %: a division per access was a visible
   // share of the per-sample cost of the trackers.
@@ -64,7 +64,7 @@ public:
     return out;
   }
 
-private:
+ private:
   size_t wrap(size_t i) const { return i >= buf_.size() ? i - buf_.size() : i; }  // i < 2 cap
   std::vector<T> buf_;
   size_t head_ = 0;
@@ -78,7 +78,7 @@ private:
 // steps are estimated with a least-squares split of the recent history, not taken as the step
 // the decision was made.
 class PersistenceTracker {
-public:
+ public:
   enum class Transition { kNone, kOpened, kResolved };
 
   // fixedBaseline > 0: compare against that value (e.g. 1.0 for a ratio to peers) and take
@@ -88,9 +88,7 @@ public:
   Transition push(int64_t step, double value);
   // Asks the CPU to fetch what the next push touches, for a caller about to push into many
   // trackers in turn. No effect on results.
-  void prefetch() const {
-    __builtin_prefetch(hist_.nextSlot(), 1);
-  }
+  void prefetch() const { __builtin_prefetch(hist_.nextSlot(), 1); }
 
   // Relative sigma used when the baseline is fixed (e.g. the job-wide spread of ratios).
   void setExternalNoise(double relSigma) { externalNoise_ = relSigma; }
@@ -99,20 +97,20 @@ public:
   void forgetEpisode() { active_ = false; }
 
   bool active() const { return active_; }
-  bool ready() const;                  // a baseline is known
-  double baseline() const;             // level compared against
-  double relSigma() const;             // robust relative sigma of the baseline
-  double exceedLevel() const;          // baseline * (1 + max(minExcess, noiseSigmas*relSigma))
-  int exceedCount() const;             // exceeding samples in the window
+  bool ready() const;                      // a baseline is known
+  double baseline() const;                 // level compared against
+  double relSigma() const;                 // robust relative sigma of the baseline
+  double exceedLevel() const;              // baseline * (1 + max(minExcess, noiseSigmas*relSigma))
+  int exceedCount() const;                 // exceeding samples in the window
   double cusum() const { return cusum_; }  // the CUSUM statistic now (sigmas)
   bool rising() const { return cusum_ > 0.0; }  // an excursion above minExcess is under way
   int64_t onsetStep() const { return onsetStep_; }
   int64_t resolvedStep() const { return resolvedStep_; }
-  double level() const;                // median of recent samples at/after the onset
+  double level() const;  // median of recent samples at/after the onset
   double lastValue() const { return hist_.empty() ? 0.0 : hist_.back().value; }
-  double confidence() const;           // 0..1 from how far past cusumH the statistic is
+  double confidence() const;  // 0..1 from how far past cusumH the statistic is
 
-private:
+ private:
   void refreshBaseline() const;
   bool excursionAbove(double level) const;
 
@@ -134,11 +132,11 @@ private:
   std::vector<double> recentValues() const;
   Ring<Sample> hist_;
   size_t window_;
-  size_t sinceBatch_ = 0;              // pushes since samples last joined the baseline
+  size_t sinceBatch_ = 0;  // pushes since samples last joined the baseline
   double cusum_ = 0.0;
-  double lowCusum_ = 0.0;              // the same test downwards (baseline admission only)
-  int64_t cusumStart_ = -1;            // first step of the current CUSUM excursion
-  int sinceOpen_ = 0;                  // samples since the episode opened
+  double lowCusum_ = 0.0;    // the same test downwards (baseline admission only)
+  int64_t cusumStart_ = -1;  // first step of the current CUSUM excursion
+  int sinceOpen_ = 0;        // samples since the episode opened
   bool active_ = false;
   int64_t onsetStep_ = -1;
   int64_t resolvedStep_ = -1;

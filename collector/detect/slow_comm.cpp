@@ -34,11 +34,11 @@ std::string formatGbps(double g) {
 
 // A link's time per byte and ratio to its peers since `onset`, against the steps before it.
 struct LinkElevation {
-  bool ok = false;          // enough samples on both sides
-  double own = 1.0;         // median time per byte since / before
-  double toPeers = 1.0;     // median ratio to peers since / before (1 when not known)
-  double before = 0.0;      // median time per byte before (ns per byte)
-  double since = 0.0;       // median time per byte since
+  bool ok = false;       // enough samples on both sides
+  double own = 1.0;      // median time per byte since / before
+  double toPeers = 1.0;  // median ratio to peers since / before (1 when not known)
+  double before = 0.0;   // median time per byte before (ns per byte)
+  double since = 0.0;    // median time per byte since
 };
 
 template <typename History>
@@ -73,8 +73,7 @@ LinkElevation elevation(const History& h, int64_t onset, std::vector<double>* a,
 SlowCommDetector::LinkState::LinkState(const SlowCommOptions& o)
     : tracker(o.linkPersistence), history(kLinkHistory) {}
 
-SlowCommDetector::SlowCommDetector(std::string job, const SlowCommOptions& options,
-                                   EventLog* log)
+SlowCommDetector::SlowCommDetector(std::string job, const SlowCommOptions& options, EventLog* log)
     : job_(std::move(job)), o_(options), log_(log), compute_(kComputeHistory) {}
 
 const std::string& SlowCommDetector::nodeOf(uint32_t rank) const {
@@ -150,8 +149,7 @@ void SlowCommDetector::observeLinks(const AssembledStep& step) {
     if (sender >= o_.maxLinkRank) continue;
     for (const auto& l : r.report.links()) {
       // Malformed totals (nothing sent, no time in flight, a link to itself) say nothing.
-      if (l.bytes() == 0 || l.wire_ns() <= 0 || l.peer() == sender ||
-          l.peer() >= o_.maxLinkRank) {
+      if (l.bytes() == 0 || l.wire_ns() <= 0 || l.peer() == sender || l.peer() >= o_.maxLinkRank) {
         continue;
       }
       LinkGroup* g = groupFor(l.group(), step.step);
@@ -171,9 +169,9 @@ void SlowCommDetector::observeLinks(const AssembledStep& step) {
       if (ls.lastSeenStep == step.step) continue;  // one sample per link and step
       ls.lastSeenStep = step.step;
       ls.lastBytes = static_cast<double>(l.bytes());
-      g->batch.push_back({sender, slot,
-                          static_cast<float>(static_cast<double>(l.wire_ns()) /
-                                             static_cast<double>(l.bytes()))});
+      g->batch.push_back(
+          {sender, slot,
+           static_cast<float>(static_cast<double>(l.wire_ns()) / static_cast<double>(l.bytes()))});
       any = true;
     }
   }
@@ -265,7 +263,7 @@ void SlowCommDetector::onLinkTransition(LinkGroup& g, uint32_t sender, LinkState
 }
 
 SlowCommDetector::LinkVerdict SlowCommDetector::judgeLinks(const LinkGroup& g, int64_t onset,
-                                                          int64_t step, double rise) const {
+                                                           int64_t step, double rise) const {
   LinkVerdict v;
   std::vector<double> a, b;
   a.reserve(kLinkHistory);
@@ -292,8 +290,7 @@ SlowCommDetector::LinkVerdict SlowCommDetector::judgeLinks(const LinkGroup& g, i
     }
   }
   v.fabric = v.judged >= o_.minLinks && v.ownSlowed >= 2 &&
-             static_cast<double>(v.ownSlowed) >=
-                 o_.fabricFraction * static_cast<double>(v.judged);
+             static_cast<double>(v.ownSlowed) >= o_.fabricFraction * static_cast<double>(v.judged);
   return v;
 }
 
@@ -326,8 +323,7 @@ void SlowCommDetector::evict(int64_t step) {
   }
   groups_.erase(std::remove_if(groups_.begin(), groups_.end(),
                                [&](const LinkGroup& g) {
-                                 return g.links == 0 &&
-                                        step - g.lastSeenStep > o_.forgetAfterSteps;
+                                 return g.links == 0 && step - g.lastSeenStep > o_.forgetAfterSteps;
                                }),
                 groups_.end());
   lastGroup_ = 0;
@@ -369,11 +365,10 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
         g.proto = &c;
         g.list.reserve(step.ranks.size());
       }
-      g.list.push_back({r.report.rank(),
-                        static_cast<double>(c.total_ns()) / static_cast<double>(c.count()),
-                        static_cast<double>(c.count()),
-                        static_cast<double>(c.first_arrival_ns()) + off,
-                        static_cast<double>(c.last_completion_ns()) + off});
+      g.list.push_back(
+          {r.report.rank(), static_cast<double>(c.total_ns()) / static_cast<double>(c.count()),
+           static_cast<double>(c.count()), static_cast<double>(c.first_arrival_ns()) + off,
+           static_cast<double>(c.last_completion_ns()) + off});
     }
   }
 
@@ -515,8 +510,10 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
                   {"noise_sigma", ks.tracker.relSigma()},
                   {"calls_per_step", calls},
                   {"added_ms_per_step", (level - base) * calls / 1e6}};
-    const char* scope = linkNamed ? "link" : lv.fabric ? "fabric" : slowEnd.empty() ? "group"
-                                                                                    : "rank";
+    const char* scope = linkNamed         ? "link"
+                        : lv.fabric       ? "fabric"
+                        : slowEnd.empty() ? "group"
+                                          : "rank";
     a.labels = {{"op", wire::collectiveOpName(static_cast<wire::CollectiveOp>(ks.op))},
                 {"group", ks.group},
                 {"scope", scope}};
@@ -535,9 +532,9 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
       a.evidence["link_peer_ratio"] = lv.toPeers;
       a.evidence["link_baseline_gbps"] = gbps(lv.perByteBefore);
       a.evidence["link_current_gbps"] = gbps(lv.perByteSince);
-      who = "link " + a.labels["link"] + " (its in-flight time per byte " +
-            formatRatio(lv.own) + " its own, " + formatRatio(lv.toPeers) +
-            " against its peers) in group " + (ks.group.empty() ? "(default)" : ks.group);
+      who = "link " + a.labels["link"] + " (its in-flight time per byte " + formatRatio(lv.own) +
+            " its own, " + formatRatio(lv.toPeers) + " against its peers) in group " +
+            (ks.group.empty() ? "(default)" : ks.group);
       ks.namedSender = lv.sender;
       ks.namedPeer = lv.peer;
       setCovered(ks.group, lv.sender, lv.peer, true);
@@ -568,10 +565,10 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
         }
         a.labels["link"] = first + " <-> " + second;
       }
-      who = slowEnd.empty() ? "group " + (ks.group.empty() ? "(default)" : ks.group) + " (" +
-                                  std::to_string(members.size()) + " ranks)"
-                            : "rank(s) " + rankSubject(slowEnd) + " (culprit " +
-                                  a.labels["culprit"] + ")";
+      who = slowEnd.empty()
+                ? "group " + (ks.group.empty() ? "(default)" : ks.group) + " (" +
+                      std::to_string(members.size()) + " ranks)"
+                : "rank(s) " + rankSubject(slowEnd) + " (culprit " + a.labels["culprit"] + ")";
     }
     a.summary = std::string(a.labels["op"]) + " of " + std::to_string(ks.bytes) + " bytes on " +
                 who + " slowed " + formatRatio(a.magnitude) + " per call (" + formatMs(base) +

@@ -57,25 +57,25 @@
 namespace trainscope::detect {
 
 class SlowCommDetector {
-public:
+ public:
   SlowCommDetector(std::string job, const SlowCommOptions& options, EventLog* log);
   void onStep(const AssembledStep& step);
   size_t trackedKeys() const { return keys_.size(); }
   size_t trackedLinks() const { return links_; }
 
-private:
+ private:
   // A link's verdict over the steps since an onset (see judgeLinks).
   struct LinkVerdict {
-    int64_t sender = -1;     // the slowest link that rose against itself and its peers
+    int64_t sender = -1;  // the slowest link that rose against itself and its peers
     uint32_t peer = 0;
-    double own = 1.0;        // its in-flight time per byte since the onset / before it
-    double toPeers = 1.0;    // the same for its ratio to the group's median link
+    double own = 1.0;      // its in-flight time per byte since the onset / before it
+    double toPeers = 1.0;  // the same for its ratio to the group's median link
     double perByteBefore = 0.0;
     double perByteSince = 0.0;
-    size_t judged = 0;       // links with enough history on both sides of the onset
-    size_t slowed = 0;       // links that rose against themselves and their peers
-    size_t ownSlowed = 0;    // links that rose against themselves
-    bool fabric = false;     // ownSlowed reached fabricFraction of judged
+    size_t judged = 0;     // links with enough history on both sides of the onset
+    size_t slowed = 0;     // links that rose against themselves and their peers
+    size_t ownSlowed = 0;  // links that rose against themselves
+    bool fabric = false;   // ownSlowed reached fabricFraction of judged
   };
 
   struct KeyState {
@@ -97,8 +97,8 @@ private:
 
   struct LinkSample {
     int64_t step;
-    float perByte;   // in-flight ns per byte
-    float toPeers;   // perByte / the group's median perByte in that step
+    float perByte;  // in-flight ns per byte
+    float toPeers;  // perByte / the group's median perByte in that step
   };
   struct LinkState {
     explicit LinkState(const SlowCommOptions& o);

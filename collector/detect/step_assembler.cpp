@@ -10,8 +10,8 @@ namespace trainscope::detect {
 StepAssembler::StepAssembler(std::string job, const AssemblyOptions& options)
     : job_(std::move(job)), o_(options) {}
 
-void StepAssembler::add(const wire::StepReport& report, const RankContext& ctx,
-                        uint32_t worldSize, std::vector<AssembledStep>* out) {
+void StepAssembler::add(const wire::StepReport& report, const RankContext& ctx, uint32_t worldSize,
+                        std::vector<AssembledStep>* out) {
   add(wire::StepReport(report), ctx, worldSize, out);
 }
 
@@ -97,8 +97,8 @@ bool StepAssembler::missingMayBeLeftOut(const AssembledStep& s) const {
     const bool known = r < rankMax_.size() && rankMax_[r] >= 0;
     if (known && rankMax_[r] > s.step) continue;  // moved on: this report was lost
     const int64_t last = known ? rankLastNs_[r] : firstNs_;
-    if (latestNs_ - last > silentNs) continue;    // silent: stopped or gone
-    return false;                                 // behind but reporting: wait for it
+    if (latestNs_ - last > silentNs) continue;  // silent: stopped or gone
+    return false;                               // behind but reporting: wait for it
   }
   return true;
 }
@@ -114,9 +114,8 @@ void StepAssembler::release(std::map<int64_t, AssembledStep>::iterator it,
     return;
   }
   if (s.partial()) ++stats_.partialSteps;
-  std::sort(s.ranks.begin(), s.ranks.end(), [](const RankStep& a, const RankStep& b) {
-    return a.report.rank() < b.report.rank();
-  });
+  std::sort(s.ranks.begin(), s.ranks.end(),
+            [](const RankStep& a, const RankStep& b) { return a.report.rank() < b.report.rank(); });
   s.seen.clear();
   s.seen.shrink_to_fit();
   out->push_back(std::move(s));

@@ -46,15 +46,15 @@ double medianComputeNs(const AssembledStep& step, std::vector<double>* scratch);
 
 struct AssemblyStats {
   uint64_t reports = 0;
-  uint64_t duplicates = 0;     // same (rank, step) twice (replays)
-  uint64_t late = 0;           // for a step already handed out
-  uint64_t partialSteps = 0;   // handed out without every rank
-  uint64_t droppedSteps = 0;   // forced out with too few ranks to judge
-  uint64_t rewinds = 0;        // the job started over at a lower step (restart from checkpoint)
+  uint64_t duplicates = 0;    // same (rank, step) twice (replays)
+  uint64_t late = 0;          // for a step already handed out
+  uint64_t partialSteps = 0;  // handed out without every rank
+  uint64_t droppedSteps = 0;  // forced out with too few ranks to judge
+  uint64_t rewinds = 0;       // the job started over at a lower step (restart from checkpoint)
 };
 
 class StepAssembler {
-public:
+ public:
   StepAssembler(std::string job, const AssemblyOptions& options);
 
   // Adds one report; appends the steps this completes, in order, to `out`.
@@ -74,23 +74,23 @@ public:
   const AssemblyStats& stats() const { return stats_; }
   size_t pendingSteps() const { return pending_.size(); }
 
-private:
+ private:
   void release(std::map<int64_t, AssembledStep>::iterator it, std::vector<AssembledStep>* out);
 
   std::string job_;
   AssemblyOptions o_;
   std::map<int64_t, AssembledStep> pending_;
-  int64_t lastReleased_ = -1;   // steps at or below were handed out
+  int64_t lastReleased_ = -1;  // steps at or below were handed out
   int64_t maxSeen_ = -1;
   uint64_t consecutiveLate_ = 0;  // restart-like reports in a row (see add)
   int64_t maxEndNs_ = 0;          // latest end time of an accepted report (collector clock)
   bool missingMayBeLeftOut(const AssembledStep& s) const;
   std::vector<std::vector<RankStep>> spare_;  // emptied rank arrays, capacity kept (<= 2)
-  std::vector<int64_t> rankMax_;     // per rank: highest step it reported (-1: none)
-  std::vector<int64_t> rankLastNs_;  // per rank: collector clock of its latest report
-  int64_t firstNs_ = 0;              // collector clock of the job's first report
-  int64_t latestNs_ = 0;             // collector clock of the job's latest report
-  double stepNs_ = 0.0;              // typical step duration (moving average)
+  std::vector<int64_t> rankMax_;              // per rank: highest step it reported (-1: none)
+  std::vector<int64_t> rankLastNs_;           // per rank: collector clock of its latest report
+  int64_t firstNs_ = 0;                       // collector clock of the job's first report
+  int64_t latestNs_ = 0;                      // collector clock of the job's latest report
+  double stepNs_ = 0.0;                       // typical step duration (moving average)
   AssemblyStats stats_;
 };
 

@@ -226,7 +226,8 @@ void StepShiftDetector::onStep(const AssembledStep& step) {
   std::vector<uint32_t> ranks;
   std::vector<std::string> nodes;
   for (const RankStep& r : step.ranks) {
-    if (r.report.duration_ns() > 0) durations.push_back(static_cast<double>(r.report.duration_ns()));
+    if (r.report.duration_ns() > 0)
+      durations.push_back(static_cast<double>(r.report.duration_ns()));
     nodes.push_back(r.ctx.node);
   }
   if (durations.empty()) return;
@@ -245,15 +246,19 @@ void StepShiftDetector::onStep(const AssembledStep& step) {
       a.detectedStep = step.step;
       a.detectedNs = step.nowNs;
       a.magnitude = ev.before > 0 ? ev.after / ev.before : 1.0;
-      double sizeInSigmas = std::fabs(ev.after - ev.before) / std::max(core_.referenceSigma(), 1e-9);
+      double sizeInSigmas =
+          std::fabs(ev.after - ev.before) / std::max(core_.referenceSigma(), 1e-9);
       a.confidence = std::min(1.0, 0.5 + sizeInSigmas / 20.0);
-      a.evidence = {{"baseline_ms", ev.before / 1e6}, {"current_ms", ev.after / 1e6},
-                    {"ratio", a.magnitude}, {"sigma_ms", core_.referenceSigma() / 1e6},
-                    {"cusum", ev.cusum}, {"direction", ev.direction},
+      a.evidence = {{"baseline_ms", ev.before / 1e6},
+                    {"current_ms", ev.after / 1e6},
+                    {"ratio", a.magnitude},
+                    {"sigma_ms", core_.referenceSigma() / 1e6},
+                    {"cusum", ev.cusum},
+                    {"direction", ev.direction},
                     {"added_ms_per_step", (ev.after - ev.before) / 1e6}};
       a.labels = {{"direction", ev.direction > 0 ? "slower" : "faster"}};
-      a.summary = std::string("job step time ") + (ev.direction > 0 ? "rose" : "fell") +
-                  " from " + formatMs(ev.before) + " to " + formatMs(ev.after) + " (" +
+      a.summary = std::string("job step time ") + (ev.direction > 0 ? "rose" : "fell") + " from " +
+                  formatMs(ev.before) + " to " + formatMs(ev.after) + " (" +
                   formatRatio(a.magnitude) + ") from step " + std::to_string(ev.onsetStep);
       open_ = log_->open(std::move(a), ev.direction > 0 ? "up" : "down");
       hasOpen_ = true;
@@ -283,8 +288,8 @@ void StepShiftDetector::onStep(const AssembledStep& step) {
                     {"baseline_ms", ev.before / 1e6},
                     {"ratio", a.magnitude},
                     {"spikes", ev.spikes}};
-      a.summary = "periodic spike every " + std::to_string(ev.period) + " steps: " +
-                  formatMs(ev.spikeValue) + " vs " + formatMs(ev.before) + " (" +
+      a.summary = "periodic spike every " + std::to_string(ev.period) +
+                  " steps: " + formatMs(ev.spikeValue) + " vs " + formatMs(ev.before) + " (" +
                   formatRatio(a.magnitude) + "); left out of regression baselines";
       spike_ = log_->open(std::move(a), "p" + std::to_string(ev.period));
       spikeReported_ = true;

@@ -23,19 +23,19 @@
 namespace trainscope::detect {
 
 class StepShiftCore {
-public:
+ public:
   enum class EventType { kNone, kShift, kShiftResolved, kPeriodicSpike, kSpikesStopped };
   struct Event {
     EventType type = EventType::kNone;
-    int64_t onsetStep = -1;    // kShift: estimated first shifted step; kShiftResolved: first
-                               // step back at the reference
-    double before = 0.0;       // reference level
-    double after = 0.0;        // shifted level
-    double cusum = 0.0;        // statistic at the alarm
-    int direction = 0;         // +1 slower, -1 faster
-    int64_t period = 0;        // kPeriodicSpike: steps between spikes
-    double spikeValue = 0.0;   // kPeriodicSpike: median spike value
-    int spikes = 0;            // outliers that formed the pattern
+    int64_t onsetStep = -1;   // kShift: estimated first shifted step; kShiftResolved: first
+                              // step back at the reference
+    double before = 0.0;      // reference level
+    double after = 0.0;       // shifted level
+    double cusum = 0.0;       // statistic at the alarm
+    int direction = 0;        // +1 slower, -1 faster
+    int64_t period = 0;       // kPeriodicSpike: steps between spikes
+    double spikeValue = 0.0;  // kPeriodicSpike: median spike value
+    int spikes = 0;           // outliers that formed the pattern
   };
 
   explicit StepShiftCore(const StepShiftOptions& options);
@@ -47,7 +47,7 @@ public:
   double referenceSigma() const { return refSigma_; }
   int64_t spikePeriod() const { return period_; }
 
-private:
+ private:
   void refreshReference();
   bool predictedSpike(int64_t step) const;
   Event notePossibleSpike(int64_t step, double value);
@@ -55,14 +55,14 @@ private:
   StepShiftOptions o_;
   int64_t seen_ = 0;
   Ring<double> ref_;
-  std::deque<double> lagged_;     // healthy steps waiting baselineLag steps to join ref_
+  std::deque<double> lagged_;  // healthy steps waiting baselineLag steps to join ref_
   double refMedian_ = 0.0;
   double refSigma_ = 0.0;
   double sPlus_ = 0.0;
   double sMinus_ = 0.0;
-  int64_t plusStart_ = -1;        // first step of the current positive excursion
+  int64_t plusStart_ = -1;  // first step of the current positive excursion
   int64_t minusStart_ = -1;
-  Ring<int64_t> recentSteps_;     // non-spike steps, for levels and resolution
+  Ring<int64_t> recentSteps_;  // non-spike steps, for levels and resolution
   Ring<double> recentValues_;
   bool shifted_ = false;
   double shiftLevel_ = 0.0;
@@ -76,11 +76,11 @@ private:
 };
 
 class StepShiftDetector {
-public:
+ public:
   StepShiftDetector(std::string job, const StepShiftOptions& options, EventLog* log);
   void onStep(const AssembledStep& step);
 
-private:
+ private:
   std::string job_;
   StepShiftOptions o_;
   EventLog* log_;

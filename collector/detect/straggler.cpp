@@ -78,7 +78,8 @@ void StragglerDetector::onStep(const AssembledStep& step) {
     st.node = rs[i]->ctx.node;
     st.compute.push(static_cast<double>(rs[i]->report.compute_ns()));
     st.peer.push(peers[i]);
-    if (known.size() >= 2 && arrivals[i] == arrivals[i]) st.arrivalLag.push(arrivals[i] - arrivalMedian);
+    if (known.size() >= 2 && arrivals[i] == arrivals[i])
+      st.arrivalLag.push(arrivals[i] - arrivalMedian);
     st.tracker.setExternalNoise(jobNoise);
     auto t = st.tracker.push(step.step, ratios[i]);
     if (t == PersistenceTracker::Transition::kOpened) {
@@ -105,7 +106,8 @@ void StragglerDetector::onStep(const AssembledStep& step) {
                     {"exceeding_steps", st.tracker.exceedCount()},
                     {"ranks", static_cast<double>(n)},
                     {"added_ms_per_step", computeMs - peerMs}};
-      if (!st.arrivalLag.empty()) a.evidence["arrival_lag_ms"] = median(st.arrivalLag.values()) / 1e6;
+      if (!st.arrivalLag.empty())
+        a.evidence["arrival_lag_ms"] = median(st.arrivalLag.values()) / 1e6;
       a.summary = "rank " + std::to_string(rank) + (st.node.empty() ? "" : " (" + st.node + ")") +
                   " is a straggler: compute " + formatRatio(a.magnitude) + " the peer median (" +
                   formatMs(computeMs * 1e6) + " vs " + formatMs(peerMs * 1e6) + ") from step " +

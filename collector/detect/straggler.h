@@ -25,11 +25,11 @@
 namespace trainscope::detect {
 
 class StragglerDetector {
-public:
+ public:
   StragglerDetector(std::string job, const StragglerOptions& options, EventLog* log);
   void onStep(const AssembledStep& step);
 
-private:
+ private:
   struct RankState {
     explicit RankState(const StragglerOptions& o)
         : tracker(o.persistence, 1.0),

@@ -286,7 +286,8 @@ ApiResponse Api::handle(std::string_view method, std::string_view target, std::s
     }
 
     bool v1 = seg.size() >= 3 && seg[1] == "v1";
-    if (ApiResponse r; v1 && routeCaptures(method, seg, path, parsed->query, body, acceptsGzip, &r)) return r;
+    if (ApiResponse r; v1 && routeCaptures(method, seg, path, parsed->query, body, acceptsGzip, &r))
+      return r;
     if (v1 && seg.size() == 3 && seg[2] == "anomalies") {
       if (!isGet) return methodNotAllowed(method, path);
       return anomaliesSince(parsed->query);
@@ -438,8 +439,10 @@ ApiResponse Api::anomaliesSince(const Query& query) const {
   auto since = params.signedInt("since");
   if (!since) return errorResponse(400, since.message());
   if (*since && **since < 0) {
-    return errorResponse(400, "parameter 'since' must be >= 0 (nanoseconds since the epoch), "
-                              "got '" + std::to_string(**since) + "'");
+    return errorResponse(400,
+                         "parameter 'since' must be >= 0 (nanoseconds since the epoch), "
+                         "got '" +
+                             std::to_string(**since) + "'");
   }
   auto rows = store_.anomaliesSince(since->value_or(0));
   if (!rows) return errorResponse(500, rows.message());

@@ -86,8 +86,8 @@ bool Api::routeCaptures(std::string_view method, const std::vector<std::string>&
   } else if (one) {
     *out = getCapture(seg[3]);
   } else {
-    *out = captureFile(seg[3], rank ? std::optional<std::string>(seg[5]) : std::nullopt,
-                       acceptsGzip);
+    *out =
+        captureFile(seg[3], rank ? std::optional<std::string>(seg[5]) : std::nullopt, acceptsGzip);
   }
   return true;
 }
@@ -137,12 +137,12 @@ ApiResponse Api::captureFile(const std::string& id, const std::optional<std::str
       return errorResponse(404, "capture " + id + " has no rank '" + *rank + "'");
     }
     if (found->state == "failed") {
-      return errorResponse(404, "rank " + *rank + " of capture " + id +
-                                    " has no file: it failed: " + found->detail);
+      return errorResponse(
+          404, "rank " + *rank + " of capture " + id + " has no file: it failed: " + found->detail);
     }
     if (found->state != "done") {
-      return errorResponse(409, "rank " + *rank + " of capture " + id + " is still " +
-                                    found->state);
+      return errorResponse(409,
+                           "rank " + *rank + " of capture " + id + " is still " + found->state);
     }
     name = "rank-" + *rank + ".json.gz";
   } else if (c.state == "running") {

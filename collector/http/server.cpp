@@ -147,8 +147,8 @@ struct ServerCore {
 
   std::mutex mu;
   std::condition_variable sessionsGone;  // notified when `sessions` becomes empty while stopping
-  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;                // guarded by mu
-  std::unordered_map<LiveSession*, std::weak_ptr<LiveSession>> liveSessions;    // guarded by mu
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;              // guarded by mu
+  std::unordered_map<LiveSession*, std::weak_ptr<LiveSession>> liveSessions;  // guarded by mu
   // Set by stop(): responses being written may finish, nothing new is read. Read unlocked
   // by sessions deciding keep-alive.
   std::atomic<bool> stopping{false};
@@ -316,8 +316,9 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     auto acceptEncoding = req[bhttp::field::accept_encoding];
-    bool acceptsGzip = std::string_view(acceptEncoding.data(), acceptEncoding.size()).find("gzip") !=
-                       std::string_view::npos;
+    bool acceptsGzip =
+        std::string_view(acceptEncoding.data(), acceptEncoding.size()).find("gzip") !=
+        std::string_view::npos;
     std::string_view methodView(method.data(), method.size());
     ApiResponse r;
     if (changesSomething(req.method())) {
@@ -349,8 +350,8 @@ class Session : public std::enable_shared_from_this<Session> {
     const auto& seg = parsed->segments;
     if (seg.size() != 5) return errorResponse(404, "no route for " + parsed->rawPath);
     if (method != bhttp::verb::get) {
-      ApiResponse r = errorResponse(405, "method not allowed for " + parsed->rawPath +
-                                             " (allowed: GET)");
+      ApiResponse r =
+          errorResponse(405, "method not allowed for " + parsed->rawPath + " (allowed: GET)");
       r.headers.emplace_back("Allow", "GET");
       return r;
     }

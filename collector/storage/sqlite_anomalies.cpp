@@ -4,8 +4,8 @@
 
 #include <utility>
 
-#include <nlohmann/json.hpp>
 #include <sqlite3.h>
+#include <nlohmann/json.hpp>
 
 #include "collector/storage/sqlite_internal.h"
 #include "common/clock.h"
@@ -121,8 +121,8 @@ Status SqliteStore::writeAnomalies(const std::vector<AnomalyRow>& rows) {
 }
 
 Result<std::vector<AnomalyRow>> SqliteStore::queryAnomalies(const std::string& where,
-                                                           const std::string* job,
-                                                           int64_t sinceNs) {
+                                                            const std::string* job,
+                                                            int64_t sinceNs) {
   using R = Result<std::vector<AnomalyRow>>;
   std::lock_guard lock(readMutex());
   ReadStmt q(readDb(),

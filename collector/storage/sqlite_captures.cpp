@@ -4,8 +4,8 @@
 
 #include <utility>
 
-#include <nlohmann/json.hpp>
 #include <sqlite3.h>
+#include <nlohmann/json.hpp>
 
 #include "collector/storage/capture_json.h"
 #include "collector/storage/sqlite_internal.h"
@@ -93,11 +93,10 @@ Status SqliteStore::writeCapture(const CaptureRow& row) {
   if (row.state != "running" && row.state != "complete" && row.state != "partial" &&
       row.state != "failed") {
     return Status::error("storage: capture " + row.id +
-                         ": state must be running, complete, partial or failed, got '" +
-                         row.state + "'");
+                         ": state must be running, complete, partial or failed, got '" + row.state +
+                         "'");
   }
-  const std::string ranks =
-      json(row.ranks).dump(-1, ' ', false, json::error_handler_t::replace);
+  const std::string ranks = json(row.ranks).dump(-1, ' ', false, json::error_handler_t::replace);
   const std::string rankStatus = rankStatusText(row.rankStatus);
   std::lock_guard lock(writeMu_);
   auto* s = stmts_[kUpsertCapture];
@@ -138,8 +137,8 @@ Status SqliteStore::writeCapture(const CaptureRow& row) {
 }
 
 Result<std::vector<CaptureRow>> SqliteStore::queryCaptures(const std::string& where,
-                                                           const std::string* text,
-                                                           int64_t sinceNs, const char* order) {
+                                                           const std::string* text, int64_t sinceNs,
+                                                           const char* order) {
   using R = Result<std::vector<CaptureRow>>;
   std::lock_guard lock(readMutex());
   ReadStmt q(readDb(), std::string("SELECT ") + kColumns + " FROM captures WHERE " + where +

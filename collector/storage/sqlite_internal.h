@@ -1,6 +1,7 @@
 // Private helpers shared by the SQLite store's source files (sqlite_store.cpp,
-// sqlite_queries.cpp, sqlite_anomalies.cpp, sqlite_captures.cpp); no other file includes it. The helpers hold no
-// state: callers use them under whichever SqliteStore lock guards the connection they pass.
+// sqlite_queries.cpp, sqlite_anomalies.cpp, sqlite_captures.cpp); no other file includes it. The
+// helpers hold no state: callers use them under whichever SqliteStore lock guards the connection
+// they pass.
 #pragma once
 
 #include <cstddef>

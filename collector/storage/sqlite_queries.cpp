@@ -88,7 +88,8 @@ Status scanSummary(sqlite3* db, int64_t jobId, std::optional<int64_t> fromStep,
   if (rc != SQLITE_DONE && rc != SQLITE_ROW) return Status::error(q.error("storage: summary"));
   if (rc == SQLITE_DONE) {
     *reachedEnd = true;
-    if (!durations.empty() && out->size() < limit) out->push_back(summarizeStep(current, durations));
+    if (!durations.empty() && out->size() < limit)
+      out->push_back(summarizeStep(current, durations));
   }
   return Status::ok();
 }
@@ -190,8 +191,7 @@ struct SummaryCache {
       sqlite3_bind_int64(fresh.get(), 2, newest);
       int rc;
       while ((rc = sqlite3_step(fresh.get())) == SQLITE_ROW) {
-        dirty[sqlite3_column_int64(fresh.get(), 0)].push_back(
-            sqlite3_column_int64(fresh.get(), 1));
+        dirty[sqlite3_column_int64(fresh.get(), 0)].push_back(sqlite3_column_int64(fresh.get(), 1));
       }
       if (rc != SQLITE_DONE) return Status::error(fresh.error("storage: summary cache"));
     }
@@ -421,8 +421,7 @@ Result<std::vector<StepSummaryRow>> SqliteStore::summary(const SummaryQuery& que
 
   std::vector<StepSummaryRow> out;
   bool reachedEnd = false;
-  if (auto s = scanSummary(db, jobId, query.fromStep, query.toStep, query.limit, &out,
-                           &reachedEnd);
+  if (auto s = scanSummary(db, jobId, query.fromStep, query.toStep, query.limit, &out, &reachedEnd);
       !s) {
     return R::error(s.message());
   }

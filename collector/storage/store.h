@@ -138,7 +138,7 @@ struct NodeRow {
 // detect runner: storage does not depend on the detect stage). `id` is the key: writing a row
 // whose id is stored already updates it (a resolution flips state and fills resolved_*).
 struct AnomalyRow {
-  std::string id;    // "<job>/<kind>/<onset step>/<subject>", stable across restarts
+  std::string id;  // "<job>/<kind>/<onset step>/<subject>", stable across restarts
   std::string job;
   std::string kind;  // "step_shift", "straggler", "slow_comm", "op_regression", "hang", "spike"
   std::vector<uint32_t> ranks;
@@ -155,7 +155,7 @@ struct AnomalyRow {
   int64_t resolvedNs = 0;      // resolved only
   std::string summary;
   std::optional<std::string> captureId;  // the capture taken for it; kept when a write has none
-  int64_t updatedNs = 0;  // collector clock of this write; 0 = the store's clock now
+  int64_t updatedNs = 0;                 // collector clock of this write; 0 = the store's clock now
 };
 
 // One rank's part of a capture (docs/CAPTURE.md): pending, recording, uploading, done, failed.
@@ -168,15 +168,15 @@ struct CaptureRankRow {
   bool truncated = false;  // cut at the size bound
   int64_t firstStep = -1;  // steps its file covers
   int64_t lastStep = -1;
-  int64_t updatedNs = 0;   // collector clock
+  int64_t updatedNs = 0;  // collector clock
 };
 
 // A capture request and its progress. `id` is the key: writing a stored id replaces the row.
 struct CaptureRow {
   std::string id;  // "cap-<unix ms>-<4 hex>"
   std::string job;
-  std::string kind = "trace";    // "trace" or "stacks"
-  std::string state = "running"; // "running", "complete", "partial", "failed"
+  std::string kind = "trace";     // "trace" or "stacks"
+  std::string state = "running";  // "running", "complete", "partial", "failed"
   std::string reason;
   std::optional<std::string> anomalyId;  // set for automatic captures
   std::vector<uint32_t> ranks;

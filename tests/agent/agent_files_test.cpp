@@ -13,8 +13,8 @@
 
 #include <sys/stat.h>
 
-#include <catch2/catch.hpp>
 #include <zlib.h>
+#include <catch2/catch.hpp>
 #include <zmq.hpp>
 
 #include "schema/wire.h"
@@ -40,8 +40,8 @@ void writeFile(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
 
-wire::Envelope uploadingStatus(const std::string& captureId, uint32_t rank,
-                               const std::string& path, uint64_t bytes) {
+wire::Envelope uploadingStatus(const std::string& captureId, uint32_t rank, const std::string& path,
+                               uint64_t bytes) {
   wire::Envelope e;
   e.set_schema_version(wire::kSchemaVersion);
   auto* cs = e.mutable_command_status();
@@ -71,20 +71,21 @@ struct Received {
 // Folds the collector's items into one Received per capture id as they arrive (each item is
 // looked at once, so waiting on a 64 MiB file stays linear).
 class Assembler {
-public:
+ public:
   const Received& get(const FakeCollector& c, const std::string& captureId) {
     for (; seen_ < c.others.size(); ++seen_) add(c.others[seen_]);
     return byId_[captureId];
   }
 
-private:
+ private:
   void add(const wire::Envelope& e) {
-    if (e.has_command_status()) byId_[e.command_status().command_id()].statuses.push_back(e.command_status());
+    if (e.has_command_status())
+      byId_[e.command_status().command_id()].statuses.push_back(e.command_status());
     if (!e.has_file_chunk()) return;
     const auto& fc = e.file_chunk();
     Received& r = byId_[fc.command_id()];
     if (r.statuses.empty()) r.chunkBeforeStatus = true;
-    if (r.complete) return;                  // a resend after the last chunk
+    if (r.complete) return;                   // a resend after the last chunk
     if (fc.offset() < r.data.size()) return;  // a resend of a chunk we have
     ++r.chunks;
     if (fc.offset() != r.data.size()) {
@@ -136,7 +137,8 @@ struct Rig {
 
 }  // namespace
 
-TEST_CASE("agent ships a probe's capture file as checksummed chunks after its status, then deletes it") {
+TEST_CASE(
+    "agent ships a probe's capture file as checksummed chunks after its status, then deletes it") {
   Rig rig;
   const AgentOptions& opts = rig.opts;
   FakeCollector& collector = rig.collector;
@@ -187,16 +189,19 @@ TEST_CASE("agent ships a probe's capture file as checksummed chunks after its st
     auto last = std::chrono::steady_clock::now();
     int64_t worstGapMs = 0;
     int seen = collector.heartbeats;
-    REQUIRE(collector.pumpUntil([&] {
-      if (collector.heartbeats != seen) {
-        auto now = std::chrono::steady_clock::now();
-        worstGapMs = std::max<int64_t>(
-            worstGapMs, std::chrono::duration_cast<std::chrono::milliseconds>(now - last).count());
-        last = now;
-        seen = collector.heartbeats;
-      }
-      return agent.stats().filesShipped == 2;
-    }, 60000));
+    REQUIRE(collector.pumpUntil(
+        [&] {
+          if (collector.heartbeats != seen) {
+            auto now = std::chrono::steady_clock::now();
+            worstGapMs = std::max<int64_t>(
+                worstGapMs,
+                std::chrono::duration_cast<std::chrono::milliseconds>(now - last).count());
+            last = now;
+            seen = collector.heartbeats;
+          }
+          return agent.stats().filesShipped == 2;
+        },
+        60000));
     REQUIRE(collector.pumpUntil([&] { return files.get(collector, "cap-big").complete; }, 60000));
     const Received& rb = files.get(collector, "cap-big");
     CHECK(rb.problems.empty());
@@ -226,9 +231,9 @@ TEST_CASE("agent refuses files outside the capture directory and unreadable file
   const std::string dotdot = opts.captureDir + "/../secret.txt";
   const std::string missing = opts.captureDir + "/cap-4/rank-3.json.gz";
 
-  probe.sendItems(1, {uploadingStatus("cap-1", 3, secret, 21), uploadingStatus("cap-2", 3, link, 21),
-                      uploadingStatus("cap-3", 3, dotdot, 21),
-                      uploadingStatus("cap-4", 3, missing, 21)});
+  probe.sendItems(
+      1, {uploadingStatus("cap-1", 3, secret, 21), uploadingStatus("cap-2", 3, link, 21),
+          uploadingStatus("cap-3", 3, dotdot, 21), uploadingStatus("cap-4", 3, missing, 21)});
   CHECK(probe.awaitAck() == 1);
   REQUIRE(collector.pumpUntil([&] {
     return hasFailure(collector, "cap-1", 3, "not under the capture directory") &&

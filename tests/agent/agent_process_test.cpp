@@ -35,7 +35,7 @@ std::string agentBin() {
 
 // A child process with its stdout+stderr in a file; killed if still running at the end.
 class Proc {
-public:
+ public:
   Proc(const std::vector<std::string>& args, const std::string& logPath) : log_(logPath) {
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -75,7 +75,7 @@ public:
     return ss.str();
   }
 
-private:
+ private:
   pid_t pid_ = -1;
   bool exited_ = false;
   std::string log_;
@@ -106,9 +106,9 @@ void makeStaleSocket(const std::string& path) {
 }
 
 std::vector<std::string> baseArgs(const TempDir& tmp, const std::string& spool) {
-  return {agentBin(),      "--endpoint",  "ipc://" + tmp.sub("agent.sock"),
-          "--collector",   "tcp://127.0.0.1:1", "--node", "proc-test",
-          "--spool-dir",   tmp.sub(spool)};
+  return {agentBin(),    "--endpoint",        "ipc://" + tmp.sub("agent.sock"),
+          "--collector", "tcp://127.0.0.1:1", "--node",
+          "proc-test",   "--spool-dir",       tmp.sub(spool)};
 }
 
 }  // namespace
@@ -138,9 +138,9 @@ TEST_CASE("agent executable names the flag in its errors and documents every fla
     Proc p({agentBin(), "--help"}, tmp.sub("help.log"));
     CHECK(p.wait() == 0);
     std::string help = p.output();
-    for (const char* flag : {"--collector", "--endpoint", "--node", "--spool-dir",
-                             "--spool-max-bytes", "--sample-interval-ms", "--heartbeat-interval-ms",
-                             "--proc-root", "--log-level"}) {
+    for (const char* flag :
+         {"--collector", "--endpoint", "--node", "--spool-dir", "--spool-max-bytes",
+          "--sample-interval-ms", "--heartbeat-interval-ms", "--proc-root", "--log-level"}) {
       CHECK_THAT(help, Catch::Contains(flag));
     }
     CHECK_THAT(help, Catch::Contains("tcp://127.0.0.1:7601"));

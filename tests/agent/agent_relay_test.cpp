@@ -49,7 +49,8 @@ TEST_CASE("agent acks probe batches, then delivers them in order once the collec
   CHECK_FALSE(before.collectorConnected);
 
   FakeCollector collector(ctx, collectorEp);
-  REQUIRE(collector.pumpUntil([&] { return collector.seenStep(5) && agent.stats().spoolPending == 0; }));
+  REQUIRE(collector.pumpUntil(
+      [&] { return collector.seenStep(5) && agent.stats().spoolPending == 0; }));
   CHECK(collector.steps == std::vector<int64_t>{0, 1, 2, 3, 4, 5});
   CHECK(collector.hellos >= 1);
   bool sawRank = false, sawHost = false;
@@ -157,6 +158,7 @@ TEST_CASE("a restarted agent replays its spool in order") {
   }  // stopped while the collector was away
   AgentRunner agent(opts);
   FakeCollector collector(ctx, collectorEp);
-  REQUIRE(collector.pumpUntil([&] { return collector.seenStep(3) && agent.stats().spoolPending == 0; }));
+  REQUIRE(collector.pumpUntil(
+      [&] { return collector.seenStep(3) && agent.stats().spoolPending == 0; }));
   CHECK(collector.steps == std::vector<int64_t>{0, 1, 2, 3});
 }

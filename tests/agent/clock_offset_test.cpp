@@ -43,9 +43,9 @@ TEST_CASE("clock offset keeps the lowest-rtt sample of the recent window") {
 
 TEST_CASE("clock offset ignores impossible timestamps") {
   ClockOffsetEstimator est;
-  CHECK_FALSE(est.add(100, 50, 60, 90));   // t4 before t1
-  CHECK_FALSE(est.add(0, 60, 50, 100));    // t3 before t2
-  CHECK_FALSE(est.add(0, 10, 200, 100));   // collector held it longer than the round trip
+  CHECK_FALSE(est.add(100, 50, 60, 90));  // t4 before t1
+  CHECK_FALSE(est.add(0, 60, 50, 100));   // t3 before t2
+  CHECK_FALSE(est.add(0, 10, 200, 100));  // collector held it longer than the round trip
   CHECK_FALSE(est.hasEstimate());
   CHECK(est.best().offsetNs == 0);
 }

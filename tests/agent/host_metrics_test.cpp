@@ -45,13 +45,14 @@ void writeHost(const TempDir& t, uint64_t user, uint64_t system, uint64_t idle, 
           "MemTotal:       16384000 kB\nMemFree:         1000000 kB\n"
           "MemAvailable:    8192000 kB\nBuffers:          10000 kB\n");
   t.write("proc/loadavg", "1.50 0.75 0.25 2/300 4242\n");
-  t.write("proc/net/dev", std::string(kNetHeader) + netLine("lo", 500, 500) +
-                              netLine("eth0", ethRx, ethTx));
+  t.write("proc/net/dev",
+          std::string(kNetHeader) + netLine("lo", 500, 500) + netLine("eth0", ethRx, ethTx));
 }
 
 }  // namespace
 
-TEST_CASE("host metrics come from the proc tree the sampler is given, with rates over two samples") {
+TEST_CASE(
+    "host metrics come from the proc tree the sampler is given, with rates over two samples") {
   TempDir t;
   const int64_t sec = 1'000'000'000;
   writeHost(t, 1000, 500, 8000, 500, 1'000'000, 2'000'000);

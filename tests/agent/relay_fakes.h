@@ -24,7 +24,6 @@ namespace trainscope::agent::testing {
 
 namespace wire = trainscope::wire;
 
-
 inline constexpr int64_t kCollectorAheadNs = 5'000'000'000;  // the fake collector's clock skew
 
 inline bool waitFor(const std::function<bool()>& pred, int timeoutMs = 10000) {
@@ -61,7 +60,7 @@ inline AgentOptions testOptions(const TempDir& tmp, const std::string& collector
 
 // Runs an Agent's event loop on a thread for the life of the object.
 class AgentRunner {
-public:
+ public:
   explicit AgentRunner(const AgentOptions& o) : agent_(o) {
     trainscope::Status st = agent_.start();
     INFO(st.message());
@@ -74,7 +73,7 @@ public:
   }
   AgentStats stats() const { return agent_.stats(); }
 
-private:
+ private:
   Agent agent_;
   std::thread thread_;
   trainscope::Status result_;
@@ -98,8 +97,9 @@ inline wire::Envelope stepItem(int64_t step) {
 }
 
 class FakeProbe {
-public:
-  FakeProbe(zmq::context_t& ctx, const std::string& endpoint) : sock_(ctx, zmq::socket_type::dealer) {
+ public:
+  FakeProbe(zmq::context_t& ctx, const std::string& endpoint)
+      : sock_(ctx, zmq::socket_type::dealer) {
     sock_.set(zmq::sockopt::linger, 0);
     sock_.connect(endpoint);
   }
@@ -146,12 +146,12 @@ public:
     return 0;
   }
 
-private:
+ private:
   zmq::socket_t sock_;
 };
 
 class FakeCollector {
-public:
+ public:
   FakeCollector(zmq::context_t& ctx, const std::string& endpoint, bool ack = true)
       : sock_(ctx, zmq::socket_type::router), ack_(ack) {
     sock_.set(zmq::sockopt::linger, 0);
@@ -174,7 +174,8 @@ public:
           deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return false;
       zmq::pollitem_t item{sock_.handle(), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, std::chrono::milliseconds(std::min<int64_t>(left.count(), 50))) <= 0) continue;
+      if (zmq::poll(&item, 1, std::chrono::milliseconds(std::min<int64_t>(left.count(), 50))) <= 0)
+        continue;
       zmq::message_t rid, frame;
       if (!sock_.recv(rid, zmq::recv_flags::dontwait)) continue;
       if (!sock_.recv(frame, zmq::recv_flags::dontwait)) continue;
@@ -197,13 +198,13 @@ public:
     return false;
   }
 
-  std::vector<int64_t> steps;             // step items, in arrival order (repeats included)
-  std::vector<wire::Envelope> others;     // every non-step item
+  std::vector<int64_t> steps;          // step items, in arrival order (repeats included)
+  std::vector<wire::Envelope> others;  // every non-step item
   int hellos = 0;
   int heartbeats = 0;
   int batches = 0;
 
-private:
+ private:
   void handle(const wire::Envelope& env) {
     if (env.has_agent_hello()) {
       ++hellos;

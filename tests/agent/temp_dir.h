@@ -10,9 +10,10 @@
 namespace trainscope::agent::testing {
 
 class TempDir {
-public:
+ public:
   TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "ts-agent-test-XXXXXX").string();
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "ts-agent-test-XXXXXX").string();
     char* made = ::mkdtemp(pattern.data());
     path_ = made != nullptr ? made : "";
   }
@@ -33,7 +34,7 @@ public:
     std::ofstream(p, std::ios::trunc) << text;
   }
 
-private:
+ private:
   std::string path_;
 };
 

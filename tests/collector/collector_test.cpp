@@ -155,10 +155,10 @@ TEST_CASE("collector: a bad flag value fails with a message naming the flag") {
     std::vector<std::string> args;
     std::string expect;
   };
-  for (const Case& c : {Case{{"--http", "localhost"}, "--http"},
-                        Case{{"--http", "127.0.0.1:99999"}, "--http"},
-                        Case{{"--retention-hours", "-2"}, "--retention-hours"},
-                        Case{{"--ingest", "localhost:7601"}, "--ingest"}}) {
+  for (const Case& c :
+       {Case{{"--http", "localhost"}, "--http"}, Case{{"--http", "127.0.0.1:99999"}, "--http"},
+        Case{{"--retention-hours", "-2"}, "--retention-hours"},
+        Case{{"--ingest", "localhost:7601"}, "--ingest"}}) {
     std::vector<std::string> args = {binary(), "--data-dir", dir.path + "/d"};
     args.insert(args.end(), c.args.begin(), c.args.end());
     const std::string log = dir.path + "/bad.log";

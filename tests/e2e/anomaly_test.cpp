@@ -23,8 +23,8 @@ constexpr const char* kRanks = "8";
 constexpr const char* kSteps = "250";  // 10 s at 40 ms a step
 
 struct Fault {
-  std::string kind;     // the anomaly kind the detectors should report
-  std::string inject;   // the simulator's --inject spec
+  std::string kind;    // the anomaly kind the detectors should report
+  std::string inject;  // the simulator's --inject spec
 };
 
 // The collector with a low hang floor (2 s), so a hang is reported within seconds, and the
@@ -36,9 +36,9 @@ std::unique_ptr<Process> startDetectingCollector(const TempDir& dir, const Colle
   const std::string ready = dir / "collector.ready";
   auto p = std::make_unique<Process>(
       "collector",
-      std::vector<std::string>{bin, "--data-dir", spec.dataDir, "--ingest", spec.ingest(),
-                               "--http", "127.0.0.1:" + std::to_string(spec.httpPort),
-                               "--ready-file", ready, "--hang-floor-ms", "2000"},
+      std::vector<std::string>{bin, "--data-dir", spec.dataDir, "--ingest", spec.ingest(), "--http",
+                               "127.0.0.1:" + std::to_string(spec.httpPort), "--ready-file", ready,
+                               "--hang-floor-ms", "2000"},
       dir / "collector.log");
   const bool up = waitFor(
       [&] {
@@ -88,9 +88,9 @@ const json* findAnomaly(const json& anomalies, const std::string& kind,
     if (a.value("kind", "") != kind) continue;
     const auto named = rankSet(a["ranks"]);
     bool match = kind == "slow_comm" ? namesSlowLink(a, ranks)
-                 : namesGroup(kind)  ? std::includes(named.begin(), named.end(), ranks.begin(),
-                                                     ranks.end())
-                                     : named == ranks;
+                 : namesGroup(kind)
+                     ? std::includes(named.begin(), named.end(), ranks.begin(), ranks.end())
+                     : named == ranks;
     if (match) return &a;
   }
   return nullptr;
@@ -153,7 +153,8 @@ TEST_CASE("e2e: every injected fault kind is detected and served by the API and 
   // Truth: the ranks each fault was injected on (every rank for job-wide faults).
   std::map<std::string, std::set<uint32_t>> expectedRanks;
   for (const auto& f : faults) {
-    const bool written = waitFor([&] { return !readFile(dir / (f.kind + ".truth.json")).empty(); }, 10s);
+    const bool written =
+        waitFor([&] { return !readFile(dir / (f.kind + ".truth.json")).empty(); }, 10s);
     REQUIRE(written);
     json truth = json::parse(readFile(dir / (f.kind + ".truth.json")));
     REQUIRE(truth.is_array());
@@ -187,7 +188,9 @@ TEST_CASE("e2e: every injected fault kind is detected and served by the API and 
     const json& h = found["hang"];
     INFO(h.dump());
     CHECK(rankSet(h["ranks"]) == expectedRanks["hang"]);
-    CHECK(h["labels"].value("culprit", "").rfind("not in a collective while 7 peers wait in one", 0) == 0);
+    CHECK(h["labels"]
+              .value("culprit", "")
+              .rfind("not in a collective while 7 peers wait in one", 0) == 0);
     CHECK(h["evidence"].value("ranks_waiting", 0.0) == 7.0);
   }
   for (const auto& [kind, a] : found) {

@@ -73,8 +73,8 @@ Cluster startCluster(const TempDir& dir, const std::string& name,
   Process& p = *c.collector;
   const bool up = waitFor(
       [&] {
-        return !p.running() || (!readFile(ready).empty() &&
-                                httpGet(c.spec.httpPort, "/healthz", 1s).status == 200);
+        return !p.running() ||
+               (!readFile(ready).empty() && httpGet(c.spec.httpPort, "/healthz", 1s).status == 200);
       },
       15s, 50ms);
   INFO(name << " log:\n" << p.logTail());
@@ -89,10 +89,9 @@ Cluster startCluster(const TempDir& dir, const std::string& name,
     const std::string agentName = name + "-agent-" + node;
     c.agentProcs.push_back(std::make_unique<Process>(
         agentName,
-        std::vector<std::string>{binaryFromEnv("TRAINSCOPE_AGENT_BIN"), "--collector",
-                                 as.collector, "--endpoint", as.endpoint, "--node", as.node,
-                                 "--spool-dir", as.spoolDir, "--capture-dir",
-                                 dir / "probe-captures"},
+        std::vector<std::string>{binaryFromEnv("TRAINSCOPE_AGENT_BIN"), "--collector", as.collector,
+                                 "--endpoint", as.endpoint, "--node", as.node, "--spool-dir",
+                                 as.spoolDir, "--capture-dir", dir / "probe-captures"},
         dir / (agentName + ".log")));
     Process& ap = *c.agentProcs.back();
     const std::string sock = as.endpoint.substr(6);
@@ -125,9 +124,9 @@ std::unique_ptr<Process> startSimPart(const TempDir& dir, const Cluster& c, cons
   }
   argv.insert(argv.end(), extra.begin(), extra.end());
   const std::string name = "sim-" + job + "-" + std::to_string(first);
-  return std::make_unique<Process>(name, argv, dir / (name + ".log"),
-                                   std::vector<std::string>{"TRAINSCOPE_CAPTURE_DIR=" +
-                                                            (dir / "probe-captures")});
+  return std::make_unique<Process>(
+      name, argv, dir / (name + ".log"),
+      std::vector<std::string>{"TRAINSCOPE_CAPTURE_DIR=" + (dir / "probe-captures")});
 }
 
 int64_t latestStep(uint16_t port, const std::string& job) {
@@ -308,8 +307,9 @@ std::string errorOf(const HttpResponse& r) {
 
 }  // namespace
 
-TEST_CASE("e2e: captures end to end: requested, automatic, rank killed, hang stacks, bad "
-          "requests, CLI") {
+TEST_CASE(
+    "e2e: captures end to end: requested, automatic, rank killed, hang stacks, bad "
+    "requests, CLI") {
   TempDir dir;
   ::mkdir((dir / "probe-captures").c_str(), 0755);
   // A: no automatic captures, so requested ones never meet a running one. B: detection with a
@@ -353,8 +353,7 @@ TEST_CASE("e2e: captures end to end: requested, automatic, rank killed, hang sta
     // (a) Ranks 0 and 5 for 3 steps with 2 of history.
     auto created = httpPost(httpA, "/api/v1/jobs/cap-basic/captures",
                             R"({"ranks":[0,5],"steps":3,"history":2,"start_step":)" +
-                                std::to_string(latestStep(httpA, "cap-basic") + kLeadSteps) +
-                                "}");
+                                std::to_string(latestStep(httpA, "cap-basic") + kLeadSteps) + "}");
     INFO("POST: " << created.status << " " << created.body);
     REQUIRE(created.status == 201);
     const json cap = created.json();
@@ -380,13 +379,13 @@ TEST_CASE("e2e: captures end to end: requested, automatic, rank killed, hang sta
     {
       const std::string out = dir / "cli-trace.json";
       const std::string log = dir / "cli-capture.log";
-      Process cli("cli-capture",
-                  {binaryFromEnv("TRAINSCOPE_CLI_BIN"), "--server",
-                   "http://127.0.0.1:" + std::to_string(httpA), "capture", "cap-basic", "--ranks",
-                   "0", "--steps", "2", "--start-step",
-                   std::to_string(latestStep(httpA, "cap-basic") + kLeadSteps), "--wait", "--out",
-                   out},
-                  log);
+      Process cli(
+          "cli-capture",
+          {binaryFromEnv("TRAINSCOPE_CLI_BIN"), "--server",
+           "http://127.0.0.1:" + std::to_string(httpA), "capture", "cap-basic", "--ranks", "0",
+           "--steps", "2", "--start-step",
+           std::to_string(latestStep(httpA, "cap-basic") + kLeadSteps), "--wait", "--out", out},
+          log);
       auto code = cli.wait(30s);
       INFO("cli output: " << readFile(log));
       CHECK(code == std::optional<int>(0));
@@ -403,9 +402,9 @@ TEST_CASE("e2e: captures end to end: requested, automatic, rank killed, hang sta
     {
       REQUIRE(waitFor([&] { return latestStep(httpA, "cap-kill") >= 5; }, 10s, 100ms));
       const int64_t at = latestStep(httpA, "cap-kill") + kLeadSteps;
-      auto r = httpPost(httpA, "/api/v1/jobs/cap-kill/captures",
-                        R"({"ranks":[1,5],"steps":40,"history":2,"start_step":)" +
-                            std::to_string(at) + "}");
+      auto r = httpPost(
+          httpA, "/api/v1/jobs/cap-kill/captures",
+          R"({"ranks":[1,5],"steps":40,"history":2,"start_step":)" + std::to_string(at) + "}");
       INFO("POST: " << r.status << " " << r.body);
       REQUIRE(r.status == 201);
       const std::string kid = r.json()["id"].get<std::string>();
@@ -452,8 +451,8 @@ TEST_CASE("e2e: captures end to end: requested, automatic, rank killed, hang sta
     // (b) The straggler's anomaly names an automatic capture of rank 3 and a healthy rank.
     {
       json anomaly;
-      const bool linked = waitAnomalyWithCapture(httpB, "cap-straggler", "straggler", 3, 25s,
-                                                 &anomaly);
+      const bool linked =
+          waitAnomalyWithCapture(httpB, "cap-straggler", "straggler", 3, 25s, &anomaly);
       INFO("anomalies: " << getJson(httpB, "/api/v1/jobs/cap-straggler/anomalies").dump()
                          << "\ncollector log:\n"
                          << b.collector->logTail(3000));
@@ -479,8 +478,8 @@ TEST_CASE("e2e: captures end to end: requested, automatic, rank killed, hang sta
     // every thread it has, one of them waiting in simulatedCollectiveWait.
     {
       json anomaly;
-      const bool linked = waitAnomalyWithCapture(httpB, "cap-hang", "hang", std::nullopt, 20s,
-                                                 &anomaly);
+      const bool linked =
+          waitAnomalyWithCapture(httpB, "cap-hang", "hang", std::nullopt, 20s, &anomaly);
       INFO("anomalies: " << getJson(httpB, "/api/v1/jobs/cap-hang/anomalies").dump()
                          << "\ncollector log:\n"
                          << b.collector->logTail(3000));
@@ -494,8 +493,8 @@ TEST_CASE("e2e: captures end to end: requested, automatic, rank killed, hang sta
       // capture, or request one for rank 6 when the anomaly named none of them.
       auto ranks = rankSet(c["ranks"]);
       if (std::none_of(ranks.begin(), ranks.end(), [](uint32_t r) { return r >= 4; })) {
-        auto r = httpPost(httpB, "/api/v1/jobs/cap-hang/captures",
-                          R"({"kind":"stacks","ranks":[6]})");
+        auto r =
+            httpPost(httpB, "/api/v1/jobs/cap-hang/captures", R"({"kind":"stacks","ranks":[6]})");
         REQUIRE(r.status == 201);
         cid = r.json()["id"].get<std::string>();
         c = waitFinished(httpB, cid, 20s);

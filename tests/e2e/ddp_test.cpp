@@ -68,12 +68,17 @@ std::vector<std::unique_ptr<Process>> startDdpRanks(const TempDir& dir, const Dd
   for (int r = 0; r < 2; ++r) {
     std::vector<std::string> argv{"/usr/bin/python3", s.script};
     argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<std::string> env{"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r),
-                                 "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
-                                 "MASTER_PORT=" + masterPort, "TRAINSCOPE_JOB=" + job,
-                                 "TRAINSCOPE_AGENT=" + endpoint, "TRAINSCOPE_PROBE_LIB=" + s.probeLib,
+    std::vector<std::string> env{"RANK=" + std::to_string(r),
+                                 "LOCAL_RANK=" + std::to_string(r),
+                                 "WORLD_SIZE=2",
+                                 "MASTER_ADDR=127.0.0.1",
+                                 "MASTER_PORT=" + masterPort,
+                                 "TRAINSCOPE_JOB=" + job,
+                                 "TRAINSCOPE_AGENT=" + endpoint,
+                                 "TRAINSCOPE_PROBE_LIB=" + s.probeLib,
                                  "TRAINSCOPE_TORCH_LIB=" + s.torchLib,
-                                 "PYTHONPATH=" + s.pythonPath, "OMP_NUM_THREADS=1"};
+                                 "PYTHONPATH=" + s.pythonPath,
+                                 "OMP_NUM_THREADS=1"};
     env.insert(env.end(), extraEnv.begin(), extraEnv.end());
     ranks.push_back(std::make_unique<Process>("ddp-rank" + std::to_string(r), argv,
                                               dir / ("ddp-rank" + std::to_string(r) + ".log"),
@@ -141,8 +146,8 @@ TEST_CASE(
     return;
   }
   // Every step's operators include the matrix products of the MLP's forward and backward.
-  const auto detail = httpGet(cs.httpPort, "/api/v1/jobs/" + percentEncode(job) +
-                                               "/steps?limit=100000&detail=true", 30s);
+  const auto detail = httpGet(
+      cs.httpPort, "/api/v1/jobs/" + percentEncode(job) + "/steps?limit=100000&detail=true", 30s);
   REQUIRE(detail.status == 200);
   const auto detailRows = detail.json().at("steps");
   int withAten = 0;
@@ -164,7 +169,9 @@ TEST_CASE(
   CHECK(opNames.count("aten::addmm") == 1);
 }
 
-TEST_CASE("e2e: a capture of real 2-rank DDP training merges the aten operators and all_reduce of both ranks") {
+TEST_CASE(
+    "e2e: a capture of real 2-rank DDP training merges the aten operators and all_reduce of both "
+    "ranks") {
   const DdpSetup setup = ddpSetup();
   if (setup.torchLib.empty()) {
     std::fprintf(stderr, "e2e: skipped: libtrainscope_torch.so is not built (no libtorch-dev)\n");
@@ -257,9 +264,9 @@ TEST_CASE("e2e: a capture of real 2-rank DDP training merges the aten operators 
       if (insideStep(pid, ts, dur)) ++allReducesInside[pid];
     }
   }
-  INFO("steps per rank: " << steps[0].size() << ", " << steps[1].size() << "; aten ops: "
-                          << atenOps[0] << ", " << atenOps[1] << "; all_reduce: " << allReduces[0]
-                          << ", " << allReduces[1]);
+  INFO("steps per rank: " << steps[0].size() << ", " << steps[1].size()
+                          << "; aten ops: " << atenOps[0] << ", " << atenOps[1]
+                          << "; all_reduce: " << allReduces[0] << ", " << allReduces[1]);
   for (int rank : {0, 1}) {
     CHECK(steps[rank].size() >= 3);  // N = 3 recorded steps (plus what history held)
     CHECK(atenOps[rank] > 0);

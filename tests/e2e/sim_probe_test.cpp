@@ -123,7 +123,8 @@ TEST_CASE("sim: the probe's step reports show the model's phases and injected fa
   }
   auto wireNs = [&](uint32_t rank, int64_t from, int64_t to) {
     double sum = 0;
-    for (int64_t s = from; s < to; ++s) sum += static_cast<double>(reports.at({rank, s}).links(0).wire_ns());
+    for (int64_t s = from; s < to; ++s)
+      sum += static_cast<double>(reports.at({rank, s}).links(0).wire_ns());
     return sum / static_cast<double>(to - from);
   };
   // The slow link shows on its sender only; the straggler moves no link.

@@ -147,7 +147,8 @@ TEST_CASE("cli detect: finds a level change in a file and from stdin", "[cli]") 
   std::istringstream in("step,value\n" + [] {
     std::string csv;
     for (int i = 0; i < 200; ++i) {
-      csv += std::to_string(i) + "," + std::to_string(i < 120 ? 50.0 + (i % 3) * 0.2 : 25.0 + (i % 3) * 0.1) + "\n";
+      csv += std::to_string(i) + "," +
+             std::to_string(i < 120 ? 50.0 + (i % 3) * 0.2 : 25.0 + (i % 3) * 0.1) + "\n";
     }
     return csv;
   }());
@@ -170,8 +171,7 @@ TEST_CASE("cli detect: a steady series has no change points", "[cli]") {
   CHECK(r.out == "no change points in 150 values\n");
 }
 
-TEST_CASE("cli detect: bad input exits 1 naming the line; a missing file names the file",
-          "[cli]") {
+TEST_CASE("cli detect: bad input exits 1 naming the line; a missing file names the file", "[cli]") {
   TempFile empty("");
   auto e = cli({"detect", "--input", empty.path});
   CHECK(e.code == 1);

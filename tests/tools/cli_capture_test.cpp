@@ -132,10 +132,10 @@ using trainscope::cli::testing::Run;
 
 json rankStatus(uint32_t rank, const std::string& state, const std::string& detail = "",
                 uint64_t bytes = 0) {
-  return json{{"rank", rank},          {"node", "n" + std::to_string(rank % 2)},
-              {"state", state},        {"detail", detail},
-              {"bytes", bytes},        {"truncated", false},
-              {"first_step", 18},      {"last_step", 22},
+  return json{{"rank", rank},     {"node", "n" + std::to_string(rank % 2)},
+              {"state", state},   {"detail", detail},
+              {"bytes", bytes},   {"truncated", false},
+              {"first_step", 18}, {"last_step", 22},
               {"updated_ns", 1}};
 }
 
@@ -231,21 +231,20 @@ TEST_CASE("cli capture: the request body carries only the fields given", "[cli]"
 
 TEST_CASE("cli capture --wait: progress per rank, exit 0, --out plain and gzip, token", "[cli]") {
   Scripted s;
-  s.states = {captureJson("running", {rankStatus(0, "pending"), rankStatus(5, "pending")}),
-              captureJson("running", {rankStatus(0, "recording", "steps 20..22, history from 18"),
-                                      rankStatus(5, "pending")}),
-              captureJson("running", {rankStatus(0, "done", "", 2048),
-                                      rankStatus(5, "uploading", "", 1024)}),
-              captureJson("complete",
-                          {rankStatus(0, "done", "", 2048), rankStatus(5, "done", "", 4096)})};
+  s.states = {
+      captureJson("running", {rankStatus(0, "pending"), rankStatus(5, "pending")}),
+      captureJson("running", {rankStatus(0, "recording", "steps 20..22, history from 18"),
+                              rankStatus(5, "pending")}),
+      captureJson("running",
+                  {rankStatus(0, "done", "", 2048), rankStatus(5, "uploading", "", 1024)}),
+      captureJson("complete", {rankStatus(0, "done", "", 2048), rankStatus(5, "done", "", 4096)})};
   FakeApi api([&](const Request& r) { return s.handle(r); });
   const std::string out = "/tmp/cli_capture_test_" + std::to_string(::getpid()) + ".json";
   Run r = cli({"--server", api.url(), "--token", "s3cret", "capture", "j", "--ranks", "0,5",
                "--steps", "3", "--history", "2", "--reason", "look", "--wait", "--out", out});
   INFO(r.out << r.err);
   CHECK(r.code == 0);
-  CHECK(r.out.find("rank 0 (n0): recording: steps 20..22, history from 18\n") !=
-        std::string::npos);
+  CHECK(r.out.find("rank 0 (n0): recording: steps 20..22, history from 18\n") != std::string::npos);
   CHECK(r.out.find("rank 5 (n1): uploading: 1.0 KiB") != std::string::npos);
   CHECK(r.out.find("rank 5 (n1): done: 4.0 KiB, steps 18..22") != std::string::npos);
   // A state printed once is not repeated on the next poll.
@@ -255,11 +254,9 @@ TEST_CASE("cli capture --wait: progress per rank, exit 0, --out plain and gzip, 
   auto reqs = api.requests();
   REQUIRE(!reqs.empty());
   CHECK(reqs[0].method == "POST");
-  CHECK(json::parse(reqs[0].body) == json{{"kind", "trace"},
-                                          {"ranks", {0, 5}},
-                                          {"steps", 3},
-                                          {"history", 2},
-                                          {"reason", "look"}});
+  CHECK(
+      json::parse(reqs[0].body) ==
+      json{{"kind", "trace"}, {"ranks", {0, 5}}, {"steps", 3}, {"history", 2}, {"reason", "look"}});
   for (const auto& q : reqs) CHECK(q.authorization == "Bearer s3cret");
   std::remove(out.c_str());
 
@@ -340,13 +337,12 @@ TEST_CASE("cli capture: bad flags are usage errors (exit 2) naming the flag", "[
 
 TEST_CASE("cli captures: table of a job's captures", "[cli]") {
   json list = {{"captures",
-                {captureJson("complete", {}),
-                 json{{"id", "cap-2-ffff"},
-                      {"kind", "stacks"},
-                      {"state", "running"},
-                      {"reason", "anomaly j/hang/1: hang"},
-                      {"ranks", {0, 1, 2, 3}},
-                      {"created_ns", 1}}}}};
+                {captureJson("complete", {}), json{{"id", "cap-2-ffff"},
+                                                   {"kind", "stacks"},
+                                                   {"state", "running"},
+                                                   {"reason", "anomaly j/hang/1: hang"},
+                                                   {"ranks", {0, 1, 2, 3}},
+                                                   {"created_ns", 1}}}}};
   FakeApi api([&](const Request& r) {
     if (r.target == "/api/v1/jobs/j/captures") return Reply{200, list.dump(), ""};
     return Reply{404, R"({"error":"unknown job 'x'"})", ""};
@@ -370,27 +366,31 @@ TEST_CASE("cli stacks: threads per rank, the rank whose main thread differs is m
     for (const auto& f : fns) {
       native.push_back({{"address", "0x1"}, {"function", f}, {"offset", 4}, {"module", "/x.so"}});
     }
-    return json{{"tid", tid}, {"name", name}, {"state", "S"}, {"native", native},
-                {"python", python}};
+    return json{
+        {"tid", tid}, {"name", name}, {"state", "S"}, {"native", native}, {"python", python}};
   };
   const std::vector<std::string> waiting = {
       "clock_nanosleep", "_ZN10trainscope3sim23simulatedCollectiveWaitEl",
-      "trainscope::sim::(anonymous namespace)::loop(std::vector<int, std::allocator<int> > const&) const",
+      "trainscope::sim::(anonymous namespace)::loop(std::vector<int, std::allocator<int> > const&) "
+      "const",
       "main"};
-  json merged = {{"kind", "stacks"},
-                 {"capture", captureJson("complete", {}, "stacks")},
-                 {"ranks",
-                  {json{{"rank", 0}, {"node", "n0"}, {"threads", {thread(100, "sim", waiting)}}},
-                   json{{"rank", 1},
-                        {"node", "n1"},
-                        {"threads",
-                         {thread(200, "python3", {"epoll_wait"},
-                                 json::array({json{{"function", "train_step"},
-                                                   {"file", "/a/train.py"},
-                                                   {"line", 42}}})),
-                          json{{"tid", 201}, {"name", "t"}, {"state", "R"},
-                               {"native", json::array()}, {"error", "no answer"}}}}},
-                   json{{"rank", 2}, {"node", "n0"}, {"threads", {thread(300, "sim", waiting)}}}}}};
+  json merged = {
+      {"kind", "stacks"},
+      {"capture", captureJson("complete", {}, "stacks")},
+      {"ranks",
+       {json{{"rank", 0}, {"node", "n0"}, {"threads", {thread(100, "sim", waiting)}}},
+        json{{"rank", 1},
+             {"node", "n1"},
+             {"threads",
+              {thread(200, "python3", {"epoll_wait"},
+                      json::array({json{
+                          {"function", "train_step"}, {"file", "/a/train.py"}, {"line", 42}}})),
+               json{{"tid", 201},
+                    {"name", "t"},
+                    {"state", "R"},
+                    {"native", json::array()},
+                    {"error", "no answer"}}}}},
+        json{{"rank", 2}, {"node", "n0"}, {"threads", {thread(300, "sim", waiting)}}}}}};
   std::ostringstream out;
   renderStacks(merged, out);
   const std::string text = out.str();

@@ -47,7 +47,8 @@ TEST_CASE("simtrain split: every process models the whole job and draws the same
           "[sim]") {
   SimOptions a = split(0, 4, 8);
   SimOptions b = split(4, 4, 8);
-  for (SimOptions* o : {&a, &b}) o->injects.push_back(*parseInject("straggler:rank=5,from=2,factor=2"));
+  for (SimOptions* o : {&a, &b})
+    o->injects.push_back(*parseInject("straggler:rank=5,from=2,factor=2"));
   StepModel ma(a);
   StepModel mb(b);
   for (int64_t s = 0; s < 4; ++s) {
@@ -56,7 +57,8 @@ TEST_CASE("simtrain split: every process models the whole job and draws the same
     REQUIRE(ta.ranks.size() == 8);
     REQUIRE(tb.ranks.size() == 8);
     CHECK(ta.endNs == tb.endNs);  // the straggler (hosted by b) slows a's collectives too
-    for (size_t r = 0; r < 8; ++r) CHECK(ta.ranks[r].ops.back().startNs == tb.ranks[r].ops.back().startNs);
+    for (size_t r = 0; r < 8; ++r)
+      CHECK(ta.ranks[r].ops.back().startNs == tb.ranks[r].ops.back().startNs);
   }
   // The hang at step 3 stops both processes' ranks at the same step.
   SimOptions ha = split(0, 4, 8);

@@ -30,11 +30,11 @@ namespace wire = trainscope::wire;
 namespace {
 
 struct BenchOptions {
-  std::string agentPath;       // empty: next to this binary or build/agent/
-  int ranks = 64;              // fake probes
-  int stepsPerSec = 10;        // StepReports per rank per second
-  int seconds = 20;            // measured duration
-  int warmupSeconds = 2;       // excluded from the measurement
+  std::string agentPath;               // empty: next to this binary or build/agent/
+  int ranks = 64;                      // fake probes
+  int stepsPerSec = 10;                // StepReports per rank per second
+  int seconds = 20;                    // measured duration
+  int warmupSeconds = 2;               // excluded from the measurement
   std::vector<std::string> agentArgs;  // extra flags for the agent
 };
 
@@ -109,7 +109,8 @@ void runCollector(zmq::socket_t& sock, std::atomic<bool>& stop, std::atomic<uint
     zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
     if (zmq::poll(&item, 1, std::chrono::milliseconds(100)) <= 0) continue;
     zmq::message_t rid, frame;
-    if (!sock.recv(rid, zmq::recv_flags::dontwait) || !sock.recv(frame, zmq::recv_flags::dontwait)) continue;
+    if (!sock.recv(rid, zmq::recv_flags::dontwait) || !sock.recv(frame, zmq::recv_flags::dontwait))
+      continue;
     auto env = wire::decode(frame.data(), frame.size());
     if (!env) continue;
     wire::Envelope reply;
@@ -135,18 +136,26 @@ void runCollector(zmq::socket_t& sock, std::atomic<bool>& stop, std::atomic<uint
 
 int main(int argc, char** argv) {
   BenchOptions opts;
-  CLI::App app{"agent_cpu_bench: CPU use of trainscope-agent with N fake ranks sending step "
-               "reports to it and a fake collector acking upstream."};
+  CLI::App app{
+      "agent_cpu_bench: CPU use of trainscope-agent with N fake ranks sending step "
+      "reports to it and a fake collector acking upstream."};
   app.add_option("--agent", opts.agentPath,
                  "path of trainscope-agent [default: next to this binary or ../../agent/]");
-  app.add_option("--ranks", opts.ranks, "fake probes (ranks)")->capture_default_str()->check(CLI::Range(1, 4096));
+  app.add_option("--ranks", opts.ranks, "fake probes (ranks)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   app.add_option("--steps-per-sec", opts.stepsPerSec, "step reports per rank per second")
-      ->capture_default_str()->check(CLI::Range(1, 1000));
-  app.add_option("--seconds", opts.seconds, "measured duration")->capture_default_str()->check(CLI::Range(1, 3600));
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--seconds", opts.seconds, "measured duration")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
   app.add_option("--warmup-seconds", opts.warmupSeconds, "excluded start-up time")
-      ->capture_default_str()->check(CLI::Range(0, 600));
-  app.add_option("--agent-arg", opts.agentArgs,
-                 "extra flag passed to the agent, repeatable (e.g. --agent-arg=--probe-coalesce-ms=0)");
+      ->capture_default_str()
+      ->check(CLI::Range(0, 600));
+  app.add_option(
+      "--agent-arg", opts.agentArgs,
+      "extra flag passed to the agent, repeatable (e.g. --agent-arg=--probe-coalesce-ms=0)");
   CLI11_PARSE(app, argc, argv);
 
   std::string agentPath = findAgent(opts.agentPath);
@@ -176,9 +185,9 @@ int main(int argc, char** argv) {
   if (pid == 0) {
     int devnull = ::open("/dev/null", O_WRONLY);
     if (devnull >= 0) dup2(devnull, STDOUT_FILENO);
-    std::vector<std::string> args{agentPath, "--collector", collectorEp, "--endpoint",
+    std::vector<std::string> args{agentPath,       "--collector", collectorEp,    "--endpoint",
                                   "ipc://" + sock, "--spool-dir", dir + "/spool", "--node",
-                                  "bench", "--log-level", "warn"};
+                                  "bench",         "--log-level", "warn"};
     args.insert(args.end(), opts.agentArgs.begin(), opts.agentArgs.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -242,7 +251,8 @@ int main(int argc, char** argv) {
       if (now >= p.nextSendNs) {
         wire::Envelope batch;
         batch.mutable_batch()->set_seq(++p.seq);
-        *batch.mutable_batch()->add_items() = stepReport("bench-job", static_cast<uint32_t>(r), p.step++);
+        *batch.mutable_batch()->add_items() =
+            stepReport("bench-job", static_cast<uint32_t>(r), p.step++);
         std::string data = wire::encode(batch);
         if (p.sock.send(zmq::buffer(data), zmq::send_flags::dontwait)) ++sent;
         p.nextSendNs += periodNs;
@@ -250,7 +260,8 @@ int main(int argc, char** argv) {
       next = std::min({next, p.nextSendNs, p.nextHelloNs});
       items[r] = zmq::pollitem_t{p.sock.handle(), 0, ZMQ_POLLIN, 0};
     }
-    long waitMs = std::max<long>(0, static_cast<long>((next - trainscope::monotonicNowNs()) / 1'000'000));
+    long waitMs =
+        std::max<long>(0, static_cast<long>((next - trainscope::monotonicNowNs()) / 1'000'000));
     if (zmq::poll(items.data(), items.size(), std::chrono::milliseconds(waitMs)) > 0) {
       for (size_t r = 0; r < probes.size(); ++r) {
         if (!(items[r].revents & ZMQ_POLLIN)) continue;
@@ -263,7 +274,8 @@ int main(int argc, char** argv) {
     }
   }
   uint64_t ticksTo = cpuTicks(pid);
-  double cpuSec = static_cast<double>(ticksTo - ticksFrom) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  double cpuSec =
+      static_cast<double>(ticksTo - ticksFrom) / static_cast<double>(sysconf(_SC_CLK_TCK));
   double percent = 100.0 * cpuSec / opts.seconds;
 
   kill(pid, SIGTERM);
@@ -275,8 +287,9 @@ int main(int argc, char** argv) {
   for (const auto& p : probes) acked += p.acked;
   std::filesystem::remove_all(dir);
 
-  std::printf("agent_cpu_bench: %d ranks x %d steps/s for %d s (32 ops, 8 collectives per report)\n",
-              opts.ranks, opts.stepsPerSec, opts.seconds);
+  std::printf(
+      "agent_cpu_bench: %d ranks x %d steps/s for %d s (32 ops, 8 collectives per report)\n",
+      opts.ranks, opts.stepsPerSec, opts.seconds);
   std::printf("  agent CPU: %.2f %% of one core (%.2f s CPU)\n", percent, cpuSec);
   std::printf("  probe batches sent %llu, acked by the agent %llu\n",
               static_cast<unsigned long long>(sent), static_cast<unsigned long long>(acked));

@@ -79,9 +79,8 @@ int run(const Options& o) {
       bytes = t.bytes;
       ms.push_back(t.ms);
     }
-    std::printf("  %-44s %8.1f %8.1f %8.1f %8.1f %10zu\n", k.name, first,
-                bench::percentile(ms, 50), bench::percentile(ms, 99),
-                bench::percentile(ms, 100), bytes);
+    std::printf("  %-44s %8.1f %8.1f %8.1f %8.1f %10zu\n", k.name, first, bench::percentile(ms, 50),
+                bench::percentile(ms, 99), bench::percentile(ms, 100), bytes);
     std::fflush(stdout);
   }
   server.stop();

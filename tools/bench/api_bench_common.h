@@ -165,12 +165,13 @@ class BenchStore {
     if (!opened) return Status::error(opened.message());
     store_ = std::move(*opened);
     if (!exists) {
-      const auto rows = static_cast<unsigned long long>(fill.ranks) *
-                        static_cast<unsigned long long>(fill.steps);
-      std::printf("filling %u ranks x %lld steps = %llu rows (%d ops, %d collectives each) into "
-                  "%s\n",
-                  fill.ranks, static_cast<long long>(fill.steps), rows, fill.ops,
-                  fill.collectives, so.path.c_str());
+      const auto rows =
+          static_cast<unsigned long long>(fill.ranks) * static_cast<unsigned long long>(fill.steps);
+      std::printf(
+          "filling %u ranks x %lld steps = %llu rows (%d ops, %d collectives each) into "
+          "%s\n",
+          fill.ranks, static_cast<long long>(fill.steps), rows, fill.ops, fill.collectives,
+          so.path.c_str());
       std::fflush(stdout);
       auto took = fillStore(*store_, fill);
       if (!took) return Status::error(took.message());
@@ -235,15 +236,15 @@ class HttpClient {
       out.bytes = parser.get().body().size();
       break;
     }
-    out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                 .count();
+    out.ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return out;
   }
 
  private:
   void connect() {
-    stream_.connect(boost::asio::ip::tcp::endpoint(
-        boost::asio::ip::make_address("127.0.0.1"), port_));
+    stream_.connect(
+        boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), port_));
   }
   uint16_t port_;
   boost::asio::io_context ioc_;

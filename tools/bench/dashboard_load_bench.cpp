@@ -34,12 +34,12 @@ namespace {
 
 struct Options {
   bench::FillOptions fill;
-  std::string dataDir;     // "" = a temp dir, removed at exit
-  bool reuse = false;      // keep the database found in dataDir
+  std::string dataDir;  // "" = a temp dir, removed at exit
+  bool reuse = false;   // keep the database found in dataDir
   int ioThreads = 4;
   int runs = 5;
-  std::string webRoot;     // "" skips the static files
-  std::string browser;     // measure.mjs to run with node, "" skips it
+  std::string webRoot;  // "" skips the static files
+  std::string browser;  // measure.mjs to run with node, "" skips it
 };
 
 struct Request {
@@ -87,19 +87,19 @@ int run(const Options& o) {
   // The requests of web/js/app.js's first load of #/jobs/JOB, phase by phase.
   std::vector<Request> page;
   if (!o.webRoot.empty()) {
-    for (const char* f : {"/", "/style.css", "/vendor/uPlot.min.css", "/vendor/uPlot.iife.min.js",
-                          "/js/app.js", "/js/api.js", "/js/live.js", "/js/heatmap.js",
-                          "/js/timeline.js"}) {
+    for (const char* f :
+         {"/", "/style.css", "/vendor/uPlot.min.css", "/vendor/uPlot.iife.min.js", "/js/app.js",
+          "/js/api.js", "/js/live.js", "/js/heatmap.js", "/js/timeline.js"}) {
       page.push_back({f, f});
     }
   }
   page.push_back({"jobs", "/api/v1/jobs"});
   page.push_back({"nodes", "/api/v1/nodes"});
   page.push_back({"anomalies", base + "/anomalies"});
-  std::vector<Request> rankList = {{"rank list", base + "/ranks"},
-                                   {"jobs-page step time", base + "/summary?from=" + from(1)},
-                                   {"step chart (latest 1000)",
-                                    base + "/summary?from=" + from(999) + "&limit=100000"}};
+  std::vector<Request> rankList = {
+      {"rank list", base + "/ranks"},
+      {"jobs-page step time", base + "/summary?from=" + from(1)},
+      {"step chart (latest 1000)", base + "/summary?from=" + from(999) + "&limit=100000"}};
   std::vector<Request> usable = {
       {"ranks table (2 steps, detail)", base + "/steps?from=" + from(1) + "&detail=1&limit=100000"},
       {"heatmap (latest 250, compact)",
@@ -108,8 +108,7 @@ int run(const Options& o) {
   std::vector<Request> after = {
       {"bandwidth (rank 0, 2000 steps, detail)",
        base + "/steps?rank=0&from=" + from(1999) + "&detail=1&limit=2000"},
-      {"step chart (older steps)",
-       base + "/summary?from=0&to=" + from(1000) + "&limit=100000"},
+      {"step chart (older steps)", base + "/summary?from=0&to=" + from(1000) + "&limit=100000"},
   };
 
   std::map<std::string, std::vector<double>> perRequest;
@@ -128,11 +127,11 @@ int run(const Options& o) {
     auto a = runPhase(port, page, 6);
     auto b = runPhase(port, rankList, 6);
     auto c = runPhase(port, usable, 6);
-    double u = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                   .count();
+    double u =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     auto d = runPhase(port, after, 1);  // the page reads these one after another
-    double w = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                   .count();
+    double w =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     note(page, a);
     note(rankList, b);
     note(usable, c);
@@ -142,8 +141,8 @@ int run(const Options& o) {
     toUsable.push_back(u);
     toWhole.push_back(w);
   }
-  std::printf("\nrequests of the first load (%d runs, %d I/O threads), median / max ms:\n",
-              o.runs, o.ioThreads);
+  std::printf("\nrequests of the first load (%d runs, %d I/O threads), median / max ms:\n", o.runs,
+              o.ioThreads);
   for (const auto* list : {&page, &rankList, &usable, &after}) {
     for (const auto& req : *list) {
       const auto& v = perRequest[req.name];

@@ -46,7 +46,8 @@ std::string textOr(const json& j, const char* key, const std::string& fallback) 
 }
 
 bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string capturePath(const std::string& id, const char* what = "") {
@@ -120,7 +121,8 @@ std::string pythonFrameText(const json& f) {
   std::string file = textOr(f, "file", "");
   const auto slash = file.rfind('/');
   if (slash != std::string::npos) file = file.substr(slash + 1);
-  return textOr(f, "function", "?") + " (" + file + ":" + std::to_string(fieldInt(f, "line", 0)) + ")";
+  return textOr(f, "function", "?") + " (" + file + ":" + std::to_string(fieldInt(f, "line", 0)) +
+         ")";
 }
 
 // A thread's innermost frames, Python first (what the user's code is doing), then native.
@@ -207,14 +209,14 @@ std::optional<json> follow(Context& ctx, const CaptureArgs& args, json capture, 
     deadlineNs = wallNowNs() + static_cast<int64_t>(args.timeoutS * 1e9);
   } else {
     const int64_t collectorDeadline = fieldInt(capture, "deadline_ns", 0);
-    deadlineNs = collectorDeadline > 0 ? collectorDeadline + 30 * kNsPerSec
-                                       : wallNowNs() + 600 * kNsPerSec;
+    deadlineNs =
+        collectorDeadline > 0 ? collectorDeadline + 30 * kNsPerSec : wallNowNs() + 600 * kNsPerSec;
   }
   std::map<int64_t, std::string> seen;  // rank -> "state|detail|bytes" last printed
   for (;;) {
     for (const auto& rs : member(capture, "rank_status")) {
-      const std::string key = fieldText(rs, "state") + "|" + fieldText(rs, "detail") + "|" +
-                              fieldText(rs, "bytes");
+      const std::string key =
+          fieldText(rs, "state") + "|" + fieldText(rs, "detail") + "|" + fieldText(rs, "bytes");
       auto& last = seen[fieldInt(rs, "rank", -1)];
       if (last != key) {
         progress(ctx) << "  " << rankStatusLine(rs) << "\n" << std::flush;
@@ -429,8 +431,8 @@ Result<std::string> gzipCompress(const std::string& data) {
 
 int runCapture(Context& ctx, const CaptureArgs& args) {
   int code = kExitOk;
-  auto created = postJson(ctx, jobPath(args.job, "captures"), captureRequestBody(args).dump(),
-                          &code);
+  auto created =
+      postJson(ctx, jobPath(args.job, "captures"), captureRequestBody(args).dump(), &code);
   if (!created) return code;
   json capture = std::move(*created);
   const std::string id = textOr(capture, "id", "");

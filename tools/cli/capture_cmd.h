@@ -21,18 +21,18 @@ inline constexpr int kExitPartial = 3;  // the capture ended with some ranks fai
 
 struct CaptureArgs {
   std::string job;
-  std::string kind = "trace";                 // "trace" or "stacks"
+  std::string kind = "trace";                  // "trace" or "stacks"
   std::optional<std::vector<uint32_t>> ranks;  // none: every rank of the job
-  std::optional<uint32_t> steps;              // none: the collector's default (5)
-  std::optional<uint32_t> history;            // none: the collector's default (4)
-  std::optional<int64_t> startStep;           // none: latest step of the job + 2
-  std::optional<double> maxMb;                // none: the collector's default (64 MiB)
-  std::string reason;                         // "": the collector's "on request"
-  bool wait = false;       // follow the capture to its end (implied by --out)
-  double timeoutS = 0;     // give up waiting after this long; 0 = the capture's own deadline
-                           // (as the collector computed it) plus 30 s
-  std::string out;         // write the merged trace here ("" = nowhere); *.gz stays gzip
-  int pollMs = 500;        // time between progress polls: a CLI may poll, 2/s is cheap
+  std::optional<uint32_t> steps;               // none: the collector's default (5)
+  std::optional<uint32_t> history;             // none: the collector's default (4)
+  std::optional<int64_t> startStep;            // none: latest step of the job + 2
+  std::optional<double> maxMb;                 // none: the collector's default (64 MiB)
+  std::string reason;                          // "": the collector's "on request"
+  bool wait = false;                           // follow the capture to its end (implied by --out)
+  double timeoutS = 0;  // give up waiting after this long; 0 = the capture's own deadline
+                        // (as the collector computed it) plus 30 s
+  std::string out;      // write the merged trace here ("" = nowhere); *.gz stays gzip
+  int pollMs = 500;     // time between progress polls: a CLI may poll, 2/s is cheap
 };
 
 // Parses "0,3,5-7" (ranks and inclusive ranges, any order, repeats allowed) into a sorted list

@@ -175,8 +175,9 @@ int runJobs(Context& ctx) {
   for (const auto& j : jobs) {
     t.addRow({fieldText(j, "job"), fieldText(j, "state"),
               std::to_string(u64(j, "ranks_seen")) + "/" + std::to_string(u64(j, "world_size")),
-              fieldText(j, "ranks_ended"), stepText(fieldInt(j, "latest_step", -1)), fieldText(j, "step_rows"),
-              ageSince(ctx, fieldInt(j, "first_seen_ns")), ageSince(ctx, fieldInt(j, "last_seen_ns"))});
+              fieldText(j, "ranks_ended"), stepText(fieldInt(j, "latest_step", -1)),
+              fieldText(j, "step_rows"), ageSince(ctx, fieldInt(j, "first_seen_ns")),
+              ageSince(ctx, fieldInt(j, "last_seen_ns"))});
   }
   t.render(ctx.out);
   return kExitOk;
@@ -202,10 +203,11 @@ int runRanks(Context& ctx, const std::string& job) {
            {"PROBE"}});
   for (const auto& r : ranks) {
     bool ended = r.value("ended", false);
-    std::string status = ended ? "ended at step " + stepText(fieldInt(r, "ended_step", -1)) : "active";
-    t.addRow({fieldText(r, "rank"), fieldText(r, "local_rank"), fieldText(r, "host"), fieldText(r, "node"), fieldText(r, "pid"),
-              stepText(fieldInt(r, "latest_step", -1)), status, ageSince(ctx, fieldInt(r, "last_seen_ns")),
-              fieldText(r, "probe_version")});
+    std::string status =
+        ended ? "ended at step " + stepText(fieldInt(r, "ended_step", -1)) : "active";
+    t.addRow({fieldText(r, "rank"), fieldText(r, "local_rank"), fieldText(r, "host"),
+              fieldText(r, "node"), fieldText(r, "pid"), stepText(fieldInt(r, "latest_step", -1)),
+              status, ageSince(ctx, fieldInt(r, "last_seen_ns")), fieldText(r, "probe_version")});
   }
   t.render(ctx.out);
   return kExitOk;
@@ -236,10 +238,11 @@ int runSteps(Context& ctx, const StepsArgs& args) {
            {"RECORDS", true},
            {"DROPPED", true}});
   for (const auto& s : steps) {
-    t.addRow({fieldText(s, "step"), fieldText(s, "rank"), formatDurationMs(fieldInt(s, "duration_ns")),
-              formatDurationMs(fieldInt(s, "compute_ns")), formatDurationMs(fieldInt(s, "comm_ns")),
-              formatDurationMs(fieldInt(s, "exposed_comm_ns")), formatDurationMs(fieldInt(s, "data_ns")),
-              fieldText(s, "records"), fieldText(s, "dropped")});
+    t.addRow(
+        {fieldText(s, "step"), fieldText(s, "rank"), formatDurationMs(fieldInt(s, "duration_ns")),
+         formatDurationMs(fieldInt(s, "compute_ns")), formatDurationMs(fieldInt(s, "comm_ns")),
+         formatDurationMs(fieldInt(s, "exposed_comm_ns")), formatDurationMs(fieldInt(s, "data_ns")),
+         fieldText(s, "records"), fieldText(s, "dropped")});
   }
   t.render(ctx.out);
   if (body->value("truncated", false)) {
@@ -275,7 +278,8 @@ int runSummary(Context& ctx, const SummaryArgs& args) {
     std::string spread =
         median > 0 ? printf1("%.2fx", static_cast<double>(max) / static_cast<double>(median)) : "-";
     t.addRow({fieldText(s, "step"), fieldText(s, "ranks"), formatDurationMs(fieldInt(s, "min_ns")),
-              formatDurationMs(median), formatDurationMs(max), spread, fieldText(s, "slowest_rank")});
+              formatDurationMs(median), formatDurationMs(max), spread,
+              fieldText(s, "slowest_rank")});
   }
   t.render(ctx.out);
   if (body->value("truncated", false)) {
@@ -320,11 +324,12 @@ int runNodes(Context& ctx) {
     std::string spool = formatBytes(u64(n, "spool_bytes"));
     if (u64(n, "spool_dropped") > 0) spool += " (" + fieldText(n, "spool_dropped") + " dropped)";
     double ageS = f64(n, "last_seen_age_s");
-    t.addRow({fieldText(n, "node"), fieldText(n, "host"), fieldText(n, "ranks"), cpu, mem, load,
-              formatDurationMs(fieldInt(n, "rtt_ns")), formatDurationMs(fieldInt(n, "clock_offset_ns")),
-              spool,
-              fieldInt(n, "last_seen_ns") > 0 ? formatAge(static_cast<int64_t>(ageS * 1e9)) : "never",
-              fieldText(n, "agent_version")});
+    t.addRow(
+        {fieldText(n, "node"), fieldText(n, "host"), fieldText(n, "ranks"), cpu, mem, load,
+         formatDurationMs(fieldInt(n, "rtt_ns")), formatDurationMs(fieldInt(n, "clock_offset_ns")),
+         spool,
+         fieldInt(n, "last_seen_ns") > 0 ? formatAge(static_cast<int64_t>(ageS * 1e9)) : "never",
+         fieldText(n, "agent_version")});
   }
   t.render(ctx.out);
   return kExitOk;
@@ -394,10 +399,8 @@ int runDetect(Context& ctx, const DetectArgs& args) {
   if (ctx.global.json) {
     json list = json::array();
     for (const auto& p : points) {
-      list.push_back(json{{"index", p.index},
-                          {"before", p.before},
-                          {"after", p.after},
-                          {"ratio", p.ratio()}});
+      list.push_back(
+          json{{"index", p.index}, {"before", p.before}, {"after", p.after}, {"ratio", p.ratio()}});
     }
     printJson(ctx, json{{"values", series->size()}, {"change_points", std::move(list)}});
     return kExitOk;

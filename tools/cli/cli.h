@@ -79,7 +79,6 @@ Result<HttpReply> httpRequest(const ServerUrl& server, const HttpRequest& reques
 Result<HttpReply> httpGet(const ServerUrl& server, const std::string& target,
                           std::chrono::milliseconds timeout);
 
-
 // GETs `target` from the collector and parses the JSON. On failure prints the one-line
 // message to ctx.err and returns the exit code (kExitUnreachable or kExitApiError).
 Result<nlohmann::json> fetchJson(Context& ctx, const std::string& target, int* exitCode);
@@ -92,8 +91,7 @@ Result<HttpReply> fetchRaw(Context& ctx, const std::string& target, bool acceptG
                            std::chrono::milliseconds timeout, int* exitCode);
 // Prints a table subcommand's JSON under --json and returns nothing (*exitCode = kExitOk);
 // otherwise returns the body for the table. On failure nothing, with fetchJson's exit code.
-std::optional<nlohmann::json> fetchForTable(Context& ctx, const std::string& target,
-                                            int* exitCode);
+std::optional<nlohmann::json> fetchForTable(Context& ctx, const std::string& target, int* exitCode);
 // Fields of the API's JSON for tables: a missing or null one reads as "-" (text) or `fallback`
 // rather than failing the table; booleans read "yes"/"no", other values as their JSON.
 std::string fieldText(const nlohmann::json& j, const char* key);
@@ -147,7 +145,7 @@ struct SummaryArgs {
 };
 
 struct DetectArgs {
-  std::string input;                  // a file, or "-" for stdin
+  std::string input;                    // a file, or "-" for stdin
   std::istream* stdinStream = nullptr;  // what "-" reads; null = std::cin (tests pass their own)
 };
 

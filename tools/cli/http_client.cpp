@@ -182,8 +182,8 @@ void reportHttpError(Context& ctx, const HttpReply& reply, const json& body) {
 }
 
 Result<json> requestJson(Context& ctx, HttpRequest request, int* exitCode) {
-  auto reply = send(ctx, std::move(request), std::chrono::milliseconds(ctx.global.timeoutMs),
-                    exitCode);
+  auto reply =
+      send(ctx, std::move(request), std::chrono::milliseconds(ctx.global.timeoutMs), exitCode);
   if (!reply) return reply.status();
   json body = json::parse(reply->body, nullptr, false);
   if (reply->status < 200 || reply->status >= 300) {

@@ -86,8 +86,8 @@ std::vector<RankEvent> eventOrder(const RankStep& rs);
 struct StepTimeline {
   int64_t step = 0;
   int64_t beginNs = 0;
-  int64_t endNs = 0;  // the same for every rank; 0 when the step hangs
-  bool hung = false;  // a hang was injected at this step: no rank ends it
+  int64_t endNs = 0;            // the same for every rank; 0 when the step hangs
+  bool hung = false;            // a hang was injected at this step: no rank ends it
   std::vector<RankStep> ranks;  // one per rank of the whole job (worldSizeOf), by rank
 };
 

@@ -25,8 +25,8 @@ using trainscope::probe::FlightRecorder;
 using trainscope::probe::Record;
 using trainscope::probe::RecordType;
 using trainscope::probe::testing::readJsonGz;
-using trainscope::probe::testing::TempDir;
 using trainscope::probe::testing::rec;
+using trainscope::probe::testing::TempDir;
 
 namespace {
 

@@ -233,7 +233,7 @@ TEST_CASE("fold totals link transfers per (peer, group) in the step their posted
   f.add(0, link(4, "tp", 64, 1400, 1401));    // the same peer in another group
   f.add(0, link(4, "dp", 7, 1990, 2100));     // posted in step 1, delivered after its end
   f.add(0, step(RecordType::kStepEnd, 1, 2000));
-  f.add(0, link(4, "dp", 9, 2000, 2050));     // posted as step 1 ends: step 2
+  f.add(0, link(4, "dp", 9, 2000, 2050));  // posted as step 1 ends: step 2
   f.add(0, step(RecordType::kStepBegin, 2, 2000));
   f.add(0, step(RecordType::kStepEnd, 2, 3000));
   f.endPass();

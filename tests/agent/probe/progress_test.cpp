@@ -9,8 +9,8 @@
 
 using namespace trainscope::probe;
 using trainscope::probe::testing::FakeAgent;
-using trainscope::probe::testing::TempDir;
 using trainscope::probe::testing::rec;
+using trainscope::probe::testing::TempDir;
 
 namespace {
 

@@ -68,9 +68,14 @@ TEST_CASE("POST starts a capture: 201, Location, the capture JSON") {
   CHECK(c["trace_bytes"].is_null());
   CHECK(c["summary"] == "0 of 2 ranks done");
   REQUIRE(c["rank_status"].size() == 2);
-  CHECK(c["rank_status"][1] == json{{"rank", 2}, {"node", "n1"}, {"state", "pending"},
-                                    {"detail", ""}, {"bytes", 0}, {"truncated", false},
-                                    {"first_step", -1}, {"last_step", -1},
+  CHECK(c["rank_status"][1] == json{{"rank", 2},
+                                    {"node", "n1"},
+                                    {"state", "pending"},
+                                    {"detail", ""},
+                                    {"bytes", 0},
+                                    {"truncated", false},
+                                    {"first_step", -1},
+                                    {"last_step", -1},
                                     {"updated_ns", 1'700'000'000'000'000'000}});
 
   auto one = h.api->handle("GET", "/api/v1/captures/" + id);

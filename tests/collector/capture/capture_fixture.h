@@ -82,15 +82,29 @@ inline nlohmann::json rankTrace(uint32_t rank, double baseUs, int64_t firstStep,
   for (int i = 0; i < steps; ++i) {
     const double ts = baseUs + i * 1000.0;
     events.push_back({{"name", "ProfilerStep#" + std::to_string(firstStep + i)},
-                      {"ph", "X"}, {"cat", "step"}, {"ts", ts}, {"dur", 900.0},
-                      {"pid", 99}, {"tid", 0}, {"args", {{"step", firstStep + i}}}});
-    events.push_back({{"name", "aten::mm"}, {"ph", "X"}, {"cat", "op"}, {"ts", ts + 10.0},
-                      {"dur", 100.0}, {"pid", 99}, {"tid", 1},
+                      {"ph", "X"},
+                      {"cat", "step"},
+                      {"ts", ts},
+                      {"dur", 900.0},
+                      {"pid", 99},
+                      {"tid", 0},
+                      {"args", {{"step", firstStep + i}}}});
+    events.push_back({{"name", "aten::mm"},
+                      {"ph", "X"},
+                      {"cat", "op"},
+                      {"ts", ts + 10.0},
+                      {"dur", 100.0},
+                      {"pid", 99},
+                      {"tid", 1},
                       {"args", {{"step", firstStep + i}}}});
   }
   return {{"traceEvents", events},
-          {"trainscope", {{"kind", "trace"}, {"rank", rank}, {"first_step", firstStep},
-                          {"last_step", firstStep + steps - 1}, {"truncated", false}}}};
+          {"trainscope",
+           {{"kind", "trace"},
+            {"rank", rank},
+            {"first_step", firstStep},
+            {"last_step", firstStep + steps - 1},
+            {"truncated", false}}}};
 }
 
 // File chunks of `bytes` for capture `id`, rank `rank`, `size` bytes each.

@@ -234,7 +234,8 @@ TEST_CASE("a missing chunk or a wrong total fails the rank") {
 TEST_CASE("a probe's failure, a goodbye before the last step and a dead process fail ranks") {
   Harness h;
   auto cap = h.start(R"({"ranks":"0-3"})");  // steps 12..16
-  h.manager->onCommandItem("n0", testing::statusOf(cap.id, 0, "failed", "a capture is already running"));
+  h.manager->onCommandItem("n0",
+                           testing::statusOf(cap.id, 0, "failed", "a capture is already running"));
   storage::WriteBatch b;
   wire::RankGoodbye bye;
   bye.set_job("j");

@@ -64,7 +64,8 @@ TEST_CASE("two ranks with different node offsets line up on the collector clock"
   for (const auto& e : events) {
     const uint32_t pid = e["pid"].get<uint32_t>();
     if (e["ph"] == "M" && e["name"] == "process_name") names[pid] = e["args"]["name"];
-    if (e["ph"] == "M" && e["name"] == "process_sort_index") sortIndex[pid] = e["args"]["sort_index"];
+    if (e["ph"] == "M" && e["name"] == "process_sort_index")
+      sortIndex[pid] = e["args"]["sort_index"];
     if (e.value("cat", "") == "step") stepTs[pid].push_back(e["ts"].get<double>());
     if (e.value("cat", "") == "op") ++ops;
   }
@@ -103,16 +104,16 @@ TEST_CASE("a rank file that is not gzip JSON is reported and left out") {
 
 TEST_CASE("stacks files merge into one list of ranks with their threads") {
   testing::TempDir dir;
-  json threads = json::array({{{"tid", 1}, {"name", "python3"}, {"native", json::array()},
-                               {"python", json::array()}}});
+  json threads = json::array(
+      {{{"tid", 1}, {"name", "python3"}, {"native", json::array()}, {"python", json::array()}}});
   testing::gzipJson(dir.sub("rank-1.json.gz"),
                     {{"trainscope", {{"kind", "stacks"}, {"rank", 1}}}, {"threads", threads}});
   testing::gzipJson(dir.sub("rank-2.json.gz"),
                     {{"trainscope", {{"kind", "stacks"}, {"rank", 2}}}, {"threads", threads}});
   std::map<uint32_t, std::string> failures;
-  auto out = mergeStacks({{1, "n0", 0, dir.sub("rank-1.json.gz")},
-                          {2, "n1", 77, dir.sub("rank-2.json.gz")}},
-                         describeAs(&failures), dir.sub("trace.json.gz"));
+  auto out = mergeStacks(
+      {{1, "n0", 0, dir.sub("rank-1.json.gz")}, {2, "n1", 77, dir.sub("rank-2.json.gz")}},
+      describeAs(&failures), dir.sub("trace.json.gz"));
   REQUIRE(out);
   json doc = readMerged(dir.sub("trace.json.gz"));
   CHECK(doc["kind"] == "stacks");

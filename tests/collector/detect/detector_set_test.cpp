@@ -118,7 +118,9 @@ TEST_CASE("detect: many jobs stay within maxJobs") {
   CHECK(set.stats().jobs == 4);
 }
 
-TEST_CASE("detect: a job restarted from a checkpoint under the same id is followed; replays are not restarts") {
+TEST_CASE(
+    "detect: a job restarted from a checkpoint under the same id is followed; replays are not "
+    "restarts") {
   StepAssembler a("j", AssemblyOptions{});
   std::vector<AssembledStep> out;
   RankContext c;
@@ -185,7 +187,8 @@ TEST_CASE("detect: an op regression on one rank is not also reported as a stragg
   CHECK(ofKind(events, AnomalyKind::kStepShift).empty());
 }
 
-TEST_CASE("detect: a job-wide step_shift that nothing else explains is still published, after the hold") {
+TEST_CASE(
+    "detect: a job-wide step_shift that nothing else explains is still published, after the hold") {
   SynthJob job;
   job.noise = 0.02;
   job.computeFactor = [](int64_t s, uint32_t) { return s >= 300 ? 1.3 : 1.0; };
@@ -204,7 +207,9 @@ TEST_CASE("detect: a job-wide step_shift that nothing else explains is still pub
   CHECK(set.stats().folded == 0);
 }
 
-TEST_CASE("detect: a rank whose reports come in bursts far behind its peers is waited for, not dropped as late") {
+TEST_CASE(
+    "detect: a rank whose reports come in bursts far behind its peers is waited for, not dropped "
+    "as late") {
   // As with trainscope-simtrain --fast: rank 1's probe drains 40 steps at a time while rank 0
   // reports every step; all arrive within a short wall time. No step may be judged without
   // rank 1 and none of its reports may count as late.

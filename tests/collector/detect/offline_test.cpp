@@ -51,7 +51,8 @@ TEST_CASE("offline: findChangePoints places a rise and the return with their lev
   std::mt19937_64 rng(3);
   std::normal_distribution<double> n(0.0, 0.05);
   std::vector<double> series;
-  for (int i = 0; i < 2000; ++i) series.push_back((i >= 500 && i < 1200 ? 150.0 : 100.0) * (1 + n(rng)));
+  for (int i = 0; i < 2000; ++i)
+    series.push_back((i >= 500 && i < 1200 ? 150.0 : 100.0) * (1 + n(rng)));
   auto cps = findChangePoints(series);
   REQUIRE(cps.size() == 2);
   CHECK(std::llabs(static_cast<long long>(cps[0].index) - 500) <= 3);

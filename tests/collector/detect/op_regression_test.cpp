@@ -54,9 +54,10 @@ TEST_CASE("op_regression: one op 10% slower on one rank names the op and the ran
 }
 
 TEST_CASE("op_regression: one op 2x slower on every rank is one anomaly listing all ranks") {
-  auto events = runWith(
-      [](int64_t s, uint32_t, const std::string& op) { return op == "matmul" && s >= 1500 ? 2.0 : 1.0; },
-      1700, 34);
+  auto events =
+      runWith([](int64_t s, uint32_t,
+                 const std::string& op) { return op == "matmul" && s >= 1500 ? 2.0 : 1.0; },
+              1700, 34);
   INFO(describe(events));
   auto opened = ofKind(events, AnomalyKind::kOpRegression);
   REQUIRE(opened.size() == 1);
@@ -68,7 +69,8 @@ TEST_CASE("op_regression: one op 2x slower on every rank is one anomaly listing 
   CHECK(opened[0].magnitude == Approx(2.0).margin(0.05));
 }
 
-TEST_CASE("op_regression: a rank or a job slowing as a whole (every op alike) is no op regression") {
+TEST_CASE(
+    "op_regression: a rank or a job slowing as a whole (every op alike) is no op regression") {
   for (bool wholeJob : {false, true}) {
     SynthJob job;
     job.seed = 35;

@@ -152,7 +152,9 @@ TEST_CASE("slow_comm: a rank completing late after the last arrival is named as 
   CHECK(events[0].onsetStep == 300);
 }
 
-TEST_CASE("slow_comm: in an all-reduce group the rank whose own transfer fell behind its peers is named") {
+TEST_CASE(
+    "slow_comm: in an all-reduce group the rank whose own transfer fell behind its peers is "
+    "named") {
   // 8 ranks; from step 300 rank 5's link is slow: the all-reduce takes 1.5x and rank 5
   // completes 40% of the transfer time after the others (its own bandwidth fell), while no
   // rank computes more.

@@ -9,7 +9,9 @@
 using namespace trainscope::detect;
 using namespace trainscope::detect::test;
 
-TEST_CASE("step_shift: 20,000 healthy steps x 8 ranks with 5% noise, warm-up and checkpoints raise no alarm") {
+TEST_CASE(
+    "step_shift: 20,000 healthy steps x 8 ranks with 5% noise, warm-up and checkpoints raise no "
+    "alarm") {
   for (uint64_t seed : {1u, 2u}) {
     SynthJob job;
     job.seed = seed;
@@ -140,7 +142,8 @@ TEST_CASE("step_shift: a 2x shift starting right after a checkpoint step is not 
   CHECK(shifts[0].detectedStep <= 2008);
 }
 
-TEST_CASE("step_shift: a checkpoint inside a small rise sets neither the onset nor the size of a shift") {
+TEST_CASE(
+    "step_shift: a checkpoint inside a small rise sets neither the onset nor the size of a shift") {
   // A 3% rise from step 60 (below minShift) and a 2.5x checkpoint at step 75, as when an op
   // regression slows the job a little: the CUSUM crosses at the checkpoint, but the shift it
   // finds is measured without it, so no "2.5x" step_shift is reported.

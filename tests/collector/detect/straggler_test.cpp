@@ -31,8 +31,8 @@ TEST_CASE("straggler: no alarm on 20,000 healthy steps x 8 ranks with 5% noise")
 }
 
 TEST_CASE("straggler: a rank 10% slower is named with its node, factor and onset, then resolved") {
-  auto events = runWith([](int64_t s, uint32_t r) { return r == 5 && s >= 2000 && s < 4000 ? 1.10 : 1.0; },
-                        6000, 24);
+  auto events = runWith(
+      [](int64_t s, uint32_t r) { return r == 5 && s >= 2000 && s < 4000 ? 1.10 : 1.0; }, 6000, 24);
   INFO(describe(events));
   auto opened = ofKind(events, AnomalyKind::kStraggler);
   REQUIRE(opened.size() == 1);
@@ -52,8 +52,8 @@ TEST_CASE("straggler: a rank 10% slower is named with its node, factor and onset
 }
 
 TEST_CASE("straggler: a rank 2x slower is found within a few steps of its onset") {
-  auto events = runWith([](int64_t s, uint32_t r) { return r == 2 && s >= 1000 ? 2.0 : 1.0; },
-                        1200, 25);
+  auto events =
+      runWith([](int64_t s, uint32_t r) { return r == 2 && s >= 1000 ? 2.0 : 1.0; }, 1200, 25);
   INFO(describe(events));
   auto opened = ofKind(events, AnomalyKind::kStraggler);
   REQUIRE(opened.size() == 1);

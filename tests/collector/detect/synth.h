@@ -26,9 +26,9 @@ struct SynthJob {
   double computeMs = 80.0;
   double transferMs = 15.0;
   double dataMs = 5.0;
-  double noise = 0.05;            // relative sigma of compute, transfer and op times
-  int warmupSteps = 10;           // these steps are 5x slower (compile)
-  int checkpointEvery = 0;        // 0: none; else every N steps a 3x step (all ranks)
+  double noise = 0.05;      // relative sigma of compute, transfer and op times
+  int warmupSteps = 10;     // these steps are 5x slower (compile)
+  int checkpointEvery = 0;  // 0: none; else every N steps a 3x step (all ranks)
   uint64_t seed = 1;
   std::string group = "world";
   // Fault hooks (1.0 = healthy).
@@ -90,7 +90,8 @@ struct SynthJob {
       c->set_count(1);
       c->set_total_ns(completion - arrival[r]);
       c->set_max_ns(completion - arrival[r]);
-      c->set_bandwidth_bps(static_cast<double>(64u << 20) / (static_cast<double>(completion - arrival[r]) / 1e9));
+      c->set_bandwidth_bps(static_cast<double>(64u << 20) /
+                           (static_cast<double>(completion - arrival[r]) / 1e9));
       c->set_first_arrival_ns(arrival[r]);
       c->set_last_completion_ns(completion);
       out.push_back(std::move(rep));
@@ -149,10 +150,10 @@ inline std::vector<Anomaly> ofKind(const std::vector<Anomaly>& events, AnomalyKi
 inline std::string describe(const std::vector<Anomaly>& events) {
   std::string s;
   for (const Anomaly& a : events) {
-    s += std::string(anomalyStateName(a.state)) + " " + a.id + " onset=" +
-         std::to_string(a.onsetStep) + " det=" + std::to_string(a.detectedStep) +
-         " res=" + std::to_string(a.resolvedStep) + " mag=" + std::to_string(a.magnitude) +
-         " : " + a.summary + "\n";
+    s += std::string(anomalyStateName(a.state)) + " " + a.id +
+         " onset=" + std::to_string(a.onsetStep) + " det=" + std::to_string(a.detectedStep) +
+         " res=" + std::to_string(a.resolvedStep) + " mag=" + std::to_string(a.magnitude) + " : " +
+         a.summary + "\n";
   }
   return s;
 }

@@ -306,8 +306,8 @@ TEST_CASE("live: each capture change arrives as a capture message, and in the sn
   cap.summary = "1 of 2 ranks done";
   cap.updatedNs = trainscope::wallNowNs();
   REQUIRE(store.writeCapture(cap).isOk());
-  auto m = readUntil(c, [](const json& j) { return j["type"] == "capture"; },
-                     std::chrono::seconds(5));
+  auto m = readUntil(
+      c, [](const json& j) { return j["type"] == "capture"; }, std::chrono::seconds(5));
   REQUIRE(m);
   CHECK((*m)["capture"]["id"] == "cap-1-abcd");
   CHECK((*m)["capture"]["rank_status"][0]["state"] == "done");
@@ -319,11 +319,12 @@ TEST_CASE("live: each capture change arrives as a capture message, and in the sn
   cap.updatedNs = trainscope::wallNowNs() + 1;
   cap.finishedNs = cap.updatedNs;
   REQUIRE(store.writeCapture(cap).isOk());
-  m = readUntil(c, [](const json& j) { return j["type"] == "capture"; }, std::chrono::seconds(5));
+  m = readUntil(
+      c, [](const json& j) { return j["type"] == "capture"; }, std::chrono::seconds(5));
   REQUIRE(m);
   CHECK((*m)["capture"]["state"] == "complete");
   // Nothing is sent twice: no further capture message while nothing changes.
-  CHECK_FALSE(readUntil(c, [](const json& j) { return j["type"] == "capture"; },
-                        std::chrono::milliseconds(400)));
+  CHECK_FALSE(readUntil(
+      c, [](const json& j) { return j["type"] == "capture"; }, std::chrono::milliseconds(400)));
   server.stop();
 }

@@ -689,8 +689,7 @@ TEST_CASE("heatmap sends compute per rank and step in one flat array, 0 where no
   CHECK(j["compute_ns"] == json::array({100, 200, 300, 0, 101, 0, 301, 0}));
   CHECK(f.error("/api/v1/jobs/nope/heatmap?from=0&to=1", 404) == "unknown job 'nope'");
   CHECK(f.error("/api/v1/jobs/train/heatmap?from=0", 400).find("'to'") != std::string::npos);
-  CHECK(f.error("/api/v1/jobs/train/heatmap?from=5&to=1", 400).find("'from'") !=
-        std::string::npos);
+  CHECK(f.error("/api/v1/jobs/train/heatmap?from=5&to=1", 400).find("'from'") != std::string::npos);
   CHECK(f.error("/api/v1/jobs/train/heatmap?from=0&to=100000", 400).find("at most") !=
         std::string::npos);
   CHECK(f.error("/api/v1/jobs/train/heatmap?from=0&to=1&x=2", 400).find("'x'") !=
@@ -709,9 +708,9 @@ TEST_CASE("a slow request on one connection does not hold up another", "[http]")
   auto t0 = std::chrono::steady_clock::now();
   TestConnection quick(f.server->port());
   auto r = quick.request("GET", "/healthz");
-  auto quickMs = std::chrono::duration_cast<std::chrono::milliseconds>(
-                     std::chrono::steady_clock::now() - t0)
-                     .count();
+  auto quickMs =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   auto slowStarted = t0;
   slow.join();
   auto slowMs = std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -4,12 +4,12 @@
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
-#include <vector>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <zmq.hpp>
@@ -458,7 +458,9 @@ TEST_CASE("ingest: stop commits what is pending and acks it before closing") {
   CHECK((*inner)->steps(q)->size() == 2);
 }
 
-TEST_CASE("ingest: a hello's progress reaches onRankProgress with its node and clock offset; bad progress is counted, the rank kept") {
+TEST_CASE(
+    "ingest: a hello's progress reaches onRankProgress with its node and clock offset; bad "
+    "progress is counted, the rank kept") {
   std::mutex mu;
   std::vector<ingest::RankProgressUpdate> got;
   Fixture f(nullptr, 20ms, [&](const ingest::RankProgressUpdate& u) {

@@ -101,8 +101,8 @@ TEST_CASE("a resolution upserts the same id; capture id and first detection are 
 
 TEST_CASE("anomaliesSince filters by updated_ns and orders by detected_ns across jobs") {
   auto store = memoryStore();
-  REQUIRE(store->writeAnomalies({row("b/x", "b", 300, 3000), row("a/x", "a", 100, 4000),
-                                 row("c/x", "c", 200, 1000)}));
+  REQUIRE(store->writeAnomalies(
+      {row("b/x", "b", 300, 3000), row("a/x", "a", 100, 4000), row("c/x", "c", 200, 1000)}));
   auto all = store->anomaliesSince(0);
   REQUIRE(all);
   REQUIRE(all->size() == 3);
@@ -143,8 +143,8 @@ TEST_CASE("non-finite evidence is stored as null and dropped on read") {
 }
 
 TEST_CASE("anomalies survive reopening a database file (migration 3 applied once)") {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("anomaly_store_test." + std::to_string(::getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("anomaly_store_test." + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   SqliteOptions o;
   o.path = (dir / "t.db").string();

@@ -157,9 +157,10 @@ TEST_CASE("a version-3 database gains the captures table and keeps its anomalies
     for (const auto& m : migrations()) {
       if (m.version <= 3) sql += m.sql;
     }
-    sql += "PRAGMA user_version = 3;"
-           "INSERT INTO anomalies(id, job, kind, detected_ns, updated_ns, capture_id)"
-           " VALUES('j/hang/5/r1', 'j', 'hang', 10, 10, NULL); COMMIT;";
+    sql +=
+        "PRAGMA user_version = 3;"
+        "INSERT INTO anomalies(id, job, kind, detected_ns, updated_ns, capture_id)"
+        " VALUES('j/hang/5/r1', 'j', 'hang', 10, 10, NULL); COMMIT;";
     execSql(path, sql);
   }
   REQUIRE(userVersion(path) == 3);

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include <catch2/catch.hpp>
 #include <sqlite3.h>
+#include <catch2/catch.hpp>
 
 namespace trainscope::storage::testing {
 

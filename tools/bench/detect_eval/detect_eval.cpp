@@ -21,11 +21,11 @@ using ts::bench::Scenario;
 namespace {
 
 struct EvalOptions {
-  bool quick = false;     // fewer seeds and steps: a smoke run in seconds
-  int seeds = 3;          // seeds per fault cell; more = tighter estimates, longer run
-  int threads = 2;        // scenarios run in parallel (cost per report is then per thread)
-  std::string json;       // "" writes no JSON
-  std::string only;       // "" runs all; else only scenarios whose group, label or name has this
+  bool quick = false;        // fewer seeds and steps: a smoke run in seconds
+  int seeds = 3;             // seeds per fault cell; more = tighter estimates, longer run
+  int threads = 2;           // scenarios run in parallel (cost per report is then per thread)
+  std::string json;          // "" writes no JSON
+  std::string only;          // "" runs all; else only scenarios whose group, label or name has this
   bool copyReports = false;  // feed reports by const& (the set copies them) instead of moving
   bool noiseSweep = false;   // only healthy jobs at 5..10 % noise: where false alarms start
 };
@@ -63,8 +63,8 @@ std::vector<Scenario> noiseSweep(const EvalOptions& o) {
         s.group = "healthy";
         s.faultLabel = "healthy";
         s.sim.injects.push_back(inject("spike:every=50,factor=3"));
-        s.name = "healthy " + std::to_string(ranks) + "r noise " + std::to_string(pct) +
-                 "% seed " + std::to_string(seed);
+        s.name = "healthy " + std::to_string(ranks) + "r noise " + std::to_string(pct) + "% seed " +
+                 std::to_string(seed);
         out.push_back(std::move(s));
       }
     }
@@ -84,13 +84,15 @@ std::vector<Scenario> buildSuite(const EvalOptions& o) {
     int jobs;
   };
   const int64_t healthyTarget = o.quick ? 10000 : 100000;
-  std::vector<Size> sizes5 = o.quick ? std::vector<Size>{{64, 500, 1}, {256, 200, 1}, {1024, 100, 1}}
-                                     : std::vector<Size>{{64, 1000, 3}, {256, 500, 1}, {1024, 200, 1}};
+  std::vector<Size> sizes5 = o.quick
+                                 ? std::vector<Size>{{64, 500, 1}, {256, 200, 1}, {1024, 100, 1}}
+                                 : std::vector<Size>{{64, 1000, 3}, {256, 500, 1}, {1024, 200, 1}};
   int64_t bigSteps = 0;
   for (const Size& z : sizes5) bigSteps += z.steps * z.jobs;
   const int64_t smallSteps = o.quick ? 1000 : 2000;
-  sizes5.insert(sizes5.begin(),
-                {8, smallSteps, static_cast<int>((healthyTarget - bigSteps + smallSteps - 1) / smallSteps)});
+  sizes5.insert(
+      sizes5.begin(),
+      {8, smallSteps, static_cast<int>((healthyTarget - bigSteps + smallSteps - 1) / smallSteps)});
   auto addHealthy = [&](const std::vector<Size>& sizes, double noise) {
     uint64_t seed = 1000;
     for (const Size& z : sizes) {
@@ -106,9 +108,10 @@ std::vector<Scenario> buildSuite(const EvalOptions& o) {
     }
   };
   addHealthy(sizes5, 0.05);
-  std::vector<Size> other = o.quick ? std::vector<Size>{{8, 500, 1}, {64, 300, 1}}
-                                    : std::vector<Size>{{8, 1000, seeds}, {64, 500, seeds},
-                                                        {256, 300, 1}, {1024, 150, 1}};
+  std::vector<Size> other =
+      o.quick
+          ? std::vector<Size>{{8, 500, 1}, {64, 300, 1}}
+          : std::vector<Size>{{8, 1000, seeds}, {64, 500, seeds}, {256, 300, 1}, {1024, 150, 1}};
   addHealthy(other, 0.02);
   addHealthy(other, 0.10);
 
@@ -130,8 +133,10 @@ std::vector<Scenario> buildSuite(const EvalOptions& o) {
     if (label == "straggler") spec = "straggler:rank=" + rk + ",from=" + at + ",factor=" + f;
     if (label == "step_shift") spec = "shift:from=" + at + ",factor=" + f;
     if (label == "slow_comm") spec = "comm:rank=" + rk + ",from=" + at + ",factor=" + f;
-    if (label == "op_one_rank") spec = std::string("op:name=") + kOp + ",rank=" + rk + ",from=" + at + ",factor=" + f;
-    if (label == "op_all_ranks") spec = std::string("op:name=") + kOp + ",from=" + at + ",factor=" + f;
+    if (label == "op_one_rank")
+      spec = std::string("op:name=") + kOp + ",rank=" + rk + ",from=" + at + ",factor=" + f;
+    if (label == "op_all_ranks")
+      spec = std::string("op:name=") + kOp + ",from=" + at + ",factor=" + f;
     if (label == "hang") spec = "hang:rank=" + rk + ",at=" + at;
     ts::sim::Inject in = inject(spec);
     s.group = ts::sim::truthKindName(in.kind);
@@ -145,7 +150,7 @@ std::vector<Scenario> buildSuite(const EvalOptions& o) {
     s.name = name;
     out.push_back(std::move(s));
   };
-  const std::vector<std::string> labels = {"straggler", "step_shift", "slow_comm",
+  const std::vector<std::string> labels = {"straggler",   "step_shift",   "slow_comm",
                                            "op_one_rank", "op_all_ranks", "hang"};
   const int faultSeeds = o.quick ? 1 : seeds;
   for (const auto& label : labels) {
@@ -194,19 +199,22 @@ std::vector<Scenario> buildSuite(const EvalOptions& o) {
 
 int main(int argc, char** argv) {
   EvalOptions o;
-  CLI::App app{"detect_eval: scores the collector's detectors on simulated jobs with injected "
-               "faults (simtrain step model -> probe StepFolder -> DetectorSet with default "
-               "options) and prints precision, recall, ranks named, latency, false alarms and "
-               "cost per kind. Exit status 0 when every target is met, 1 otherwise."};
-  app.add_flag("--quick", o.quick, "short run: 1 seed per fault cell, 10,000 healthy 5% steps, "
-                                   "no 2%/10% fault runs (default: off)");
+  CLI::App app{
+      "detect_eval: scores the collector's detectors on simulated jobs with injected "
+      "faults (simtrain step model -> probe StepFolder -> DetectorSet with default "
+      "options) and prints precision, recall, ranks named, latency, false alarms and "
+      "cost per kind. Exit status 0 when every target is met, 1 otherwise."};
+  app.add_flag("--quick", o.quick,
+               "short run: 1 seed per fault cell, 10,000 healthy 5% steps, "
+               "no 2%/10% fault runs (default: off)");
   app.add_option("--seeds", o.seeds, "seeds per fault cell and healthy size (default: 3)")
       ->check(CLI::Range(1, 100));
   app.add_option("--threads", o.threads, "scenarios run in parallel (default: 2)")
       ->check(CLI::Range(1, 64));
   app.add_option("--json", o.json, "write the results as JSON to this file (default: none)");
-  app.add_option("--only", o.only, "run only scenarios whose kind, label or name contains this "
-                                   "text, e.g. straggler, healthy, op_one, 1024r (default: all)");
+  app.add_option("--only", o.only,
+                 "run only scenarios whose kind, label or name contains this "
+                 "text, e.g. straggler, healthy, op_one, 1024r (default: all)");
   app.add_flag("--copy-reports", o.copyReports,
                "feed reports with observe(const&), which copies each one, instead of handing "
                "them over with observe(&&) (default: off)");
@@ -222,15 +230,19 @@ int main(int argc, char** argv) {
   for (const auto& s : suite) rankSteps += static_cast<uint64_t>(s.sim.steps) * s.sim.ranks;
   std::printf("detect_eval: %zu scenarios (%llu rank-steps), %d thread(s)%s, reports %s\n",
               suite.size(), static_cast<unsigned long long>(rankSteps), o.threads,
-              o.quick ? ", quick" : "", o.copyReports ? "copied (observe const&)" : "moved (observe &&)");
-  std::printf("  healthy: 8/64/256/1024 ranks, noise 2/5/10%%, warm-up 5 steps at 2x, checkpoint "
-              "every 50 steps at 3x; 1024 ranks: 200 steps (5%%), 150 (2/10%%)\n");
-  std::printf("  faults: 16 ranks, 500 steps, checkpoint every 75 at 2.5x, onset 60 and 400, "
-              "factors 1.05-2.0, %d seed(s) at 5%% noise%s; op = aten::matmul\n",
-              o.quick ? 1 : o.seeds, o.quick ? "" : ", 1 seed at 2%/10% (x1.1, x1.5, onset 60)");
+              o.quick ? ", quick" : "",
+              o.copyReports ? "copied (observe const&)" : "moved (observe &&)");
+  std::printf(
+      "  healthy: 8/64/256/1024 ranks, noise 2/5/10%%, warm-up 5 steps at 2x, checkpoint "
+      "every 50 steps at 3x; 1024 ranks: 200 steps (5%%), 150 (2/10%%)\n");
+  std::printf(
+      "  faults: 16 ranks, 500 steps, checkpoint every 75 at 2.5x, onset 60 and 400, "
+      "factors 1.05-2.0, %d seed(s) at 5%% noise%s; op = aten::matmul\n",
+      o.quick ? 1 : o.seeds, o.quick ? "" : ", 1 seed at 2%/10% (x1.1, x1.5, onset 60)");
   if (!o.quick) {
-    std::printf("  hangs: also seeds up to 10 at 16 ranks (onsets alternate) and one 64- and one "
-                "256-rank job (onset 60)\n");
+    std::printf(
+        "  hangs: also seeds up to 10 at 16 ranks (onsets alternate) and one 64- and one "
+        "256-rank job (onset 60)\n");
   }
   std::fflush(stdout);
 
@@ -240,7 +252,8 @@ int main(int argc, char** argv) {
   std::vector<std::thread> pool;
   for (int t = 0; t < std::max(1, o.threads); ++t) {
     pool.emplace_back([&] {
-      for (size_t i = next++; i < suite.size(); i = next++) results[i] = ts::bench::runScenario(suite[i]);
+      for (size_t i = next++; i < suite.size(); i = next++)
+        results[i] = ts::bench::runScenario(suite[i]);
     });
   }
   for (auto& th : pool) th.join();

@@ -75,15 +75,15 @@ struct RecordSink {
 
 // The records one rank's probe would hold for this step, in the order trainscope-simtrain's
 // runner records them (sim::eventOrder).
-void feedRank(RecordSink& folder, const Names& names, int64_t step,
-              const sim::RankStep& rs, bool hung) {
+void feedRank(RecordSink& folder, const Names& names, int64_t step, const sim::RankStep& rs,
+              bool hung) {
   folder.add(0, makeRecord(RecordType::kStepBegin, 0, 0, 0, step, rs.beginNs, 0, 0));
   for (const sim::RankEvent& e : sim::eventOrder(rs)) {
     if (e.kind == sim::RankEvent::Kind::kRange) {
       const auto& r = rs.ranges[e.idx];
-      folder.add(0, makeRecord(RecordType::kRange, rangeKind(r.phase),
-                               names.phase[static_cast<int>(r.phase)], 0, 0, r.startNs, r.endNs,
-                               0));
+      folder.add(0,
+                 makeRecord(RecordType::kRange, rangeKind(r.phase),
+                            names.phase[static_cast<int>(r.phase)], 0, 0, r.startNs, r.endNs, 0));
     } else if (e.kind == sim::RankEvent::Kind::kOp) {
       const auto& o = rs.ops[e.idx];
       folder.add(0, makeRecord(RecordType::kOp, 0, names.ops[o.op], 0, 0, o.startNs,
@@ -137,7 +137,8 @@ ScenarioResult runScenario(const Scenario& scenario) {
   sim::StepModel model(o);
   Names names;
   for (const auto& n : model.opNames()) names.ops.push_back(probe::internName(n));
-  for (int i = 0; i < 5; ++i) names.phase[i] = probe::internName(sim::phaseName(static_cast<sim::Phase>(i)));
+  for (int i = 0; i < 5; ++i)
+    names.phase[i] = probe::internName(sim::phaseName(static_cast<sim::Phase>(i)));
   names.group = probe::internName("dp");
 
   std::vector<probe::StepFolder> folders;

@@ -13,33 +13,33 @@
 namespace trainscope::bench {
 
 struct Scenario {
-  std::string name;              // for the tables: "straggler x1.20 @60 seed 2"
-  std::string group;             // "healthy" or the fault kind's truth name ("straggler", ...)
-  std::string faultLabel;        // finer label: "op_one_rank", "op_all_ranks", ...
-  sim::SimOptions sim;           // ranks, steps, noise, seed, injects (spikes included)
-  double magnitude = 1.0;        // the fault factor (hang: 0)
-  double hangTickS = 60.0;       // after a hang, simulated seconds of silence ticked through
-  bool copyReports = false;      // observe(const&) (the set copies each report) instead of
-                                 // handing it over with observe(&&)
+  std::string name;          // for the tables: "straggler x1.20 @60 seed 2"
+  std::string group;         // "healthy" or the fault kind's truth name ("straggler", ...)
+  std::string faultLabel;    // finer label: "op_one_rank", "op_all_ranks", ...
+  sim::SimOptions sim;       // ranks, steps, noise, seed, injects (spikes included)
+  double magnitude = 1.0;    // the fault factor (hang: 0)
+  double hangTickS = 60.0;   // after a hang, simulated seconds of silence ticked through
+  bool copyReports = false;  // observe(const&) (the set copies each report) instead of
+                             // handing it over with observe(&&)
 };
 
 struct TruthFault {
-  std::string kind;              // truth kind name: straggler, step_shift, slow_comm, ...
-  std::vector<uint32_t> ranks;   // faulty ranks (every rank for job-wide faults)
+  std::string kind;             // truth kind name: straggler, step_shift, slow_comm, ...
+  std::vector<uint32_t> ranks;  // faulty ranks (every rank for job-wide faults)
   int64_t fromStep = 0;
   double factor = 1.0;
-  std::string op;                // op_regression only
-  int64_t startNs = 0;           // begin time of fromStep (hang: when the hung step began)
+  std::string op;       // op_regression only
+  int64_t startNs = 0;  // begin time of fromStep (hang: when the hung step began)
 };
 
 struct ScenarioResult {
   Scenario scenario;
-  std::vector<TruthFault> truth;           // spikes left out
-  std::vector<detect::Anomaly> detections; // opened anomalies, in order
-  int64_t stepsJudged = 0;                 // steps the detectors judged
-  uint64_t reports = 0;                    // step reports observed
-  int64_t detectNs = 0;                    // thread CPU time inside observe() and tick()
-  double stepNs = 0.0;                     // healthy step time (for hang latency in steps)
+  std::vector<TruthFault> truth;            // spikes left out
+  std::vector<detect::Anomaly> detections;  // opened anomalies, in order
+  int64_t stepsJudged = 0;                  // steps the detectors judged
+  uint64_t reports = 0;                     // step reports observed
+  int64_t detectNs = 0;                     // thread CPU time inside observe() and tick()
+  double stepNs = 0.0;                      // healthy step time (for hang latency in steps)
 };
 
 // Runs the scenario to its end (or through the hang and hangTickS of silence).

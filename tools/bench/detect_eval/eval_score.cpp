@@ -49,9 +49,9 @@ struct Cell {
   int faults = 0;
   int found = 0;
   int ranksOk = 0;
-  int ranksExact = 0;           // named exactly the faulty ranks
-  std::vector<double> latency;  // steps
-  std::vector<double> latencyS; // seconds (hangs)
+  int ranksExact = 0;            // named exactly the faulty ranks
+  std::vector<double> latency;   // steps
+  std::vector<double> latencyS;  // seconds (hangs)
   std::vector<std::string> missed;
 };
 
@@ -110,8 +110,8 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
       }
       continue;
     }
-    const std::string grp = sc.magnitude == 0.0 || sc.magnitude >= 1.1 - 1e-9 ? "fault >= 10%"
-                                                                               : "fault 5%";
+    const std::string grp =
+        sc.magnitude == 0.0 || sc.magnitude >= 1.1 - 1e-9 ? "fault >= 10%" : "fault 5%";
     for (const TruthFault& t : r.truth) {
       Cell& c = cells[grp][sc.faultLabel][{sc.magnitude, t.fromStep}];
       ++c.faults;
@@ -146,7 +146,8 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
       bool matched = false, secondary = false;
       std::string by;
       for (const TruthFault& t : r.truth) {
-        if (kindMatches(a, t)) matched = true;
+        if (kindMatches(a, t))
+          matched = true;
         else if (active(a, t) && t.kind != detect::anomalyKindName(a.kind)) {
           secondary = true;
           by = t.kind;
@@ -171,10 +172,12 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
     }
   }
 
-  const double costNs = totalReports ? static_cast<double>(totalNs) / static_cast<double>(totalReports) : 0.0;
+  const double costNs =
+      totalReports ? static_cast<double>(totalNs) / static_cast<double>(totalReports) : 0.0;
   for (const auto& [grp, labels] : cells) {
     const bool isTarget = grp == "fault >= 10%";
-    std::fprintf(out, "\n==== %s%s ====\n", grp.c_str(), isTarget ? " (targets apply)" : " (reported, no target)");
+    std::fprintf(out, "\n==== %s%s ====\n", grp.c_str(),
+                 isTarget ? " (targets apply)" : " (reported, no target)");
     nlohmann::json jg;
     for (const auto& [label, byCell] : labels) {
       std::fprintf(out, "\n-- %s --\n", label.c_str());
@@ -208,14 +211,16 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
       }
       // Why ranks_ok can be low here, in the table itself (see last_run.txt).
       if (label == "slow_comm") {
-        std::fprintf(out, "  note: a slow link slows the whole ring alike; the ranks are told by the "
-                          "links' in-flight time per byte (StepReport.links), named as sender and "
-                          "peer\n");
+        std::fprintf(out,
+                     "  note: a slow link slows the whole ring alike; the ranks are told by the "
+                     "links' in-flight time per byte (StepReport.links), named as sender and "
+                     "peer\n");
       }
       if (label == "hang") {
-        std::fprintf(out, "  note: every rank's last report is the step before the hang; the probes' "
-                          "progress (in each RankHello) tells the stuck rank (no open collective) "
-                          "from its peers waiting in one; named exactly the stuck rank: %d of %d\n",
+        std::fprintf(out,
+                     "  note: every rank's last report is the step before the hang; the probes' "
+                     "progress (in each RankHello) tells the stuck rank (no open collective) "
+                     "from its peers waiting in one; named exactly the stuck rank: %d of %d\n",
                      all.ranksExact, all.found);
       }
       for (size_t i = 0; i < all.missed.size() && i < 8; ++i) {
@@ -224,16 +229,20 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
       if (all.missed.size() > 8) std::fprintf(out, "  ... %zu missed in all\n", all.missed.size());
       bool latencyApplies = label != "hang";
       if (isTarget) {
-        bool cellOk = rec >= targets.recall && ranks >= targets.ranksNamed &&
-                      (!latencyApplies || (med <= targets.latencyMedian && p90 <= targets.latencyP90));
+        bool cellOk =
+            rec >= targets.recall && ranks >= targets.ranksNamed &&
+            (!latencyApplies || (med <= targets.latencyMedian && p90 <= targets.latencyP90));
         if (!cellOk) ok = false;
         std::fprintf(out, "  target: %s\n", cellOk ? "met" : "NOT met");
       }
-      jg[label] = {{"faults", all.faults},   {"found", all.found},
-                   {"recall", rec},          {"ranks_named", ranks},
-                   {"latency_median_steps", std::isnan(med) ? nlohmann::json() : nlohmann::json(med)},
-                   {"latency_p90_steps", std::isnan(p90) ? nlohmann::json() : nlohmann::json(p90)},
-                   {"missed", all.missed}};
+      jg[label] = {
+          {"faults", all.faults},
+          {"found", all.found},
+          {"recall", rec},
+          {"ranks_named", ranks},
+          {"latency_median_steps", std::isnan(med) ? nlohmann::json() : nlohmann::json(med)},
+          {"latency_p90_steps", std::isnan(p90) ? nlohmann::json() : nlohmann::json(p90)},
+          {"missed", all.missed}};
       if (!all.latencyS.empty()) jg[label]["latency_median_s"] = quantile(all.latencyS, 0.5);
     }
     std::fprintf(out, "\nprecision by detected kind (%s):\n", grp.c_str());
@@ -246,12 +255,17 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
       int excl = p.matched + p.falseAlarms;
       double loose = excl ? static_cast<double>(p.matched) / excl : 1.0;
       std::string by;
-      for (const auto& [k, n] : p.secondaryBy) by += (by.empty() ? "" : ", ") + k + " " + std::to_string(n);
+      for (const auto& [k, n] : p.secondaryBy)
+        by += (by.empty() ? "" : ", ") + k + " " + std::to_string(n);
       std::fprintf(out, "%-14s %8d %10d %6d %10.3f %14.3f  %s\n", kind.c_str(), p.matched,
-                   p.secondary, p.falseAlarms, strict, loose, by.empty() ? "" : ("(secondary to: " + by + ")").c_str());
+                   p.secondary, p.falseAlarms, strict, loose,
+                   by.empty() ? "" : ("(secondary to: " + by + ")").c_str());
       if (isTarget && loose < targets.precision) ok = false;
-      jp[kind] = {{"matched", p.matched}, {"secondary", p.secondary}, {"false", p.falseAlarms},
-                  {"precision", strict}, {"precision_excluding_secondary", loose},
+      jp[kind] = {{"matched", p.matched},
+                  {"secondary", p.secondary},
+                  {"false", p.falseAlarms},
+                  {"precision", strict},
+                  {"precision_excluding_secondary", loose},
                   {"secondary_to", p.secondaryBy}};
     }
     for (const auto& s : falseList[grp]) std::fprintf(out, "  false: %s\n", s.c_str());
@@ -259,23 +273,29 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
     js["groups"][grp] = {{"kinds", jg}, {"precision", jp}};
   }
 
-  std::fprintf(out, "\n==== healthy jobs (spike notices allowed; anything else is a false alarm) ====\n");
+  std::fprintf(
+      out, "\n==== healthy jobs (spike notices allowed; anything else is a false alarm) ====\n");
   for (const auto& [key, v] : healthyBy) {
     std::fprintf(out, "%s: %8lld job-steps, %3lld false alarms\n", key.c_str(),
                  static_cast<long long>(v.first), static_cast<long long>(v.second));
     js["healthy"][key] = {{"job_steps", v.first}, {"false_alarms", v.second}};
   }
   for (const auto& s : healthyFalseList) std::fprintf(out, "  false: %s\n", s.c_str());
-  double per100k = healthySteps5 ? 1e5 * static_cast<double>(healthyFalse5) / static_cast<double>(healthySteps5) : 0.0;
+  double per100k =
+      healthySteps5 ? 1e5 * static_cast<double>(healthyFalse5) / static_cast<double>(healthySteps5)
+                    : 0.0;
   bool faOk = healthyFalse5 == 0 && healthySteps5 >= 100000;
   bool costOk = costNs <= targets.costNsPerReport;
   if (!faOk || !costOk) ok = false;
 
   std::fprintf(out, "\n==== summary ====\n");
-  std::fprintf(out, "false alarms at 5%% noise with checkpoints: %lld in %lld healthy job-steps = %.2f per 100k (target 0 in >= 100k: %s)\n",
-               static_cast<long long>(healthyFalse5), static_cast<long long>(healthySteps5), per100k,
-               faOk ? "met" : "NOT met");
-  std::fprintf(out, "detector cost: %.0f ns per step report over %llu reports (target <= %.0f: %s)\n",
+  std::fprintf(out,
+               "false alarms at 5%% noise with checkpoints: %lld in %lld healthy job-steps = %.2f "
+               "per 100k (target 0 in >= 100k: %s)\n",
+               static_cast<long long>(healthyFalse5), static_cast<long long>(healthySteps5),
+               per100k, faOk ? "met" : "NOT met");
+  std::fprintf(out,
+               "detector cost: %.0f ns per step report over %llu reports (target <= %.0f: %s)\n",
                costNs, static_cast<unsigned long long>(totalReports), targets.costNsPerReport,
                costOk ? "met" : "NOT met");
   for (const auto& [ranks, v] : costByRanks) {
