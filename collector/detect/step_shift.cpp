@@ -291,7 +291,9 @@ void StepShiftDetector::onStep(const AssembledStep& step) {
       a.summary = "periodic spike every " + std::to_string(ev.period) +
                   " steps: " + formatMs(ev.spikeValue) + " vs " + formatMs(ev.before) + " (" +
                   formatRatio(a.magnitude) + "); left out of regression baselines";
-      spike_ = log_->open(std::move(a), "p" + std::to_string(ev.period));
+      // 'p', not "p": GCC 12 at -O3 reports a false -Wrestrict for a one-character literal
+      // prepended to a temporary string (GCC PR105651), which breaks release builds.
+      spike_ = log_->open(std::move(a), 'p' + std::to_string(ev.period));
       spikeReported_ = true;
       spikeOpen_ = true;
       return;

@@ -216,9 +216,10 @@ int run(const SimOptions& in) {
     if (options.fast) backpressure(probes, static_cast<uint64_t>(stepsDone));
     if (!options.quiet && stepsDone % progressEvery == 0) {
       const Totals t = totals(probes);
+      // '/', not "/": see step_shift.cpp (GCC PR105651, a false -Wrestrict at -O3).
       std::printf("simtrain: step %lld%s, reports acked %llu, waiting for ack %llu\n",
                   static_cast<long long>(stepsDone),
-                  options.steps > 0 ? ("/" + std::to_string(options.steps) + " (" +
+                  options.steps > 0 ? ('/' + std::to_string(options.steps) + " (" +
                                        std::to_string(stepsDone * 100 / options.steps) + "%)")
                                           .c_str()
                                     : "",

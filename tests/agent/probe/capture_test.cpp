@@ -17,6 +17,7 @@
 #include "tests/agent/probe/capture_files.h"
 #include "tests/agent/probe/fake_agent.h"
 #include "tests/agent/probe/records.h"
+#include "tests/common/gcc12_string_warnings.h"  // last: GCC 12 -O3 false positives
 
 using trainscope::probe::CaptureIdentity;
 using trainscope::probe::CaptureOptions;

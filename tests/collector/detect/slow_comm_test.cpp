@@ -5,6 +5,7 @@
 #include "collector/detect/detector_set.h"
 #include "collector/detect/slow_comm.h"
 #include "tests/collector/detect/synth.h"
+#include "tests/common/gcc12_string_warnings.h"  // last: GCC 12 -O3 false positives
 
 using namespace trainscope::detect;
 using namespace trainscope::detect::test;

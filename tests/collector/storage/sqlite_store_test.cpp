@@ -10,6 +10,7 @@
 
 #include "collector/storage/sqlite_store.h"
 #include "tests/collector/storage/sqlite_file.h"
+#include "tests/common/gcc12_string_warnings.h"  // last: GCC 12 -O3 false positives
 
 using namespace trainscope;
 using namespace trainscope::storage;
