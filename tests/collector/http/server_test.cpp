@@ -607,13 +607,17 @@ TEST_CASE("stop lets a response being written finish, then closes", "[http]") {
   http::request<http::empty_body> req(http::verb::get,
                                       "/api/v1/jobs/train/steps?limit=100000&detail=1", 11);
   http::write(c.stream(), req);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the server is mid-write
-  std::thread stopper([&] { f.server->stop(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   http::response_parser<http::string_body> parser;
   parser.body_limit(1u << 30);
   boost::beast::flat_buffer buffer;
   boost::system::error_code ec;
+  // The response has begun (its header arrived), so the server is mid-write when stop() runs;
+  // a sleep instead failed on a loaded machine, where stop() could come before the request
+  // was read at all.
+  http::read_header(c.stream(), buffer, parser, ec);
+  REQUIRE_FALSE(ec);
+  std::thread stopper([&] { f.server->stop(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   http::read(c.stream(), buffer, parser, ec);
   stopper.join();
   REQUIRE_FALSE(ec);
