@@ -1,0 +1,67 @@
+// Small DOM and formatting helpers shared by every page: element builder, number and time
+// formats, the dashboard's hash links, and the sortable table.
+import { enc } from './api.js';
+
+// el('tag', {class, dataset, onclick, attr...}, ...children): children may be nodes, text,
+// arrays of either, or null/undefined (skipped).
+export const el = (tag, attrs = {}, ...children) => {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === 'class') e.className = v;
+    else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else if (k === 'dataset') Object.assign(e.dataset, v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+};
+
+export const ms = (ns) => (ns / 1e6).toFixed(1);
+export const fmtTime = (ns) => (ns ? new Date(ns / 1e6).toLocaleTimeString() : '');
+export const kib = (b) => (b >= 1 << 20 ? (b / (1 << 20)).toFixed(1) + ' MiB' : (b / 1024).toFixed(1) + ' KiB');
+
+export const jobHref = (job) => '#/jobs/' + enc(job);
+export const anomalyHref = (a) => jobHref(a.job) + '/anomalies/' + enc(a.id);
+export const capturesHref = (job) => jobHref(job) + '/captures';
+export const captureHref = (job, id) => capturesHref(job) + '/' + enc(id);
+
+// A table of `rows` that sorts by a clicked column (click again: reverse).
+// columns: [{key, label, num, get(row) -> sort value, render(row) -> node/text}]
+// The returned table has update(newRows), which keeps the current sort.
+export function sortableTable(columns, rows, initialKey, initialDesc = false) {
+  let key = initialKey, desc = initialDesc;
+  const table = el('table');
+  const draw = () => {
+    const col = columns.find((c) => c.key === key) || columns[0];
+    const sorted = [...rows].sort((a, b) => {
+      const x = col.get(a), y = col.get(b);
+      const c = x < y ? -1 : x > y ? 1 : 0;
+      return desc ? -c : c;
+    });
+    table.replaceChildren(
+      el('thead', {}, el('tr', {}, columns.map((c) => el('th', {
+        class: `sortable ${c.num ? 'num' : ''} ${c.key === key ? (desc ? 'sorted-desc' : 'sorted-asc') : ''}`,
+        dataset: { key: c.key },
+        onclick: () => { if (key === c.key) desc = !desc; else { key = c.key; desc = false; } draw(); },
+      }, c.label)))),
+      el('tbody', {}, sorted.map((r) => el('tr', {}, columns.map((c) =>
+        el('td', { class: c.num ? 'num' : '' }, c.render ? c.render(r) : c.get(r)))))));
+  };
+  draw();
+  table.update = (newRows) => { rows = newRows; draw(); };
+  return table;
+}
+
+// A plain table: a header row of labels over the given <tr> rows.
+export function simpleTable(attrs, headers, rows) {
+  return el('table', attrs,
+    el('thead', {}, el('tr', {}, headers.map((h) => el('th', {}, h)))),
+    el('tbody', {}, rows));
+}
+
+export function showError(app, e) {
+  app.append(el('p', { class: 'state-stale' }, 'Error: ' + e.message));
+}

@@ -1,0 +1,39 @@
+// Job page panel: the job's anomalies, newest first, with their evidence and capture; the one
+// named in the URL (#/jobs/JOB/anomalies/ID) highlighted and scrolled to.
+import { el, anomalyHref, captureHref, simpleTable } from '../dom.js';
+import { captureLabel } from '../captures_common.js';
+import { jobAnomalies } from '../state.js';
+
+const kHeaders = ['kind', 'state', 'ranks', 'nodes', 'onset step', 'size', 'summary', 'evidence', 'capture'];
+
+function anomalyRow(a, selected) {
+  return el('tr', { class: 'anomaly' + (selected ? ' selected' : ''), id: 'anomaly-' + a.id, dataset: { id: a.id } },
+    el('td', {}, el('a', { href: anomalyHref(a) }, a.kind)),
+    el('td', { class: a.state === 'open' ? 'state-stale' : 'state-ended' }, a.state),
+    el('td', {}, (a.ranks || []).join(', ')),
+    el('td', {}, (a.nodes || []).join(', ')),
+    el('td', { class: 'num' }, a.onset_step),
+    el('td', { class: 'num' }, `${Number(a.magnitude).toFixed(2)}×`),
+    el('td', { class: 'evidence' }, a.summary || ''),
+    el('td', { class: 'evidence' }, Object.entries(a.evidence || {}).map(([k, v]) => `${k}=${Number(v).toPrecision(4)}`).join(' ')),
+    el('td', {}, a.capture_id ? el('a', { href: captureHref(a.job, a.capture_id), class: 'capture-link' }, captureLabel(a.capture_id)) : ''));
+}
+
+export class AnomaliesPanel {
+  constructor(job, selectedId) {
+    this.job = job;
+    this.selectedId = selectedId;
+    this.box = el('div', { id: 'anomalies' });
+    this.section = el('section', { class: 'panel' }, el('h2', {}, 'Anomalies'), this.box);
+  }
+
+  draw() {
+    const list = jobAnomalies(this.job).sort((a, b) => b.detected_ns - a.detected_ns);
+    if (!list.length) { this.box.replaceChildren(el('p', { class: 'muted' }, 'None detected.')); return; }
+    this.box.replaceChildren(simpleTable({}, kHeaders, list.map((a) => anomalyRow(a, a.id === this.selectedId))));
+    if (this.selectedId) {
+      const row = document.getElementById('anomaly-' + this.selectedId);
+      if (row) row.scrollIntoView({ block: 'center' });
+    }
+  }
+}
