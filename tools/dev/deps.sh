@@ -9,7 +9,8 @@ mode=${1:-build}
 if [[ "$mode" == "test" ]]; then
   # Real-training tests (torch; libtorch-dev builds libtrainscope_torch.so, the ATen operator
   # callback the real-training capture test needs), the browser test (chromium +
-  # playwright-core from npm) and the Prometheus scrape test.
+  # playwright-core from npm), the dashboard's lint (ESLint from npm) and the Prometheus
+  # scrape test.
   need+=(python3 python3-torch libtorch-dev chromium prometheus)
   command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
 fi
@@ -27,7 +28,14 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# playwright-core for the browser test, pinned by tests/e2e/browser/package-lock.json.
-if [[ "$mode" == "test" && ! -d "$(dirname "$0")/../../tests/e2e/browser/node_modules/playwright-core" ]]; then
-  (cd "$(dirname "$0")/../../tests/e2e/browser" && npm ci --no-audit --no-fund --loglevel=error)
+# npm packages of the tests, each pinned by its folder's package-lock.json: playwright-core
+# for the browser test, ESLint for the dashboard's lint test.
+npm_ci() {  # npm_ci FOLDER PACKAGE: installs FOLDER's packages unless PACKAGE is there
+  local dir
+  dir="$(dirname "$0")/../../$1"
+  [[ -d "$dir/node_modules/$2" ]] || (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+}
+if [[ "$mode" == "test" ]]; then
+  npm_ci tests/e2e/browser playwright-core
+  npm_ci tests/web eslint
 fi
