@@ -1,46 +1,536 @@
 #include "collector/detect/offline.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 #include "collector/detect/robust.h"
-#include "collector/detect/step_shift.h"
 
 namespace trainscope::detect {
 
-std::vector<ChangePoint> findChangePoints(const std::vector<double>& series,
-                                          const DetectOptions& options) {
-  StepShiftCore core(options.stepShift);
-  std::vector<ChangePoint> out;
-  for (size_t i = 0; i < series.size(); ++i) {
-    StepShiftCore::Event ev = core.push(static_cast<int64_t>(i), series[i]);
-    using T = StepShiftCore::EventType;
-    if (ev.type == T::kShift || ev.type == T::kShiftResolved) {
-      ChangePoint cp;
-      cp.index = static_cast<size_t>(std::max<int64_t>(ev.onsetStep, 0));
-      cp.before = ev.before;
-      cp.after = ev.after;
-      out.push_back(cp);
+namespace {
+
+using Real = long double;  // prefix sums of t*x over a million values need the extra digits
+
+// Half-width of the running median that outliers are judged against: 7 values, so a run of up
+// to 3 outliers cannot move it, and a step is followed within 4 values.
+constexpr size_t kOutlierHalfWindow = 3;
+// Variances are floored at this fraction of the noise variance, so a run of equal values (a
+// quantised or stuck series) is a cheap segment but not an infinitely cheap one.
+constexpr double kVarianceFloor = 0.05 * 0.05;
+// Seasonal periods tried: 2 .. min(n / kMinPeriods, kMaxPeriod).
+constexpr size_t kMinPeriods = 4;
+constexpr size_t kMaxPeriod = 200;
+// Series longer than this are segmented on a grid of about this many boundaries first.
+constexpr size_t kExactPoints = 5000;
+// Refits with the residuals' autocorrelation: at most this many, until it moves less than this.
+constexpr int kAutocorrRounds = 4;
+constexpr double kAutocorrTolerance = 0.02;
+
+double sq(double v) {
+  return v * v;
+}
+
+// Robust noise sd from differences of neighbours: sd(x[t] - x[t-1]) = sqrt(2) sd(noise) for
+// independent noise, and a level shift or a trend moves only one difference, or all by the
+// same amount (which the MAD ignores). Falls back to the plain sd of the differences when more
+// than half of them are zero (quantised series); 0 for a constant series.
+double diffNoiseSd(const std::vector<double>& x, size_t lag) {
+  if (x.size() <= lag) return 0.0;
+  std::vector<double> d;
+  d.reserve(x.size() - lag);
+  for (size_t i = lag; i < x.size(); ++i) d.push_back(x[i] - x[i - lag]);
+  const double sigma = kMadToSigma * mad(d, median(d)) / std::sqrt(2.0);
+  if (sigma > 0.0) return sigma;
+  double mean = 0.0;
+  for (double v : d) mean += v;
+  mean /= static_cast<double>(d.size());
+  double ss = 0.0;
+  for (double v : d) ss += sq(v - mean);
+  return std::sqrt(ss / static_cast<double>(d.size()) / 2.0);
+}
+
+// Replaces values further than `sigmas` robust sds from the running median of their
+// neighbours (2 * kOutlierHalfWindow + 1 values, clipped at the ends) by that median. Returns
+// how many were replaced.
+size_t replaceOutliers(std::vector<double>& x, double sigmas, double minScale) {
+  const size_t n = x.size();
+  if (sigmas <= 0.0 || n < 2 * kOutlierHalfWindow + 1) return 0;
+  std::vector<double> med(n), resid(n), window;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t from = i >= kOutlierHalfWindow ? i - kOutlierHalfWindow : 0;
+    const size_t to = std::min(n, i + kOutlierHalfWindow + 1);
+    window.assign(x.begin() + static_cast<std::ptrdiff_t>(from),
+                  x.begin() + static_cast<std::ptrdiff_t>(to));
+    med[i] = medianInPlace(window);
+    resid[i] = x[i] - med[i];
+  }
+  const double scale = std::max(kMadToSigma * mad(resid, 0.0), minScale);
+  if (scale <= 0.0) return 0;
+  size_t replaced = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (std::fabs(resid[i]) > sigmas * scale) {
+      x[i] = med[i];
+      ++replaced;
     }
   }
-  // With the whole series known, describe each segment by its own median (spikes aside,
-  // medians are what the online detector compares too).
-  for (size_t k = 0; k < out.size(); ++k) {
-    size_t from = k == 0 ? 0 : out[k - 1].index;
-    size_t mid = out[k].index;
-    size_t to = k + 1 < out.size() ? out[k + 1].index : series.size();
-    if (mid > from) {
-      out[k].before =
-          median(std::vector<double>(series.begin() + static_cast<std::ptrdiff_t>(from),
-                                     series.begin() + static_cast<std::ptrdiff_t>(mid)));
+  return replaced;
+}
+
+std::vector<Real> prefixSums(const std::vector<double>& x) {
+  std::vector<Real> prefix(x.size() + 1, 0.0L);
+  for (size_t i = 0; i < x.size(); ++i) prefix[i + 1] = prefix[i] + x[i];
+  return prefix;
+}
+
+// The centred moving average over one period at i (for an even period, the mean of the two
+// windows that straddle i), shrunk symmetrically near the ends: it removes a season's pattern
+// and keeps levels and trends, so x - it is the season plus noise.
+double periodAverage(const std::vector<Real>& prefix, size_t period, size_t i) {
+  const size_t n = prefix.size() - 1;
+  const size_t half = period / 2;
+  const size_t reach = std::min({half, i, n - 1 - i});
+  if (period % 2 == 1 || reach < half) {
+    return static_cast<double>((prefix[i + reach + 1] - prefix[i - reach]) /
+                               static_cast<Real>(2 * reach + 1));
+  }
+  return static_cast<double>(
+      ((prefix[i + half] - prefix[i - half]) + (prefix[i + half + 1] - prefix[i - half + 1])) /
+      static_cast<Real>(2 * period));
+}
+
+// A repeating pattern: per phase, the median over periods of x minus its period average.
+// Zero mean.
+std::vector<double> seasonalProfile(const std::vector<double>& x, size_t period) {
+  const std::vector<Real> prefix = prefixSums(x);
+  std::vector<std::vector<double>> byPhase(period);
+  for (size_t i = 0; i < x.size(); ++i) {
+    byPhase[i % period].push_back(x[i] - periodAverage(prefix, period, i));
+  }
+  std::vector<double> profile(period);
+  double mean = 0.0;
+  for (size_t p = 0; p < period; ++p) {
+    profile[p] = medianInPlace(byPhase[p]);
+    mean += profile[p];
+  }
+  mean /= static_cast<double>(period);
+  for (double& v : profile) v -= mean;
+  return profile;
+}
+
+// Seasonal periods tried: 2 .. maxPeriod(n).
+size_t maxPeriod(size_t n) {
+  return std::min(n / kMinPeriods, kMaxPeriod);
+}
+
+// What a season of `period` values costs in the BIC: a value per phase but one (the mean is
+// the segments'), and naming the period among the ones tried.
+double seasonPrice(size_t n, size_t period) {
+  return static_cast<double>(period - 1) * std::log(static_cast<double>(n)) +
+         2.0 * std::log(static_cast<double>(maxPeriod(n) - 1));
+}
+
+// Finds the period whose seasonal pattern buys the most likelihood after its seasonPrice,
+// scored on its phase means (cheap: O(n) per period), and returns its robust profile; empty
+// when no period pays for itself.
+std::vector<double> findSeason(const std::vector<double>& x) {
+  const size_t n = x.size();
+  if (maxPeriod(n) < 2) return {};
+  const std::vector<Real> prefix = prefixSums(x);
+  double bestGain = 0.0;
+  size_t bestPeriod = 0;
+  std::vector<double> sums, counts;
+  for (size_t period = 2; period <= maxPeriod(n); ++period) {
+    sums.assign(period, 0.0);
+    counts.assign(period, 0.0);
+    double total = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      const double d = x[i] - periodAverage(prefix, period, i);
+      total += sq(d);
+      sums[i % period] += d;
+      counts[i % period] += 1.0;
     }
-    if (to > mid) {
-      out[k].after = median(std::vector<double>(series.begin() + static_cast<std::ptrdiff_t>(mid),
-                                                series.begin() + static_cast<std::ptrdiff_t>(to)));
+    if (total <= 0.0) continue;
+    double explained = 0.0;  // sum over phases of count * (phase mean)^2
+    for (size_t k = 0; k < period; ++k) explained += sq(sums[k]) / counts[k];
+    // The average also takes out part of the noise (all but 1 - 1/p of its variance, less
+    // for short even periods) but none of the pattern: the residual noise is scaled back up
+    // before the pattern is weighed against it, or a 2-value "season" would fit white noise.
+    const double p = static_cast<double>(period);
+    const double kept = period % 2 == 1 ? 1.0 - 1.0 / p : 1.0 - 1.0 / p - 0.5 / (p * p);
+    const double remaining = std::max(total - explained, total * 1e-12) / kept;
+    const double gain =
+        static_cast<double>(n) * std::log1p(explained / remaining) - seasonPrice(n, period);
+    if (gain > bestGain) {
+      bestGain = gain;
+      bestPeriod = period;
     }
   }
+  if (bestPeriod == 0) return {};
+  return seasonalProfile(x, bestPeriod);
+}
+
+// Prefix sums of a standardised series for O(1) segment costs.
+class SegmentCosts {
+ public:
+  SegmentCosts(const std::vector<double>& z, double noiseVar, double varFloor)
+      : noiseVar_(noiseVar), varFloor_(varFloor) {
+    const size_t n = z.size();
+    s_.assign(n + 1, 0.0L);
+    ss_.assign(n + 1, 0.0L);
+    st_.assign(n + 1, 0.0L);
+    for (size_t i = 0; i < n; ++i) {
+      const Real v = z[i];
+      s_[i + 1] = s_[i] + v;
+      ss_[i + 1] = ss_[i] + v * v;
+      st_[i + 1] = st_[i] + v * static_cast<Real>(i);
+    }
+  }
+
+  double sum(size_t from, size_t to) const { return static_cast<double>(s_[to] - s_[from]); }
+  // Sum of squares around the segment's mean, [from, to).
+  double sse(size_t from, size_t to) const {
+    const Real m = static_cast<Real>(to - from);
+    const Real s = s_[to] - s_[from];
+    return std::max(0.0, static_cast<double>((ss_[to] - ss_[from]) - s * s / m));
+  }
+  // Sum of squares around the segment's least-squares line, and its slope.
+  double rss(size_t from, size_t to, double* slope = nullptr) const {
+    const Real m = static_cast<Real>(to - from);
+    const Real s = s_[to] - s_[from];
+    const Real tMean = static_cast<Real>(from + to - 1) / 2.0L;
+    const Real sxt = (st_[to] - st_[from]) - tMean * s;  // sum (t - tMean) x
+    const Real stt = m * (m * m - 1.0L) / 12.0L;         // sum (t - tMean)^2
+    if (stt <= 0.0L) return sse(from, to);
+    if (slope != nullptr) *slope = static_cast<double>(sxt / stt);
+    return std::max(0.0, sse(from, to) - static_cast<double>(sxt * sxt / stt));
+  }
+
+  // -2 log-likelihood of [from, to) under `model` (constants common to every segmentation
+  // dropped), the variance at least kVarianceFloor times the noise variance: sub-additive, as
+  // PELT's pruning needs.
+  double cost(SegmentModel model, size_t from, size_t to) const {
+    const double m = static_cast<double>(to - from);
+    if (model == SegmentModel::kMean) return sse(from, to) / noiseVar_;
+    const double rs = model == SegmentModel::kTrend ? rss(from, to) : sse(from, to);
+    const double var = std::max(rs / m, varFloor_);
+    return m * std::log(var) + rs / var;
+  }
+
+ private:
+  double noiseVar_;
+  double varFloor_;
+  std::vector<Real> s_, ss_, st_;
+};
+
+// Pruned exact linear-time optimal partitioning (PELT; Killick, Fearnhead & Eckley 2012): the
+// boundaries minimising the sum of segment costs + `penalty` per change, every segment at
+// least minSeg long, boundaries only at `pos` (ascending, from 0 to n). Returns the segment
+// ends (the last is n) and the optimum in *total.
+std::vector<size_t> pelt(const SegmentCosts& costs, SegmentModel model,
+                         const std::vector<size_t>& pos, double penalty, size_t minSeg,
+                         double* total) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const size_t m = pos.size();
+  std::vector<double> best(m, inf);
+  std::vector<size_t> prev(m, 0);
+  best[0] = -penalty;
+  std::vector<size_t> candidates, kept;  // indices into pos
+  std::vector<double> value;  // best[s] + cost(s, t) per candidate, for the choice and the pruning
+  size_t next = 0;            // the next boundary to become a candidate start
+  for (size_t j = 1; j < m; ++j) {
+    while (next < j && pos[j] - pos[next] >= minSeg) {
+      if (best[next] < inf) candidates.push_back(next);
+      ++next;
+    }
+    double bestHere = inf;
+    size_t arg = 0;
+    value.resize(candidates.size());
+    for (size_t k = 0; k < candidates.size(); ++k) {
+      value[k] = best[candidates[k]] + costs.cost(model, pos[candidates[k]], pos[j]);
+      if (value[k] + penalty < bestHere) {
+        bestHere = value[k] + penalty;
+        arg = candidates[k];
+      }
+    }
+    best[j] = bestHere;
+    prev[j] = arg;
+    // PELT's pruning: a start that is already worse than the optimum without paying for a
+    // change can never be the best start again (costs are sub-additive).
+    kept.clear();
+    for (size_t k = 0; k < candidates.size(); ++k) {
+      if (value[k] <= bestHere) kept.push_back(candidates[k]);
+    }
+    candidates.swap(kept);
+  }
+  std::vector<size_t> ends;
+  for (size_t j = m - 1; j > 0; j = prev[j]) ends.push_back(pos[j]);
+  std::reverse(ends.begin(), ends.end());
+  *total = best[m - 1];
+  return ends;
+}
+
+// The optimal segmentation of n values: exact when n <= kExactPoints; longer series first on
+// a grid of about kExactPoints boundaries (PELT's work grows with the square of the segments'
+// length when changes are rare), then exactly among the positions within one grid step of
+// the boundaries found (so a change is placed to the value, and two grid boundaries that
+// bracket one change become one).
+std::vector<size_t> segmentOptimally(const SegmentCosts& costs, SegmentModel model, size_t n,
+                                     double penalty, size_t minSeg, double* total) {
+  const size_t grid = (n + kExactPoints - 1) / kExactPoints;
+  std::vector<size_t> pos;
+  for (size_t p = 0; p < n; p += grid) pos.push_back(p);
+  pos.push_back(n);
+  std::vector<size_t> ends = pelt(costs, model, pos, penalty, minSeg, total);
+  if (grid == 1) return ends;
+  pos.assign(1, 0);
+  for (size_t k = 0; k + 1 < ends.size(); ++k) {
+    const size_t from = std::max(pos.back() + 1, ends[k] > grid ? ends[k] - grid : 1);
+    for (size_t p = from; p <= std::min(n - 1, ends[k] + grid); ++p) pos.push_back(p);
+  }
+  pos.push_back(n);
+  return pelt(costs, model, pos, penalty, minSeg, total);
+}
+
+// A segment's least-squares fit: its mean (the fit at its middle) and, for lines, its slope.
+struct SegmentFit {
+  double mean = 0.0;
+  double slope = 0.0;
+  double mid = 0.0;  // the position of the middle value (may be between two)
+  double rss = 0.0;  // residual sum of squares
+  double dof = 0.0;  // values minus parameters fitted
+  double at(double i) const { return mean + slope * (i - mid); }
+};
+
+SegmentFit fitSegment(const SegmentCosts& costs, size_t from, size_t to, bool line) {
+  SegmentFit f;
+  const double m = static_cast<double>(to - from);
+  line = line && to - from >= 3;
+  f.mean = costs.sum(from, to) / m;
+  f.mid = (static_cast<double>(from + to) - 1.0) / 2.0;
+  f.rss = line ? costs.rss(from, to, &f.slope) : costs.sse(from, to);
+  f.dof = m - (line ? 2.0 : 1.0);
+  return f;
+}
+
+// Lag-1 autocorrelation of the residuals of a segmentation (pooled over pairs of neighbours in
+// the same segment): what the segments leave unexplained, and how smooth it is.
+double residualAutocorr(const std::vector<double>& z, const std::vector<size_t>& ends,
+                        SegmentModel model) {
+  const SegmentCosts costs(z, 1.0, 1.0);
+  double num = 0.0, den = 0.0;
+  size_t from = 0;
+  for (size_t to : ends) {
+    const SegmentFit f = fitSegment(costs, from, to, model == SegmentModel::kTrend);
+    double prev = 0.0;
+    for (size_t i = from; i < to; ++i) {
+      const double r = z[i] - f.at(static_cast<double>(i));
+      den += r * r;
+      if (i > from) num += r * prev;
+      prev = r;
+    }
+    from = to;
+  }
+  return den > 0.0 ? num / den : 0.0;
+}
+
+size_t parameterCount(SegmentModel model) {
+  switch (model) {
+    case SegmentModel::kMean:
+      return 1;
+    case SegmentModel::kMeanVar:
+      return 2;
+    case SegmentModel::kTrend:
+    case SegmentModel::kAuto:
+      return 3;
+  }
+  return 2;
+}
+
+// The series as the segmentation sees it: standardised, season and outliers out.
+struct Prepared {
+  std::vector<double> z;       // (value - center) / scale, season removed, outliers replaced
+  std::vector<double> season;  // per phase, in z units; empty = none
+  double center = 0.0;
+  double scale = 1.0;
+  double noiseVar = 1.0;  // of z's noise, from differences of neighbours
+  size_t outliers = 0;
+};
+
+Prepared prepare(const std::vector<double>& series, const OfflineOptions& options,
+                 bool withSeason) {
+  Prepared p;
+  const size_t n = series.size();
+  // Centre on the median, scale by the differences' robust noise sd, so costs and the variance
+  // floor are in noise units and the prefix sums keep their digits.
+  p.center = median(series);
+  const double sd = diffNoiseSd(series, 1);
+  p.scale = sd > 0.0 ? sd : 1.0;
+  p.z.resize(n);
+  for (size_t i = 0; i < n; ++i) p.z[i] = (series[i] - p.center) / p.scale;
+  // A seasonal pattern first: its peaks would otherwise be outliers or segments.
+  if (withSeason) {
+    p.season = findSeason(p.z);
+    for (size_t i = 0; i < n && !p.season.empty(); ++i) p.z[i] -= p.season[i % p.season.size()];
+  }
+  // An outlier must stand out from the noise as neighbours' differences show it too, not only
+  // from the running median: on a smooth curve that median fits almost exactly, and every
+  // small bump would look like an outlier.
+  p.outliers = replaceOutliers(p.z, options.outlierSigmas, diffNoiseSd(p.z, 1));
+  p.noiseVar = std::max(sq(diffNoiseSd(p.z, 1)), 1e-12);
+  return p;
+}
+
+struct Fit {
+  std::vector<size_t> ends;  // segment ends, the last is n
+  SegmentModel model = SegmentModel::kMeanVar;
+  double penalty = 0.0;
+  double total = 0.0;  // costs + penalties
+};
+
+// The optimal segmentation of p.z under `model` with the penalty for autocorrelation phi.
+Fit fitModel(const Prepared& p, SegmentModel model, double phi, const OfflineOptions& options) {
+  const size_t n = p.z.size();
+  Fit f;
+  f.model = model;
+  // Values that are autocorrelated carry less information than independent ones: the BIC's
+  // penalty scaled by the effective-sample-size factor; the mean model's noise variance is
+  // the noise's own (sigma_d^2 / (1 - phi)), not that of its innovations.
+  SegmentCosts costs(p.z, p.noiseVar / (1.0 - phi), kVarianceFloor * p.noiseVar);
+  const double logN = std::log(static_cast<double>(std::max<size_t>(n, 3)));
+  f.penalty = options.penalty > 0.0 ? options.penalty
+                                    : options.penaltyScale * (1.0 + phi) / (1.0 - phi) *
+                                          static_cast<double>(parameterCount(model) + 1) * logN;
+  // A spread needs 3 values to be judged, a line with a spread 4.
+  const size_t least = model == SegmentModel::kTrend ? 4 : model == SegmentModel::kMeanVar ? 3 : 1;
+  const size_t minSeg = std::max(options.minSegment, least);
+  if (n < 2 * minSeg) {
+    f.ends = {n};
+    f.total = costs.cost(model, 0, n);
+    return f;
+  }
+  f.ends = segmentOptimally(costs, model, n, f.penalty, minSeg, &f.total);
+  // The mean model's -2 log-likelihood also has n ln(noise variance), which differs between
+  // a series with and without its season removed.
+  if (model == SegmentModel::kMean) {
+    f.total += static_cast<double>(n) * std::log(p.noiseVar / (1.0 - phi));
+  }
+  return f;
+}
+
+// The options' model; for kAuto, levels or lines, whichever has the lower penalised cost (both
+// are -2 log-likelihoods of the same values, so the BIC compares them).
+Fit fitBest(const Prepared& p, double phi, const OfflineOptions& options) {
+  if (options.model != SegmentModel::kAuto) return fitModel(p, options.model, phi, options);
+  Fit levels = fitModel(p, SegmentModel::kMeanVar, phi, options);
+  Fit lines = fitModel(p, SegmentModel::kTrend, phi, options);
+  return lines.total < levels.total ? lines : levels;
+}
+
+// Fills out's segments and change points in the input's units: values with outliers
+// replaced, the season kept in the mean (it averages out over whole periods) but out of the
+// spread, the slope and the jump.
+void describe(const Prepared& p, const Fit& fit, Segmentation* out) {
+  const SegmentCosts costs(p.z, 1.0, 1.0);
+  const bool lines = fit.model == SegmentModel::kTrend;
+  std::vector<SegmentFit> fits;
+  size_t from = 0;
+  for (size_t to : fit.ends) {
+    const SegmentFit f = fitSegment(costs, from, to, lines);
+    double seasonSum = 0.0;
+    for (size_t i = from; i < to && !p.season.empty(); ++i) {
+      seasonSum += p.season[i % p.season.size()];
+    }
+    Segment seg;
+    seg.start = from;
+    seg.end = to;
+    seg.mean = p.center + (f.mean + seasonSum / static_cast<double>(to - from)) * p.scale;
+    seg.sd = f.dof > 0.0 ? std::sqrt(f.rss / f.dof) * p.scale : 0.0;
+    seg.slope = f.slope * p.scale;
+    out->segments.push_back(seg);
+    fits.push_back(f);
+    from = to;
+  }
+  for (size_t k = 1; k < out->segments.size(); ++k) {
+    const Segment& a = out->segments[k - 1];
+    const Segment& b = out->segments[k];
+    ChangePoint cp;
+    cp.index = b.start;
+    cp.before = a.mean;
+    cp.after = b.mean;
+    // This segment's fit at its first value against the previous one's, extended there.
+    const double at = static_cast<double>(b.start);
+    cp.jump = (fits[k].at(at) - fits[k - 1].at(at)) * p.scale;
+    cp.sdBefore = a.sd;
+    cp.sdAfter = b.sd;
+    out->changePoints.push_back(cp);
+  }
+}
+
+}  // namespace
+
+const char* segmentModelName(SegmentModel model) {
+  switch (model) {
+    case SegmentModel::kMean:
+      return "mean";
+    case SegmentModel::kMeanVar:
+      return "meanvar";
+    case SegmentModel::kTrend:
+      return "trend";
+    case SegmentModel::kAuto:
+      return "auto";
+  }
+  return "auto";
+}
+
+Result<SegmentModel> parseSegmentModel(const std::string& name) {
+  for (SegmentModel m :
+       {SegmentModel::kMean, SegmentModel::kMeanVar, SegmentModel::kTrend, SegmentModel::kAuto}) {
+    if (name == segmentModelName(m)) return m;
+  }
+  return Result<SegmentModel>::error("unknown model '" + name +
+                                     "' (one of: mean, meanvar, trend, auto)");
+}
+
+Segmentation segmentSeries(const std::vector<double>& series, const OfflineOptions& options) {
+  Segmentation out;
+  const size_t n = series.size();
+  if (n == 0) return out;
+  // With a season, only when the whole model (segments and season) beats the segments alone
+  // in the BIC: a few irregular alternations can look periodic, and are changes.
+  Prepared p = prepare(series, options, false);
+  if (options.seasonal) {
+    Prepared seasonal = prepare(series, options, true);
+    if (!seasonal.season.empty() &&
+        fitBest(seasonal, 0.0, options).total + seasonPrice(n, seasonal.season.size()) <
+            fitBest(p, 0.0, options).total) {
+      p = std::move(seasonal);
+    }
+  }
+  out.noiseSd = diffNoiseSd(series, 1);
+  out.period = p.season.size();
+  out.outliers = p.outliers;
+
+  // The noise's autocorrelation is what the segments leave unexplained, so it is estimated
+  // from the residuals of a fit and the fit redone with it, until it settles: from
+  // independence (phi = 0), a smooth wander first cut into many segments leaves smooth
+  // residuals, which raise the penalty and merge the cuts; real shifts leave white residuals.
+  const double phiCap = std::clamp(options.maxAutocorr, 0.0, 0.99);
+  double phi = 0.0;
+  Fit fit = fitBest(p, phi, options);
+  for (int round = 0; round < kAutocorrRounds && phiCap > 0.0; ++round) {
+    const double next = std::clamp(residualAutocorr(p.z, fit.ends, fit.model), 0.0, phiCap);
+    if (std::fabs(next - phi) < kAutocorrTolerance) break;
+    phi = next;
+    fit = fitBest(p, phi, options);
+  }
+  out.autocorr = phi;
+  out.model = fit.model;
+  out.penalty = fit.penalty;
+  describe(p, fit, &out);
   return out;
 }
 

@@ -11,7 +11,6 @@
 #include <ostream>
 #include <sstream>
 
-#include "collector/detect/offline.h"
 #include "common/clock.h"
 
 namespace trainscope::cli {
@@ -377,47 +376,6 @@ int runAnomalies(Context& ctx, const std::string& job) {
   return kExitOk;
 }
 
-int runDetect(Context& ctx, const DetectArgs& args) {
-  std::ifstream file;
-  std::istream* in = args.stdinStream != nullptr ? args.stdinStream : &std::cin;
-  const std::string name = args.input == "-" ? "stdin" : args.input;
-  if (args.input != "-") {
-    file.open(args.input);
-    if (!file) {
-      ctx.err << "trainscope detect: --input: cannot open '" << args.input
-              << "': " << std::strerror(errno) << "\n";
-      return kExitApiError;
-    }
-    in = &file;
-  }
-  auto series = detect::parseSeries(*in);
-  if (!series) {
-    ctx.err << "trainscope detect: " << name << ": " << series.message() << "\n";
-    return kExitApiError;
-  }
-  const auto points = detect::findChangePoints(*series);
-  if (ctx.global.json) {
-    json list = json::array();
-    for (const auto& p : points) {
-      list.push_back(
-          json{{"index", p.index}, {"before", p.before}, {"after", p.after}, {"ratio", p.ratio()}});
-    }
-    printJson(ctx, json{{"values", series->size()}, {"change_points", std::move(list)}});
-    return kExitOk;
-  }
-  if (points.empty()) {
-    ctx.out << "no change points in " << series->size() << " values\n";
-    return kExitOk;
-  }
-  Table t({{"INDEX", true}, {"BEFORE", true}, {"AFTER", true}, {"RATIO", true}});
-  for (const auto& p : points) {
-    t.addRow({std::to_string(p.index), printf1("%.6g", p.before), printf1("%.6g", p.after),
-              printf1("%.3f", p.ratio())});
-  }
-  t.render(ctx.out);
-  return kExitOk;
-}
-
 void addAnomaliesCommand(CLI::App& app, Action* action) {
   auto job = std::make_shared<std::string>();
   auto* sub = app.add_subcommand("anomalies",
@@ -426,18 +384,6 @@ void addAnomaliesCommand(CLI::App& app, Action* action) {
   sub->add_option("job", *job, "Job id (as shown by `trainscope jobs`)")->required();
   sub->callback(
       [action, job] { *action = [job](Context& ctx) { return runAnomalies(ctx, *job); }; });
-}
-
-void addDetectCommand(CLI::App& app, Action* action) {
-  auto args = std::make_shared<DetectArgs>();
-  auto* sub = app.add_subcommand(
-      "detect",
-      "Find level changes in a series offline (no collector needed): one value per line or "
-      "CSV step,value (header and #-comments allowed); prints index, value before, value "
-      "after and ratio of each change point found with the default step_shift settings");
-  sub->add_option("--input", args->input, "File of values; - reads standard input")->required();
-  sub->callback(
-      [action, args] { *action = [args](Context& ctx) { return runDetect(ctx, *args); }; });
 }
 
 void addJobsCommand(CLI::App& app, Action* action) {

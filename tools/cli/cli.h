@@ -144,11 +144,6 @@ struct SummaryArgs {
   std::optional<uint32_t> limit;
 };
 
-struct DetectArgs {
-  std::string input;                    // a file, or "-" for stdin
-  std::istream* stdinStream = nullptr;  // what "-" reads; null = std::cin (tests pass their own)
-};
-
 int runJobs(Context& ctx);
 int runRanks(Context& ctx, const std::string& job);
 int runSteps(Context& ctx, const StepsArgs& args);
@@ -156,9 +151,6 @@ int runSummary(Context& ctx, const SummaryArgs& args);
 int runNodes(Context& ctx);
 // A job's anomalies: id, kind, ranks, nodes, onset, detected, magnitude, state, summary.
 int runAnomalies(Context& ctx, const std::string& job);
-// Offline change points of a series (detect::parseSeries + findChangePoints with the default
-// options); needs no collector. Exit 1 with a message naming the line on bad input.
-int runDetect(Context& ctx, const DetectArgs& args);
 
 // Registering a subcommand: add it to `app` and, in its parse callback, set `*action` to what
 // runs it. Adding a subcommand is one more of these and one line in buildApp().
@@ -169,6 +161,7 @@ void addStepsCommand(CLI::App& app, Action* action);
 void addSummaryCommand(CLI::App& app, Action* action);
 void addNodesCommand(CLI::App& app, Action* action);
 void addAnomaliesCommand(CLI::App& app, Action* action);
+// detect: tools/cli/detect_cmd.cpp.
 void addDetectCommand(CLI::App& app, Action* action);
 // capture, captures and stacks: tools/cli/capture_cmd.cpp.
 void addCaptureCommand(CLI::App& app, Action* action);

@@ -1,0 +1,207 @@
+// offline_detect_eval: scores `trainscope detect`'s offline change-point detector against two
+// baselines -- "no change points" and plain binary segmentation (TCPDBench's default_binseg) --
+// with the change-point benchmark's F1 (margin 5, the series start counted as a change in
+// truth and prediction), on seeded synthetic series of many shapes, and optionally on a local
+// checkout of the Turing Change Point Dataset. Prints one row per shape and the overall mean.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "collector/detect/offline.h"
+#include "tools/bench/offline_detect_eval/binseg_baseline.h"
+#include "tools/bench/offline_detect_eval/cpd_score.h"
+#include "tools/bench/offline_detect_eval/synth_series.h"
+#include "tools/bench/offline_detect_eval/tcpd_dataset.h"
+
+namespace ts = trainscope;
+namespace bench = trainscope::bench;
+namespace detect = trainscope::detect;
+
+namespace {
+
+struct EvalOptions {
+  uint64_t seed = 1;          // the synthetic series' seed: same seed, same series
+  size_t perShape = 40;       // series per shape; more = tighter means, longer run
+  std::string only;           // "" = every shape; else the one shape named
+  std::string tcpd;           // a TCPD checkout to score as well ("" = synthetic only)
+  bool verbose = false;       // one line per series: truth and each method's changes
+  detect::OfflineOptions detector;
+};
+
+// F1 sums of the three methods over a group of series.
+struct Tally {
+  size_t series = 0;
+  size_t minLen = 0, maxLen = 0;
+  double zero = 0.0, binseg = 0.0, offline = 0.0;
+  double offlineP = 0.0, offlineR = 0.0;
+  double offlineSeconds = 0.0;
+
+  void add(size_t n, double z, double b, const bench::F1Score& o, double seconds) {
+    minLen = series == 0 ? n : std::min(minLen, n);
+    maxLen = std::max(maxLen, n);
+    ++series;
+    zero += z;
+    binseg += b;
+    offline += o.f1;
+    offlineP += o.precision;
+    offlineR += o.recall;
+    offlineSeconds += seconds;
+  }
+  void add(const Tally& t) {
+    minLen = series == 0 ? t.minLen : std::min(minLen, t.minLen);
+    maxLen = std::max(maxLen, t.maxLen);
+    series += t.series;
+    zero += t.zero;
+    binseg += t.binseg;
+    offline += t.offline;
+    offlineP += t.offlineP;
+    offlineR += t.offlineR;
+    offlineSeconds += t.offlineSeconds;
+  }
+};
+
+std::string joined(const std::vector<size_t>& v) {
+  std::string s;
+  for (size_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s.empty() ? "-" : s;
+}
+
+// Runs the three methods on one series and adds their F1 to `tally`.
+void score(const std::string& label, const std::vector<double>& values,
+           const std::vector<bench::ChangePoints>& truth, const EvalOptions& o, Tally* tally) {
+  const auto start = std::chrono::steady_clock::now();
+  const detect::Segmentation seg = detect::segmentSeries(values, o.detector);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  bench::ChangePoints found;
+  for (const auto& cp : seg.changePoints) found.push_back(cp.index);
+  const bench::ChangePoints binseg = bench::binsegMeanChanges(values);
+  const double zeroF1 = bench::f1Score(truth, {}).f1;
+  const double binsegF1 = bench::f1Score(truth, binseg).f1;
+  const bench::F1Score offline = bench::f1Score(truth, found);
+  tally->add(values.size(), zeroF1, binsegF1, offline, seconds);
+  if (o.verbose) {
+    std::printf("  %-22s n=%-6zu truth=%s\n      binseg %.2f %s\n      offline %.2f %s (%s, "
+                "pen %.1f, phi %.2f, period %zu, outliers %zu)\n",
+                label.c_str(), values.size(), joined(truth[0]).c_str(), binsegF1,
+                joined(binseg).c_str(), offline.f1, joined(found).c_str(),
+                detect::segmentModelName(seg.model), seg.penalty, seg.autocorr, seg.period,
+                seg.outliers);
+  }
+}
+
+void printHeader(const char* first) {
+  std::printf("%-16s %6s %13s %7s %7s %8s %11s %9s\n", first, "series", "values", "zero",
+              "binseg", "offline", "offline P/R", "ms/series");
+}
+
+void printRow(const std::string& name, const Tally& t) {
+  const double k = t.series > 0 ? static_cast<double>(t.series) : 1.0;
+  const std::string range = std::to_string(t.minLen) + "-" + std::to_string(t.maxLen);
+  std::printf("%-16s %6zu %13s %7.3f %7.3f %8.3f %5.2f/%4.2f %9.2f\n", name.c_str(), t.series,
+              range.c_str(), t.zero / k, t.binseg / k, t.offline / k, t.offlineP / k,
+              t.offlineR / k, 1000.0 * t.offlineSeconds / k);
+}
+
+int runSynthetic(const EvalOptions& o) {
+  std::printf("synthetic series: seed %llu, %zu per shape; F1 (margin 5) of: no change points, "
+              "binary segmentation (mean, MBIC, Q=5), trainscope detect defaults\n\n",
+              static_cast<unsigned long long>(o.seed), o.perShape);
+  printHeader("shape");
+  Tally overall;
+  bool any = false;
+  for (const auto& shape : bench::shapes()) {
+    if (!o.only.empty() && o.only != shape.name) continue;
+    any = true;
+    Tally t;
+    for (size_t i = 0; i < o.perShape; ++i) {
+      const auto s = bench::makeSeries(shape.name, o.seed, i);
+      score(std::string(shape.name) + " #" + std::to_string(i), s.values, {s.changes}, o, &t);
+    }
+    printRow(shape.name, t);
+    overall.add(t);
+  }
+  if (!any) {
+    std::fprintf(stderr, "offline_detect_eval: --only: unknown shape '%s'\n", o.only.c_str());
+    return 2;
+  }
+  printRow("overall", overall);
+  std::printf("\nshapes:\n");
+  for (const auto& shape : bench::shapes()) std::printf("  %-15s %s\n", shape.name, shape.description);
+  return 0;
+}
+
+int runTcpd(const EvalOptions& o) {
+  std::vector<std::string> skipped;
+  auto data = bench::loadTcpd(o.tcpd, &skipped);
+  if (!data) {
+    std::fprintf(stderr, "offline_detect_eval: --tcpd: %s\n", data.message().c_str());
+    return 2;
+  }
+  std::printf("\nTCPD (%s): %zu univariate series; F1 (margin 5) over each series' annotators\n\n",
+              o.tcpd.c_str(), data->size());
+  printHeader("dataset");
+  Tally overall;
+  for (const auto& s : *data) {
+    Tally t;
+    score(s.name, s.values, s.annotators, o, &t);
+    printRow(s.name, t);
+    overall.add(t);
+  }
+  printRow("overall", overall);
+  for (const auto& name : skipped) std::printf("skipped: %s\n", name.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  EvalOptions o;
+  CLI::App app{"Scores the offline change-point detector (trainscope detect) against 'no change "
+               "points' and binary segmentation with the change-point benchmark's F1 (margin 5) "
+               "on seeded synthetic series, and on a TCPD checkout with --tcpd."};
+  app.add_option("--seed", o.seed, "Seed of the synthetic series")->capture_default_str();
+  app.add_option("--per-shape", o.perShape, "Series per shape")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{100000}));
+  app.add_option("--only", o.only, "Only this shape (names are listed after the table)");
+  app.add_option("--tcpd", o.tcpd,
+                 "Also score a local checkout of github.com/alan-turing-institute/TCPD "
+                 "(annotations.json and datasets/NAME/NAME.json)");
+  bool tcpdOnly = false;
+  app.add_flag("--tcpd-only", tcpdOnly, "Skip the synthetic series (with --tcpd)");
+  app.add_flag("-v,--verbose", o.verbose, "One line per series: truth and what each method found");
+  std::string model = "auto";
+  app.add_option("--model", model, "Detector model: mean, meanvar, trend, auto")
+      ->capture_default_str();
+  app.add_option("--penalty-scale", o.detector.penaltyScale, "Detector penalty multiplier")
+      ->capture_default_str();
+  app.add_option("--min-segment", o.detector.minSegment, "Detector minimum segment length")
+      ->capture_default_str();
+  app.add_option("--outlier-sigmas", o.detector.outlierSigmas, "Detector outlier threshold")
+      ->capture_default_str();
+  app.add_option("--max-autocorr", o.detector.maxAutocorr, "Detector autocorrelation cap")
+      ->capture_default_str();
+  bool noSeason = false;
+  app.add_flag("--no-seasonal", noSeason, "Detector: do not remove seasonality");
+  CLI11_PARSE(app, argc, argv);
+  auto m = detect::parseSegmentModel(model);
+  if (!m) {
+    std::fprintf(stderr, "offline_detect_eval: --model: %s\n", m.message().c_str());
+    return 2;
+  }
+  o.detector.model = *m;
+  o.detector.seasonal = !noSeason;
+  if (tcpdOnly && o.tcpd.empty()) {
+    std::fprintf(stderr, "offline_detect_eval: --tcpd-only needs --tcpd DIR\n");
+    return 2;
+  }
+  if (!tcpdOnly) {
+    if (int rc = runSynthetic(o); rc != 0) return rc;
+  }
+  if (!o.tcpd.empty()) return runTcpd(o);
+  return 0;
+}
