@@ -387,8 +387,14 @@ Prepared prepare(const std::vector<double>& series, const OfflineOptions& option
 struct Fit {
   std::vector<size_t> ends;  // segment ends, the last is n
   SegmentModel model = SegmentModel::kMeanVar;
-  double penalty = 0.0;
-  double total = 0.0;  // costs + penalties
+  double penalty = 0.0;       // per change, as used (scaled for autocorrelation)
+  double total = 0.0;         // costs + penalties
+  double plainPenalty = 0.0;  // per change, for independent values
+  // The BIC with the plain penalty: how two fits made at different autocorrelations compare.
+  double bic() const {
+    const double changes = static_cast<double>(ends.size() - 1);
+    return total - changes * (penalty - plainPenalty);
+  }
 };
 
 // The optimal segmentation of p.z under `model` with the penalty for autocorrelation phi.
@@ -401,9 +407,11 @@ Fit fitModel(const Prepared& p, SegmentModel model, double phi, const OfflineOpt
   // the noise's own (sigma_d^2 / (1 - phi)), not that of its innovations.
   SegmentCosts costs(p.z, p.noiseVar / (1.0 - phi), kVarianceFloor * p.noiseVar);
   const double logN = std::log(static_cast<double>(std::max<size_t>(n, 3)));
-  f.penalty = options.penalty > 0.0 ? options.penalty
-                                    : options.penaltyScale * (1.0 + phi) / (1.0 - phi) *
-                                          static_cast<double>(parameterCount(model) + 1) * logN;
+  f.plainPenalty =
+      options.penalty > 0.0
+          ? options.penalty
+          : options.penaltyScale * static_cast<double>(parameterCount(model) + 1) * logN;
+  f.penalty = options.penalty > 0.0 ? options.penalty : f.plainPenalty * (1.0 + phi) / (1.0 - phi);
   // A spread needs 3 values to be judged, a line with a spread 4.
   const size_t least = model == SegmentModel::kTrend ? 4 : model == SegmentModel::kMeanVar ? 3 : 1;
   const size_t minSeg = std::max(options.minSegment, least);
@@ -428,6 +436,23 @@ Fit fitBest(const Prepared& p, double phi, const OfflineOptions& options) {
   Fit levels = fitModel(p, SegmentModel::kMeanVar, phi, options);
   Fit lines = fitModel(p, SegmentModel::kTrend, phi, options);
   return lines.total < levels.total ? lines : levels;
+}
+
+// The noise's autocorrelation is what the segments leave unexplained, so it is estimated from
+// the residuals of a fit and the fit redone with it, until it settles: from independence
+// (phi = 0), a smooth wander first cut into many segments leaves smooth residuals, which raise
+// the penalty and merge the cuts; real shifts leave white residuals.
+Fit settle(const Prepared& p, const OfflineOptions& options, double* phi) {
+  const double cap = std::clamp(options.maxAutocorr, 0.0, 0.99);
+  *phi = 0.0;
+  Fit fit = fitBest(p, *phi, options);
+  for (int round = 0; round < kAutocorrRounds && cap > 0.0; ++round) {
+    const double next = std::clamp(residualAutocorr(p.z, fit.ends, fit.model), 0.0, cap);
+    if (std::fabs(next - *phi) < kAutocorrTolerance) break;
+    *phi = next;
+    fit = fitBest(p, *phi, options);
+  }
+  return fit;
 }
 
 // Fills out's segments and change points in the input's units: values with outliers
@@ -499,34 +524,26 @@ Segmentation segmentSeries(const std::vector<double>& series, const OfflineOptio
   Segmentation out;
   const size_t n = series.size();
   if (n == 0) return out;
-  // With a season, only when the whole model (segments and season) beats the segments alone
-  // in the BIC: a few irregular alternations can look periodic, and are changes.
   Prepared p = prepare(series, options, false);
+  double phi = 0.0;
+  Fit fit = settle(p, options, &phi);
+  // With a season only when the whole model (segments and season) beats the segments alone in
+  // the BIC: a few irregular alternations can look periodic, and are changes.
   if (options.seasonal) {
     Prepared seasonal = prepare(series, options, true);
-    if (!seasonal.season.empty() &&
-        fitBest(seasonal, 0.0, options).total + seasonPrice(n, seasonal.season.size()) <
-            fitBest(p, 0.0, options).total) {
-      p = std::move(seasonal);
+    if (!seasonal.season.empty()) {
+      double seasonalPhi = 0.0;
+      Fit seasonalFit = settle(seasonal, options, &seasonalPhi);
+      if (seasonalFit.bic() + seasonPrice(n, seasonal.season.size()) < fit.bic()) {
+        p = std::move(seasonal);
+        fit = std::move(seasonalFit);
+        phi = seasonalPhi;
+      }
     }
   }
   out.noiseSd = diffNoiseSd(series, 1);
   out.period = p.season.size();
   out.outliers = p.outliers;
-
-  // The noise's autocorrelation is what the segments leave unexplained, so it is estimated
-  // from the residuals of a fit and the fit redone with it, until it settles: from
-  // independence (phi = 0), a smooth wander first cut into many segments leaves smooth
-  // residuals, which raise the penalty and merge the cuts; real shifts leave white residuals.
-  const double phiCap = std::clamp(options.maxAutocorr, 0.0, 0.99);
-  double phi = 0.0;
-  Fit fit = fitBest(p, phi, options);
-  for (int round = 0; round < kAutocorrRounds && phiCap > 0.0; ++round) {
-    const double next = std::clamp(residualAutocorr(p.z, fit.ends, fit.model), 0.0, phiCap);
-    if (std::fabs(next - phi) < kAutocorrTolerance) break;
-    phi = next;
-    fit = fitBest(p, phi, options);
-  }
   out.autocorr = phi;
   out.model = fit.model;
   out.penalty = fit.penalty;
