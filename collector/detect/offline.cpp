@@ -210,8 +210,8 @@ class SegmentCosts {
   }
 
   // -2 log-likelihood of [from, to) under `model` (constants common to every segmentation
-  // dropped), the variance at least kVarianceFloor times the noise variance: sub-additive, as
-  // PELT's pruning needs.
+  // dropped; the mean model's noise variance is known, the others' fitted, at least
+  // varFloor): sub-additive, as PELT's pruning needs.
   double cost(SegmentModel model, size_t from, size_t to) const {
     const double m = static_cast<double>(to - from);
     if (model == SegmentModel::kMean) return sse(from, to) / noiseVar_;
@@ -337,17 +337,9 @@ double residualAutocorr(const std::vector<double>& z, const std::vector<size_t>&
   return den > 0.0 ? num / den : 0.0;
 }
 
+// Parameters a segment fits (kAuto never reaches here: it is one of the others by then).
 size_t parameterCount(SegmentModel model) {
-  switch (model) {
-    case SegmentModel::kMean:
-      return 1;
-    case SegmentModel::kMeanVar:
-      return 2;
-    case SegmentModel::kTrend:
-    case SegmentModel::kAuto:
-      return 3;
-  }
-  return 2;
+  return model == SegmentModel::kMean ? 1 : model == SegmentModel::kTrend ? 3 : 2;
 }
 
 // The series as the segmentation sees it: standardised, season and outliers out.
@@ -418,9 +410,9 @@ Fit fitModel(const Prepared& p, SegmentModel model, double phi, const OfflineOpt
   if (n < 2 * minSeg) {
     f.ends = {n};
     f.total = costs.cost(model, 0, n);
-    return f;
+  } else {
+    f.ends = segmentOptimally(costs, model, n, f.penalty, minSeg, &f.total);
   }
-  f.ends = segmentOptimally(costs, model, n, f.penalty, minSeg, &f.total);
   // The mean model's -2 log-likelihood also has n ln(noise variance), which differs between
   // a series with and without its season removed.
   if (model == SegmentModel::kMean) {

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -95,8 +96,8 @@ int runDetect(Context& ctx, const DetectArgs& args) {
   if (seg.changePoints.empty()) {
     ctx.out << "no change points in " << series->size() << " values\n";
   } else {
-    ctx.out << seg.changePoints.size() << " change point" << (seg.changePoints.size() == 1 ? "" : "s")
-            << " in " << series->size() << " values\n";
+    ctx.out << seg.changePoints.size() << " change point"
+            << (seg.changePoints.size() == 1 ? "" : "s") << " in " << series->size() << " values\n";
     Table t({{"INDEX", true},
              {"BEFORE", true},
              {"AFTER", true},
@@ -163,7 +164,15 @@ void addDetectCommand(CLI::App& app, Action* action) {
       ->capture_default_str();
   sub->add_option("--min-segment", args->options.minSegment,
                   "Fewest values in a segment (shorter episodes count as outliers)")
-      ->check(CLI::Range(size_t{2}, size_t{1} << 40))
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos) {
+              return '\'' + v + "' is not a whole number";
+            }
+            return std::strtoull(v.c_str(), nullptr, 10) >= 2 ? std::string()
+                                                              : std::string("must be at least 2");
+          },
+          "INT>=2"))
       ->capture_default_str();
   sub->add_option("--outlier-sigmas", args->options.outlierSigmas,
                   "A value further than this many robust sds from the median of its 7 "

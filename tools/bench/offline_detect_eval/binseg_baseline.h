@@ -10,7 +10,7 @@
 namespace trainscope::bench {
 
 struct BinsegOptions {
-  size_t maxChanges = 5;       // Q: splits considered
+  size_t maxChanges = 5;        // Q: splits considered
   double penaltyPerLogN = 3.0;  // MBIC for a mean change: 3 log n per change
 };
 

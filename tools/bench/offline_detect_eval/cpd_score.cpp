@@ -59,8 +59,8 @@ F1Score f1Score(const std::vector<ChangePoints>& annotators, const ChangePoints&
   const ChangePoints allv(all.begin(), all.end());
   s.precision =
       static_cast<double>(truePositives(allv, xs, margin).size()) / static_cast<double>(xs.size());
-  s.f1 = s.precision + s.recall > 0.0 ? 2.0 * s.precision * s.recall / (s.precision + s.recall)
-                                      : 0.0;
+  s.f1 =
+      s.precision + s.recall > 0.0 ? 2.0 * s.precision * s.recall / (s.precision + s.recall) : 0.0;
   return s;
 }
 

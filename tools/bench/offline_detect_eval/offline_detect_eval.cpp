@@ -3,12 +3,16 @@
 // with the change-point benchmark's F1 (margin 5, the series start counted as a change in
 // truth and prediction), on seeded synthetic series of many shapes, and optionally on a local
 // checkout of the Turing Change Point Dataset. Prints one row per shape and the overall mean.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "collector/detect/offline.h"
 #include "tools/bench/offline_detect_eval/binseg_baseline.h"
@@ -23,13 +27,64 @@ namespace detect = trainscope::detect;
 namespace {
 
 struct EvalOptions {
-  uint64_t seed = 1;          // the synthetic series' seed: same seed, same series
-  size_t perShape = 40;       // series per shape; more = tighter means, longer run
-  std::string only;           // "" = every shape; else the one shape named
-  std::string tcpd;           // a TCPD checkout to score as well ("" = synthetic only)
-  bool verbose = false;       // one line per series: truth and each method's changes
+  uint64_t seed = 1;     // the synthetic series' seed: same seed, same series
+  size_t perShape = 40;  // series per shape; more = tighter means, longer run
+  std::string only;      // "" = every shape; else the one shape named
+  std::string tcpd;      // a TCPD checkout to score as well ("" = synthetic only)
+  bool verbose = false;  // one line per series: truth and each method's changes
+  std::string cli;       // a trainscope binary: score what `detect --json` prints instead
+  std::string model = "auto";
   detect::OfflineOptions detector;
 };
+
+// What the CLI answered against what the library found in-process, with --cli.
+struct CliCheck {
+  size_t runs = 0;
+  size_t identical = 0;
+  size_t failed = 0;
+};
+CliCheck gCliCheck;
+
+// Runs `<cli> detect --input FILE --json` with the evaluation's detector flags on `values`
+// (written with every digit) and returns the change points it printed; empty with *ok = false
+// when it failed.
+bench::ChangePoints detectViaCli(const EvalOptions& o, const std::vector<double>& values,
+                                 bool* ok) {
+  *ok = false;
+  char path[] = "/tmp/offline_detect_eval.XXXXXX";
+  const int fd = ::mkstemp(path);
+  if (fd < 0) return {};
+  std::FILE* f = ::fdopen(fd, "w");
+  std::fprintf(f, "step,value\n");
+  for (size_t i = 0; i < values.size(); ++i) std::fprintf(f, "%zu,%.17g\n", i, values[i]);
+  std::fclose(f);
+  char flags[256];
+  std::snprintf(flags, sizeof(flags),
+                " --model %s --penalty-scale %.17g --min-segment %zu --outlier-sigmas %.17g "
+                "--max-autocorr %.17g%s",
+                o.model.c_str(), o.detector.penaltyScale, o.detector.minSegment,
+                o.detector.outlierSigmas, o.detector.maxAutocorr,
+                o.detector.seasonal ? "" : " --no-seasonal");
+  const std::string cmd =
+      "'" + o.cli + "' detect --json --input " + std::string(path) + flags + " 2>/dev/null";
+  std::string out;
+  if (std::FILE* pipe = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t got;
+    while ((got = std::fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, got);
+    const int status = ::pclose(pipe);
+    *ok = status == 0;
+  }
+  std::remove(path);
+  const nlohmann::json j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  bench::ChangePoints found;
+  if (!*ok || j.is_discarded() || !j.contains("change_points")) {
+    *ok = false;
+    return found;
+  }
+  for (const auto& cp : j["change_points"]) found.push_back(cp["index"].get<size_t>());
+  return found;
+}
 
 // F1 sums of the three methods over a group of series.
 struct Tally {
@@ -78,24 +133,33 @@ void score(const std::string& label, const std::vector<double>& values,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   bench::ChangePoints found;
   for (const auto& cp : seg.changePoints) found.push_back(cp.index);
+  if (!o.cli.empty()) {
+    // The real process decides the score; the in-process answer only checks it.
+    bool ok = false;
+    bench::ChangePoints viaCli = detectViaCli(o, values, &ok);
+    ++gCliCheck.runs;
+    if (!ok) ++gCliCheck.failed;
+    if (ok && viaCli == found) ++gCliCheck.identical;
+    found = std::move(viaCli);
+  }
   const bench::ChangePoints binseg = bench::binsegMeanChanges(values);
   const double zeroF1 = bench::f1Score(truth, {}).f1;
   const double binsegF1 = bench::f1Score(truth, binseg).f1;
   const bench::F1Score offline = bench::f1Score(truth, found);
   tally->add(values.size(), zeroF1, binsegF1, offline, seconds);
   if (o.verbose) {
-    std::printf("  %-22s n=%-6zu truth=%s\n      binseg %.2f %s\n      offline %.2f %s (%s, "
-                "pen %.1f, phi %.2f, period %zu, outliers %zu)\n",
-                label.c_str(), values.size(), joined(truth[0]).c_str(), binsegF1,
-                joined(binseg).c_str(), offline.f1, joined(found).c_str(),
-                detect::segmentModelName(seg.model), seg.penalty, seg.autocorr, seg.period,
-                seg.outliers);
+    std::printf(
+        "  %-22s n=%-6zu truth=%s\n      binseg %.2f %s\n      offline %.2f %s (%s, "
+        "pen %.1f, phi %.2f, period %zu, outliers %zu)\n",
+        label.c_str(), values.size(), joined(truth[0]).c_str(), binsegF1, joined(binseg).c_str(),
+        offline.f1, joined(found).c_str(), detect::segmentModelName(seg.model), seg.penalty,
+        seg.autocorr, seg.period, seg.outliers);
   }
 }
 
 void printHeader(const char* first) {
-  std::printf("%-16s %6s %13s %7s %7s %8s %11s %9s\n", first, "series", "values", "zero",
-              "binseg", "offline", "offline P/R", "ms/series");
+  std::printf("%-16s %6s %13s %7s %7s %8s %11s %9s\n", first, "series", "values", "zero", "binseg",
+              "offline", "offline P/R", "ms/series");
 }
 
 void printRow(const std::string& name, const Tally& t) {
@@ -106,10 +170,20 @@ void printRow(const std::string& name, const Tally& t) {
               t.offlineR / k, 1000.0 * t.offlineSeconds / k);
 }
 
+void printCliCheck(const EvalOptions& o) {
+  if (o.cli.empty()) return;
+  std::printf(
+      "offline column from `%s detect --json` (the real process): %zu runs, %zu failed, "
+      "%zu with the same change points as in-process\n",
+      o.cli.c_str(), gCliCheck.runs, gCliCheck.failed, gCliCheck.identical);
+  gCliCheck = {};
+}
+
 int runSynthetic(const EvalOptions& o) {
-  std::printf("synthetic series: seed %llu, %zu per shape; F1 (margin 5) of: no change points, "
-              "binary segmentation (mean, MBIC, Q=5), trainscope detect defaults\n\n",
-              static_cast<unsigned long long>(o.seed), o.perShape);
+  std::printf(
+      "synthetic series: seed %llu, %zu per shape; F1 (margin 5) of: no change points, "
+      "binary segmentation (mean, MBIC, Q=5), trainscope detect defaults\n\n",
+      static_cast<unsigned long long>(o.seed), o.perShape);
   printHeader("shape");
   Tally overall;
   bool any = false;
@@ -129,8 +203,10 @@ int runSynthetic(const EvalOptions& o) {
     return 2;
   }
   printRow("overall", overall);
+  printCliCheck(o);
   std::printf("\nshapes:\n");
-  for (const auto& shape : bench::shapes()) std::printf("  %-15s %s\n", shape.name, shape.description);
+  for (const auto& shape : bench::shapes())
+    std::printf("  %-15s %s\n", shape.name, shape.description);
   return 0;
 }
 
@@ -152,6 +228,7 @@ int runTcpd(const EvalOptions& o) {
     overall.add(t);
   }
   printRow("overall", overall);
+  printCliCheck(o);
   for (const auto& name : skipped) std::printf("skipped: %s\n", name.c_str());
   return 0;
 }
@@ -160,9 +237,10 @@ int runTcpd(const EvalOptions& o) {
 
 int main(int argc, char** argv) {
   EvalOptions o;
-  CLI::App app{"Scores the offline change-point detector (trainscope detect) against 'no change "
-               "points' and binary segmentation with the change-point benchmark's F1 (margin 5) "
-               "on seeded synthetic series, and on a TCPD checkout with --tcpd."};
+  CLI::App app{
+      "Scores the offline change-point detector (trainscope detect) against 'no change "
+      "points' and binary segmentation with the change-point benchmark's F1 (margin 5) "
+      "on seeded synthetic series, and on a TCPD checkout with --tcpd."};
   app.add_option("--seed", o.seed, "Seed of the synthetic series")->capture_default_str();
   app.add_option("--per-shape", o.perShape, "Series per shape")
       ->capture_default_str()
@@ -174,8 +252,10 @@ int main(int argc, char** argv) {
   bool tcpdOnly = false;
   app.add_flag("--tcpd-only", tcpdOnly, "Skip the synthetic series (with --tcpd)");
   app.add_flag("-v,--verbose", o.verbose, "One line per series: truth and what each method found");
-  std::string model = "auto";
-  app.add_option("--model", model, "Detector model: mean, meanvar, trend, auto")
+  app.add_option("--cli", o.cli,
+                 "A trainscope binary: run `detect --json` on each series (written to a temp "
+                 "file) and score its answers, checking them against the in-process ones");
+  app.add_option("--model", o.model, "Detector model: mean, meanvar, trend, auto")
       ->capture_default_str();
   app.add_option("--penalty-scale", o.detector.penaltyScale, "Detector penalty multiplier")
       ->capture_default_str();
@@ -188,7 +268,7 @@ int main(int argc, char** argv) {
   bool noSeason = false;
   app.add_flag("--no-seasonal", noSeason, "Detector: do not remove seasonality");
   CLI11_PARSE(app, argc, argv);
-  auto m = detect::parseSegmentModel(model);
+  auto m = detect::parseSegmentModel(o.model);
   if (!m) {
     std::fprintf(stderr, "offline_detect_eval: --model: %s\n", m.message().c_str());
     return 2;

@@ -50,7 +50,8 @@ std::vector<size_t> segmentOf(size_t n, const std::vector<size_t>& changes) {
 // Levels of k + 1 segments, each a jump of +-[lo, hi] from the previous.
 std::vector<double> jumpLevels(Rng& rng, size_t segments, double lo, double hi) {
   std::vector<double> level{0.0};
-  for (size_t i = 1; i < segments; ++i) level.push_back(level.back() + sign(rng) * uniform(rng, lo, hi));
+  for (size_t i = 1; i < segments; ++i)
+    level.push_back(level.back() + sign(rng) * uniform(rng, lo, hi));
   return level;
 }
 
@@ -105,10 +106,10 @@ SyntheticSeries varianceChanges(Rng& rng) {
   for (size_t i = 0; i < s.changes.size(); ++i) {
     const double f = uniform(rng, 2.5, 5.0);
     // Up or down, staying within [1/5, 5] of the start.
-    sd.push_back(sd.back() * f > 5.0 ? sd.back() / f
+    sd.push_back(sd.back() * f > 5.0   ? sd.back() / f
                  : sd.back() / f < 0.2 ? sd.back() * f
-                 : sign(rng) > 0 ? sd.back() * f
-                                 : sd.back() / f);
+                 : sign(rng) > 0       ? sd.back() * f
+                                       : sd.back() / f);
   }
   const auto seg = segmentOf(n, s.changes);
   s.values = gaussian(rng, n);
@@ -125,8 +126,8 @@ SyntheticSeries meanAndVariance(Rng& rng) {
     const double f = uniform(rng, 1.5, 3.0);
     sd.push_back(std::clamp(sign(rng) > 0 ? sd.back() * f : sd.back() / f, 0.25, 4.0));
     // The jump in units of the larger of the two spreads, so it is as visible going up as down.
-    level.push_back(level.back() + sign(rng) * uniform(rng, 1.0, 3.0) *
-                                       std::max(sd.back(), sd[sd.size() - 2]));
+    level.push_back(level.back() +
+                    sign(rng) * uniform(rng, 1.0, 3.0) * std::max(sd.back(), sd[sd.size() - 2]));
   }
   const auto seg = segmentOf(n, s.changes);
   s.values = gaussian(rng, n);
@@ -193,8 +194,8 @@ SyntheticSeries seasonal(Rng& rng) {
   const size_t periods[] = {7, 12, 24, 52};
   const size_t period = periods[uniformInt(rng, 0, 3)];
   const size_t n = std::max<size_t>(uniformInt(rng, 300, 1500), 8 * period);
-  SyntheticSeries s = shifts(rng, gaussian(rng, n), uniformInt(rng, 1, 3),
-                             std::max<size_t>(30, period), 2.0, 4.0);
+  SyntheticSeries s =
+      shifts(rng, gaussian(rng, n), uniformInt(rng, 1, 3), std::max<size_t>(30, period), 2.0, 4.0);
   const double amp = uniform(rng, 1.0, 3.0), amp2 = uniform(rng, 0.0, 1.0);
   const double phase = uniform(rng, 0.0, 2.0 * kPi);
   for (size_t i = 0; i < n; ++i) {
@@ -266,22 +267,27 @@ const std::vector<Generator>& generators() {
       {{"single_shift", "one mean shift of 1-3 sd, 100-1,000 values"}, singleShift, true},
       {{"multi_shift", "2-6 mean shifts of 1.5-4 sd, 200-2,000 values"}, multiShift, true},
       {{"variance", "1-3 changes of the sd by 2.5-5x, same mean"}, varianceChanges, true},
-      {{"mean_var", "1-4 changes of mean (1-3 sd) and sd (1.5-3x) together"}, meanAndVariance,
+      {{"mean_var", "1-4 changes of mean (1-3 sd) and sd (1.5-3x) together"},
+       meanAndVariance,
        true},
       {{"trend", "a linear trend rising 3-15 sd, no change"}, trendOnly, true},
       {{"trend_shifts", "1-3 shifts of 2-4 sd on a linear trend of 3-15 sd"}, trendShifts, true},
       {{"slope_changes", "1-3 slope changes of a continuous line (0.05-0.2 sd/value)"},
-       slopeChanges, true},
+       slopeChanges,
+       true},
       {{"outliers", "1-3 shifts of 2-4 sd, 2 % outliers of 5-15 sd"}, withOutliers, true},
       {{"heavy_tails", "1-3 shifts of 2-4 sd in Student-t(3) noise"}, heavyTails, true},
       {{"seasonal", "1-3 shifts of 2-4 sd on a season (period 7-52, amplitude 1-3 sd)"},
-       seasonal, true},
-      {{"autocorrelated", "1-3 shifts of 2-4 sd in AR(1) noise, phi 0.3-0.7"}, autocorrelated,
+       seasonal,
+       true},
+      {{"autocorrelated", "1-3 shifts of 2-4 sd in AR(1) noise, phi 0.3-0.7"},
+       autocorrelated,
        true},
       {{"short", "0-2 shifts of 2-4 sd in 20-60 values"}, shortSeries, true},
       {{"long", "3-10 shifts of 0.7-2 sd in 5,000-20,000 values"}, longSeries, true},
       {{"step_times", "step times: 3 % noise, checkpoint spikes, 1-4 slowdowns of 10-50 %"},
-       stepTimes, false},
+       stepTimes,
+       false},
   };
   return kGenerators;
 }

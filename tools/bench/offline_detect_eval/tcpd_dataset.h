@@ -13,8 +13,8 @@ namespace trainscope::bench {
 
 struct AnnotatedSeries {
   std::string name;
-  std::vector<double> values;             // missing values carry the previous one forward
-  std::vector<ChangePoints> annotators;   // one set per annotator
+  std::vector<double> values;            // missing values carry the previous one forward
+  std::vector<ChangePoints> annotators;  // one set per annotator
 };
 
 // `root` holds annotations.json and datasets/NAME/NAME.json. Datasets that need a download
