@@ -413,6 +413,9 @@ Fit fitModel(const Prepared& p, SegmentModel model, double phi, const OfflineOpt
   } else {
     f.ends = segmentOptimally(costs, model, n, f.penalty, minSeg, &f.total);
   }
+  // The first segment's parameters count too (the penalty per change pays for the others):
+  // without them a line through a short series' one step would beat the step.
+  f.total += static_cast<double>(parameterCount(model)) * logN;
   // The mean model's -2 log-likelihood also has n ln(noise variance), which differs between
   // a series with and without its season removed.
   if (model == SegmentModel::kMean) {
