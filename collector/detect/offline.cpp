@@ -53,31 +53,24 @@ double diffNoiseSd(const std::vector<double>& x, size_t lag) {
   return std::sqrt(ss / static_cast<double>(d.size()) / 2.0);
 }
 
-// Replaces values further than `sigmas` robust sds from the running median of their
-// neighbours (2 * kOutlierHalfWindow + 1 values, clipped at the ends) by that median. Returns
-// how many were replaced.
-size_t replaceOutliers(std::vector<double>& x, double sigmas, double minScale) {
+// Marks values further than `sigmas` robust sds (at least minScale) from the running median
+// of their neighbours (2 * kOutlierHalfWindow + 1 values, clipped at the ends) as outliers.
+std::vector<bool> markOutliers(const std::vector<double>& x, double sigmas, double minScale) {
   const size_t n = x.size();
-  if (sigmas <= 0.0 || n < 2 * kOutlierHalfWindow + 1) return 0;
-  std::vector<double> med(n), resid(n), window;
+  std::vector<bool> out(n, false);
+  if (sigmas <= 0.0 || n < 2 * kOutlierHalfWindow + 1) return out;
+  std::vector<double> resid(n), window;
   for (size_t i = 0; i < n; ++i) {
     const size_t from = i >= kOutlierHalfWindow ? i - kOutlierHalfWindow : 0;
     const size_t to = std::min(n, i + kOutlierHalfWindow + 1);
     window.assign(x.begin() + static_cast<std::ptrdiff_t>(from),
                   x.begin() + static_cast<std::ptrdiff_t>(to));
-    med[i] = medianInPlace(window);
-    resid[i] = x[i] - med[i];
+    resid[i] = x[i] - medianInPlace(window);
   }
   const double scale = std::max(kMadToSigma * mad(resid, 0.0), minScale);
-  if (scale <= 0.0) return 0;
-  size_t replaced = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (std::fabs(resid[i]) > sigmas * scale) {
-      x[i] = med[i];
-      ++replaced;
-    }
-  }
-  return replaced;
+  if (scale <= 0.0) return out;
+  for (size_t i = 0; i < n; ++i) out[i] = std::fabs(resid[i]) > sigmas * scale;
+  return out;
 }
 
 std::vector<Real> prefixSums(const std::vector<double>& x) {
@@ -173,47 +166,80 @@ std::vector<double> findSeason(const std::vector<double>& x) {
   return seasonalProfile(x, bestPeriod);
 }
 
-// Prefix sums of a standardised series for O(1) segment costs.
+// Prefix sums of a standardised series for O(1) segment costs. Values marked missing (the
+// outliers) are left out of every sum: a segment's fit and spread are those of its other
+// values. (Replacing them by a median instead would leave runs of equal values, which look
+// like a quiet segment.)
 class SegmentCosts {
  public:
-  SegmentCosts(const std::vector<double>& z, double noiseVar, double varFloor)
+  SegmentCosts(const std::vector<double>& z, const std::vector<bool>& missing, double noiseVar,
+               double varFloor)
       : noiseVar_(noiseVar), varFloor_(varFloor) {
     const size_t n = z.size();
+    w_.assign(n + 1, 0.0L);
     s_.assign(n + 1, 0.0L);
     ss_.assign(n + 1, 0.0L);
     st_.assign(n + 1, 0.0L);
+    mt_.assign(n + 1, 0.0L);
+    mtt_.assign(n + 1, 0.0L);
     for (size_t i = 0; i < n; ++i) {
-      const Real v = z[i];
+      const bool gone = i < missing.size() && missing[i];
+      const Real v = gone ? 0.0L : z[i];
+      const Real t = static_cast<Real>(i);
+      w_[i + 1] = w_[i] + (gone ? 0.0L : 1.0L);
       s_[i + 1] = s_[i] + v;
       ss_[i + 1] = ss_[i] + v * v;
-      st_[i + 1] = st_[i] + v * static_cast<Real>(i);
+      st_[i + 1] = st_[i] + v * t;
+      mt_[i + 1] = mt_[i] + (gone ? t : 0.0L);
+      mtt_[i + 1] = mtt_[i] + (gone ? t * t : 0.0L);
     }
   }
 
+  // Values kept in [from, to), and their sum.
+  double count(size_t from, size_t to) const { return static_cast<double>(w_[to] - w_[from]); }
   double sum(size_t from, size_t to) const { return static_cast<double>(s_[to] - s_[from]); }
-  // Sum of squares around the segment's mean, [from, to).
+  // Sum of squares around the segment's mean.
   double sse(size_t from, size_t to) const {
-    const Real m = static_cast<Real>(to - from);
+    const Real m = w_[to] - w_[from];
+    if (m <= 0.0L) return 0.0;
     const Real s = s_[to] - s_[from];
     return std::max(0.0, static_cast<double>((ss_[to] - ss_[from]) - s * s / m));
   }
-  // Sum of squares around the segment's least-squares line, and its slope.
+  // Sum of squares around the segment's least-squares line, and its slope. Positions are
+  // taken from the segment's middle c: over all its positions sum (t - c) = 0 and
+  // sum (t - c)^2 = m (m^2 - 1) / 12 exactly, and the missing ones (few) are taken off.
   double rss(size_t from, size_t to, double* slope = nullptr) const {
+    const Real w = w_[to] - w_[from];
+    if (w < 3.0L) return sse(from, to);
     const Real m = static_cast<Real>(to - from);
+    const Real c = static_cast<Real>(from + to - 1) / 2.0L;
+    const Real gone = m - w;
+    const Real goneT = (mt_[to] - mt_[from]) - gone * c;  // sum over missing of (t - c)
+    const Real goneTT = (mtt_[to] - mtt_[from]) - 2.0L * c * (mt_[to] - mt_[from]) + gone * c * c;
+    const Real sumT = -goneT;                                // sum over kept of (t - c)
+    const Real sumTT = m * (m * m - 1.0L) / 12.0L - goneTT;  // sum over kept of (t - c)^2
+    const Real stt = sumTT - sumT * sumT / w;
     const Real s = s_[to] - s_[from];
-    const Real tMean = static_cast<Real>(from + to - 1) / 2.0L;
-    const Real sxt = (st_[to] - st_[from]) - tMean * s;  // sum (t - tMean) x
-    const Real stt = m * (m * m - 1.0L) / 12.0L;         // sum (t - tMean)^2
+    const Real sxt = (st_[to] - st_[from]) - c * s - sumT * s / w;  // sum (t - tbar)(x - xbar)
     if (stt <= 0.0L) return sse(from, to);
     if (slope != nullptr) *slope = static_cast<double>(sxt / stt);
     return std::max(0.0, sse(from, to) - static_cast<double>(sxt * sxt / stt));
+  }
+  // The mean of the kept positions' offsets from the segment's middle (0 without missing).
+  double positionOffset(size_t from, size_t to) const {
+    const Real w = w_[to] - w_[from];
+    if (w <= 0.0L) return 0.0;
+    const Real c = static_cast<Real>(from + to - 1) / 2.0L;
+    const Real gone = static_cast<Real>(to - from) - w;
+    return static_cast<double>(-((mt_[to] - mt_[from]) - gone * c) / w);
   }
 
   // -2 log-likelihood of [from, to) under `model` (constants common to every segmentation
   // dropped; the mean model's noise variance is known, the others' fitted, at least
   // varFloor): sub-additive, as PELT's pruning needs.
   double cost(SegmentModel model, size_t from, size_t to) const {
-    const double m = static_cast<double>(to - from);
+    const double m = count(from, to);
+    if (m <= 0.0) return 0.0;
     if (model == SegmentModel::kMean) return sse(from, to) / noiseVar_;
     const double rs = model == SegmentModel::kTrend ? rss(from, to) : sse(from, to);
     const double var = std::max(rs / m, varFloor_);
@@ -223,7 +249,8 @@ class SegmentCosts {
  private:
   double noiseVar_;
   double varFloor_;
-  std::vector<Real> s_, ss_, st_;
+  // Prefix sums over kept values of 1, z, z^2 and t z; over missing ones of t and t^2.
+  std::vector<Real> w_, s_, ss_, st_, mt_, mtt_;
 };
 
 // Pruned exact linear-time optimal partitioning (PELT; Killick, Fearnhead & Eckley 2012): the
@@ -299,7 +326,7 @@ std::vector<size_t> segmentOptimally(const SegmentCosts& costs, SegmentModel mod
 struct SegmentFit {
   double mean = 0.0;
   double slope = 0.0;
-  double mid = 0.0;  // the position of the middle value (may be between two)
+  double mid = 0.0;  // the mean position of the values fitted (the line passes there)
   double rss = 0.0;  // residual sum of squares
   double dof = 0.0;  // values minus parameters fitted
   double at(double i) const { return mean + slope * (i - mid); }
@@ -307,10 +334,10 @@ struct SegmentFit {
 
 SegmentFit fitSegment(const SegmentCosts& costs, size_t from, size_t to, bool line) {
   SegmentFit f;
-  const double m = static_cast<double>(to - from);
-  line = line && to - from >= 3;
-  f.mean = costs.sum(from, to) / m;
-  f.mid = (static_cast<double>(from + to) - 1.0) / 2.0;
+  const double m = costs.count(from, to);
+  line = line && m >= 3.0;
+  f.mean = m > 0.0 ? costs.sum(from, to) / m : 0.0;
+  f.mid = (static_cast<double>(from + to) - 1.0) / 2.0 + costs.positionOffset(from, to);
   f.rss = line ? costs.rss(from, to, &f.slope) : costs.sse(from, to);
   f.dof = m - (line ? 2.0 : 1.0);
   return f;
@@ -318,19 +345,25 @@ SegmentFit fitSegment(const SegmentCosts& costs, size_t from, size_t to, bool li
 
 // Lag-1 autocorrelation of the residuals of a segmentation (pooled over pairs of neighbours in
 // the same segment): what the segments leave unexplained, and how smooth it is.
-double residualAutocorr(const std::vector<double>& z, const std::vector<size_t>& ends,
-                        SegmentModel model) {
-  const SegmentCosts costs(z, 1.0, 1.0);
+double residualAutocorr(const std::vector<double>& z, const std::vector<bool>& missing,
+                        const std::vector<size_t>& ends, SegmentModel model) {
+  const SegmentCosts costs(z, missing, 1.0, 1.0);
   double num = 0.0, den = 0.0;
   size_t from = 0;
   for (size_t to : ends) {
     const SegmentFit f = fitSegment(costs, from, to, model == SegmentModel::kTrend);
+    bool hasPrev = false;
     double prev = 0.0;
     for (size_t i = from; i < to; ++i) {
+      if (missing[i]) {
+        hasPrev = false;
+        continue;
+      }
       const double r = z[i] - f.at(static_cast<double>(i));
       den += r * r;
-      if (i > from) num += r * prev;
+      if (hasPrev) num += r * prev;
       prev = r;
+      hasPrev = true;
     }
     from = to;
   }
@@ -344,7 +377,8 @@ size_t parameterCount(SegmentModel model) {
 
 // The series as the segmentation sees it: standardised, season and outliers out.
 struct Prepared {
-  std::vector<double> z;       // (value - center) / scale, season removed, outliers replaced
+  std::vector<double> z;       // (value - center) / scale, season removed
+  std::vector<bool> outlier;   // left out of every fit
   std::vector<double> season;  // per phase, in z units; empty = none
   double center = 0.0;
   double scale = 1.0;
@@ -371,8 +405,13 @@ Prepared prepare(const std::vector<double>& series, const OfflineOptions& option
   // An outlier must stand out from the noise as neighbours' differences show it too, not only
   // from the running median: on a smooth curve that median fits almost exactly, and every
   // small bump would look like an outlier.
-  p.outliers = replaceOutliers(p.z, options.outlierSigmas, diffNoiseSd(p.z, 1));
-  p.noiseVar = std::max(sq(diffNoiseSd(p.z, 1)), 1e-12);
+  p.outlier = markOutliers(p.z, options.outlierSigmas, diffNoiseSd(p.z, 1));
+  p.outliers = static_cast<size_t>(std::count(p.outlier.begin(), p.outlier.end(), true));
+  std::vector<double> kept;
+  for (size_t i = 0; i < n; ++i) {
+    if (!p.outlier[i]) kept.push_back(p.z[i]);
+  }
+  p.noiseVar = std::max(sq(diffNoiseSd(kept, 1)), 1e-12);
   return p;
 }
 
@@ -397,7 +436,7 @@ Fit fitModel(const Prepared& p, SegmentModel model, double phi, const OfflineOpt
   // Values that are autocorrelated carry less information than independent ones: the BIC's
   // penalty scaled by the effective-sample-size factor; the mean model's noise variance is
   // the noise's own (sigma_d^2 / (1 - phi)), not that of its innovations.
-  SegmentCosts costs(p.z, p.noiseVar / (1.0 - phi), kVarianceFloor * p.noiseVar);
+  SegmentCosts costs(p.z, p.outlier, p.noiseVar / (1.0 - phi), kVarianceFloor * p.noiseVar);
   const double logN = std::log(static_cast<double>(std::max<size_t>(n, 3)));
   f.plainPenalty =
       options.penalty > 0.0
@@ -442,7 +481,7 @@ Fit settle(const Prepared& p, const OfflineOptions& options, double* phi) {
   *phi = 0.0;
   Fit fit = fitBest(p, *phi, options);
   for (int round = 0; round < kAutocorrRounds && cap > 0.0; ++round) {
-    const double next = std::clamp(residualAutocorr(p.z, fit.ends, fit.model), 0.0, cap);
+    const double next = std::clamp(residualAutocorr(p.z, p.outlier, fit.ends, fit.model), 0.0, cap);
     if (std::fabs(next - *phi) < kAutocorrTolerance) break;
     *phi = next;
     fit = fitBest(p, *phi, options);
@@ -454,7 +493,7 @@ Fit settle(const Prepared& p, const OfflineOptions& options, double* phi) {
 // replaced, the season kept in the mean (it averages out over whole periods) but out of the
 // spread, the slope and the jump.
 void describe(const Prepared& p, const Fit& fit, Segmentation* out) {
-  const SegmentCosts costs(p.z, 1.0, 1.0);
+  const SegmentCosts costs(p.z, p.outlier, 1.0, 1.0);
   const bool lines = fit.model == SegmentModel::kTrend;
   std::vector<SegmentFit> fits;
   size_t from = 0;
