@@ -575,6 +575,11 @@ Segmentation segmentSeries(const std::vector<double>& series, const OfflineOptio
       }
     }
   }
+  // An outlier next to a change fits either side equally (it is in no fit): the change is put
+  // at the first value that is not one, so INDEX is a value seen at the new level.
+  for (size_t k = 0; k + 1 < fit.ends.size(); ++k) {
+    while (p.outlier[fit.ends[k]] && fit.ends[k] + 1 < fit.ends[k + 1]) ++fit.ends[k];
+  }
   out.noiseSd = diffNoiseSd(series, 1);
   out.period = p.season.size();
   out.outliers = p.outliers;

@@ -184,6 +184,18 @@ TEST_CASE("offline: outliers are replaced and make no change point; a shift amon
   }
 }
 
+TEST_CASE("offline: an outlier right before a change is left out; the change is after it") {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    INFO("seed " << seed);
+    auto series = noisy(600, seed, [](size_t i) { return i >= 300 ? 6.0 : 0.0; });
+    series[299] = 40.0;  // a checkpoint spike on the last value at the old level
+    const Segmentation s = segmentSeries(series);
+    CHECK(indices(s) == std::vector<size_t>{300});
+    CHECK(s.outliers >= 1);
+    CHECK(s.segments[0].mean == Approx(0.0).margin(0.2));  // the spike is in no mean
+  }
+}
+
 TEST_CASE("offline: periodic spikes (checkpoints) are no change points") {
   std::mt19937_64 rng(4);
   std::normal_distribution<double> n(0.0, 0.05);
