@@ -166,15 +166,14 @@ std::vector<double> findSeason(const std::vector<double>& x) {
   return seasonalProfile(x, bestPeriod);
 }
 
-// Prefix sums of a standardised series for O(1) segment costs. Values marked missing (the
+// Prefix sums of a standardised series for O(1) segment fits. Values marked missing (the
 // outliers) are left out of every sum: a segment's fit and spread are those of its other
 // values. (Replacing them by a median instead would leave runs of equal values, which look
 // like a quiet segment.)
-class SegmentCosts {
+class PrefixSums {
  public:
-  SegmentCosts(const std::vector<double>& z, const std::vector<bool>& missing, double noiseVar,
-               double varFloor)
-      : noiseVar_(noiseVar), varFloor_(varFloor) {
+  PrefixSums() = default;
+  PrefixSums(const std::vector<double>& z, const std::vector<bool>& missing) {
     const size_t n = z.size();
     w_.assign(n + 1, 0.0L);
     s_.assign(n + 1, 0.0L);
@@ -234,32 +233,36 @@ class SegmentCosts {
     return static_cast<double>(-((mt_[to] - mt_[from]) - gone * c) / w);
   }
 
-  // -2 log-likelihood of [from, to) under `model` (constants common to every segmentation
-  // dropped; the mean model's noise variance is known, the others' fitted, at least
-  // varFloor): sub-additive, as PELT's pruning needs.
-  double cost(SegmentModel model, size_t from, size_t to) const {
-    const double m = count(from, to);
-    if (m <= 0.0) return 0.0;
-    if (model == SegmentModel::kMean) return sse(from, to) / noiseVar_;
-    const double rs = model == SegmentModel::kTrend ? rss(from, to) : sse(from, to);
-    const double var = std::max(rs / m, varFloor_);
-    return m * std::log(var) + rs / var;
-  }
-
  private:
-  double noiseVar_;
-  double varFloor_;
   // Prefix sums over kept values of 1, z, z^2 and t z; over missing ones of t and t^2.
   std::vector<Real> w_, s_, ss_, st_, mt_, mtt_;
+};
+
+// A segment's -2 log-likelihood under one model (constants common to every segmentation
+// dropped; the mean model's noise variance is known, the others' fitted, at least varFloor):
+// sub-additive, as PELT's pruning needs.
+struct SegmentCost {
+  const PrefixSums* sums;
+  SegmentModel model;
+  double noiseVar;
+  double varFloor;
+
+  double operator()(size_t from, size_t to) const {
+    const double m = sums->count(from, to);
+    if (m <= 0.0) return 0.0;
+    if (model == SegmentModel::kMean) return sums->sse(from, to) / noiseVar;
+    const double rs = model == SegmentModel::kTrend ? sums->rss(from, to) : sums->sse(from, to);
+    const double var = std::max(rs / m, varFloor);
+    return m * std::log(var) + rs / var;
+  }
 };
 
 // Pruned exact linear-time optimal partitioning (PELT; Killick, Fearnhead & Eckley 2012): the
 // boundaries minimising the sum of segment costs + `penalty` per change, every segment at
 // least minSeg long, boundaries only at `pos` (ascending, from 0 to n). Returns the segment
 // ends (the last is n) and the optimum in *total.
-std::vector<size_t> pelt(const SegmentCosts& costs, SegmentModel model,
-                         const std::vector<size_t>& pos, double penalty, size_t minSeg,
-                         double* total) {
+std::vector<size_t> pelt(const SegmentCost& cost, const std::vector<size_t>& pos, double penalty,
+                         size_t minSeg, double* total) {
   const double inf = std::numeric_limits<double>::infinity();
   const size_t m = pos.size();
   std::vector<double> best(m, inf);
@@ -277,7 +280,7 @@ std::vector<size_t> pelt(const SegmentCosts& costs, SegmentModel model,
     size_t arg = 0;
     value.resize(candidates.size());
     for (size_t k = 0; k < candidates.size(); ++k) {
-      value[k] = best[candidates[k]] + costs.cost(model, pos[candidates[k]], pos[j]);
+      value[k] = best[candidates[k]] + cost(pos[candidates[k]], pos[j]);
       if (value[k] + penalty < bestHere) {
         bestHere = value[k] + penalty;
         arg = candidates[k];
@@ -305,13 +308,13 @@ std::vector<size_t> pelt(const SegmentCosts& costs, SegmentModel model,
 // length when changes are rare), then exactly among the positions within one grid step of
 // the boundaries found (so a change is placed to the value, and two grid boundaries that
 // bracket one change become one).
-std::vector<size_t> segmentOptimally(const SegmentCosts& costs, SegmentModel model, size_t n,
-                                     double penalty, size_t minSeg, double* total) {
+std::vector<size_t> segmentOptimally(const SegmentCost& cost, size_t n, double penalty,
+                                     size_t minSeg, double* total) {
   const size_t grid = (n + kExactPoints - 1) / kExactPoints;
   std::vector<size_t> pos;
   for (size_t p = 0; p < n; p += grid) pos.push_back(p);
   pos.push_back(n);
-  std::vector<size_t> ends = pelt(costs, model, pos, penalty, minSeg, total);
+  std::vector<size_t> ends = pelt(cost, pos, penalty, minSeg, total);
   if (grid == 1) return ends;
   pos.assign(1, 0);
   for (size_t k = 0; k + 1 < ends.size(); ++k) {
@@ -319,7 +322,7 @@ std::vector<size_t> segmentOptimally(const SegmentCosts& costs, SegmentModel mod
     for (size_t p = from; p <= std::min(n - 1, ends[k] + grid); ++p) pos.push_back(p);
   }
   pos.push_back(n);
-  return pelt(costs, model, pos, penalty, minSeg, total);
+  return pelt(cost, pos, penalty, minSeg, total);
 }
 
 // A segment's least-squares fit: its mean (the fit at its middle) and, for lines, its slope.
@@ -332,7 +335,7 @@ struct SegmentFit {
   double at(double i) const { return mean + slope * (i - mid); }
 };
 
-SegmentFit fitSegment(const SegmentCosts& costs, size_t from, size_t to, bool line) {
+SegmentFit fitSegment(const PrefixSums& costs, size_t from, size_t to, bool line) {
   SegmentFit f;
   const double m = costs.count(from, to);
   line = line && m >= 3.0;
@@ -346,8 +349,8 @@ SegmentFit fitSegment(const SegmentCosts& costs, size_t from, size_t to, bool li
 // Lag-1 autocorrelation of the residuals of a segmentation (pooled over pairs of neighbours in
 // the same segment): what the segments leave unexplained, and how smooth it is.
 double residualAutocorr(const std::vector<double>& z, const std::vector<bool>& missing,
-                        const std::vector<size_t>& ends, SegmentModel model) {
-  const SegmentCosts costs(z, missing, 1.0, 1.0);
+                        const PrefixSums& costs, const std::vector<size_t>& ends,
+                        SegmentModel model) {
   double num = 0.0, den = 0.0;
   size_t from = 0;
   for (size_t to : ends) {
@@ -379,6 +382,7 @@ size_t parameterCount(SegmentModel model) {
 struct Prepared {
   std::vector<double> z;       // (value - center) / scale, season removed
   std::vector<bool> outlier;   // left out of every fit
+  PrefixSums sums;             // of z without the outliers
   std::vector<double> season;  // per phase, in z units; empty = none
   double center = 0.0;
   double scale = 1.0;
@@ -412,6 +416,7 @@ Prepared prepare(const std::vector<double>& series, const OfflineOptions& option
     if (!p.outlier[i]) kept.push_back(p.z[i]);
   }
   p.noiseVar = std::max(sq(diffNoiseSd(kept, 1)), 1e-12);
+  p.sums = PrefixSums(p.z, p.outlier);
   return p;
 }
 
@@ -436,7 +441,7 @@ Fit fitModel(const Prepared& p, SegmentModel model, double phi, const OfflineOpt
   // Values that are autocorrelated carry less information than independent ones: the BIC's
   // penalty scaled by the effective-sample-size factor; the mean model's noise variance is
   // the noise's own (sigma_d^2 / (1 - phi)), not that of its innovations.
-  SegmentCosts costs(p.z, p.outlier, p.noiseVar / (1.0 - phi), kVarianceFloor * p.noiseVar);
+  const SegmentCost cost{&p.sums, model, p.noiseVar / (1.0 - phi), kVarianceFloor * p.noiseVar};
   const double logN = std::log(static_cast<double>(std::max<size_t>(n, 3)));
   f.plainPenalty =
       options.penalty > 0.0
@@ -448,9 +453,9 @@ Fit fitModel(const Prepared& p, SegmentModel model, double phi, const OfflineOpt
   const size_t minSeg = std::max(options.minSegment, least);
   if (n < 2 * minSeg) {
     f.ends = {n};
-    f.total = costs.cost(model, 0, n);
+    f.total = cost(0, n);
   } else {
-    f.ends = segmentOptimally(costs, model, n, f.penalty, minSeg, &f.total);
+    f.ends = segmentOptimally(cost, n, f.penalty, minSeg, &f.total);
   }
   // The first segment's parameters count too (the penalty per change pays for the others):
   // without them a line through a short series' one step would beat the step.
@@ -481,7 +486,8 @@ Fit settle(const Prepared& p, const OfflineOptions& options, double* phi) {
   *phi = 0.0;
   Fit fit = fitBest(p, *phi, options);
   for (int round = 0; round < kAutocorrRounds && cap > 0.0; ++round) {
-    const double next = std::clamp(residualAutocorr(p.z, p.outlier, fit.ends, fit.model), 0.0, cap);
+    const double next =
+        std::clamp(residualAutocorr(p.z, p.outlier, p.sums, fit.ends, fit.model), 0.0, cap);
     if (std::fabs(next - *phi) < kAutocorrTolerance) break;
     *phi = next;
     fit = fitBest(p, *phi, options);
@@ -493,7 +499,7 @@ Fit settle(const Prepared& p, const OfflineOptions& options, double* phi) {
 // replaced, the season kept in the mean (it averages out over whole periods) but out of the
 // spread, the slope and the jump.
 void describe(const Prepared& p, const Fit& fit, Segmentation* out) {
-  const SegmentCosts costs(p.z, p.outlier, 1.0, 1.0);
+  const PrefixSums& costs = p.sums;
   const bool lines = fit.model == SegmentModel::kTrend;
   std::vector<SegmentFit> fits;
   size_t from = 0;
