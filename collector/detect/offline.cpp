@@ -495,8 +495,8 @@ Fit settle(const Prepared& p, const OfflineOptions& options, double* phi) {
   return fit;
 }
 
-// Fills out's segments and change points in the input's units: values with outliers
-// replaced, the season kept in the mean (it averages out over whole periods) but out of the
+// Fills out's segments and change points in the input's units: outliers left out, the season
+// kept in the mean (it averages out over whole periods) but out of the
 // spread, the slope and the jump.
 void describe(const Prepared& p, const Fit& fit, Segmentation* out) {
   const PrefixSums& costs = p.sums;

@@ -12,7 +12,7 @@
 // - The scale comes from the data: values are standardised by a robust noise estimate taken from
 //   differences of neighbours, which level shifts and slow trends barely move.
 // - Lone outliers do not make segments: a value far from the running median of its neighbours
-//   (and from the noise level) is replaced by that median before segmenting; a running median
+//   (and from the noise level) is left out of the fits, as a missing value; a running median
 //   follows steps, so real shifts stay.
 // - Autocorrelated noise wanders like small shifts, and the BIC assumes independent values: the
 //   penalty is scaled by the effective-sample-size factor (1 + phi) / (1 - phi), phi the lag-1
@@ -63,7 +63,7 @@ struct OfflineOptions {
 struct Segment {
   size_t start = 0;
   size_t end = 0;
-  double mean = 0.0;   // of the values, outliers replaced (see above)
+  double mean = 0.0;   // of the values, outliers left out (see above)
   double sd = 0.0;     // sample standard deviation around the segment's fit (level or line)
   double slope = 0.0;  // per value; 0 unless the segment is a line
 };
@@ -87,7 +87,7 @@ struct Segmentation {
   double noiseSd = 0.0;                         // robust noise estimate (differences of neighbours)
   double autocorr = 0.0;  // lag-1 autocorrelation estimate, as used for the penalty
   size_t period = 0;      // seasonal period removed; 0 = none
-  size_t outliers = 0;    // values replaced as outliers
+  size_t outliers = 0;    // values left out as outliers
 };
 
 // Segments `series` (see the header comment). Any length; fewer than 2 x minSegment values give
