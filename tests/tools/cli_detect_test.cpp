@@ -1,6 +1,8 @@
 // The `detect` subcommand in-process: change points and segments of a file or stdin as a table
 // and as --json, its options (model, penalty, minimum segment, outliers, season) with the
-// errors that name a bad flag, --help, and exit 1 naming the line or the file on bad input.
+// errors that name a bad flag, --help, and exit 1 naming the line or the file on bad input; and
+// a stored job's step times fetched (over several pages) from a real HttpServer over a fake
+// store.
 #include <unistd.h>
 
 #include <cmath>
@@ -13,12 +15,15 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "collector/http/server.h"
+#include "tests/collector/http/fake_store.h"
 #include "tests/tools/cli_run.h"
 #include "tools/cli/cli.h"
 #include "tools/cli/detect_cmd.h"
 
 using nlohmann::json;
 using namespace trainscope::cli;
+namespace storage = trainscope::storage;
 
 namespace {
 
@@ -55,7 +60,120 @@ json detectJson(const std::vector<std::string>& args) {
   return json::parse(r.out);
 }
 
+// A collector holding job "train": 2,500 steps (three of the API's 1,000-row pages) whose
+// median step time rises from 100 to 130 ms at step 1,700, and rank 3's own step times, which
+// rise to 180 ms at step 400, with 1 % noise. Steps start at 10 and skip 2,000, as a stored
+// job's may.
+struct Collector {
+  Collector() {
+    storage::JobRow j;
+    j.job = "train";
+    j.worldSize = 4;
+    store.jobRows = {j};
+    std::mt19937 rng(7);  // seeded: the same noise every run
+    std::normal_distribution<double> noise(1.0, 0.01);
+    for (int64_t step = 10; step < 2511; ++step) {
+      if (step == 2000) continue;
+      const double wobble = noise(rng);
+      storage::StepSummaryRow s;
+      s.step = step;
+      s.ranks = 4;
+      s.medianNs = static_cast<int64_t>((step < 1700 ? 100e6 : 130e6) * wobble);
+      s.minNs = s.medianNs;
+      s.maxNs = s.medianNs;
+      store.summaryRows.push_back(s);
+      storage::StepRow r;
+      r.job = "train";
+      r.rank = 3;
+      r.step = step;
+      r.durationNs = static_cast<int64_t>((step < 400 ? 100e6 : 180e6) * wobble);
+      store.stepRows.push_back(r);
+    }
+    trainscope::http::HttpOptions o;
+    o.port = 0;
+    server = std::make_unique<trainscope::http::HttpServer>(o, store);
+    REQUIRE(server->start().isOk());
+    url = "http://127.0.0.1:" + std::to_string(server->port());
+  }
+  trainscope::testing::FakeStore store;
+  std::unique_ptr<trainscope::http::HttpServer> server;
+  std::string url;
+};
+
 }  // namespace
+
+TEST_CASE("cli detect --job: a stored job's median step times, every page, change at its step",
+          "[cli]") {
+  Collector c;
+  json j = detectJson({"--server", c.url, "detect", "--job", "train", "--json"});
+  CHECK(j["values"] == 2500);  // all three pages, step 2,000 absent
+  REQUIRE(j["change_points"].size() == 1);
+  const json& p = j["change_points"][0];
+  CHECK(p["step"] == 1700);
+  CHECK(p["index"] == 1690);
+  CHECK(p["before"].get<double>() == Approx(100.0).epsilon(0.01));  // in ms
+  CHECK(p["after"].get<double>() == Approx(130.0).epsilon(0.01));
+  REQUIRE(j["segments"].size() == 2);
+  CHECK(j["segments"][0]["first_step"] == 10);
+  CHECK(j["segments"][0]["last_step"] == 1699);
+  CHECK(j["segments"][1]["first_step"] == 1700);
+  CHECK(j["segments"][1]["last_step"] == 2510);
+
+  auto r = cli({"--server", c.url, "detect", "--job", "train"});
+  INFO(r.err);
+  REQUIRE(r.code == kExitOk);
+  CHECK(r.out.rfind("job train, median step time over ranks (ms), steps 10-2510\n", 0) == 0);
+  CHECK(r.out.find("1 change point in 2500 values") != std::string::npos);
+  for (const char* col : {"STEP", "FIRST STEP", "LAST STEP"})
+    CHECK(r.out.find(col) != std::string::npos);
+  CHECK(r.out.find(" 1700 ") != std::string::npos);
+
+  // A range of steps: --from/--to reach the collector, so the change is not in it.
+  json early = detectJson(
+      {"--server", c.url, "detect", "--job", "train", "--from", "100", "--to", "1500", "--json"});
+  CHECK(early["values"] == 1401);
+  CHECK(early["change_points"].empty());
+}
+
+TEST_CASE("cli detect --job --rank: one rank's step times", "[cli]") {
+  Collector c;
+  json j = detectJson({"--server", c.url, "detect", "--job", "train", "--rank", "3", "--json"});
+  CHECK(j["values"] == 2500);
+  REQUIRE(j["change_points"].size() == 1);
+  CHECK(j["change_points"][0]["step"] == 400);
+  CHECK(j["change_points"][0]["after"].get<double>() == Approx(180.0).epsilon(0.01));
+}
+
+TEST_CASE("cli detect --job: unknown job and empty ranks exit 1, unreachable 2, bad usage 2",
+          "[cli]") {
+  Collector c;
+  auto missing = cli({"--server", c.url, "detect", "--job", "nope"});
+  CHECK(missing.code == kExitApiError);
+  CHECK(missing.err.find("unknown job 'nope'") != std::string::npos);
+  auto empty = cli({"--server", c.url, "detect", "--job", "train", "--rank", "2"});
+  CHECK(empty.code == kExitApiError);
+  CHECK(empty.err.find("has no rank 2's step times") != std::string::npos);
+  auto gone = cli({"--server", "http://127.0.0.1:1", "detect", "--job", "train"});
+  CHECK(gone.code == kExitUnreachable);
+
+  TempFile f(series(50, 25, 1.0, 2.0));
+  struct Bad {
+    std::vector<std::string> args;
+    const char* says;
+  };
+  const std::vector<Bad> bad = {
+      {{"detect"}, "--input"},
+      {{"detect", "--input", f.path, "--job", "train"}, "excludes"},
+      {{"detect", "--input", f.path, "--rank", "3"}, "--job"},
+      {{"detect", "--job", "train", "--from", "9", "--to", "3"}, "--from"},
+  };
+  for (const auto& b : bad) {
+    auto r = cli(b.args);
+    INFO(r.err);
+    CHECK(r.code == kExitUsage);
+    CHECK(r.err.find(b.says) != std::string::npos);
+  }
+}
 
 TEST_CASE("cli detect: finds a level change in a file and from stdin", "[cli]") {
   TempFile f(series(200, 100, 100.0, 150.0));
@@ -202,9 +320,10 @@ TEST_CASE("cli detect: bad option values exit 2 naming the flag", "[cli]") {
 TEST_CASE("cli detect: --help explains the method, the input and every option", "[cli]") {
   auto r = cli({"detect", "--help"});
   CHECK(r.code == kExitOk);
-  for (const char* text : {"--input", "--model", "--penalty", "--penalty-scale", "--min-segment",
-                           "--outlier-sigmas", "--max-autocorr", "--no-seasonal", "PELT", "CSV",
-                           "meanvar", "trend", "outlier", "season"}) {
+  for (const char* text :
+       {"--input", "--job", "--rank", "--from", "--to", "--model", "--penalty", "--penalty-scale",
+        "--min-segment", "--outlier-sigmas", "--max-autocorr", "--no-seasonal", "PELT", "CSV",
+        "meanvar", "trend", "outlier", "season"}) {
     INFO(text);
     CHECK(r.out.find(text) != std::string::npos);
   }

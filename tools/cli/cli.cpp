@@ -49,6 +49,8 @@ void printJson(Context& ctx, const json& j) {
   ctx.out << j.dump(2) << "\n";
 }
 
+}  // namespace
+
 std::string withQuery(std::string path, const std::vector<std::pair<std::string, std::string>>& q) {
   char sep = '?';
   for (const auto& [k, v] : q) {
@@ -57,8 +59,6 @@ std::string withQuery(std::string path, const std::vector<std::pair<std::string,
   }
   return path;
 }
-
-}  // namespace
 
 std::string fieldText(const json& j, const char* key) {
   auto it = j.find(key);

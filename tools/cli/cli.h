@@ -98,6 +98,8 @@ std::string fieldText(const nlohmann::json& j, const char* key);
 int64_t fieldInt(const nlohmann::json& j, const char* key, int64_t fallback = 0);
 // "/api/v1/jobs/<job, encoded>/<what>".
 std::string jobPath(const std::string& job, const char* what);
+// `path` with the query parameters appended, values percent-encoded.
+std::string withQuery(std::string path, const std::vector<std::pair<std::string, std::string>>& q);
 // "0,3,5" from a JSON array of numbers or strings under `key`; "-" when absent or empty.
 std::string listText(const nlohmann::json& j, const char* key);
 

@@ -19,6 +19,7 @@
 #include "tools/bench/offline_detect_eval/cpd_score.h"
 #include "tools/bench/offline_detect_eval/synth_series.h"
 #include "tools/bench/offline_detect_eval/tcpd_dataset.h"
+#include "tools/cli/detect_cmd.h"
 
 namespace ts = trainscope;
 namespace bench = trainscope::bench;
@@ -27,14 +28,14 @@ namespace detect = trainscope::detect;
 namespace {
 
 struct EvalOptions {
-  uint64_t seed = 1;     // the synthetic series' seed: same seed, same series
-  size_t perShape = 40;  // series per shape; more = tighter means, longer run
-  std::string only;      // "" = every shape; else the one shape named
-  std::string tcpd;      // a TCPD checkout to score as well ("" = synthetic only)
-  bool verbose = false;  // one line per series: truth and each method's changes
-  std::string cli;       // a trainscope binary: score what `detect --json` prints instead
-  std::string model = "auto";
-  detect::OfflineOptions detector;
+  uint64_t seed = 1;           // the synthetic series' seed: same seed, same series
+  size_t perShape = 40;        // series per shape; more = tighter means, longer run
+  std::string only;            // "" = every shape; else the one shape named
+  std::string tcpd;            // a TCPD checkout to score as well ("" = synthetic only)
+  bool verbose = false;        // one line per series: truth and each method's changes
+  std::string cli;             // a trainscope binary: score what `detect --json` prints instead
+  std::string model = "auto";  // --model, forwarded with --cli
+  detect::OfflineOptions detector;  // from the detector's flags (tools/cli/detect_cmd.h)
 };
 
 // What the CLI answered against what the library found in-process, with --cli.
@@ -60,10 +61,11 @@ bench::ChangePoints detectViaCli(const EvalOptions& o, const std::vector<double>
   std::fclose(f);
   char flags[256];
   std::snprintf(flags, sizeof(flags),
-                " --model %s --penalty-scale %.17g --min-segment %zu --outlier-sigmas %.17g "
+                " --model %s --%s %.17g --min-segment %zu --outlier-sigmas %.17g "
                 "--max-autocorr %.17g%s",
-                o.model.c_str(), o.detector.penaltyScale, o.detector.minSegment,
-                o.detector.outlierSigmas, o.detector.maxAutocorr,
+                o.model.c_str(), o.detector.penalty > 0.0 ? "penalty" : "penalty-scale",
+                o.detector.penalty > 0.0 ? o.detector.penalty : o.detector.penaltyScale,
+                o.detector.minSegment, o.detector.outlierSigmas, o.detector.maxAutocorr,
                 o.detector.seasonal ? "" : " --no-seasonal");
   const std::string cmd =
       "'" + o.cli + "' detect --json --input " + std::string(path) + flags + " 2>/dev/null";
@@ -255,26 +257,11 @@ int main(int argc, char** argv) {
   app.add_option("--cli", o.cli,
                  "A trainscope binary: run `detect --json` on each series (written to a temp "
                  "file) and score its answers, checking them against the in-process ones");
-  app.add_option("--model", o.model, "Detector model: mean, meanvar, trend, auto")
-      ->capture_default_str();
-  app.add_option("--penalty-scale", o.detector.penaltyScale, "Detector penalty multiplier")
-      ->capture_default_str();
-  app.add_option("--min-segment", o.detector.minSegment, "Detector minimum segment length")
-      ->capture_default_str();
-  app.add_option("--outlier-sigmas", o.detector.outlierSigmas, "Detector outlier threshold")
-      ->capture_default_str();
-  app.add_option("--max-autocorr", o.detector.maxAutocorr, "Detector autocorrelation cap")
-      ->capture_default_str();
-  bool noSeason = false;
-  app.add_flag("--no-seasonal", noSeason, "Detector: do not remove seasonality");
+  ts::cli::DetectorFlags flags;
+  ts::cli::addDetectorFlags(app, &flags);
   CLI11_PARSE(app, argc, argv);
-  auto m = detect::parseSegmentModel(o.model);
-  if (!m) {
-    std::fprintf(stderr, "offline_detect_eval: --model: %s\n", m.message().c_str());
-    return 2;
-  }
-  o.detector.model = *m;
-  o.detector.seasonal = !noSeason;
+  o.model = flags.model;
+  o.detector = ts::cli::detectorOptions(flags);
   if (tcpdOnly && o.tcpd.empty()) {
     std::fprintf(stderr, "offline_detect_eval: --tcpd-only needs --tcpd DIR\n");
     return 2;
