@@ -8,11 +8,13 @@
 #include <filesystem>
 #include <fstream>
 
+#include <iterator>
+
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "common/log.h"
 
@@ -20,22 +22,11 @@ namespace trainscope::agent {
 namespace {
 
 constexpr std::string_view kLog = "spool";
-constexpr size_t kHeaderBytes = 8;
 constexpr uint64_t kMinSegmentBytes = 4096;
+constexpr const char* kQuarantineDir = "quarantine";
 
 std::string errnoText(const std::string& what, const std::string& path) {
   return what + " " + path + ": " + std::strerror(errno);
-}
-
-uint32_t crcOf(const char* data, size_t size) {
-  return static_cast<uint32_t>(
-      crc32(0L, reinterpret_cast<const Bytef*>(data), static_cast<uInt>(size)));
-}
-
-void putU32(std::string& out, uint32_t v) {
-  char b[4];
-  for (int i = 0; i < 4; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  out.append(b, 4);
 }
 
 uint32_t getU32(const char* p) {
@@ -82,6 +73,10 @@ Status readAll(int fd, uint64_t offset, size_t size, std::string* out) {
 
 }  // namespace
 
+uint64_t Spool::Segment::slotEnd(size_t i) const {
+  return i + 1 < slots.size() ? slots[i + 1] & ~kHoleBit : dataEnd;
+}
+
 Spool::Spool(SpoolOptions opts) : opts_(std::move(opts)) {
   uint64_t cap = std::max<uint64_t>(opts_.maxBytes / 4, kMinSegmentBytes);
   opts_.segmentBytes = std::clamp<uint64_t>(opts_.segmentBytes, kMinSegmentBytes, cap);
@@ -108,54 +103,110 @@ Spool::~Spool() {
   if (lockFd_ >= 0) ::close(lockFd_);
 }
 
+Status Spool::quarantine(const std::string& name, const std::string& why) {
+  const std::string dir = opts_.dir + "/" + kQuarantineDir;
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::error("spool: " + errnoText("cannot create", dir) + " to quarantine " + name +
+                         " (" + why + "); move the file away by hand");
+  }
+  std::string to = dir + "/" + name;
+  for (int n = 1; ::access(to.c_str(), F_OK) == 0; ++n) {
+    to = dir + "/" + name + "." + std::to_string(n);
+  }
+  const std::string from = opts_.dir + "/" + name;
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    return Status::error("spool: " + errnoText("cannot move", from) + " to quarantine (" + why +
+                         "); move the file away by hand");
+  }
+  ++stats_.quarantined;
+  logError(kLog, "quarantined " + from + ": " + why + ". It was moved to " + to +
+                     " and is not used; inspect or delete it");
+  return Status::ok();
+}
+
+Status Spool::readAcked() {
+  const std::string path = opts_.dir + "/acked";
+  std::ifstream in(path);
+  if (!in) return Status::ok();  // a new spool
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  uint64_t v = 0;
+  bool ok = !text.empty() && text.size() <= 20;
+  for (char c : text) {
+    if (!ok || c < '0' || c > '9') {
+      ok = false;
+      break;
+    }
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (!ok || v > kMaxSpoolIndex) {
+    // Every held record is replayed instead: the collector's keys make the repeats harmless.
+    return quarantine(
+        "acked", "it does not hold an acked position (0.." + std::to_string(kMaxSpoolIndex) + ")");
+  }
+  acked_ = v;
+  return Status::ok();
+}
+
 Status Spool::recover() {
   std::error_code ec;
   std::filesystem::create_directories(opts_.dir, ec);
   if (ec) return Status::error("spool: cannot create directory " + opts_.dir + ": " + ec.message());
 
   std::string lockPath = opts_.dir + "/LOCK";
-  lockFd_ = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  lockFd_ = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (lockFd_ < 0) return Status::error("spool: " + errnoText("cannot open", lockPath));
   if (::flock(lockFd_, LOCK_EX | LOCK_NB) != 0) {
     return Status::error("spool: directory " + opts_.dir +
                          " is in use by another agent (its LOCK is held); give each agent its "
                          "own --spool-dir");
   }
+  if (Status st = readAcked(); !st) return st;
 
-  {
-    std::ifstream in(opts_.dir + "/acked");
-    uint64_t v = 0;
-    if (in >> v) acked_ = v;
-  }
-
-  std::vector<uint64_t> bases;
+  std::vector<std::pair<uint64_t, std::string>> named;
+  std::vector<std::string> junk;
   for (const auto& entry : std::filesystem::directory_iterator(opts_.dir, ec)) {
     std::string name = entry.path().filename().string();
-    if (name.size() != 24 || name.substr(20) != ".seg") continue;
+    if (name == "LOCK" || name == "acked" || name == "acked.tmp" || name == "uploads" ||
+        name == kQuarantineDir) {
+      continue;
+    }
+    if (name.size() < 4 || name.compare(name.size() - 4, 4, ".seg") != 0) {
+      logWarn(kLog, "ignoring " + entry.path().string() + ": not a file the spool writes");
+      continue;
+    }
+    // Only names the spool itself writes: 20 digits that parse back to the same name, within
+    // the index range. Anything else would move the numbering.
     char* end = nullptr;
-    uint64_t base = std::strtoull(name.c_str(), &end, 10);
-    if (end != name.c_str() + 20) continue;
-    bases.push_back(base);
+    errno = 0;
+    const uint64_t base = std::strtoull(name.c_str(), &end, 10);
+    if (name.size() != 24 || end != name.c_str() + 20 || errno != 0 || segmentName(base) != name ||
+        base >= kMaxSpoolIndex) {
+      junk.push_back(name);
+      continue;
+    }
+    named.emplace_back(base, name);
   }
   if (ec) return Status::error("spool: cannot list " + opts_.dir + ": " + ec.message());
-  std::sort(bases.begin(), bases.end());
+  for (const std::string& name : junk) {
+    Status st = quarantine(name, "its name is not a segment number the spool writes (0.." +
+                                     std::to_string(kMaxSpoolIndex - 1) + ", 20 digits)");
+    if (!st) return st;
+  }
+  std::sort(named.begin(), named.end());
 
-  for (size_t i = 0; i < bases.size(); ++i) {
+  for (size_t i = 0; i < named.size(); ++i) {
     Segment seg;
-    seg.base = bases[i];
-    seg.path = opts_.dir + "/" + segmentName(seg.base);
-    seg.fd = ::open(seg.path.c_str(), O_RDWR | O_CLOEXEC);
-    if (seg.fd < 0) return Status::error("spool: " + errnoText("cannot open", seg.path));
-    Status st = recoverSegment(seg, i + 1 == bases.size());
-    if (!st) {
-      ::close(seg.fd);
-      return st;
-    }
+    bool keep = false;
+    Status st = recoverSegment(named[i].second, named[i].first, i + 1 == named.size(), &seg, &keep);
+    if (!st) return st;
+    if (!keep) continue;
     // A later segment must start at or after this one's end; overlapping files mean someone
-    // copied files around. Keep the earlier records and ignore the overlap.
+    // copied files around. Keep the earlier records.
     if (!segments_.empty() && seg.base < segments_.back().end()) {
-      logWarn(kLog, "segment " + seg.path + " overlaps its predecessor; ignoring it");
       ::close(seg.fd);
+      st = quarantine(named[i].second, "it overlaps the records of " + segments_.back().path);
+      if (!st) return st;
       continue;
     }
     totalBytes_ += seg.bytes;
@@ -175,40 +226,81 @@ Status Spool::recover() {
   return Status::ok();
 }
 
-Status Spool::recoverSegment(Segment& seg, bool last) {
+Status Spool::recoverSegment(const std::string& name, uint64_t base, bool last, Segment* seg,
+                             bool* keep) {
+  *keep = false;
+  seg->base = base;
+  seg->path = opts_.dir + "/" + name;
+  // Never follow a link or block on a FIFO someone put here.
+  int fd = ::open(seg->path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0 && (errno == ELOOP || errno == ENXIO || errno == EISDIR || errno == EWOULDBLOCK)) {
+    return quarantine(name, "it is not a regular file");
+  }
+  if (fd < 0) return Status::error("spool: " + errnoText("cannot open", seg->path));
   struct stat sb {};
-  if (::fstat(seg.fd, &sb) != 0)
-    return Status::error("spool: " + errnoText("cannot stat", seg.path));
-  std::string data;
-  Status st = readAll(seg.fd, 0, static_cast<size_t>(sb.st_size), &data);
-  if (!st) return Status::error("spool: cannot read " + seg.path + ": " + st.message());
-  size_t pos = 0;
-  while (pos < data.size()) {
-    bool ok = data.size() - pos >= kHeaderBytes;
-    uint32_t len = 0;
-    if (ok) {
-      len = getU32(data.data() + pos);
-      ok = len > 0 && data.size() - pos - kHeaderBytes >= len &&
-           crcOf(data.data() + pos + kHeaderBytes, len) == getU32(data.data() + pos + 4);
-    }
-    if (!ok) {
-      logWarn(kLog, "skipping a torn or corrupt record at offset " + std::to_string(pos) + " of " +
-                        seg.path + " (" + std::to_string(data.size() - pos) +
-                        " bytes cut; records before it are kept)" +
-                        (last ? "" : "; it is not the newest segment"));
-      if (::ftruncate(seg.fd, static_cast<off_t>(pos)) != 0) {
-        return Status::error("spool: " + errnoText("cannot truncate", seg.path));
-      }
-      ++stats_.tornRecords;
-      break;
-    }
-    seg.offsets.push_back(pos);
-    pos += kHeaderBytes + len;
+  if (::fstat(fd, &sb) != 0) {
+    ::close(fd);
+    return Status::error("spool: " + errnoText("cannot stat", seg->path));
   }
-  seg.bytes = pos;
-  if (::lseek(seg.fd, static_cast<off_t>(pos), SEEK_SET) < 0) {
-    return Status::error("spool: " + errnoText("cannot seek", seg.path));
+  if (!S_ISREG(sb.st_mode)) {
+    ::close(fd);
+    return quarantine(name, "it is not a regular file");
   }
+  const auto size = static_cast<uint64_t>(sb.st_size);
+  if (size > opts_.maxBytes) {
+    ::close(fd);
+    return quarantine(name, std::to_string(size) + " bytes is more than the spool bound (" +
+                                std::to_string(opts_.maxBytes) + ")");
+  }
+  SegmentScan scan;
+  if (size > 0) {
+    void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+      ::close(fd);
+      return Status::error("spool: " + errnoText("cannot map", seg->path));
+    }
+    scan = scanSegment(std::string_view(static_cast<const char*>(map), size), base);
+    ::munmap(map, size);
+  }
+  if (scan.format == SegmentScan::Format::kJunk) {
+    ::close(fd);
+    return quarantine(name, "it is not a spool segment: " + scan.junk);
+  }
+  if (scan.lostRecords > 0) {
+    stats_.lostRecords += scan.lostRecords;
+    logWarn(kLog, seg->path + ": " + std::to_string(scan.lostRecords) + " records lost to " +
+                      std::to_string(scan.damagedBytes) + " damaged bytes; the " +
+                      std::to_string(scan.intactRecords()) +
+                      " intact records around them are kept with their numbers");
+  }
+  if (scan.slots.empty() && !(last && scan.format == SegmentScan::Format::kV2)) {
+    // Nothing in it (an empty file, a torn header): it holds no record, so it cannot move the
+    // numbering either.
+    ::close(fd);
+    if (::unlink(seg->path.c_str()) != 0) logWarn(kLog, errnoText("cannot delete", seg->path));
+    return Status::ok();
+  }
+  if (scan.tailBytes > 0) {
+    logWarn(kLog, "cutting a torn or corrupt tail of " + std::to_string(scan.tailBytes) +
+                      " bytes at offset " + std::to_string(scan.dataEnd) + " of " + seg->path +
+                      " (records before it are kept)" +
+                      (last ? "" : "; it is not the newest segment"));
+    if (::ftruncate(fd, static_cast<off_t>(scan.dataEnd)) != 0) {
+      ::close(fd);
+      return Status::error("spool: " + errnoText("cannot truncate", seg->path));
+    }
+    ++stats_.tornRecords;
+  }
+  if (::lseek(fd, static_cast<off_t>(scan.dataEnd), SEEK_SET) < 0) {
+    ::close(fd);
+    return Status::error("spool: " + errnoText("cannot seek", seg->path));
+  }
+  seg->fd = fd;
+  seg->slots = std::move(scan.slots);
+  seg->dataEnd = scan.dataEnd;
+  seg->bytes = scan.dataEnd;
+  seg->v2 = scan.format == SegmentScan::Format::kV2;
+  *keep = true;
   return Status::ok();
 }
 
@@ -216,8 +308,16 @@ Status Spool::startSegment() {
   Segment seg;
   seg.base = next_;
   seg.path = opts_.dir + "/" + segmentName(seg.base);
-  seg.fd = ::open(seg.path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  seg.fd = ::open(seg.path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (seg.fd < 0) return Status::error("spool: " + errnoText("cannot create", seg.path));
+  const std::string header = segmentHeader(seg.base);
+  if (Status st = writeAll(seg.fd, header.data(), header.size()); !st) {
+    ::close(seg.fd);
+    ::unlink(seg.path.c_str());
+    return Status::error("spool: cannot write " + seg.path + ": " + st.message());
+  }
+  seg.dataEnd = seg.bytes = header.size();
+  totalBytes_ += seg.bytes;
   // The previous segment is finished: make it durable once instead of on every sync.
   if (!segments_.empty() && dataDirty_) {
     ::fdatasync(segments_.back().fd);
@@ -242,57 +342,69 @@ void Spool::dropSegment(bool countLoss) {
   segments_.pop_front();
 }
 
-Status Spool::append(std::string_view record) {
+Status Spool::append(std::string_view record, Evict evict) {
   // One copy into the framing buffer either way; keep one code path.
   std::vector<std::string> one;
   one.emplace_back(record);
-  return append(one);
+  return append(one, evict);
 }
 
-Status Spool::append(const std::vector<std::string>& records) {
+Status Spool::append(const std::vector<std::string>& records, Evict evict) {
+  noRoom_ = false;
   if (records.empty()) return Status::ok();
-  std::string buf;
+  if (next_ + records.size() >= kMaxSpoolIndex) {
+    // Unreachable by counting; refusing keeps the probes' batches unacked rather than lost.
+    return Status::error("spool: record numbering is exhausted at " + std::to_string(next_));
+  }
   size_t total = 0;
-  for (const auto& r : records) total += kHeaderBytes + r.size();
-  buf.reserve(total);
   for (const auto& r : records) {
     if (r.empty()) return Status::error("spool: refusing an empty record");
     if (r.size() > UINT32_MAX) return Status::error("spool: record too large");
-    putU32(buf, static_cast<uint32_t>(r.size()));
-    putU32(buf, crcOf(r.data(), r.size()));
-    buf.append(r);
+    total += kRecordHeaderBytes + r.size();
   }
-  if (buf.size() > opts_.maxBytes - opts_.segmentBytes) {
-    return Status::error("spool: " + std::to_string(buf.size()) +
+  if (total > opts_.maxBytes - opts_.segmentBytes) {
+    return Status::error("spool: " + std::to_string(total) +
                          " bytes in one append exceed what the spool bound allows");
   }
-  if (segments_.empty() ||
-      (segments_.back().bytes > 0 && segments_.back().bytes + buf.size() > opts_.segmentBytes)) {
+  const bool fresh = segments_.empty() || !segments_.back().v2 || segments_.back().end() != next_ ||
+                     (segments_.back().dataEnd > kSegmentHeaderBytes &&
+                      segments_.back().dataEnd + total > opts_.segmentBytes);
+  const uint64_t needed = total + (fresh ? kSegmentHeaderBytes : 0);
+  if (evict == Evict::kNever && totalBytes_ + needed > opts_.maxBytes) {
+    noRoom_ = true;
+    return Status::error("spool: no room for " + std::to_string(total) + " bytes (" +
+                         std::to_string(totalBytes_) + " of " + std::to_string(opts_.maxBytes) +
+                         " bytes held) without dropping unacked records");
+  }
+  if (fresh) {
     Status st = startSegment();
     if (!st) return st;
   }
-  while (totalBytes_ + buf.size() > opts_.maxBytes && segments_.size() > 1) {
+  while (totalBytes_ + total > opts_.maxBytes && segments_.size() > 1) {
     logWarn(kLog, "spool is full (" + std::to_string(totalBytes_) + " of " +
                       std::to_string(opts_.maxBytes) + " bytes): dropping the oldest segment " +
                       segments_.front().path);
     dropSegment(true);
   }
   Segment& seg = segments_.back();
+  std::string buf;
+  buf.reserve(total);
+  for (size_t i = 0; i < records.size(); ++i) appendRecord(buf, records[i], next_ + i);
   Status st = writeAll(seg.fd, buf.data(), buf.size());
   if (!st) {
     // Cut back whatever part of the write landed so the file stays a clean sequence.
-    if (::ftruncate(seg.fd, static_cast<off_t>(seg.bytes)) != 0 ||
-        ::lseek(seg.fd, static_cast<off_t>(seg.bytes), SEEK_SET) < 0) {
+    if (::ftruncate(seg.fd, static_cast<off_t>(seg.dataEnd)) != 0 ||
+        ::lseek(seg.fd, static_cast<off_t>(seg.dataEnd), SEEK_SET) < 0) {
       logError(kLog, errnoText("cannot undo a partial write to", seg.path));
     }
     return Status::error("spool: write to " + seg.path + " failed: " + st.message());
   }
-  uint64_t off = seg.bytes;
+  uint64_t off = seg.dataEnd;
   for (const auto& r : records) {
-    seg.offsets.push_back(off);
-    off += kHeaderBytes + r.size();
+    seg.slots.push_back(off);
+    off += kRecordHeaderBytes + r.size();
   }
-  seg.bytes = off;
+  seg.dataEnd = seg.bytes = off;
   totalBytes_ += buf.size();
   next_ = seg.end();
   stats_.appended += records.size();
@@ -306,39 +418,46 @@ Status Spool::read(uint64_t from, size_t maxItems, size_t maxBytes, std::vector<
   size_t bytes = 0;
   size_t items = 0;
   for (auto& seg : segments_) {
-    if (seg.end() <= from || seg.offsets.empty()) continue;
+    if (seg.end() <= from || seg.slots.empty()) continue;
     uint64_t first = std::max(from, seg.base);
     // Plan the run of records in this segment that fits the limits, then read it in one go.
+    // Lost slots are passed over (the cursor moves past them) without counting as items.
     uint64_t last = first;  // exclusive
-    size_t runBytes = 0;
     while (last < seg.end() && items < maxItems) {
       size_t i = last - seg.base;
-      uint64_t recEnd = i + 1 < seg.offsets.size() ? seg.offsets[i + 1] : seg.bytes;
-      size_t payload = recEnd - seg.offsets[i] - kHeaderBytes;
-      if (items > 0 && bytes + payload > maxBytes) break;
-      bytes += payload;
-      runBytes += recEnd - seg.offsets[i];
-      ++items;
+      if ((seg.slots[i] & kHoleBit) == 0) {
+        size_t payload = seg.slotEnd(i) - seg.slots[i] - kRecordHeaderBytes;
+        if (items > 0 && bytes + payload > maxBytes) break;
+        bytes += payload;
+        ++items;
+      }
       ++last;
     }
     if (last == first) break;
+    const uint64_t startOff = seg.slots[first - seg.base] & ~kHoleBit;
+    const uint64_t runBytes = seg.slotEnd(last - 1 - seg.base) - startOff;
     std::string buf;
-    uint64_t startOff = seg.offsets[first - seg.base];
     Status st = readAll(seg.fd, startOff, runBytes, &buf);
     if (!st) return Status::error("spool: read of " + seg.path + " failed: " + st.message());
     if (buf.size() != runBytes)
       return Status::error("spool: " + seg.path + " is shorter than its index");
-    size_t pos = 0;
     for (uint64_t idx = first; idx < last; ++idx) {
-      uint32_t len = getU32(buf.data() + pos);
-      if (crcOf(buf.data() + pos + kHeaderBytes, len) != getU32(buf.data() + pos + 4)) {
+      const size_t i = idx - seg.base;
+      if ((seg.slots[i] & kHoleBit) != 0) continue;
+      const size_t pos = seg.slots[i] - startOff;
+      const size_t len = seg.slotEnd(i) - seg.slots[i] - kRecordHeaderBytes;
+      const std::string_view payload(buf.data() + pos + kRecordHeaderBytes, len);
+      const uint32_t check = getU32(buf.data() + pos + 4);
+      const bool intact = getU32(buf.data() + pos) == len &&
+                          // Format 1's check is the plain crc32: the check at index 0.
+                          recordCheck(payload, seg.v2 ? idx : 0) == check;
+      if (!intact) {
         ++stats_.corruptReads;
         logWarn(kLog, "record " + std::to_string(idx) + " in " + seg.path +
-                          " failed its CRC on read; skipping it");
+                          " failed its check on read; skipping it");
       } else {
-        out->emplace_back(buf.data() + pos + kHeaderBytes, len);
+        out->emplace_back(payload);
       }
-      pos += kHeaderBytes + len;
     }
     *next = last;
     from = last;
@@ -386,7 +505,7 @@ Status Spool::persistAcked() {
 
 uint64_t Spool::firstUnacked() const {
   for (const auto& seg : segments_) {
-    if (seg.end() > acked_ && !seg.offsets.empty()) return std::max(seg.base, acked_);
+    if (seg.end() > acked_ && !seg.slots.empty()) return std::max(seg.base, acked_);
   }
   return next_;
 }

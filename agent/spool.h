@@ -5,8 +5,11 @@
 //   LOCK                   flock()ed while an agent has the spool open (one agent per dir)
 //   <20-digit base>.seg    segment files, append-only; base is the index of the first record
 //   acked                  decimal index: every record below it was acked by the collector
-// A record is one serialized item Envelope (StepReport, HostSample, RankHello, ...), framed as
-//   [u32 payload length, little endian][u32 crc32 of payload, little endian][payload]
+//   quarantine/            files that were found in place of segments or of `acked` and are
+//                          not trusted: moved here, logged as errors and counted, never read
+// A record is one serialized item Envelope (StepReport, HostSample, RankHello, ...); the
+// segment format (a header, then records framed with a length and a check bound to the
+// record's index) is in agent/spool_segment.h, with its reader.
 // Records are numbered consecutively from 0 for the life of the spool directory (numbering
 // survives restarts), so "records below index N" is a cumulative position. The agent uses
 // that index as the upstream Batch.seq, which makes an Ack{seq} map straight to ack(seq).
@@ -16,9 +19,15 @@
 // index (write to acked.tmp, rename). A crash between syncs replays some already-acked
 // records again; the collector's idempotent keys make that harmless.
 // Bound: before an append would take the directory past maxBytes, whole oldest segments are
-// deleted, acked or not; their unacked records count in droppedItems.
-// Torn tail: open() checks every record's length and CRC; at the first bad one it logs, cuts
-// the file there (so appends continue cleanly) and counts the cut in tornRecords.
+// deleted, acked or not; their unacked records count in droppedItems. An append that must not
+// do that (capture-file chunks: agent/uploads.h) asks for Evict::kNever and is refused instead.
+// Recovery at open: every segment is read through scanSegment. A damaged region inside a
+// segment costs only the records in it (counted in lostRecords; the records after it keep
+// their numbers); bytes after the last intact record (a crash mid-write) are cut and counted
+// in tornRecords. Files that cannot be segments (a name outside the numbering, a header that
+// disagrees with the name, no intact record, not a regular file, larger than the bound,
+// overlapping another segment) and an unreadable `acked` are quarantined, so a stray file can
+// never shift the numbering and make appended records unreachable.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +37,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/spool_segment.h"
 #include "common/status.h"
 
 namespace trainscope::agent {
@@ -47,7 +57,9 @@ struct SpoolStats {
   uint64_t droppedItems = 0;     // unacked records lost to the size bound, since open
   uint64_t droppedSegments = 0;  // segments deleted by the size bound, since open
   uint64_t tornRecords = 0;      // bad tails cut at open (one per cut)
-  uint64_t corruptReads = 0;     // records that failed their CRC when read back
+  uint64_t lostRecords = 0;      // records inside damaged regions, skipped at open
+  uint64_t quarantined = 0;      // files moved to quarantine/ at open
+  uint64_t corruptReads = 0;     // records that failed their check when read back
   uint64_t appended = 0;         // records appended since open
 };
 
@@ -60,10 +72,15 @@ class Spool {
   Spool(const Spool&) = delete;
   Spool& operator=(const Spool&) = delete;
 
+  // Whether an append may delete the oldest segments to stay within the bound.
+  enum class Evict { kOldest, kNever };
   // Appends records with a single write; all or none are stored. A record larger than the
-  // bound, or empty, is refused.
-  Status append(const std::vector<std::string>& records);
-  Status append(std::string_view record);
+  // bound, or empty, is refused. With Evict::kNever, an append that would need to delete a
+  // segment is refused too (noRoom() is then true until something is acked).
+  Status append(const std::vector<std::string>& records, Evict evict = Evict::kOldest);
+  Status append(std::string_view record, Evict evict = Evict::kOldest);
+  // The last append failed only because Evict::kNever found no room.
+  bool noRoom() const { return noRoom_; }
 
   // Reads consecutive records from `from` on (from the first one still held, when `from` was
   // dropped), at most maxItems and maxBytes of payload, but at least one record when any is
@@ -89,17 +106,25 @@ class Spool {
 
  private:
   struct Segment {
-    uint64_t base = 0;              // index of the first record
-    std::vector<uint64_t> offsets;  // file offset of each record
-    uint64_t bytes = 0;             // file size
+    uint64_t base = 0;            // index of the first record
+    std::vector<uint64_t> slots;  // file offset of each record; kHoleBit: lost at recovery
+    uint64_t dataEnd = 0;         // end of the last record: where appends continue
+    uint64_t bytes = 0;           // file size
+    bool v2 = true;  // format 2; a format 1 segment of an older agent is read, never appended to
     std::string path;
     int fd = -1;  // read/write; the active (last) one is appended to
-    uint64_t end() const { return base + offsets.size(); }
+    uint64_t end() const { return base + slots.size(); }
+    // End of slot i's bytes: the next slot's start, or dataEnd for the last.
+    uint64_t slotEnd(size_t i) const;
   };
 
   explicit Spool(SpoolOptions opts);
   Status recover();
-  Status recoverSegment(Segment& seg, bool last);
+  Status readAcked();
+  // Opens and scans one segment file; *keep false when it was quarantined or was empty.
+  Status recoverSegment(const std::string& name, uint64_t base, bool last, Segment* seg,
+                        bool* keep);
+  Status quarantine(const std::string& name, const std::string& why);
   Status startSegment();
   void dropSegment(bool countLoss);
   Status persistAcked();
@@ -112,6 +137,7 @@ class Spool {
   uint64_t totalBytes_ = 0;
   bool ackDirty_ = false;
   bool dataDirty_ = false;
+  bool noRoom_ = false;
   SpoolStats stats_;
 };
 
