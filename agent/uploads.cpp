@@ -1,9 +1,4 @@
-// The capture-file side of the agent (docs/CAPTURE.md step 4): a probe's "uploading" status
-// names a file; once the status is spooled, the file is read a few MiB per loop turn into
-// FileChunk items in the spool (so they survive agent and collector restarts like any item)
-// and deleted. A journal entry per upload under <spool>/uploads lets a restarted agent ship
-// a file it had not finished. Runs on the agent's loop thread only.
-#include "agent/agent_impl.h"
+#include "agent/uploads.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -22,14 +17,25 @@
 
 #include <zlib.h>
 
+#include "agent/internal.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "schema/wire.h"
 
 namespace trainscope::agent {
 using namespace internal;  // NOLINT(google-build-using-namespace): the agent's own constants
 
 namespace {
+
+// Capture-file bytes read and spooled per loop turn: a 64 MiB file takes 16 turns of a few
+// milliseconds each instead of one long stall of heartbeats and probe acks.
+constexpr uint64_t kUploadBytesPerTurn = 4u << 20;
+// Uploads remembered after they finish, so a probe's resent "uploading" status (its ack was
+// lost) is not answered with "cannot open" for a file already shipped and deleted.
+constexpr size_t kFinishedUploadsKept = 256;
+// A chunk the spool refuses is tried again after this long, and the file given up (failed
+// status) after kUploadTries refusals in a row.
+constexpr int64_t kUploadRetryNs = 1000 * kMs;
+constexpr int kUploadTries = 5;
 
 // The resolved path; on failure the message is strerror and *err the errno.
 Result<std::string> realPath(const std::string& path, int* err = nullptr) {
@@ -61,37 +67,45 @@ std::string uploadKey(const wire::CommandStatus& st) {
 
 }  // namespace
 
-void Agent::Impl::spoolCommandStatus(const std::string& commandId, const std::string& job,
-                                     uint32_t rank, const std::string& state,
-                                     const std::string& detail) {
-  wire::Envelope env;
-  auto* cs = env.mutable_command_status();
-  cs->set_command_id(commandId);
-  cs->set_job(job);
-  cs->set_rank(rank);
-  cs->set_state(state);
-  cs->set_detail(detail);
-  spoolItems({wire::encode(env)}, monotonicNowNs());
+Uploads::Uploads(const AgentOptions& opts, SpoolWriter& spool, std::string spoolDir)
+    : opts_(opts), spool_(spool), spoolDir_(std::move(spoolDir)) {}
+
+Uploads::~Uploads() {
+  for (auto& up : uploads_) {
+    if (up.fd >= 0) ::close(up.fd);  // the journal resumes it in the next agent
+  }
 }
 
-void Agent::Impl::queueUpload(const wire::CommandStatus& status, bool resumed) {
+int64_t Uploads::nextDeadline(int64_t now) const {
+  if (uploads_.empty()) return INT64_MAX;
+  return std::max(now, retryAtMono_);  // the next chunks at once
+}
+
+void Uploads::fill(AgentStats& s) const {
+  s.filesShipped = filesShipped_;
+  s.filesFailed = filesFailed_;
+  s.fileBytesShipped = fileBytesShipped_;
+  s.uploadsActive = static_cast<uint32_t>(uploads_.size());
+}
+
+void Uploads::queue(const wire::CommandStatus& status, bool resumed) {
   const std::string key = uploadKey(status);
-  for (const Upload& up : uploads) {
+  for (const Upload& up : uploads_) {
     if (uploadKey(up.status) == key) return;  // a probe's resend of the same status
   }
-  if (std::find(finishedUploads.begin(), finishedUploads.end(), key) != finishedUploads.end()) {
+  if (std::find(finished_.begin(), finished_.end(), key) != finished_.end()) {
     return;  // shipped already; the probe resent its status because our ack was lost
   }
   const std::string& path = status.file_path();
   auto refuse = [&](const std::string& detail) {
-    ++counters.filesFailed;
+    ++filesFailed_;
     logWarn(kLog, "capture " + status.command_id() + " rank " + std::to_string(status.rank()) +
                       ": " + detail);
-    spoolCommandStatus(status.command_id(), status.job(), status.rank(), "failed", detail);
+    spool_.commandStatus(status.command_id(), status.job(), status.rank(), "failed", detail);
   };
-  auto root = realPath(opts.captureDir);
+  auto root = realPath(opts_.captureDir);
   if (!root) {
-    refuse("refusing to ship " + path + ": the capture directory " + opts.captureDir +
+    refuse("refusing to ship " + path + ": the capture directory " + opts_.captureDir +
            " cannot be resolved: " + root.message());
     return;
   }
@@ -129,8 +143,8 @@ void Agent::Impl::queueUpload(const wire::CommandStatus& status, bool resumed) {
   up.size = static_cast<uint64_t>(sb.st_size);
   // The journal entry is the status itself; written before the first chunk is spooled.
   std::error_code ec;
-  std::filesystem::create_directories(spoolDir + "/uploads", ec);
-  up.journal = spoolDir + "/uploads/" + key;
+  std::filesystem::create_directories(spoolDir_ + "/uploads", ec);
+  up.journal = spoolDir_ + "/uploads/" + key;
   if (!resumed) {
     std::string tmp = up.journal + ".tmp";
     {
@@ -139,21 +153,20 @@ void Agent::Impl::queueUpload(const wire::CommandStatus& status, bool resumed) {
     }
     std::filesystem::rename(tmp, up.journal, ec);
     if (ec) {
-      spoolLog.log(LogLevel::kWarn, kLog,
-                   "cannot journal the upload of " + path + ": " + ec.message() +
-                       " (a restart would not resume it)");
+      spool_.logProblem(LogLevel::kWarn, "cannot journal the upload of " + path + ": " +
+                                             ec.message() + " (a restart would not resume it)");
     }
   }
   logInfo(kLog, "shipping " + up.resolved + " (" + std::to_string(up.size) +
                     " bytes) for capture " + status.command_id() + " rank " +
                     std::to_string(status.rank()) + (resumed ? ", resumed after a restart" : ""));
-  uploads.push_back(std::move(up));
+  uploads_.push_back(std::move(up));
 }
 
-void Agent::Impl::resumeUploads() {
+void Uploads::resume() {
   std::error_code ec;
   std::vector<std::string> entries;
-  for (const auto& e : std::filesystem::directory_iterator(spoolDir + "/uploads", ec)) {
+  for (const auto& e : std::filesystem::directory_iterator(spoolDir_ + "/uploads", ec)) {
     std::string name = e.path().filename().string();
     if (name.size() > 4 && name.substr(name.size() - 4) == ".tmp") {
       std::filesystem::remove(e.path(), ec);
@@ -166,22 +179,22 @@ void Agent::Impl::resumeUploads() {
     std::ifstream in(entry, std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     wire::CommandStatus st;
-    size_t before = uploads.size();
-    if (st.ParseFromString(bytes) && !st.file_path().empty()) queueUpload(st, true);
+    size_t before = uploads_.size();
+    if (st.ParseFromString(bytes) && !st.file_path().empty()) queue(st, true);
     // Shipped completely (file gone), unreadable, or refused: the entry is done with.
-    if (uploads.size() == before) std::filesystem::remove(entry, ec);
+    if (uploads_.size() == before) std::filesystem::remove(entry, ec);
   }
 }
 
-void Agent::Impl::finishUpload(Upload& up, const std::string& failure) {
+void Uploads::finish(Upload& up, const std::string& failure) {
   const wire::CommandStatus& st = up.status;
   if (!failure.empty()) {
-    ++counters.filesFailed;
+    ++filesFailed_;
     logWarn(kLog,
             "capture " + st.command_id() + " rank " + std::to_string(st.rank()) + ": " + failure);
-    spoolCommandStatus(st.command_id(), st.job(), st.rank(), "failed", failure);
+    spool_.commandStatus(st.command_id(), st.job(), st.rank(), "failed", failure);
   } else {
-    ++counters.filesShipped;
+    ++filesShipped_;
     // Delete only the file that was shipped: the path must still name the opened inode.
     struct stat opened {
     }, now{};
@@ -192,7 +205,7 @@ void Agent::Impl::finishUpload(Upload& up, const std::string& failure) {
       }
       // The capture's own directory goes when it is empty; the capture root stays.
       std::string parent = std::filesystem::path(up.resolved).parent_path().string();
-      auto root = realPath(opts.captureDir);
+      auto root = realPath(opts_.captureDir);
       if (root && isUnder(parent, *root)) (void)::rmdir(parent.c_str());
     }
   }
@@ -200,16 +213,16 @@ void Agent::Impl::finishUpload(Upload& up, const std::string& failure) {
   up.fd = -1;
   std::error_code ec;
   if (!up.journal.empty()) std::filesystem::remove(up.journal, ec);
-  finishedUploads.push_back(uploadKey(st));
-  while (finishedUploads.size() > kFinishedUploadsKept) finishedUploads.pop_front();
+  finished_.push_back(uploadKey(st));
+  while (finished_.size() > kFinishedUploadsKept) finished_.pop_front();
 }
 
-void Agent::Impl::pumpUploads(int64_t now) {
-  if (now < uploadRetryAtMono) return;
+void Uploads::pump(int64_t now) {
+  if (now < retryAtMono_) return;
   uint64_t budget = kUploadBytesPerTurn;
   std::string data;
-  while (!uploads.empty() && budget > 0) {
-    Upload& up = uploads.front();
+  while (!uploads_.empty() && budget > 0) {
+    Upload& up = uploads_.front();
     const wire::CommandStatus& st = up.status;
     uint64_t want = std::min<uint64_t>(wire::kMaxChunkBytes, up.size - up.offset);
     data.resize(want);
@@ -233,8 +246,8 @@ void Agent::Impl::pumpUploads(int64_t now) {
       got += static_cast<size_t>(n);
     }
     if (!failure.empty()) {
-      finishUpload(up, failure);
-      uploads.pop_front();
+      finish(up, failure);
+      uploads_.pop_front();
       continue;
     }
     bool last = up.offset + want == up.size;
@@ -252,29 +265,28 @@ void Agent::Impl::pumpUploads(int64_t now) {
       fc->set_last(true);
       fc->set_total_bytes(up.size);
     }
-    Status written = spool->append(wire::encode(env));
+    Status written = spool_.appendOne(wire::encode(env), Spool::Evict::kOldest, now);
     if (!written) {
       // Disk full, or a chunk larger than the spool may hold: retry from the same offset a
       // little later, and give the file up after a few tries.
-      if (++uploadFailures >= kUploadTries) {
-        finishUpload(up, "cannot spool a chunk of " + st.file_path() + " at offset " +
-                             std::to_string(up.offset) + ": " + written.message());
-        uploads.pop_front();
-        uploadFailures = 0;
+      if (++failures_ >= kUploadTries) {
+        finish(up, "cannot spool a chunk of " + st.file_path() + " at offset " +
+                       std::to_string(up.offset) + ": " + written.message());
+        uploads_.pop_front();
+        failures_ = 0;
         continue;
       }
-      spoolLog.log(LogLevel::kError, kLog, "cannot spool a file chunk: " + written.message());
-      uploadRetryAtMono = now + kUploadRetryNs;
+      spool_.logProblem(LogLevel::kError, "cannot spool a file chunk: " + written.message());
+      retryAtMono_ = now + kUploadRetryNs;
       return;
     }
-    uploadFailures = 0;
-    if (unsentSinceMono == 0) unsentSinceMono = now;
-    counters.fileBytesShipped += want;
+    failures_ = 0;
+    fileBytesShipped_ += want;
     up.offset += want;
     budget -= std::min(budget, std::max<uint64_t>(want, 1));
     if (last) {
-      finishUpload(up, "");
-      uploads.pop_front();
+      finish(up, "");
+      uploads_.pop_front();
     }
   }
 }

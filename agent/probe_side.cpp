@@ -1,22 +1,27 @@
-// The probe side of the agent: the ROUTER on the local endpoint, the rank registry, batch
-// intake into the spool with acks after the write, rejects, and commands handed to probes.
-// Runs on the agent's loop thread only.
-#include "agent/agent_impl.h"
+#include "agent/probe_side.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
-#include <zmq.hpp>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
+#include "agent/internal.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "schema/wire.h"
 
 namespace trainscope::agent {
 using namespace internal;  // NOLINT(google-build-using-namespace): the agent's own constants
 
 namespace {
+
+// Items larger than this could not fit a batch frame upstream.
+constexpr size_t kMaxItemBytes = wire::kMaxFrameBytes - 4096;
 
 bool readVarint(const char*& p, const char* end, uint64_t* v) {
   *v = 0;
@@ -81,49 +86,147 @@ bool allowedItem(wire::Envelope::BodyCase c) {
   }
 }
 
+// Checks an ipc:// endpoint's socket file: a live listener means another agent owns it; a
+// dead one is removed so we can bind.
+Status claimIpcPath(const std::string& path) {
+  struct stat sb {};
+  if (::lstat(path.c_str(), &sb) != 0) return Status::ok();
+  if (!S_ISSOCK(sb.st_mode)) {
+    return Status::error("--endpoint: " + path +
+                         " exists and is not a socket; refusing to replace it");
+  }
+  sockaddr_un addr{};
+  if (path.size() >= sizeof addr.sun_path) {
+    return Status::error("--endpoint: ipc path is longer than " +
+                         std::to_string(sizeof addr.sun_path - 1) + " bytes: " + path);
+  }
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::error(std::string("socket(): ") + std::strerror(errno));
+  int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int err = errno;
+  ::close(fd);
+  if (rc == 0) {
+    return Status::error("another agent is already listening on ipc://" + path +
+                         "; stop it first or pass a different --endpoint");
+  }
+  if (err != ECONNREFUSED && err != ENOENT) {
+    return Status::error("--endpoint: cannot probe ipc://" + path + ": " + std::strerror(err));
+  }
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return Status::error("--endpoint: cannot remove stale socket " + path + ": " +
+                         std::strerror(errno));
+  }
+  logInfo(kLog, "removed stale socket " + path + " left by an agent that is gone");
+  return Status::ok();
+}
+
 }  // namespace
 
-void Agent::Impl::reject(const std::string& rid, const std::string& reason,
-                         const std::string& detail) {
-  ++counters.rejects[reason];
-  rejectLog.log(LogLevel::kWarn, kLog, "rejected a probe frame (" + reason + "): " + detail);
-  if (!rid.empty()) {
-    wire::Envelope err = wire::errorReply(reason, detail);
-    sendToProbe(rid, err);
+ProbeSide::ProbeSide(zmq::context_t& ctx, const AgentOptions& opts, SpoolWriter& spool)
+    : opts_(opts), spool_(spool), socket_(ctx, zmq::socket_type::router) {}
+
+ProbeSide::~ProbeSide() {
+  socket_.close();
+  // Remove our socket file so no one finds it stale.
+  if (!ipcPath_.empty() && !bound_.empty()) ::unlink(ipcPath_.c_str());
+}
+
+Status ProbeSide::claimEndpoint(const AgentOptions& opts) {
+  if (opts.endpoint.rfind("ipc://", 0) != 0) return Status::ok();
+  return claimIpcPath(opts.endpoint.substr(6));
+}
+
+Status ProbeSide::bind() {
+  if (opts_.endpoint.rfind("ipc://", 0) == 0) ipcPath_ = opts_.endpoint.substr(6);
+  try {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::router_mandatory, 1);
+    socket_.bind(opts_.endpoint);
+    bound_ = socket_.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    if (opts_.endpoint.rfind("tcp://", 0) != 0 || e.num() != EADDRINUSE) {
+      return Status::error("cannot open --endpoint " + opts_.endpoint + ": " + e.what());
+    }
+    return Status::error("--endpoint " + opts_.endpoint +
+                         " is already in use (another agent?): " + e.what());
+  }
+  return Status::ok();
+}
+
+void ProbeSide::expireRanks(int64_t now) {
+  for (auto it = ranks_.begin(); it != ranks_.end();) {
+    if (now - it->second.lastSeenMono > opts_.rankExpiryMs * kMs) {
+      logInfo(kLog, "rank " + std::to_string(it->first.second) + " of job " + it->first.first +
+                        " sent no hello for " + std::to_string(opts_.rankExpiryMs) +
+                        " ms; forgetting it");
+      it = ranks_.erase(it);
+    } else {
+      ++it;
+    }
   }
 }
 
-void Agent::Impl::sendToProbe(const std::string& rid, wire::Envelope& env) {
+std::vector<WatchedProc> ProbeSide::watchedProcs() const {
+  std::vector<WatchedProc> procs;
+  procs.reserve(ranks_.size());
+  for (const auto& [key, entry] : ranks_) {
+    procs.push_back(WatchedProc{key.first, key.second, entry.info.pid()});
+  }
+  return procs;
+}
+
+void ProbeSide::fill(AgentStats& s) const {
+  s.probeFrames = probeFrames_;
+  s.probeBatches = probeBatches_;
+  s.probeItems = probeItems_;
+  s.rejects = rejects_;
+  s.ranks = rankCount();
+  s.commandsForwarded = commandsForwarded_;
+  s.commandsUnmatched = commandsUnmatched_;
+}
+
+void ProbeSide::reject(const std::string& rid, const std::string& reason,
+                       const std::string& detail) {
+  ++rejects_[reason];
+  rejectLog_.log(LogLevel::kWarn, kLog, "rejected a probe frame (" + reason + "): " + detail);
+  if (!rid.empty()) {
+    wire::Envelope err = wire::errorReply(reason, detail);
+    send(rid, err);
+  }
+}
+
+void ProbeSide::send(const std::string& rid, wire::Envelope& env) {
   std::string data = wire::encode(env);
   try {
-    if (!probes.send(zmq::buffer(rid), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+    if (!socket_.send(zmq::buffer(rid), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
       return;
-    (void)probes.send(zmq::buffer(data), zmq::send_flags::dontwait);
+    (void)socket_.send(zmq::buffer(data), zmq::send_flags::dontwait);
   } catch (const zmq::error_t& e) {
     // EHOSTUNREACH: the probe disconnected; it resends what we did not ack.
     logDebug(kLog, std::string("cannot reach a probe: ") + e.what());
   }
 }
 
-void Agent::Impl::registerRank(const std::string& rid, const wire::RankInfo& info, int64_t now,
-                               bool* changed) {
+void ProbeSide::registerRank(const std::string& rid, const wire::RankInfo& info, int64_t now,
+                             bool* changed) {
   auto key = std::make_pair(info.job(), info.rank());
-  auto it = ranks.find(key);
-  *changed = it == ranks.end() || it->second.routingId != rid ||
+  auto it = ranks_.find(key);
+  *changed = it == ranks_.end() || it->second.routingId != rid ||
              it->second.info.SerializeAsString() != info.SerializeAsString();
-  if (it == ranks.end()) {
+  if (it == ranks_.end()) {
     logInfo(kLog, "rank " + std::to_string(info.rank()) + " of job " + info.job() + " (pid " +
                       std::to_string(info.pid()) + ") registered");
-    it = ranks.emplace(key, RankEntry{}).first;
+    it = ranks_.emplace(key, RankEntry{}).first;
   }
   it->second.info = info;
   it->second.routingId = rid;
   it->second.lastSeenMono = now;
 }
 
-void Agent::Impl::handleProbeFrame(const std::string& rid, const zmq::message_t& frame,
-                                   int64_t now) {
-  ++counters.probeFrames;
+void ProbeSide::handleFrame(const std::string& rid, const zmq::message_t& frame, int64_t now) {
+  ++probeFrames_;
   auto decoded = wire::decode(frame.data(), frame.size());
   if (!decoded) {
     reject(rid, wire::rejectReason(decoded.message()), decoded.message());
@@ -133,16 +236,16 @@ void Agent::Impl::handleProbeFrame(const std::string& rid, const zmq::message_t&
   switch (env.body_case()) {
     case wire::Envelope::kRankHello: {
       auto* info = env.mutable_rank_hello()->mutable_rank();
-      info->set_node(opts.node);
+      info->set_node(opts_.node);
       bool changed = false;
       registerRank(rid, *info, now, &changed);
-      // Periodic hellos only refresh the registry; the collector hears of new or changed ranks.
-      if (changed) inRecords.push_back(wire::encode(env));
+      // Periodic hellos only refresh the registry; the collector hears of new or changed ranks_.
+      if (changed) inRecords_.push_back(wire::encode(env));
       return;
     }
     case wire::Envelope::kRankGoodbye: {
-      ranks.erase(std::make_pair(env.rank_goodbye().job(), env.rank_goodbye().rank()));
-      inRecords.push_back(wire::encode(env));
+      ranks_.erase(std::make_pair(env.rank_goodbye().job(), env.rank_goodbye().rank()));
+      inRecords_.push_back(wire::encode(env));
       return;
     }
     case wire::Envelope::kBatch: {
@@ -168,15 +271,15 @@ void Agent::Impl::handleProbeFrame(const std::string& rid, const zmq::message_t&
         }
         if (item.has_rank_hello()) {
           auto* info = item.mutable_rank_hello()->mutable_rank();
-          info->set_node(opts.node);
+          info->set_node(opts_.node);
           bool changed = false;
           registerRank(rid, *info, now, &changed);
         } else if (item.has_rank_goodbye()) {
-          ranks.erase(std::make_pair(item.rank_goodbye().job(), item.rank_goodbye().rank()));
+          ranks_.erase(std::make_pair(item.rank_goodbye().job(), item.rank_goodbye().rank()));
         } else if (item.has_command_status() && item.command_status().state() == "uploading" &&
                    !item.command_status().file_path().empty()) {
           // Shipped once the status itself is in the spool (flushProbeInput).
-          inUploads.push_back(item.command_status());
+          inUploads_.push_back(item.command_status());
         }
         bool reuse = !rawItem.empty() && !item.has_rank_hello() &&
                      item.schema_version() == wire::kSchemaVersion;
@@ -187,10 +290,10 @@ void Agent::Impl::handleProbeFrame(const std::string& rid, const zmq::message_t&
                      std::to_string(batch->seq()));
           continue;
         }
-        inRecords.push_back(std::move(rec));
-        ++inBatchItems;
+        inRecords_.push_back(std::move(rec));
+        ++inBatchItems_;
       }
-      inAcks.emplace_back(rid, batch->seq());
+      inAcks_.emplace_back(rid, batch->seq());
       return;
     }
     default:
@@ -201,51 +304,53 @@ void Agent::Impl::handleProbeFrame(const std::string& rid, const zmq::message_t&
   }
 }
 
-void Agent::Impl::drainProbes(int64_t now) {
+void ProbeSide::drain(int64_t now) {
   for (int i = 0; i < kDrainLimit; ++i) {
     zmq::message_t rid;
-    if (!probes.recv(rid, zmq::recv_flags::dontwait)) break;
+    if (!socket_.recv(rid, zmq::recv_flags::dontwait)) break;
     if (!rid.more()) continue;
     zmq::message_t frame;
-    if (!probes.recv(frame, zmq::recv_flags::dontwait)) break;
+    if (!socket_.recv(frame, zmq::recv_flags::dontwait)) break;
     std::string ridStr = rid.to_string();
     if (frame.more()) {
       // One frame per message is the protocol; drop the extra parts.
       zmq::message_t extra;
-      while (frame.more() && probes.recv(extra, zmq::recv_flags::dontwait) && extra.more()) {
+      while (frame.more() && socket_.recv(extra, zmq::recv_flags::dontwait) && extra.more()) {
       }
       reject(ridStr, "multipart", "a probe message must be a single frame");
       continue;
     }
-    handleProbeFrame(ridStr, frame, now);
+    handleFrame(ridStr, frame, now);
   }
-  flushProbeInput(now);
+  flush(now);
 }
 
-void Agent::Impl::flushProbeInput(int64_t now) {
+void ProbeSide::flush(int64_t now) {
   // One write for everything this drain collected, then the acks: an ack always follows
   // the write of its batch, and a failed write acks nothing (the probes send again).
-  bool ok = spoolItems(inRecords, now);
+  bool ok = spool_.append(inRecords_, now);
   if (ok) {
-    counters.probeBatches += inAcks.size();
-    counters.probeItems += inBatchItems;
-    for (const auto& [rid, seq] : inAcks) {
+    probeBatches_ += inAcks_.size();
+    probeItems_ += inBatchItems_;
+    for (const auto& [rid, seq] : inAcks_) {
       wire::Envelope ack;
       ack.mutable_ack()->set_seq(seq);
-      sendToProbe(rid, ack);
+      send(rid, ack);
     }
     // The statuses are spooled: their files' chunks follow them.
-    for (const auto& status : inUploads) queueUpload(status, false);
+    if (onUploading) {
+      for (const auto& status : inUploads_) onUploading(status);
+    }
   }
-  inUploads.clear();
-  inRecords.clear();
-  inAcks.clear();
-  inBatchItems = 0;
+  inUploads_.clear();
+  inRecords_.clear();
+  inAcks_.clear();
+  inBatchItems_ = 0;
 }
 
-void Agent::Impl::forwardCommand(const wire::Command& cmd) {
+void ProbeSide::forwardCommand(const wire::Command& cmd) {
   int sent = 0;
-  for (auto& [key, entry] : ranks) {
+  for (auto& [key, entry] : ranks_) {
     if (key.first != cmd.job()) continue;
     if (cmd.ranks_size() > 0 &&
         std::find(cmd.ranks().begin(), cmd.ranks().end(), key.second) == cmd.ranks().end()) {
@@ -253,28 +358,29 @@ void Agent::Impl::forwardCommand(const wire::Command& cmd) {
     }
     wire::Envelope env;
     *env.mutable_command() = cmd;
-    sendToProbe(entry.routingId, env);
+    send(entry.routingId, env);
     ++sent;
   }
-  counters.commandsForwarded += static_cast<uint64_t>(sent);
+  commandsForwarded_ += static_cast<uint64_t>(sent);
   if (sent == 0) {
-    ++counters.commandsUnmatched;
+    ++commandsUnmatched_;
     logWarn(kLog, "command " + cmd.id() + " names job " + cmd.job() +
-                      " but no matching rank is registered on node " + opts.node);
+                      " but no matching rank is registered on node " + opts_.node);
   }
   // Every named rank without a probe here is answered at once, so the collector does not
   // wait for its deadline (docs/CAPTURE.md step 2).
   std::vector<uint32_t> answered;
   for (uint32_t rank : cmd.ranks()) {
-    if (ranks.count(std::make_pair(cmd.job(), rank)) != 0) continue;
+    if (ranks_.count(std::make_pair(cmd.job(), rank)) != 0) continue;
     if (std::find(answered.begin(), answered.end(), rank) != answered.end()) continue;
     answered.push_back(rank);
-    spoolCommandStatus(cmd.id(), cmd.job(), rank, "failed",
-                       "rank " + std::to_string(rank) + " is not connected to agent " + opts.node);
+    spool_.commandStatus(
+        cmd.id(), cmd.job(), rank, "failed",
+        "rank " + std::to_string(rank) + " is not connected to agent " + opts_.node);
   }
   if (cmd.ranks_size() == 0 && sent == 0) {
-    spoolCommandStatus(cmd.id(), cmd.job(), 0, "failed",
-                       "no rank of job " + cmd.job() + " is connected to agent " + opts.node);
+    spool_.commandStatus(cmd.id(), cmd.job(), 0, "failed",
+                         "no rank of job " + cmd.job() + " is connected to agent " + opts_.node);
   }
 }
 

@@ -1,0 +1,96 @@
+// ProbeSide: the agent's side of the probe -> agent hop (schema/PROTOCOL.md). It owns the
+// ROUTER on the local endpoint, the registry of ranks (routing id, pid, last hello), the
+// intake of probe batches (written to the spool with one append per drain, and acked only
+// after that write), the rejects, and the commands handed down to probes.
+// Owned by the agent's loop thread; nothing in it is touched from another thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "agent/agent.h"
+#include "agent/host_metrics.h"
+#include "agent/options.h"
+#include "agent/spool_writer.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "schema/wire.h"
+
+namespace trainscope::agent {
+
+class ProbeSide {
+ public:
+  ProbeSide(zmq::context_t& ctx, const AgentOptions& opts, SpoolWriter& spool);
+  ~ProbeSide();  // closes the socket and removes the ipc socket file it bound
+  ProbeSide(const ProbeSide&) = delete;
+  ProbeSide& operator=(const ProbeSide&) = delete;
+
+  // Claims opts.endpoint's ipc:// path; called before anything else is set up: a stale
+  // socket file is removed, a live agent there makes this fail.
+  static Status claimEndpoint(const AgentOptions& opts);
+  // Binds the ROUTER on the claimed endpoint.
+  Status bind();
+  void* handle() { return socket_.handle(); }
+  // The endpoint actually bound (tcp://...:* resolved to its port); empty before bind().
+  const std::string& boundEndpoint() const { return bound_; }
+
+  // Reads what the probes sent (at most kDrainLimit messages), spools it with one write and
+  // acks the batches that write held.
+  void drain(int64_t nowMono);
+  // Hands a collector's command to the matching probes; every named rank without a probe
+  // here gets a "failed" status at once (docs/CAPTURE.md step 2).
+  void forwardCommand(const wire::Command& cmd);
+  // Forgets ranks that sent no hello for rankExpiryMs (they crashed without a goodbye).
+  void expireRanks(int64_t nowMono);
+  // The processes of the registered ranks, for host sampling.
+  std::vector<WatchedProc> watchedProcs() const;
+  uint32_t rankCount() const { return static_cast<uint32_t>(ranks_.size()); }
+  // Copies this part's counters into `s`.
+  void fill(AgentStats& s) const;
+
+  // Called for each "uploading" status naming a file, once its batch is spooled.
+  std::function<void(const wire::CommandStatus&)> onUploading;
+
+ private:
+  struct RankEntry {
+    wire::RankInfo info;
+    std::string routingId;
+    int64_t lastSeenMono = 0;
+  };
+
+  void handleFrame(const std::string& rid, const zmq::message_t& frame, int64_t now);
+  void registerRank(const std::string& rid, const wire::RankInfo& info, int64_t now, bool* changed);
+  void reject(const std::string& rid, const std::string& reason, const std::string& detail);
+  void send(const std::string& rid, wire::Envelope& env);
+  void flush(int64_t now);
+
+  const AgentOptions& opts_;
+  SpoolWriter& spool_;
+  zmq::socket_t socket_;
+  std::string bound_;
+  std::string ipcPath_;  // removed at destruction when we bound it
+  std::map<std::pair<std::string, uint32_t>, RankEntry> ranks_;
+
+  // What one drain collected: written with one append, then acked.
+  std::vector<std::string> inRecords_;
+  std::vector<std::pair<std::string, uint64_t>> inAcks_;  // routing id, batch seq
+  uint64_t inBatchItems_ = 0;
+  std::vector<wire::CommandStatus> inUploads_;  // "uploading" statuses of this drain
+
+  uint64_t probeFrames_ = 0;
+  uint64_t probeBatches_ = 0;
+  uint64_t probeItems_ = 0;
+  std::map<std::string, uint64_t> rejects_;
+  uint64_t commandsForwarded_ = 0;
+  uint64_t commandsUnmatched_ = 0;
+  RateLimitedLog rejectLog_{std::chrono::seconds(5)};
+};
+
+}  // namespace trainscope::agent
