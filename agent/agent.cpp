@@ -82,7 +82,9 @@ Status Agent::Impl::start() {
   upstream = std::make_unique<Upstream>(ctx, opts, *writer);
   uploads = std::make_unique<Uploads>(opts, *writer, so.dir);
   writer->onAppended = [this](int64_t now) { upstream->noteAppended(now); };
-  probes->onUploading = [this](const wire::CommandStatus& st) { uploads->queue(st); };
+  probes->onUploading = [this](const wire::CommandStatus& st, uint32_t uid) {
+    uploads->queue(st, uid);
+  };
   upstream->onCommand = [this](const wire::Command& cmd) { probes->forwardCommand(cmd); };
   upstream->rankCount = [this] { return probes->rankCount(); };
   uploads->resume();

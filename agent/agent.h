@@ -46,6 +46,7 @@ struct AgentStats {
   uint64_t filesFailed = 0;        // capture files refused or unreadable (failed status sent)
   uint64_t fileBytesShipped = 0;   // bytes of capture files spooled
   uint32_t uploadsActive = 0;      // capture files queued or being read now
+  uint64_t fileBytesHeld = 0;      // capture-file chunk bytes in the spool, not yet acked
   uint64_t spoolBytes = 0;
   uint64_t spoolPending = 0;  // records not yet acked by the collector
   uint64_t spoolDropped = 0;  // records lost to the spool bound

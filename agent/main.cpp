@@ -56,9 +56,17 @@ int main(int argc, char** argv) {
                  "how often the spool is fsynced and its acked position saved")
       ->capture_default_str();
   app.add_option("--capture-dir", opts.captureDir,
-                 "probes' capture directory: only files under it (after resolving links) are "
-                 "shipped to the collector and deleted; anything else is refused "
+                 "probes' capture directory: only regular files under it, with one link and "
+                 "owned by the uid of the probe that names them, are shipped to the collector "
+                 "and deleted; anything else is refused "
                  "[default: $TRAINSCOPE_CAPTURE_DIR, else /tmp/trainscope-captures]");
+  app.add_option("--max-file-bytes", opts.maxFileBytes,
+                 "largest capture file shipped; a larger one is refused [default: 1073741824 "
+                 "(1 GiB)]");
+  app.add_option("--spool-file-bytes", opts.spoolFileBytes,
+                 "spool bytes capture-file chunks may hold unacked; they never evict anything, "
+                 "an upload waits for the collector instead [default: a quarter of "
+                 "--spool-max-bytes; at most half]");
   app.add_option("--proc-root", opts.procRoot, "root of the proc filesystem (tests use a fixture)")
       ->capture_default_str();
   std::string level = "info";

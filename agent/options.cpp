@@ -61,6 +61,13 @@ Status finalizeOptions(AgentOptions& opts) {
     return Status::error("--batch-linger-ms: must not be negative, got " +
                          std::to_string(opts.batchLingerMs));
   }
+  if (opts.spoolFileBytes == 0) opts.spoolFileBytes = opts.spoolMaxBytes / 4;
+  if (opts.spoolFileBytes > opts.spoolMaxBytes / 2) {
+    return Status::error("--spool-file-bytes: " + std::to_string(opts.spoolFileBytes) +
+                         " is more than half of --spool-max-bytes (" +
+                         std::to_string(opts.spoolMaxBytes) + "); telemetry keeps the rest");
+  }
+  if (opts.maxFileBytes == 0) return Status::error("--max-file-bytes: must be positive");
   if (opts.procRoot.empty()) return Status::error("--proc-root: must not be empty");
   if (opts.captureDir.empty() || opts.captureDir[0] != '/') {
     return Status::error("--capture-dir: must be an absolute path, got '" + opts.captureDir + "'");

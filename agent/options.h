@@ -57,9 +57,20 @@ struct AgentOptions {
   // fewer duplicates after a crash for more disk writes.
   int syncIntervalMs = 1000;
   // Capture files named in probes' "uploading" statuses are shipped (and deleted) only when
-  // their real path lies under this directory's real path; anything else is refused, since
-  // any local process can talk to the probe endpoint. Must match the probes' directory.
+  // their real path lies under this directory's real path, and only regular files with one
+  // link owned by the uid of the probe that named them (agent/uploads.h); anything else is
+  // refused, since any local process can talk to the probe endpoint. Must match the probes'
+  // directory.
   std::string captureDir = defaultCaptureDir();
+  // Largest capture file shipped; a larger one is refused (failed status). The probes' own
+  // bound is the capture's max_bytes (64 MiB by default), so this only stops files no probe
+  // would write.
+  uint64_t maxFileBytes = 1ull << 30;
+  // Spool bytes that capture-file chunks may hold unacked. File chunks never evict anything
+  // from the spool: past this share, or when the spool is full, an upload waits for the
+  // collector's acks. The rest of the spool stays for telemetry. 0: a quarter of
+  // spoolMaxBytes. Larger ships big files faster over a slow link; at most half the spool.
+  uint64_t spoolFileBytes = 0;
   // Root of the proc filesystem; tests point it at a fixture tree.
   std::string procRoot = "/proc";
   // Lines below this level are not logged.

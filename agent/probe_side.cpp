@@ -155,6 +155,30 @@ Status ProbeSide::bind() {
   return Status::ok();
 }
 
+uint32_t ProbeSide::peerUid(const zmq::message_t& frame) const {
+  // libzmq reports an ipc peer as "<host>:<uid>:<gid>:<pid>" from SO_PEERCRED, taken when the
+  // connection was accepted (so the process cannot change it later). A tcp peer's address
+  // is an IP (with colons, for IPv6), so only ipc addresses are read.
+  if (ipcPath_.empty()) return kUnknownUid;
+  const char* addr = zmq_msg_gets(frame.handle(), "Peer-Address");
+  if (addr == nullptr) return kUnknownUid;
+  std::string_view a(addr);
+  size_t pidColon = a.rfind(':');
+  if (pidColon == std::string_view::npos || pidColon == 0) return kUnknownUid;
+  size_t gidColon = a.rfind(':', pidColon - 1);
+  if (gidColon == std::string_view::npos || gidColon == 0) return kUnknownUid;
+  size_t uidColon = a.rfind(':', gidColon - 1);
+  if (uidColon == std::string_view::npos) return kUnknownUid;
+  std::string_view uid = a.substr(uidColon + 1, gidColon - uidColon - 1);
+  uint64_t v = 0;
+  if (uid.empty() || uid.size() > 10) return kUnknownUid;
+  for (char c : uid) {
+    if (c < '0' || c > '9') return kUnknownUid;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return v < kUnknownUid ? static_cast<uint32_t>(v) : kUnknownUid;
+}
+
 void ProbeSide::expireRanks(int64_t now) {
   for (auto it = ranks_.begin(); it != ranks_.end();) {
     if (now - it->second.lastSeenMono > opts_.rankExpiryMs * kMs) {
@@ -279,7 +303,7 @@ void ProbeSide::handleFrame(const std::string& rid, const zmq::message_t& frame,
         } else if (item.has_command_status() && item.command_status().state() == "uploading" &&
                    !item.command_status().file_path().empty()) {
           // Shipped once the status itself is in the spool (flushProbeInput).
-          inUploads_.push_back(item.command_status());
+          inUploads_.emplace_back(item.command_status(), peerUid(frame));
         }
         bool reuse = !rawItem.empty() && !item.has_rank_hello() &&
                      item.schema_version() == wire::kSchemaVersion;
@@ -339,7 +363,7 @@ void ProbeSide::flush(int64_t now) {
     }
     // The statuses are spooled: their files' chunks follow them.
     if (onUploading) {
-      for (const auto& status : inUploads_) onUploading(status);
+      for (const auto& [status, uid] : inUploads_) onUploading(status, uid);
     }
   }
   inUploads_.clear();

@@ -25,6 +25,9 @@
 
 namespace trainscope::agent {
 
+// The uid of a probe whose connection carries none (tcp://).
+inline constexpr uint32_t kUnknownUid = UINT32_MAX;
+
 class ProbeSide {
  public:
   ProbeSide(zmq::context_t& ctx, const AgentOptions& opts, SpoolWriter& spool);
@@ -55,8 +58,9 @@ class ProbeSide {
   // Copies this part's counters into `s`.
   void fill(AgentStats& s) const;
 
-  // Called for each "uploading" status naming a file, once its batch is spooled.
-  std::function<void(const wire::CommandStatus&)> onUploading;
+  // Called for each "uploading" status naming a file, once its batch is spooled, with the uid
+  // of the process that sent it (SO_PEERCRED of its ipc connection; kUnknownUid over tcp).
+  std::function<void(const wire::CommandStatus&, uint32_t uid)> onUploading;
 
  private:
   struct RankEntry {
@@ -65,6 +69,8 @@ class ProbeSide {
     int64_t lastSeenMono = 0;
   };
 
+  // The uid of the process that sent `frame` (kUnknownUid when the transport has none).
+  uint32_t peerUid(const zmq::message_t& frame) const;
   void handleFrame(const std::string& rid, const zmq::message_t& frame, int64_t now);
   void registerRank(const std::string& rid, const wire::RankInfo& info, int64_t now, bool* changed);
   void reject(const std::string& rid, const std::string& reason, const std::string& detail);
@@ -82,7 +88,8 @@ class ProbeSide {
   std::vector<std::string> inRecords_;
   std::vector<std::pair<std::string, uint64_t>> inAcks_;  // routing id, batch seq
   uint64_t inBatchItems_ = 0;
-  std::vector<wire::CommandStatus> inUploads_;  // "uploading" statuses of this drain
+  // "uploading" statuses of this drain, with the uid of their sender.
+  std::vector<std::pair<wire::CommandStatus, uint32_t>> inUploads_;
 
   uint64_t probeFrames_ = 0;
   uint64_t probeBatches_ = 0;

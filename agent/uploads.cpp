@@ -18,6 +18,7 @@
 #include <zlib.h>
 
 #include "agent/internal.h"
+#include "agent/probe_side.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -36,6 +37,16 @@ constexpr size_t kFinishedUploadsKept = 256;
 // status) after kUploadTries refusals in a row.
 constexpr int64_t kUploadRetryNs = 1000 * kMs;
 constexpr int kUploadTries = 5;
+// An upload waiting for room in the spool looks again this often, and fails (its file kept)
+// after kUploadGiveUpNs: by then the collector's deadline for the capture has long passed
+// (docs/CAPTURE.md: 30 s past the capture's last step).
+constexpr int64_t kUploadWaitNs = 200 * kMs;
+constexpr int64_t kUploadGiveUpNs = 300'000 * kMs;
+// A chunk's record is its data plus an envelope of ids and offsets: a bound for the check
+// made before reading it.
+constexpr uint64_t kChunkOverheadBytes = 4096;
+// Journal entries start with this and the probe's uid.
+constexpr const char* kJournalTag = "upload ";
 
 // The resolved path; on failure the message is strerror and *err the errno.
 Result<std::string> realPath(const std::string& path, int* err = nullptr) {
@@ -68,7 +79,11 @@ std::string uploadKey(const wire::CommandStatus& st) {
 }  // namespace
 
 Uploads::Uploads(const AgentOptions& opts, SpoolWriter& spool, std::string spoolDir)
-    : opts_(opts), spool_(spool), spoolDir_(std::move(spoolDir)) {}
+    : opts_(opts),
+      spool_(spool),
+      spoolDir_(std::move(spoolDir)),
+      // finalizeOptions fills the default; an embedder's options may leave it 0.
+      fileBudget_(opts.spoolFileBytes != 0 ? opts.spoolFileBytes : opts.spoolMaxBytes / 4) {}
 
 Uploads::~Uploads() {
   for (auto& up : uploads_) {
@@ -86,9 +101,10 @@ void Uploads::fill(AgentStats& s) const {
   s.filesFailed = filesFailed_;
   s.fileBytesShipped = fileBytesShipped_;
   s.uploadsActive = static_cast<uint32_t>(uploads_.size());
+  s.fileBytesHeld = heldBytes_;
 }
 
-void Uploads::queue(const wire::CommandStatus& status, bool resumed) {
+void Uploads::queue(const wire::CommandStatus& status, uint32_t uid, bool resumed) {
   const std::string key = uploadKey(status);
   for (const Upload& up : uploads_) {
     if (uploadKey(up.status) == key) return;  // a probe's resend of the same status
@@ -109,39 +125,51 @@ void Uploads::queue(const wire::CommandStatus& status, bool resumed) {
            " cannot be resolved: " + root.message());
     return;
   }
-  int err = 0;
-  auto resolved = realPath(path, &err);
-  if (!resolved) {
-    if (resumed && err == ENOENT) return;  // deleted after its last chunk, before the journal
-    refuse("cannot read " + path + ": " + resolved.message());
-    return;
-  }
-  if (!isUnder(*resolved, *root)) {
-    refuse("refusing to ship " + path + ": it is not under the capture directory " + *root +
-           " (--capture-dir)");
-    return;
-  }
-  // O_NOFOLLOW: the last component cannot have become a link since realpath; the check of
-  // the opened descriptor below covers a directory swapped in between.
-  int fd = ::open(resolved->c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  // The named path itself is opened: O_NOFOLLOW refuses a link in its last component,
+  // O_NONBLOCK keeps a FIFO (or a device) from blocking the loop in open(). Everything else
+  // is judged on the opened descriptor, so nothing can be swapped in after the check.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
-    refuse("cannot read " + path + ": " + std::strerror(errno));
+    const int err = errno;
+    if (resumed && err == ENOENT) return;  // deleted after its last chunk, before the journal
+    refuse(err == ELOOP ? "refusing to ship " + path + ": it is a symbolic link"
+                        : "cannot read " + path + ": " + std::strerror(err));
     return;
   }
   struct stat sb {};
   auto opened = realPath("/proc/self/fd/" + std::to_string(fd));
-  if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || !opened || *opened != *resolved) {
+  std::string why;
+  // The probe's own files are what it may ask for; over tcp its uid is unknown, and only
+  // files of the agent's own user are shipped.
+  const uint32_t owner = uid != kUnknownUid ? uid : static_cast<uint32_t>(::geteuid());
+  if (::fstat(fd, &sb) != 0) {
+    why = std::string("cannot stat it: ") + std::strerror(errno);
+  } else if (!S_ISREG(sb.st_mode)) {
+    why = S_ISFIFO(sb.st_mode) ? "it is a FIFO, not a regular file" : "it is not a regular file";
+  } else if (!opened || !isUnder(*opened, *root)) {
+    why = "it is not under the capture directory " + *root + " (--capture-dir)";
+  } else if (sb.st_nlink != 1) {
+    why = "it has " + std::to_string(sb.st_nlink) +
+          " hard links (a link to another file is never shipped)";
+  } else if (sb.st_uid != owner) {
+    why = "it is owned by uid " + std::to_string(sb.st_uid) + ", not by the probe's uid " +
+          std::to_string(owner);
+  } else if (static_cast<uint64_t>(sb.st_size) > opts_.maxFileBytes) {
+    why = std::to_string(sb.st_size) + " bytes is more than --max-file-bytes (" +
+          std::to_string(opts_.maxFileBytes) + ")";
+  }
+  if (!why.empty()) {
     ::close(fd);
-    refuse("refusing to ship " + path + ": not a regular file under the capture directory " +
-           *root);
+    refuse("refusing to ship " + path + ": " + why);
     return;
   }
   Upload up;
   up.status = status;
-  up.resolved = *resolved;
+  up.uid = uid;
+  up.resolved = *opened;
   up.fd = fd;
   up.size = static_cast<uint64_t>(sb.st_size);
-  // The journal entry is the status itself; written before the first chunk is spooled.
+  // The journal entry is the status and the probe's uid; written before the first chunk.
   std::error_code ec;
   std::filesystem::create_directories(spoolDir_ + "/uploads", ec);
   up.journal = spoolDir_ + "/uploads/" + key;
@@ -149,7 +177,7 @@ void Uploads::queue(const wire::CommandStatus& status, bool resumed) {
     std::string tmp = up.journal + ".tmp";
     {
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      out << status.SerializeAsString();
+      out << kJournalTag << uid << '\n' << status.SerializeAsString();
     }
     std::filesystem::rename(tmp, up.journal, ec);
     if (ec) {
@@ -178,9 +206,20 @@ void Uploads::resume() {
   for (const std::string& entry : entries) {
     std::ifstream in(entry, std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // "upload <uid>\n" and the status; an entry of an older agent is the status alone (its
+    // probe's uid unknown).
+    uint32_t uid = kUnknownUid;
+    if (bytes.compare(0, std::strlen(kJournalTag), kJournalTag) == 0) {
+      size_t nl = bytes.find('\n');
+      char* end = nullptr;
+      const unsigned long v = std::strtoul(bytes.c_str() + std::strlen(kJournalTag), &end, 10);
+      if (nl == std::string::npos || end != bytes.c_str() + nl) continue;  // torn: removed below
+      uid = static_cast<uint32_t>(std::min<unsigned long>(v, kUnknownUid));
+      bytes.erase(0, nl + 1);
+    }
     wire::CommandStatus st;
     size_t before = uploads_.size();
-    if (st.ParseFromString(bytes) && !st.file_path().empty()) queue(st, true);
+    if (st.ParseFromString(bytes) && !st.file_path().empty()) queue(st, uid, true);
     // Shipped completely (file gone), unreadable, or refused: the entry is done with.
     if (uploads_.size() == before) std::filesystem::remove(entry, ec);
   }
@@ -217,14 +256,32 @@ void Uploads::finish(Upload& up, const std::string& failure) {
   while (finished_.size() > kFinishedUploadsKept) finished_.pop_front();
 }
 
+void Uploads::release() {
+  // Chunks the collector acked, or that the spool bound dropped, no longer hold room.
+  const uint64_t held = spool_.spool().firstUnacked();
+  while (!inSpool_.empty() && inSpool_.front().first < held) {
+    heldBytes_ -= inSpool_.front().second;
+    inSpool_.pop_front();
+  }
+}
+
 void Uploads::pump(int64_t now) {
   if (now < retryAtMono_) return;
+  release();
   uint64_t budget = kUploadBytesPerTurn;
   std::string data;
   while (!uploads_.empty() && budget > 0) {
     Upload& up = uploads_.front();
     const wire::CommandStatus& st = up.status;
     uint64_t want = std::min<uint64_t>(wire::kMaxChunkBytes, up.size - up.offset);
+    // Files never push telemetry out of the spool: within their share (at least one chunk
+    // at a time), and only where the spool has room, else the upload waits for acks.
+    if (heldBytes_ > 0 && heldBytes_ + want + kChunkOverheadBytes > opts_.spoolFileBytes) {
+      wait(up, now,
+           "its share of the spool (--spool-file-bytes " + std::to_string(opts_.spoolFileBytes) +
+               ") is full of unacked chunks");
+      return;
+    }
     data.resize(want);
     size_t got = 0;
     std::string failure;
@@ -265,7 +322,13 @@ void Uploads::pump(int64_t now) {
       fc->set_last(true);
       fc->set_total_bytes(up.size);
     }
-    Status written = spool_.appendOne(wire::encode(env), Spool::Evict::kOldest, now);
+    const std::string record = wire::encode(env);
+    const uint64_t index = spool_.spool().nextIndex();
+    Status written = spool_.appendOne(record, Spool::Evict::kNever, now);
+    if (!written && spool_.spool().noRoom()) {
+      wait(up, now, "the spool is full of unacked records");
+      return;
+    }
     if (!written) {
       // Disk full, or a chunk larger than the spool may hold: retry from the same offset a
       // little later, and give the file up after a few tries.
@@ -281,6 +344,9 @@ void Uploads::pump(int64_t now) {
       return;
     }
     failures_ = 0;
+    waitingSinceMono_ = 0;
+    inSpool_.emplace_back(index, record.size());
+    heldBytes_ += record.size();
     fileBytesShipped_ += want;
     up.offset += want;
     budget -= std::min(budget, std::max<uint64_t>(want, 1));
@@ -289,6 +355,21 @@ void Uploads::pump(int64_t now) {
       uploads_.pop_front();
     }
   }
+}
+
+void Uploads::wait(Upload& up, int64_t now, const std::string& why) {
+  if (waitingSinceMono_ == 0) {
+    waitingSinceMono_ = now;
+    logInfo(kLog, "upload of " + up.resolved + " waits for the collector: " + why);
+  }
+  if (now - waitingSinceMono_ >= kUploadGiveUpNs) {
+    finish(up, "gave up shipping " + up.status.file_path() + " after " +
+                   std::to_string(kUploadGiveUpNs / (1000 * kMs)) + " s without room in the " +
+                   "spool (" + why + "; is the collector acknowledging?)");
+    uploads_.pop_front();
+    waitingSinceMono_ = 0;
+  }
+  retryAtMono_ = now + kUploadWaitNs;
 }
 
 }  // namespace trainscope::agent

@@ -2,16 +2,21 @@
 // "uploading" status naming a file; the fake collector must get the status, then FileChunks
 // that reassemble to the file's bytes with valid CRCs, and the file must be gone. Files
 // outside the capture directory are refused, and ranks with no probe are answered failed.
+// The agent trusts no file a probe names (issue 13 item 4): FIFOs, links, hard links, other
+// users' files and oversized files are refused without blocking, and a file never pushes
+// telemetry already acked to the probes out of a small spool.
 #include "agent/agent.h"
 
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <zlib.h>
 #include <catch2/catch.hpp>
@@ -25,6 +30,7 @@ namespace wire = trainscope::wire;
 using namespace trainscope::agent::testing;  // NOLINT(google-build-using-namespace): the fakes
 using trainscope::agent::Agent;
 using trainscope::agent::AgentOptions;
+using trainscope::agent::AgentStats;
 
 namespace {
 
@@ -237,7 +243,7 @@ TEST_CASE("agent refuses files outside the capture directory and unreadable file
   CHECK(probe.awaitAck() == 1);
   REQUIRE(collector.pumpUntil([&] {
     return hasFailure(collector, "cap-1", 3, "not under the capture directory") &&
-           hasFailure(collector, "cap-2", 3, "not under the capture directory") &&
+           hasFailure(collector, "cap-2", 3, "it is a symbolic link") &&
            hasFailure(collector, "cap-3", 3, "not under the capture directory") &&
            hasFailure(collector, "cap-4", 3, "cannot read " + missing);
   }));
@@ -310,4 +316,120 @@ TEST_CASE("a file's chunks survive an agent restart, and a half-shipped file is 
   CHECK_FALSE(hasFailure(collector, "cap-5", 3, ""));
   CHECK(waitFor([&] { return !std::filesystem::exists(path); }));
   CHECK(waitFor([&] { return !std::filesystem::exists(opts.spoolDir + "/uploads/cap-5-rank-3"); }));
+}
+
+namespace {
+
+// Refuses `path` (named in capture `id`'s status) with a detail containing `why`, keeps the
+// file, ships no chunk, and keeps acking the probe's next batch.
+void expectRefused(Rig& rig, const std::string& id, const std::string& path, const std::string& why,
+                   uint64_t seq) {
+  rig.probe.sendItems(seq, {uploadingStatus(id, 3, path, 100)});
+  CHECK(rig.probe.awaitAck() == seq);
+  REQUIRE(rig.collector.pumpUntil([&] { return hasFailure(rig.collector, id, 3, why); }));
+  for (const auto& e : rig.collector.others) {
+    if (e.has_file_chunk()) CHECK(e.file_chunk().command_id() != id);
+  }
+  CHECK(std::filesystem::symlink_status(path).type() != std::filesystem::file_type::not_found);
+  // The loop is not stuck in open(): the next batch is acked and relayed.
+  rig.probe.sendSteps(seq + 1, static_cast<int64_t>(seq), static_cast<int64_t>(seq) + 1);
+  CHECK(rig.probe.awaitAck() == seq + 1);
+}
+
+}  // namespace
+
+TEST_CASE("agent refuses FIFOs, links, other users' and oversized files without blocking") {
+  Rig rig;
+  const std::string dir = rig.opts.captureDir + "/cap";
+  std::filesystem::create_directories(dir);
+
+  SECTION("a FIFO does not block the loop in open()") {
+    const std::string fifo = dir + "/fifo.json.gz";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    expectRefused(rig, "cap-fifo", fifo, "it is a FIFO", 1);
+  }
+  SECTION("a symbolic link is refused even when it points inside the capture directory") {
+    const std::string target = dir + "/target.json.gz";
+    writeFile(target, randomBytes(100, 1));
+    const std::string link = dir + "/link.json.gz";
+    std::filesystem::create_symlink(target, link);
+    expectRefused(rig, "cap-link", link, "it is a symbolic link", 1);
+    CHECK(std::filesystem::exists(target));
+  }
+  SECTION("a hard link to a file elsewhere is refused") {
+    const std::string secret = rig.tmp.sub("secret.txt");
+    writeFile(secret, "not for the collector");
+    const std::string hard = dir + "/hard.json.gz";
+    std::filesystem::create_hard_link(secret, hard);
+    expectRefused(rig, "cap-hard", hard, "2 hard links", 1);
+    CHECK(std::filesystem::exists(secret));
+  }
+  SECTION("a file owned by another user is refused and kept") {
+    if (::geteuid() != 0) {
+      WARN("not root: cannot give a file to another user; skipped");
+      return;
+    }
+    const std::string theirs = dir + "/theirs.json.gz";
+    writeFile(theirs, randomBytes(100, 2));
+    REQUIRE(::chown(theirs.c_str(), 65534, 65534) == 0);
+    expectRefused(rig, "cap-owner", theirs, "owned by uid 65534, not by the probe's uid 0", 1);
+  }
+  SECTION("a file over --max-file-bytes is refused") {
+    // The bound is the agent's option; this rig's agent keeps the 1 GiB default, so use a
+    // sparse file past it.
+    const std::string huge = dir + "/huge.json.gz";
+    writeFile(huge, "");
+    std::filesystem::resize_file(huge, (1ull << 30) + 1);
+    expectRefused(rig, "cap-huge", huge, "more than --max-file-bytes (1073741824)", 1);
+  }
+}
+
+TEST_CASE("a file larger than a small spool never evicts telemetry acked to the probes") {
+  // The report: a 200 MB file with a 64 MiB spool and the collector down evicted 200 reports
+  // the probes had been acked for. Here: a 4 MiB spool, a 20 MiB file, no collector.
+  TempDir tmp;
+  zmq::context_t ctx;
+  std::string collectorEp = freeTcpEndpoint(ctx);
+  AgentOptions opts = testOptions(tmp, collectorEp);
+  opts.spoolMaxBytes = 4u << 20;
+  opts.spoolSegmentBytes = 256u << 10;
+  opts.sampleIntervalMs = 1000;
+  AgentRunner agent(opts);
+  FakeProbe probe(ctx, opts.endpoint);
+  probe.hello();
+  uint64_t seq = 0;
+  for (int b = 0; b < 4; ++b) {
+    probe.sendSteps(++seq, b * 50, (b + 1) * 50);
+    REQUIRE(probe.awaitAck() == seq);
+  }
+  const std::string big = randomBytes(20u << 20, 5);
+  const std::string path = opts.captureDir + "/cap-big/rank-3.json.gz";
+  writeFile(path, big);
+  probe.sendItems(++seq, {uploadingStatus("cap-big", 3, path, big.size())});
+  REQUIRE(probe.awaitAck() == seq);
+  // The upload takes its share (a quarter of the spool) and waits for the collector.
+  REQUIRE(waitFor([&] { return agent.stats().fileBytesHeld > 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  AgentStats s = agent.stats();
+  CHECK(s.spoolDropped == 0);
+  CHECK(s.fileBytesHeld <= (1u << 20) + 8192);
+  CHECK(s.uploadsActive == 1);
+  // More telemetry while the file waits: acked, and still nothing dropped.
+  for (int b = 4; b < 8; ++b) {
+    probe.sendSteps(++seq, b * 50, (b + 1) * 50);
+    REQUIRE(probe.awaitAck() == seq);
+  }
+  CHECK(agent.stats().spoolDropped == 0);
+
+  FakeCollector collector(ctx, collectorEp);
+  Assembler files;
+  REQUIRE(collector.pumpUntil([&] { return files.get(collector, "cap-big").complete; }, 60000));
+  const Received& r = files.get(collector, "cap-big");
+  CHECK(r.problems.empty());
+  CHECK(r.data == big);
+  REQUIRE(collector.pumpUntil([&] { return agent.stats().spoolPending == 0; }, 20000));
+  std::set<int64_t> steps(collector.steps.begin(), collector.steps.end());
+  CHECK(steps.size() == 400);  // every report the probe was acked for
+  CHECK(agent.stats().spoolDropped == 0);
+  CHECK(waitFor([&] { return !std::filesystem::exists(path); }));
 }
