@@ -19,7 +19,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--endpoint", opts.endpoint,
                  "where probes connect: ipc://PATH (or tcp://HOST:PORT); a stale socket file "
-                 "is removed, a live agent there makes this one refuse to start")
+                 "is removed, a live agent there makes this one refuse to start. The default "
+                 "(what probes use without TRAINSCOPE_AGENT) is /run/trainscope/agent.sock for "
+                 "root, $XDG_RUNTIME_DIR/trainscope/agent.sock for others, else "
+                 "/tmp/trainscope-<uid>/agent.sock; its directory is created with mode 0700 and "
+                 "refused when another user owns it")
       ->capture_default_str();
   app.add_option("--node", opts.node, "this node's name [default: the hostname]");
   app.add_option("--spool-dir", opts.spoolDir,

@@ -18,9 +18,9 @@ Status finalizeOptions(AgentOptions& opts) {
                          "' must start with tcp:// or ipc:// (e.g. tcp://collector:7601)");
   }
   if (!hasScheme(opts.endpoint)) {
-    return Status::error(
-        "--endpoint: '" + opts.endpoint +
-        "' must start with ipc:// or tcp:// (e.g. ipc:///tmp/trainscope-agent.sock)");
+    return Status::error("--endpoint: '" + opts.endpoint +
+                         "' must start with ipc:// or tcp:// (e.g. " + defaultAgentEndpoint() +
+                         ")");
   }
   if (opts.node.empty()) {
     char buf[256] = {};

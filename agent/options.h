@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/agent_endpoint.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -22,8 +23,10 @@ struct AgentOptions {
   // Where the collector's ingest ROUTER listens. Only tcp:// and ipc:// are accepted.
   std::string collector = "tcp://127.0.0.1:7601";
   // Where probes connect (ROUTER bound here). ipc:// keeps traffic local to the node; a
-  // stale socket file from a dead agent is removed, a live agent there makes us refuse.
-  std::string endpoint = "ipc:///tmp/trainscope-agent.sock";
+  // stale socket file from a dead agent is removed, a live agent there makes us refuse. The
+  // default (common/agent_endpoint.h) lies in a directory of our own, mode 0700, which the
+  // agent creates; probes find it without configuration when they run as the same user.
+  std::string endpoint = defaultAgentEndpoint();
   // This node's name in RankInfo.node, HostSample.node and heartbeats. Empty: hostname.
   std::string node;
   // Spool directory. Empty: /var/tmp/trainscope/spool-<node>. Survives restarts; one agent

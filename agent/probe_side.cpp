@@ -6,12 +6,15 @@
 #include <string_view>
 #include <vector>
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "agent/internal.h"
+#include "agent/private_dir.h"
+#include "common/agent_endpoint.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -135,7 +138,11 @@ ProbeSide::~ProbeSide() {
 
 Status ProbeSide::claimEndpoint(const AgentOptions& opts) {
   if (opts.endpoint.rfind("ipc://", 0) != 0) return Status::ok();
-  return claimIpcPath(opts.endpoint.substr(6));
+  const std::string path = opts.endpoint.substr(6);
+  if (opts.endpoint == defaultAgentEndpoint()) {
+    if (Status st = ensurePrivateDir(defaultAgentSocketDir(), "--endpoint"); !st) return st;
+  }
+  return claimIpcPath(path);
 }
 
 Status ProbeSide::bind() {

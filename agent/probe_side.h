@@ -35,8 +35,9 @@ class ProbeSide {
   ProbeSide(const ProbeSide&) = delete;
   ProbeSide& operator=(const ProbeSide&) = delete;
 
-  // Claims opts.endpoint's ipc:// path; called before anything else is set up: a stale
-  // socket file is removed, a live agent there makes this fail.
+  // Claims opts.endpoint's ipc:// path; called before anything else is set up: the default
+  // endpoint's private directory is made (ensurePrivateDir), a stale socket file is removed,
+  // a live agent there makes this fail.
   static Status claimEndpoint(const AgentOptions& opts);
   // Binds the ROUTER on the claimed endpoint.
   Status bind();

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/private_dir.h"
 #include "common/log.h"
 
 namespace trainscope::agent {
@@ -150,8 +151,14 @@ Status Spool::readAcked() {
 
 Status Spool::recover() {
   std::error_code ec;
-  std::filesystem::create_directories(opts_.dir, ec);
-  if (ec) return Status::error("spool: cannot create directory " + opts_.dir + ": " + ec.message());
+  const std::filesystem::path parent = std::filesystem::path(opts_.dir).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec)
+    return Status::error("spool: cannot create directory " + parent.string() + ": " + ec.message());
+  // Telemetry waits here: no other user may read it, or plant files.
+  if (Status st = ensurePrivateDir(opts_.dir, "spool directory"); !st) {
+    return Status::error("spool: " + st.message());
+  }
 
   std::string lockPath = opts_.dir + "/LOCK";
   lockFd_ = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);

@@ -1,7 +1,8 @@
 // Spool: the agent's bounded on-disk queue of telemetry items waiting for the collector's ack.
 // Not thread-safe: the agent's event-loop thread owns it.
 //
-// Layout under the spool directory:
+// The directory is private (mode 0700, made or checked by ensurePrivateDir): the agent refuses
+// one another user owns. Layout under it:
 //   LOCK                   flock()ed while an agent has the spool open (one agent per dir)
 //   <20-digit base>.seg    segment files, append-only; base is the index of the first record
 //   acked                  decimal index: every record below it was acked by the collector

@@ -18,6 +18,11 @@ ninja -C "$build" collector/trainscope-collector agent/trainscope-agent \
 dir=${TRAINSCOPE_DEMO_DIR:-/tmp/trainscope-demo}
 http_port=${TRAINSCOPE_HTTP_PORT:-7600}
 ingest_port=${TRAINSCOPE_INGEST_PORT:-7601}
+# The agents' sockets and spools live here: it must be ours and closed to other users (the
+# probes refuse an agent socket bound by another user anyway).
+mkdir -p -m 700 "$dir"
+[[ -O "$dir" ]] || { echo "$dir belongs to another user; set TRAINSCOPE_DEMO_DIR" >&2; exit 1; }
+chmod 700 "$dir"
 mkdir -p "$dir/logs"
 # Where the probes write capture files and the agents ship them from (one place per demo).
 export TRAINSCOPE_CAPTURE_DIR="$dir/probe-captures"

@@ -6,16 +6,16 @@
 #include <string>
 
 #include "agent/probe/trainscope_probe.h"
+#include "common/agent_endpoint.h"
 #include "common/status.h"
 
 namespace trainscope::probe {
 
-inline constexpr const char* kDefaultAgentEndpoint = "ipc:///tmp/trainscope-agent.sock";
 inline constexpr const char* kDefaultCaptureDir = "/tmp/trainscope-captures";
 
 struct ProbeConfig {
-  std::string endpoint = kDefaultAgentEndpoint;  // agent ROUTER endpoint
-  std::string job;                               // job id shared by every rank
+  std::string endpoint = defaultAgentEndpoint();  // agent ROUTER endpoint (the agent's default)
+  std::string job;                                // job id shared by every rank
   uint32_t rank = 0;
   uint32_t worldSize = 1;
   uint32_t localRank = 0;

@@ -195,7 +195,8 @@ ts_probe* ts_default(void) {
     c.local_rank = 0;
     d = createInstance(&c);
     if (d == nullptr) {
-      c.agent_endpoint = trainscope::probe::kDefaultAgentEndpoint;
+      const std::string endpoint = trainscope::defaultAgentEndpoint();
+      c.agent_endpoint = endpoint.c_str();
       c.connect_agent = 1;
       d = createInstance(&c);
     }

@@ -52,7 +52,9 @@ enum ts_collective_op {
 };
 
 typedef struct ts_probe_config {
-  const char* agent_endpoint; /* NULL: $TRAINSCOPE_AGENT, else ipc:///tmp/trainscope-agent.sock */
+  const char* agent_endpoint; /* NULL: $TRAINSCOPE_AGENT, else the agent's default (root:
+                                 ipc:///run/trainscope/agent.sock, others:
+                                 $XDG_RUNTIME_DIR/trainscope/agent.sock; README "Security") */
   const char* job;            /* NULL: $TRAINSCOPE_JOB, $SLURM_JOB_ID, $TORCHELASTIC_RUN_ID,
                                  else generated from host, pid and time */
   int32_t rank;               /* <0: $RANK, else 0 */

@@ -3,6 +3,7 @@
 #include <zmq.h>
 
 #include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "agent/probe/trainscope_probe.h"
@@ -28,6 +29,15 @@ Status Transport::open() {
   const int zero = 0;
   zmq_setsockopt(socket_, ZMQ_IMMEDIATE, &one, sizeof(one));
   zmq_setsockopt(socket_, ZMQ_LINGER, &zero, sizeof(zero));
+  if (options_.endpoint.rfind("ipc://", 0) == 0) {
+    // The handshake waits for PeerCheck's answer, so no message leaves before the listener's
+    // uid is checked. The check is bound before the connect, so libzmq always finds it (an
+    // unanswered domain would let the handshake through).
+    auto check = PeerCheck::acquire(ctx_);
+    if (!check) return check.status();
+    peerCheck_ = *check;
+    zmq_setsockopt(socket_, ZMQ_ZAP_DOMAIN, PeerCheck::kDomain, std::strlen(PeerCheck::kDomain));
+  }
   if (zmq_connect(socket_, options_.endpoint.c_str()) != 0) {
     return Status::error("agent_endpoint '" + options_.endpoint +
                          "': cannot connect: " + zmq_strerror(zmq_errno()));
@@ -206,6 +216,7 @@ void Transport::receive(int64_t nowNs) {
 
 void Transport::service(int64_t nowNs, bool cutNow) {
   if (socket_ == nullptr) return;
+  if (peerCheck_ != nullptr) peerCheck_->serve();
   receive(nowNs);
   if (lastHelloNs_ == 0 || nowNs - lastHelloNs_ >= options_.helloIntervalNs) queueHello(nowNs);
   if (!queued_.empty() && (cutNow || queued_.size() >= options_.batchMaxItems ||

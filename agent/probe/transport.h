@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "agent/probe/peer_check.h"
 #include "common/status.h"
 #include "schema/trainscope.pb.h"
 
@@ -35,7 +37,9 @@ class Transport {
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
 
-  // Creates and connects the socket; the connection itself completes in the background.
+  // Creates and connects the socket; the connection itself completes in the background. On
+  // an ipc:// endpoint the connection completes only to a listener of our own user or root
+  // (peer_check.h): nothing is sent to any other.
   Status open();
 
   void addReport(wire::StepReport report);
@@ -83,6 +87,7 @@ class Transport {
   void enforceBound();
 
   void* ctx_;
+  std::shared_ptr<PeerCheck> peerCheck_;  // ipc endpoints: answers this context's ZAP requests
   void* socket_ = nullptr;
   TransportOptions options_;
   wire::RankInfo info_;

@@ -20,6 +20,7 @@
 #include <zmq.hpp>
 
 #include "agent/spool.h"
+#include "common/agent_endpoint.h"
 #include "schema/wire.h"
 #include "tests/agent/temp_dir.h"
 
@@ -144,7 +145,10 @@ TEST_CASE("agent executable names the flag in its errors and documents every fla
       CHECK_THAT(help, Catch::Contains(flag));
     }
     CHECK_THAT(help, Catch::Contains("tcp://127.0.0.1:7601"));
-    CHECK_THAT(help, Catch::Contains("ipc:///tmp/trainscope-agent.sock"));
+    // The default endpoint: the probes' default, in a private directory, not /tmp.
+    CHECK_THAT(help, Catch::Contains(trainscope::defaultAgentEndpoint()));
+    CHECK_THAT(help, Catch::Contains("/run/trainscope/agent.sock"));
+    CHECK_THAT(help, !Catch::Contains("/tmp/trainscope-agent.sock"));
   }
 }
 

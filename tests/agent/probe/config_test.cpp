@@ -4,6 +4,9 @@
 
 #include <cstdlib>
 
+#include "agent/options.h"
+#include "common/agent_endpoint.h"
+
 using trainscope::probe::resolveConfig;
 
 namespace {
@@ -52,7 +55,10 @@ TEST_CASE("defaults without environment: generated job, rank 0 of 1, default end
   REQUIRE(c.isOk());
   CHECK(c->rank == 0);
   CHECK(c->worldSize == 1);
-  CHECK(c->endpoint == "ipc:///tmp/trainscope-agent.sock");
+  // The agent's own default (common/agent_endpoint.h), never a shared name in /tmp.
+  CHECK(c->endpoint == trainscope::defaultAgentEndpoint());
+  CHECK(c->endpoint == trainscope::agent::AgentOptions().endpoint);
+  CHECK(c->endpoint.rfind("ipc:///tmp/trainscope-agent.sock", 0) != 0);
   CHECK(c->job.find(std::to_string(c->pid)) != std::string::npos);
   CHECK(c->ringRecords == 16384);
   CHECK(c->flightSteps == 8);
