@@ -2,6 +2,9 @@
 // over a fake store, and its exit codes (1 for API errors, 2 for an unreachable collector).
 #include "tools/cli/cli.h"
 
+#include <sys/stat.h>
+#include <zmq.h>
+
 #include <cstdlib>
 #include <sstream>
 
@@ -11,6 +14,8 @@
 
 #include "collector/http/server.h"
 #include "common/clock.h"
+#include "common/curve_keys.h"
+#include "tests/agent/temp_dir.h"
 #include "tests/collector/http/fake_store.h"
 #include "tests/tools/cli_run.h"
 
@@ -287,4 +292,44 @@ TEST_CASE("cli: usage errors and --help", "[cli]") {
   r = cli({"steps", "--help"});
   CHECK(r.code == 0);
   CHECK(r.out.find("--limit") != std::string::npos);
+}
+
+TEST_CASE("cli: keygen writes NAME.key 0600 and NAME.pub, keeps existing files without --force",
+          "[cli]") {
+  if (zmq_has("curve") == 0) {
+    WARN("libzmq without CURVE: keygen not tested");  // the other CLI tests still run
+    return;
+  }
+  trainscope::agent::testing::TempDir dir;
+  Run r = cli({"keygen", "--dir", dir.path(), "--name", "node7"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find(dir.sub("node7.key")) != std::string::npos);
+  CHECK(r.out.find("--agent-key") != std::string::npos);
+  struct stat sb {};
+  REQUIRE(::stat(dir.sub("node7.key").c_str(), &sb) == 0);
+  CHECK((sb.st_mode & 0777) == 0600);
+  REQUIRE(::stat(dir.sub("node7.pub").c_str(), &sb) == 0);
+  CHECK((sb.st_mode & 0777) == 0644);
+  auto first = trainscope::readCurveSecretFile(dir.sub("node7.key"));
+  REQUIRE(first.isOk());
+  CHECK(r.out.find(first->publicKey) != std::string::npos);
+
+  r = cli({"keygen", "--dir", dir.path(), "--name", "node7"});
+  CHECK(r.code == kExitApiError);
+  CHECK(r.err.find("--force") != std::string::npos);
+  CHECK(trainscope::readCurveSecretFile(dir.sub("node7.key"))->secretKey == first->secretKey);
+  r = cli({"keygen", "--dir", dir.path(), "--name", "node7", "--force"});
+  CHECK(r.code == 0);
+  CHECK(trainscope::readCurveSecretFile(dir.sub("node7.key"))->secretKey != first->secretKey);
+
+  r = cli({"keygen", "--dir", dir.path(), "--name", "../escape"});
+  CHECK(r.code == kExitUsage);
+  CHECK(r.err.find("--name") != std::string::npos);
+  r = cli({"keygen", "--dir", dir.sub("missing"), "--name", "n"});
+  CHECK(r.code == kExitApiError);
+  CHECK(r.err.find(dir.sub("missing")) != std::string::npos);
+  r = cli({"keygen", "--help"});
+  CHECK(r.code == 0);
+  CHECK(r.out.find("0600") != std::string::npos);
 }

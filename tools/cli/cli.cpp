@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "common/clock.h"
+#include "tools/cli/keygen_cmd.h"
 
 namespace trainscope::cli {
 namespace {
@@ -477,7 +478,7 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   CLI::App app{
       "trainscope: query a trainscope collector (jobs, ranks, step times, nodes, anomalies),\n"
       "request captures (capture, captures, stacks) and find change points in a series offline\n"
-      "(detect).\n"
+      "(detect), and write CurveZMQ keys for agents and the collector (keygen).\n"
       "Exit codes: 0 ok, 1 the collector answered with an error (or detect got bad input, or a\n"
       "capture failed or timed out), 2 bad usage or the collector could not be reached, 3 a\n"
       "capture finished partial (some ranks failed).",
@@ -512,6 +513,7 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   addCaptureCommand(app, &action);
   addCapturesCommand(app, &action);
   addStacksCommand(app, &action);
+  addKeygenCommand(app, &action);
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses from the back
   try {
