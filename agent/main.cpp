@@ -71,6 +71,13 @@ int main(int argc, char** argv) {
                  "spool bytes capture-file chunks may hold unacked; they never evict anything, "
                  "an upload waits for the collector instead [default: a quarter of "
                  "--spool-max-bytes; at most half]");
+  app.add_option("--collector-key", opts.collectorKeyFile,
+                 "CurveZMQ: the collector's public key file (server.pub of its --curve-keys); "
+                 "with --agent-key, traffic to the collector is encrypted and this agent "
+                 "authenticated [default: none, plain text]");
+  app.add_option("--agent-key", opts.agentKeyFile,
+                 "CurveZMQ: this agent's key file (NODE.key from `trainscope keygen --name "
+                 "NODE`, mode 0600); the collector must list NODE.pub in its agents/");
   app.add_option("--proc-root", opts.procRoot, "root of the proc filesystem (tests use a fixture)")
       ->capture_default_str();
   std::string level = "info";

@@ -67,6 +67,11 @@ Status finalizeOptions(AgentOptions& opts) {
                          " is more than half of --spool-max-bytes (" +
                          std::to_string(opts.spoolMaxBytes) + "); telemetry keeps the rest");
   }
+  if (opts.collectorKeyFile.empty() != opts.agentKeyFile.empty()) {
+    return Status::error(
+        std::string(opts.agentKeyFile.empty() ? "--agent-key" : "--collector-key") +
+        ": CurveZMQ needs both --collector-key and --agent-key");
+  }
   if (opts.maxFileBytes == 0) return Status::error("--max-file-bytes: must be positive");
   if (opts.procRoot.empty()) return Status::error("--proc-root: must not be empty");
   if (opts.captureDir.empty() || opts.captureDir[0] != '/') {

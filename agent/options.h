@@ -74,6 +74,12 @@ struct AgentOptions {
   // collector's acks. The rest of the spool stays for telemetry. 0: a quarter of
   // spoolMaxBytes. Larger ships big files faster over a slow link; at most half the spool.
   uint64_t spoolFileBytes = 0;
+  // CurveZMQ to a collector started with --curve-keys (common/curve_keys.h): the collector's
+  // public key file (its server.pub) and this agent's key file (NAME.key, mode 0600, from
+  // `trainscope keygen --name NODE`; the collector must hold NAME.pub in its agents/, and
+  // NAME must be this node). Both or neither; neither = plain text.
+  std::string collectorKeyFile;
+  std::string agentKeyFile;
   // Root of the proc filesystem; tests point it at a fixture tree.
   std::string procRoot = "/proc";
   // Lines below this level are not logged.

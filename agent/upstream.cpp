@@ -10,6 +10,7 @@
 
 #include "agent/internal.h"
 #include "common/clock.h"
+#include "common/curve_keys.h"
 #include "common/log.h"
 
 namespace trainscope::agent {
@@ -85,14 +86,35 @@ Upstream::~Upstream() {
 
 Status Upstream::connect(int64_t now) {
   sendCursor_ = spool_.spool().firstUnacked();
+  const bool curve = !opts_.collectorKeyFile.empty();
+  CurveKeyPair own;
+  std::string server;
+  if (curve) {
+    if (Status st = curveAvailable("--agent-key"); !st) return st;
+    auto keys = readCurveSecretFile(opts_.agentKeyFile);
+    if (!keys) return Status::error("--agent-key: " + keys.message());
+    own = *keys;
+    auto pub = readCurvePublicFile(opts_.collectorKeyFile);
+    if (!pub) return Status::error("--collector-key: " + pub.message());
+    server = *pub;
+  }
   try {
     monitor_.set(zmq::sockopt::linger, 0);
     socket_.set(zmq::sockopt::linger, 0);
     socket_.set(zmq::sockopt::immediate, 1);
     socket_.set(zmq::sockopt::routing_id, "agent-" + opts_.node + "-" + randomHex(8));
+    // Handshake failures too, for plain text as well: a collector with --curve-keys refuses a
+    // plain-text agent that way.
+    const int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED |
+                       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                       ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    if (curve) {
+      socket_.set(zmq::sockopt::curve_serverkey, server);
+      socket_.set(zmq::sockopt::curve_publickey, own.publicKey);
+      socket_.set(zmq::sockopt::curve_secretkey, own.secretKey);
+    }
     std::string monEndpoint = "inproc://agent-monitor-" + randomHex(8);
-    if (zmq_socket_monitor(socket_.handle(), monEndpoint.c_str(),
-                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED) != 0) {
+    if (zmq_socket_monitor(socket_.handle(), monEndpoint.c_str(), events) != 0) {
       return Status::error(std::string("cannot monitor the upstream socket: ") +
                            zmq_strerror(zmq_errno()));
     }
@@ -108,6 +130,18 @@ Status Upstream::connect(int64_t now) {
 }
 
 void Upstream::tick(int64_t now) {
+  if (redialAtMono_ != 0 && now >= redialAtMono_) {
+    redialAtMono_ = 0;
+    // The failed connection is gone already; disconnect only clears what libzmq may keep
+    // of it (an error here just means nothing was left).
+    (void)zmq_disconnect(socket_.handle(), opts_.collector.c_str());
+    if (zmq_connect(socket_.handle(), opts_.collector.c_str()) != 0) {
+      log_.log(LogLevel::kError, kLog,
+               "cannot dial the collector at " + opts_.collector +
+                   " again: " + zmq_strerror(zmq_errno()));
+      scheduleRedial(now);
+    }
+  }
   if (now >= nextHeartbeat_) {
     sendHeartbeat();
     nextHeartbeat_ = now + opts_.heartbeatIntervalMs * kMs;
@@ -125,6 +159,7 @@ void Upstream::tick(int64_t now) {
 
 int64_t Upstream::nextDeadline(int64_t now) const {
   int64_t d = std::min(nextHeartbeat_, nextHello_);
+  if (redialAtMono_ != 0) d = std::min(d, redialAtMono_);
   if (!inflight_.empty()) {
     d = std::min(d, inflight_.front().sentMono + opts_.resendTimeoutMs * kMs);
   }
@@ -239,14 +274,39 @@ void Upstream::drainMonitor(int64_t now) {
       // the old one, so start from the oldest unacked record.
       restartFromAcked("collector (re)connected");
       retryAtMono_ = 0;
+      redialAtMono_ = 0;
+      redialBackoffMs_ = 0;
       sendHello();
       nextHello_ = now + opts_.helloIntervalMs * kMs;
       nextHeartbeat_ = now;
     } else if (id == ZMQ_EVENT_DISCONNECTED) {
       if (connected_) logWarn(kLog, "lost the collector at " + opts_.collector + "; spooling");
       connected_ = false;
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+      log_.log(LogLevel::kError, kLog,
+               "the collector at " + opts_.collector + " refused this agent's key (" +
+                   opts_.agentKeyFile + "): its --curve-keys agents/ must hold " + opts_.node +
+                   ".pub; spooling meanwhile");
+      scheduleRedial(now);
+    } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+               id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+      log_.log(LogLevel::kError, kLog,
+               opts_.agentKeyFile.empty()
+                   ? "the collector at " + opts_.collector +
+                         " refused a plain-text handshake: it needs CurveZMQ keys (--agent-key, "
+                         "--collector-key); spooling meanwhile"
+                   : "the CURVE handshake with the collector at " + opts_.collector +
+                         " failed: is it started with --curve-keys, and is --collector-key its "
+                         "server.pub? Spooling meanwhile");
+      scheduleRedial(now);
     }
   }
+}
+
+void Upstream::scheduleRedial(int64_t now) {
+  connected_ = false;
+  redialBackoffMs_ = std::clamp<int64_t>(redialBackoffMs_ * 2, 1000, 30000);
+  redialAtMono_ = now + redialBackoffMs_ * kMs;
 }
 
 void Upstream::sendHello() {

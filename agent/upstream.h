@@ -41,7 +41,8 @@ class Upstream {
   void drain(int64_t nowMono);
   // Connection events: a handshake (re)starts sending from the oldest unacked record.
   void drainMonitor(int64_t nowMono);
-  // Heartbeat and hello when due; a resend when the oldest batch waited too long for its ack.
+  // Heartbeat and hello when due; a resend when the oldest batch waited too long for its ack;
+  // dialing again after a failed handshake.
   void tick(int64_t nowMono);
   // Sends batches cut from the spool while the window has room.
   void pump(int64_t nowMono);
@@ -69,6 +70,7 @@ class Upstream {
   void restartFromAcked(const std::string& why);
   void sendHello();
   void sendHeartbeat();
+  void scheduleRedial(int64_t nowMono);
 
   const AgentOptions& opts_;
   SpoolWriter& spool_;
@@ -85,6 +87,11 @@ class Upstream {
   int64_t retryAtMono_ = 0;        // no send attempts before this
   bool connected_ = false;
   int64_t nextHeartbeat_ = 0, nextHello_ = 0;  // monotonic ns
+  // libzmq gives up on a connection whose handshake failed (a refused key, plain text against
+  // CURVE): the agent dials again itself at redialAtMono_ (0: not scheduled), backing off
+  // from 1 s to 30 s, so a collector that is fixed (key added, restarted) gets the spool.
+  int64_t redialAtMono_ = 0;
+  int64_t redialBackoffMs_ = 0;
 
   uint64_t batches_ = 0;
   uint64_t resends_ = 0;

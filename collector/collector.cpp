@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <system_error>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +23,7 @@
 #include "collector/pipeline.h"
 #include "collector/storage/store.h"
 #include "common/clock.h"
+#include "common/curve_keys.h"
 #include "common/log.h"
 
 #ifndef TRAINSCOPE_WEB_DIR
@@ -135,6 +137,21 @@ Status run(const CollectorOptions& options) {
     return Status::error("--ingest: expected tcp://ADDR:PORT (or ipc://PATH), got '" +
                          options.ingest + "'");
   }
+  // Keys are checked before anything is opened: a bad key file changes nothing on disk.
+  std::optional<CurveServerKeys> curve;
+  if (!options.curveKeysDir.empty()) {
+    auto keys = readCurveServerKeys(options.curveKeysDir);
+    if (!keys) return Status::error("--curve-keys: " + keys.message());
+    logInfo(kComponent, "CURVE on: " + std::to_string(keys->agents.size()) +
+                            " agent keys allowed from " + options.curveKeysDir + "/agents");
+    curve = std::move(*keys);
+  } else {
+    logWarn(kComponent, "ingest on " + options.ingest +
+                            " is UNAUTHENTICATED and unencrypted: anyone who reaches it can pose "
+                            "as an agent, send data and receive that node's commands. Use "
+                            "--curve-keys DIR (see `trainscope keygen --help`) on any network "
+                            "others can reach");
+  }
   std::error_code ec;
   std::filesystem::create_directories(options.dataDir, ec);
   if (ec || !std::filesystem::is_directory(options.dataDir)) {
@@ -189,6 +206,7 @@ Status run(const CollectorOptions& options) {
   std::unique_ptr<DetectPipeline> pipeline;
   ingest::IngestOptions io;
   io.endpoint = options.ingest;
+  io.curve = std::move(curve);
   io.onCommandItem = [&captures](const std::string& node, const wire::Envelope& item) {
     captures.onCommandItem(node, item);
   };

@@ -56,6 +56,10 @@ struct CollectorOptions {
   // A capture request's per-rank bound on the compressed trace when it names none: larger keeps
   // longer traces, costs disk and upload time.
   uint64_t captureMaxBytes = 64ull << 20;
+  // CurveZMQ between agents and ingest: DIR/server.key (this collector's key pair, mode 0600)
+  // and DIR/agents/<node>.pub (the agents allowed in, each only as <node>); see
+  // common/curve_keys.h and `trainscope keygen`. "" = plain text from any agent.
+  std::string curveKeysDir;
 };
 
 // The HTTP API's view of the capture stage: http::CaptureService over `manager`, which must

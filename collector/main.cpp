@@ -57,6 +57,11 @@ int main(int argc, char** argv) {
   app.add_option("--http-token-file", tokenFile,
                  "read the bearer token from this file (first line, trimmed)")
       ->excludes(tokenOpt);
+  app.add_option("--curve-keys", options.curveKeysDir,
+                 "encrypt and authenticate agents with CurveZMQ: DIR/server.key is this "
+                 "collector's key pair (mode 0600), DIR/agents/<node>.pub the agents allowed in, "
+                 "each only as <node> (make them with `trainscope keygen`); unknown or plain-text "
+                 "agents are refused and counted. Default: none (plain text, any agent)");
   bool noDetect = false;
   app.add_flag("--no-detect", noDetect,
                "do not run the regression detectors (no anomalies are stored)");

@@ -44,6 +44,7 @@ struct Peer {
   std::string id;
   std::string node;
   std::string address;
+  std::string keyNode;  // with CURVE: the node its key may speak for (the ZAP user id)
 };
 
 std::string describe(const Peer& p) {
@@ -71,6 +72,7 @@ struct IngestServer::Impl {
   zmq::socket_t wakeRecv;
   zmq::socket_t wakeSend;
   zmq::socket_t monitor;
+  zmq::socket_t zap;  // socket thread; with CURVE, answers libzmq's key checks (ZAP)
 
   // Hand-off between the socket thread and the writer.
   std::mutex mu;
@@ -109,6 +111,10 @@ struct IngestServer::Impl {
   RateLimitedLog rejectLog{std::chrono::seconds(5)};
   RateLimitedLog commitLog{std::chrono::seconds(5)};
   RateLimitedLog peerLog{std::chrono::seconds(5)};
+  // One each for refused keys and failed CURVE handshakes, so a refused agent that keeps
+  // reconnecting hides neither the other kind nor ordinary rejects.
+  RateLimitedLog keyLog{std::chrono::seconds(5)};
+  RateLimitedLog handshakeLog{std::chrono::seconds(5)};
 
   void countReject(const std::string& reason, uint64_t n = 1) {
     std::lock_guard lock(rejectMu);
@@ -240,6 +246,60 @@ struct IngestServer::Impl {
     }
   }
 
+  // With CURVE, a connection may name only the node its key was issued for.
+  bool nodeAllowed(const Peer& peer, const std::string& node) const {
+    return !options.curve || node == peer.keyNode;
+  }
+  static std::string nodeMismatch(const Peer& peer, const std::string& node) {
+    return "node_mismatch: the key of node '" + peer.keyNode + "' may not speak for node '" + node +
+           "'";
+  }
+
+  // Answers libzmq's ZAP requests (one per CURVE handshake): a key on the allow-list passes
+  // with its node as the user id; any other is refused and counted.
+  void serveZap() {
+    for (int i = 0; i < 64; ++i) {
+      std::vector<zmq::message_t> req;
+      zmq::message_t part;
+      if (!zap.recv(part, zmq::recv_flags::dontwait)) return;
+      bool more = part.more();
+      req.push_back(std::move(part));
+      while (more) {
+        zmq::message_t next;
+        (void)zap.recv(next, zmq::recv_flags::none);
+        more = next.more();
+        req.push_back(std::move(next));
+      }
+      // ZAP 1.0: version, request id, domain, address, routing id, mechanism, credentials.
+      std::string requestId = req.size() > 1 ? req[1].to_string() : "";
+      std::string status = "400";
+      std::string text = "unknown key";
+      std::string user;
+      if (req.size() >= 7 && req[0].to_string() == "1.0" && req[5].to_string() == "CURVE") {
+        const std::string key = curveKeyText(req[6].to_string());
+        auto it = options.curve->agents.find(key);
+        if (it != options.curve->agents.end()) {
+          status = "200";
+          text = "OK";
+          user = it->second;
+        } else {
+          countReject("unknown_key");
+          keyLog.log(LogLevel::kWarn, kComponent,
+                     "refused an agent at " + req[3].to_string() + ": its key " + key +
+                         " is not in --curve-keys' agents/");
+        }
+      } else {
+        countReject("unknown_key");
+        keyLog.log(LogLevel::kWarn, kComponent, "refused a malformed key check (ZAP)");
+      }
+      const std::string frames[] = {"1.0", requestId, status, text, user, ""};
+      for (size_t f = 0; f < 6; ++f) {
+        (void)zap.send(zmq::buffer(frames[f]),
+                       f + 1 < 6 ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      }
+    }
+  }
+
   void handleBatch(const std::string& id, wire::Envelope& env, int64_t receivedNs) {
     auto* batch = env.mutable_batch();
     ++batches;
@@ -273,6 +333,10 @@ struct IngestServer::Impl {
         case wire::Envelope::kRankHello: {
           auto* info = item.mutable_rank_hello()->mutable_rank();
           if (info->node().empty()) info->set_node(peer.node);
+          if (!nodeAllowed(peer, info->node())) {
+            rejectItem({"node_mismatch", nodeMismatch(peer, info->node())});
+            break;
+          }
           if (auto r = validateRankInfo(*info, options.limits)) {
             rejectItem(std::move(*r));
             break;
@@ -296,6 +360,10 @@ struct IngestServer::Impl {
         case wire::Envelope::kHost: {
           auto* host = item.mutable_host();
           if (host->node().empty()) host->set_node(peer.node);
+          if (!nodeAllowed(peer, host->node())) {
+            rejectItem({"node_mismatch", nodeMismatch(peer, host->node())});
+            break;
+          }
           if (auto r = validateHost(*host)) {
             rejectItem(std::move(*r));
             break;
@@ -343,6 +411,12 @@ struct IngestServer::Impl {
       }
       int fd = zmq_msg_get(payload.handle(), ZMQ_SRCFD);
       if (fd >= 0) fdPeers[fd] = id;
+      if (options.curve) {
+        // The ZAP handler's user id, on every message of a connection that passed it. Read each
+        // time rather than once: a routing id is the peer's to choose, the key is not.
+        const char* user = zmq_msg_gets(payload.handle(), "User-Id");
+        peer.keyNode = user != nullptr ? user : "";
+      }
     }
     auto env = wire::decode(payload.data(), payload.size());
     if (!env) {
@@ -370,6 +444,10 @@ struct IngestServer::Impl {
                         "heartbeat without a node name from " + describe(peer));
           break;
         }
+        if (!nodeAllowed(peer, node)) {
+          rejectFrame(id, "node_mismatch", nodeMismatch(peer, node));
+          break;
+        }
         if (peer.node.empty()) {
           peer.node = node;
           routeNode(peer);
@@ -393,6 +471,10 @@ struct IngestServer::Impl {
         Peer& peer = peerOf(id);
         if (hello.node().empty()) {
           rejectFrame(id, "invalid_hello", "invalid_hello: AgentHello.node is empty");
+          break;
+        }
+        if (!nodeAllowed(peer, hello.node())) {
+          rejectFrame(id, "node_mismatch", nodeMismatch(peer, hello.node()));
           break;
         }
         ++hellos;
@@ -458,6 +540,15 @@ struct IngestServer::Impl {
       uint32_t value = 0;
       std::memcpy(&id, event.data(), sizeof id);
       std::memcpy(&value, static_cast<const char*>(event.data()) + 2, sizeof value);
+      if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+        // With CURVE: a plain-text agent, or one holding another collector's public key.
+        countReject("handshake_failed");
+        handshakeLog.log(LogLevel::kWarn, kComponent,
+                         "refused a connection from " + address.to_string() +
+                             " that failed the CURVE handshake (a plain-text agent, or one without "
+                             "this collector's public key)");
+        continue;
+      }
       if (id != ZMQ_EVENT_DISCONNECTED) continue;
       ++disconnects;
       const int fd = static_cast<int>(value);
@@ -501,9 +592,11 @@ struct IngestServer::Impl {
           {wakeRecv.handle(), 0, ZMQ_POLLIN, 0},
           {monitor.handle(), 0, ZMQ_POLLIN, 0},
           {cmdWakeRecv.handle(), 0, ZMQ_POLLIN, 0},
+          {zap.handle(), 0, static_cast<short>(zap ? ZMQ_POLLIN : 0), 0},
       };
       try {
-        zmq::poll(items, 4, std::chrono::milliseconds(timeoutMs));
+        zmq::poll(items, zap ? 5 : 4, std::chrono::milliseconds(timeoutMs));
+        if ((items[4].revents & ZMQ_POLLIN) != 0) serveZap();
         if ((items[3].revents & ZMQ_POLLIN) != 0) {
           zmq::message_t m;
           while (cmdWakeRecv.recv(m, zmq::recv_flags::dontwait)) {
@@ -615,10 +708,23 @@ Status IngestServer::start() {
     // batches in flight.
     m.router.set(zmq::sockopt::rcvhwm, 64);
     m.router.set(zmq::sockopt::sndhwm, 100000);
+    int events = ZMQ_EVENT_DISCONNECTED;
+    if (m.options.curve) {
+      if (Status st = curveAvailable("--curve-keys"); !st)
+        return Status::error("ingest: " + st.message());
+      // The key checks are answered by the socket thread; bound before the router, so libzmq
+      // always finds them (without a handler it would let every CURVE client in).
+      m.zap = zmq::socket_t(m.ctx, zmq::socket_type::rep);
+      m.zap.set(zmq::sockopt::linger, 0);
+      m.zap.bind("inproc://zeromq.zap.01");
+      m.router.set(zmq::sockopt::curve_server, 1);
+      m.router.set(zmq::sockopt::curve_secretkey, m.options.curve->server.secretKey);
+      m.router.set(zmq::sockopt::zap_domain, "trainscope-ingest");
+      events |= ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    }
     const std::string tag = std::to_string(reinterpret_cast<uintptr_t>(this));
     const std::string monitorEndpoint = "inproc://trainscope-ingest-monitor-" + tag;
-    if (zmq_socket_monitor(m.router.handle(), monitorEndpoint.c_str(), ZMQ_EVENT_DISCONNECTED) !=
-        0) {
+    if (zmq_socket_monitor(m.router.handle(), monitorEndpoint.c_str(), events) != 0) {
       return Status::error("ingest: cannot monitor the socket: " +
                            std::string(zmq_strerror(zmq_errno())));
     }
@@ -683,6 +789,7 @@ void IngestServer::stop() {
   m.wakeRecv.close();
   m.router.close();
   m.monitor.close();
+  m.zap.close();
 }
 
 std::string IngestServer::endpoint() const {

@@ -17,6 +17,7 @@
 
 #include "collector/ingest/validate.h"
 #include "collector/storage/store.h"
+#include "common/curve_keys.h"
 #include "common/status.h"
 #include "schema/wire.h"
 
@@ -65,6 +66,13 @@ struct IngestOptions {
   // Invalid progress is counted ("invalid_progress") and dropped; the registration is kept.
   // Unset: progress is dropped.
   std::function<void(const RankProgressUpdate&)> onRankProgress;
+  // CurveZMQ (common/curve_keys.h). Set: every agent must complete a CURVE handshake with one
+  // of curve->agents' keys (a plain-text peer or an unknown key is refused and counted as
+  // "handshake_failed" or "unknown_key", and nothing of it is read), traffic is encrypted,
+  // and a key may speak only for its own node: a hello, heartbeat, RankHello or HostSample
+  // naming another node is refused ("node_mismatch"), so no key can receive another node's
+  // commands. Unset: plain text from any peer, as before.
+  std::optional<CurveServerKeys> curve;
 };
 
 // Counters since start. A snapshot; safe to take from any thread.

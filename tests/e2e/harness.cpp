@@ -377,15 +377,22 @@ std::string readFile(const std::string& path) {
 }
 
 std::unique_ptr<Process> startCollector(const TempDir& dir, const CollectorSpec& spec,
-                                        const std::string& name) {
+                                        const std::string& name,
+                                        const std::vector<std::string>& extraArgs) {
   const std::string bin = binaryFromEnv("TRAINSCOPE_COLLECTOR_BIN");
   const std::string ready = dir / (name + ".ready");
   std::remove(ready.c_str());
-  auto p = std::make_unique<Process>(
-      name,
-      std::vector<std::string>{bin, "--data-dir", spec.dataDir, "--ingest", spec.ingest(), "--http",
-                               "127.0.0.1:" + std::to_string(spec.httpPort), "--ready-file", ready},
-      dir / (name + ".log"));
+  std::vector<std::string> argv{bin,
+                                "--data-dir",
+                                spec.dataDir,
+                                "--ingest",
+                                spec.ingest(),
+                                "--http",
+                                "127.0.0.1:" + std::to_string(spec.httpPort),
+                                "--ready-file",
+                                ready};
+  argv.insert(argv.end(), extraArgs.begin(), extraArgs.end());
+  auto p = std::make_unique<Process>(name, argv, dir / (name + ".log"));
   // Stops early when the collector exits: the REQUIRE below then shows its log.
   const bool up = waitFor(
       [&] {
@@ -400,13 +407,14 @@ std::unique_ptr<Process> startCollector(const TempDir& dir, const CollectorSpec&
 }
 
 std::unique_ptr<Process> startAgent(const TempDir& dir, const AgentSpec& spec,
-                                    const std::string& name) {
+                                    const std::string& name,
+                                    const std::vector<std::string>& extraArgs) {
   const std::string bin = binaryFromEnv("TRAINSCOPE_AGENT_BIN");
-  auto p = std::make_unique<Process>(
-      name,
-      std::vector<std::string>{bin, "--collector", spec.collector, "--endpoint", spec.endpoint,
-                               "--node", spec.node, "--spool-dir", spec.spoolDir},
-      dir / (name + ".log"));
+  std::vector<std::string> argv{bin,          "--collector", spec.collector,
+                                "--endpoint", spec.endpoint, "--node",
+                                spec.node,    "--spool-dir", spec.spoolDir};
+  argv.insert(argv.end(), extraArgs.begin(), extraArgs.end());
+  auto p = std::make_unique<Process>(name, argv, dir / (name + ".log"));
   const std::string sock = spec.endpoint.rfind("ipc://", 0) == 0 ? spec.endpoint.substr(6) : "";
   const bool up = waitFor(
       [&] { return !p->running() || sock.empty() || ::access(sock.c_str(), F_OK) == 0; }, 10s);

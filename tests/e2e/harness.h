@@ -102,8 +102,10 @@ struct CollectorSpec {
   std::string ingest() const { return "tcp://127.0.0.1:" + std::to_string(ingestPort); }
 };
 // Starts trainscope-collector and waits (up to 15 s) for its ready file and /healthz.
+// `extraArgs` go after the ones the spec makes.
 std::unique_ptr<Process> startCollector(const TempDir& dir, const CollectorSpec& spec,
-                                        const std::string& name = "collector");
+                                        const std::string& name = "collector",
+                                        const std::vector<std::string>& extraArgs = {});
 
 struct AgentSpec {
   std::string node;
@@ -112,8 +114,10 @@ struct AgentSpec {
   std::string collector;  // tcp://...
 };
 // Starts trainscope-agent and waits (up to 10 s) for its ipc socket file to appear.
+// `extraArgs` go after the ones the spec makes.
 std::unique_ptr<Process> startAgent(const TempDir& dir, const AgentSpec& spec,
-                                    const std::string& name);
+                                    const std::string& name,
+                                    const std::vector<std::string>& extraArgs = {});
 
 // Starts trainscope-simtrain with `args`; its log is <dir>/<name>.log.
 std::unique_ptr<Process> startSim(const TempDir& dir, const std::vector<std::string>& args,
