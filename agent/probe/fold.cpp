@@ -216,39 +216,10 @@ void StepFolder::finalize(const Span& span) {
   FoldedStep out;
   out.records = std::move(loose_);
   loose_.clear();
-
-  Intervals compute;
-  Intervals comm;
-  Intervals data;
-  struct OpAcc {
-    uint64_t count = 0;
-    int64_t total = 0;
-    int64_t max = 0;
-  };
-  std::unordered_map<uint32_t, OpAcc> ops;
-  struct CollAcc {
-    uint64_t count = 0;
-    int64_t total = 0;
-    int64_t max = 0;
-    int64_t first = INT64_MAX;
-    int64_t last = INT64_MIN;
-  };
-  std::map<std::tuple<uint8_t, uint32_t, uint64_t>, CollAcc> colls;
-  struct LinkAcc {
-    uint64_t bytes = 0;
-    uint64_t transfers = 0;
-    int64_t wire = 0;
-  };
-  // (peer, group): a rank talks to a handful of peers per group (ring neighbours, tree
-  // parent and children), so a small ordered map keeps the report's order stable.
-  std::map<std::pair<uint32_t, uint32_t>, LinkAcc> links;
-
-  auto clip = [&](int64_t a, int64_t b) {
-    return std::make_pair(std::max(a, span.begin), std::min(b, span.end));
-  };
+  StepAccumulator acc(span.begin, span.end);
   out.records.reserve(out.records.size() + pending_.size());
-  compute.reserve(pending_.size());
   size_t kept = 0;
+  uint64_t attributed = 0;
   for (Record& r : pending_) {
     if (r.t0 < span.begin) {
       // Earlier steps are final, so it belongs to none; it still goes to the flight recorder.
@@ -265,71 +236,101 @@ void StepFolder::finalize(const Span& span) {
     }
     r.step = span.step;
     out.records.push_back(r);
-    const int64_t len = r.t1 - r.t0;
-    switch (r.type) {
-      case RecordType::kOp: {
-        compute.push_back(clip(r.t0, r.t1));
-        OpAcc& a = ops[r.name];
-        ++a.count;
-        a.total += len;
-        a.max = std::max(a.max, len);
-        break;
-      }
-      case RecordType::kRange:
-        if (r.kind == TS_RANGE_COMPUTE) compute.push_back(clip(r.t0, r.t1));
-        if (r.kind == TS_RANGE_DATA) data.push_back(clip(r.t0, r.t1));
-        break;
-      case RecordType::kCollective: {
-        comm.push_back(clip(r.t0, r.t1));
-        CollAcc& a = colls[{r.kind, r.group, r.bytes}];
-        ++a.count;
-        a.total += len;
-        a.max = std::max(a.max, len);
-        a.first = std::min(a.first, r.t0);
-        a.last = std::max(a.last, r.t1);
-        break;
-      }
-      case RecordType::kLink: {
-        // In-flight time only; a link's transfers are part of a collective already counted
-        // in comm, so they add nothing to the step's unions.
-        LinkAcc& a = links[{r.name, r.group}];
-        a.bytes += r.bytes;
-        ++a.transfers;
-        a.wire += len;
-        break;
-      }
-      default:
-        break;
-    }
+    acc.add(r);
+    ++attributed;
   }
   pending_.resize(kept);
+  // Loose records carried into this entry are unattributed (step -1), so only this pass's
+  // attributed ones count.
+  out.report = acc.report(options_.job, options_.rank, span.step, options_.topOps, attributed);
+  lastEnd_ = span.end;
+  lastStep_ = span.step;
+  ready_.push_back(std::move(out));
+}
 
-  wire::StepReport& rep = out.report;
-  rep.set_job(options_.job);
-  rep.set_rank(options_.rank);
-  rep.set_step(span.step);
-  rep.set_start_ns(span.begin);
-  rep.set_end_ns(span.end);
-  const int64_t duration = span.end - span.begin;
+void StepAccumulator::push(Intervals& v, int64_t a, int64_t b) {
+  v.emplace_back(std::max(a, begin_), std::min(b, end_));
+  // A step with very many intervals (a long trace's step) is merged in place whenever its
+  // count reaches a power of two past 64 Ki, so memory follows the union, not the records.
+  const size_t n = v.size();
+  if (n >= (size_t{1} << 16) && (n & (n - 1)) == 0) v = merged(std::move(v));
+}
+
+void StepAccumulator::add(const Record& r) {
+  const int64_t len = r.t1 - r.t0;
+  switch (r.type) {
+    case RecordType::kOp: {
+      push(compute_, r.t0, r.t1);
+      anyCompute_ = true;
+      OpAcc& a = ops_[r.name];
+      ++a.count;
+      a.total += len;
+      a.max = std::max(a.max, len);
+      break;
+    }
+    case RecordType::kRange:
+      if (r.kind == TS_RANGE_COMPUTE) {
+        push(compute_, r.t0, r.t1);
+        anyCompute_ = true;
+      }
+      if (r.kind == TS_RANGE_DATA) push(data_, r.t0, r.t1);
+      break;
+    case RecordType::kCollective: {
+      push(comm_, r.t0, r.t1);
+      CollAcc& a = colls_[{r.kind, r.group, r.bytes}];
+      ++a.count;
+      a.total += len;
+      a.max = std::max(a.max, len);
+      a.first = std::min(a.first, r.t0);
+      a.last = std::max(a.last, r.t1);
+      break;
+    }
+    case RecordType::kLink: {
+      // In-flight time only; a link's transfers are part of a collective already counted
+      // in comm, so they add nothing to the step's unions.
+      LinkAcc& a = links_[{r.name, r.group}];
+      a.bytes += r.bytes;
+      ++a.transfers;
+      a.wire += len;
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+size_t StepAccumulator::units() const {
+  return compute_.size() + comm_.size() + data_.size() + 4 * (ops_.size() + colls_.size()) +
+         4 * links_.size();
+}
+
+wire::StepReport StepAccumulator::report(const std::string& job, uint32_t rank, int64_t step,
+                                         uint32_t topOps, uint64_t records) {
+  wire::StepReport rep;
+  rep.set_job(job);
+  rep.set_rank(rank);
+  rep.set_step(step);
+  rep.set_start_ns(begin_);
+  rep.set_end_ns(end_);
+  const int64_t duration = end_ - begin_;
   rep.set_duration_ns(duration);
-  const bool anyCompute = !compute.empty();
-  const Intervals computeU = merged(std::move(compute));
-  const Intervals commU = merged(std::move(comm));
+  const Intervals computeU = merged(std::move(compute_));
+  const Intervals commU = merged(std::move(comm_));
   const int64_t commNs = lengthOf(commU);
   const int64_t exposed = commNs - overlapLength(computeU, commU);
-  const int64_t dataNs = unionLength(std::move(data));
+  const int64_t dataNs = unionLength(std::move(data_));
   int64_t computeNs = lengthOf(computeU);
-  if (!anyCompute) computeNs = std::max<int64_t>(0, duration - exposed - dataNs);
+  if (!anyCompute_) computeNs = std::max<int64_t>(0, duration - exposed - dataNs);
   rep.set_compute_ns(computeNs);
   rep.set_comm_ns(commNs);
   rep.set_exposed_comm_ns(exposed);
   rep.set_data_ns(dataNs);
 
-  std::vector<std::pair<uint32_t, OpAcc>> sorted(ops.begin(), ops.end());
+  std::vector<std::pair<uint32_t, OpAcc>> sorted(ops_.begin(), ops_.end());
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
     return a.second.total != b.second.total ? a.second.total > b.second.total : a.first < b.first;
   });
-  const size_t top = std::min<size_t>(sorted.size(), options_.topOps);
+  const size_t top = std::min<size_t>(sorted.size(), topOps);
   for (size_t i = 0; i < top; ++i) {
     auto* op = rep.add_ops();
     op->set_name(nameString(sorted[i].first));
@@ -339,7 +340,7 @@ void StepFolder::finalize(const Span& span) {
   }
   rep.set_ops_truncated(sorted.size() - top);
 
-  for (const auto& [key, a] : colls) {
+  for (const auto& [key, a] : colls_) {
     auto* c = rep.add_collectives();
     c->set_op(static_cast<wire::CollectiveOp>(std::get<0>(key)));
     c->set_group(nameString(std::get<1>(key)));
@@ -354,7 +355,7 @@ void StepFolder::finalize(const Span& span) {
     c->set_first_arrival_ns(a.first);
     c->set_last_completion_ns(a.last);
   }
-  for (const auto& [key, a] : links) {
+  for (const auto& [key, a] : links_) {
     auto* l = rep.add_links();
     l->set_peer(key.first);
     l->set_group(nameString(key.second));
@@ -362,12 +363,8 @@ void StepFolder::finalize(const Span& span) {
     l->set_transfers(a.transfers);
     l->set_wire_ns(a.wire);
   }
-  rep.set_records(static_cast<uint64_t>(std::count_if(
-      out.records.begin(), out.records.end(), [](const Record& r) { return r.step != -1; })));
-
-  lastEnd_ = span.end;
-  lastStep_ = span.step;
-  ready_.push_back(std::move(out));
+  rep.set_records(records);
+  return rep;
 }
 
 std::vector<FoldedStep> StepFolder::take() {

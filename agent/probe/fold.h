@@ -5,8 +5,11 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <string>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "agent/probe/record.h"
@@ -23,6 +26,60 @@ struct FoldOptions {
                                     // never ends cannot grow memory without bound
   uint32_t maxPairDepth = 64;       // open range/collective begins kept per ring
   uint32_t maxLooseRecords = 4096;  // unattributed records kept for the flight recorder
+};
+
+// Sums the records of one step, [begin, end), into its StepReport: the unions of compute,
+// communication and data time clipped to the step, exposed communication, the top operators,
+// collectives per (op, group, bytes of one call) and per-peer links. The one place these
+// sums are made: StepFolder feeds it the records it attributed by time, the trace importer
+// (importer/) the events of a profiler trace. Pure; one owner at a time.
+class StepAccumulator {
+ public:
+  StepAccumulator(int64_t begin, int64_t end) : begin_(begin), end_(end) {}
+
+  // Adds one complete interval record (kOp, kRange, kCollective, kLink); other types are
+  // ignored. The caller decided it belongs to this step.
+  void add(const Record& r);
+  // The report of the step: `topOps` operators at most (the rest counted in ops_truncated),
+  // `records` as the records field.
+  wire::StepReport report(const std::string& job, uint32_t rank, int64_t step, uint32_t topOps,
+                          uint64_t records);
+  // Intervals and per-name entries held: what this step costs in memory (~16 bytes each), for
+  // callers that bound many open steps.
+  size_t units() const;
+
+ private:
+  struct OpAcc {
+    uint64_t count = 0;
+    int64_t total = 0;
+    int64_t max = 0;
+  };
+  struct CollAcc {
+    uint64_t count = 0;
+    int64_t total = 0;
+    int64_t max = 0;
+    int64_t first = INT64_MAX;
+    int64_t last = INT64_MIN;
+  };
+  struct LinkAcc {
+    uint64_t bytes = 0;
+    uint64_t transfers = 0;
+    int64_t wire = 0;
+  };
+  using Intervals = std::vector<std::pair<int64_t, int64_t>>;
+  void push(Intervals& v, int64_t a, int64_t b);
+
+  int64_t begin_;
+  int64_t end_;
+  Intervals compute_;
+  Intervals comm_;
+  Intervals data_;
+  bool anyCompute_ = false;  // an operator or compute range was added, even of length 0
+  std::unordered_map<uint32_t, OpAcc> ops_;
+  std::map<std::tuple<uint8_t, uint32_t, uint64_t>, CollAcc> colls_;
+  // (peer, group): a rank talks to a handful of peers per group (ring neighbours, tree
+  // parent and children), so a small ordered map keeps the report's order stable.
+  std::map<std::pair<uint32_t, uint32_t>, LinkAcc> links_;
 };
 
 // One finished step: its report and the records folded into it (for the flight recorder).
