@@ -19,6 +19,7 @@
 #include "collector/capture/request.h"
 #include "collector/http/metrics.h"
 #include "collector/http/server.h"
+#include "collector/ingest/import_receiver.h"
 #include "collector/ingest/ingest.h"
 #include "collector/pipeline.h"
 #include "collector/storage/store.h"
@@ -224,6 +225,14 @@ Status run(const CollectorOptions& options) {
     if (p != nullptr) p->onCommitted(batch);
     captures.onCommitted(batch);
   };
+  // Imported traces take the same path after their commit as the socket's batches.
+  ingest::ImportReceiverOptions ro;
+  ro.dir = co.dir;
+  ro.maxStepsBytes = options.importMaxBytes;
+  ro.onCommitted = io.onCommitted;
+  ro.onTimeline = [&captures](const storage::CaptureRow& row) { return captures.adoptImport(row); };
+  auto imports = std::make_shared<ingest::ImportReceiver>(ro, **store, clock);
+  imports->recover();
   if (pipeline != nullptr) {
     // Hellos' progress names the stuck rank of a hang (socket thread; the pipeline queues it).
     io.onRankProgress = [p = pipeline.get()](const ingest::RankProgressUpdate& u) {
@@ -241,6 +250,7 @@ Status run(const CollectorOptions& options) {
   ho.authToken = options.httpToken;
   ho.ioThreads = options.httpThreads;
   ho.captures = captureService(captures);
+  ho.imports = imports;
   ho.extraMetrics = [&ingestServer, p = pipeline.get(), &captures] {
     std::string text = http::ingestMetricsText(ingestServer.stats());
     if (p != nullptr) text += detectMetricsText(p->stats(), p->detectStats());

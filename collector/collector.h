@@ -60,6 +60,9 @@ struct CollectorOptions {
   // and DIR/agents/<node>.pub (the agents allowed in, each only as <node>); see
   // common/curve_keys.h and `trainscope keygen`. "" = plain text from any agent.
   std::string curveKeysDir;
+  // Largest steps file one `trainscope import` may upload (its step reports, ~2-8 KiB each):
+  // the commit holds it in memory (about 3x) while it checks and stores it in one transaction.
+  uint64_t importMaxBytes = 256ull << 20;
 };
 
 // The HTTP API's view of the capture stage: http::CaptureService over `manager`, which must

@@ -96,6 +96,11 @@ int main(int argc, char** argv) {
                  "(max_bytes)")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+  app.add_option("--import-max-bytes", options.importMaxBytes,
+                 "largest steps file one `trainscope import` may upload; the commit holds about "
+                 "3x this in memory")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1} << 20, uint64_t{1} << 36));
   CLI11_PARSE(app, argc, argv);
   if (!tokenFile.empty()) {
     auto token = trainscope::http::readTokenFile(tokenFile, "--http-token-file");

@@ -100,9 +100,10 @@ std::string captureMetricsText(const CaptureStats& s) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
   };
   header("trainscope_captures_started_total", "counter",
-         "Captures started, by kind (trace, stacks) and trigger (request, anomaly).");
-  for (const char* kind : {"trace", "stacks"}) {
+         "Captures started, by kind (trace, stacks, import) and trigger (request, anomaly).");
+  for (const char* kind : {"trace", "stacks", "import"}) {
     for (const char* trigger : {"request", "anomaly"}) {
+      if (std::string_view(kind) == "import" && std::string_view(trigger) == "anomaly") continue;
       auto it = s.started.find({kind, trigger});
       out += std::string("trainscope_captures_started_total{kind=\"") + kind + "\",trigger=\"" +
              trigger + "\"} " + std::to_string(it == s.started.end() ? 0 : it->second) + "\n";
@@ -396,11 +397,21 @@ std::optional<std::string> CaptureManager::startForAnomaly(const storage::Anomal
   auto rankRows = store_.ranks(anomaly.job);
   uint32_t worldSize = 0;
   std::set<uint32_t> known;
+  std::set<uint32_t> ended;
   if (rankRows) {
     for (const auto& r : *rankRows) {
       worldSize = std::max(worldSize, r.worldSize);
       known.insert(r.rank);
+      if (r.ended) ended.insert(r.rank);
     }
+  }
+  // Ranks that ended (an imported job, or one that finished before the anomaly was judged)
+  // can record nothing: a capture would only fail.
+  if (!named.empty() &&
+      std::all_of(named.begin(), named.end(), [&](uint32_t r) { return ended.count(r) > 0; })) {
+    std::lock_guard lock(mu_);
+    ++stats_.autoSkipped;
+    return std::nullopt;
   }
   const uint32_t limit = worldSize > 0 ? worldSize : (known.empty() ? 0 : *known.rbegin() + 1);
   for (uint32_t r = 0; r < limit; ++r) {
@@ -429,6 +440,23 @@ std::optional<std::string> CaptureManager::startForAnomaly(const storage::Anomal
   }
   lastAuto_[anomaly.job] = now;
   return started.capture.id;
+}
+
+Result<storage::CaptureRow> CaptureManager::adoptImport(const storage::CaptureRow& row) {
+  if (!safeId(row.id) || row.kind != "import") {
+    return Result<storage::CaptureRow>::error("capture id '" + row.id + "' is not an import's");
+  }
+  std::lock_guard lock(mu_);
+  Active a;
+  a.row = row;
+  a.row.summary = captureSummary(a.row);
+  if (Status s = store_.writeCapture(a.row); !s) return s;
+  ++stats_.started[{"import", "request"}];
+  logInfo(kComponent, "import " + a.row.id + " of job " + a.row.job + ": " +
+                          std::to_string(a.row.ranks.size()) + " rank timelines to merge");
+  storage::CaptureRow out = a.row;
+  active_.emplace(a.row.id, std::move(a));
+  return out;
 }
 
 void CaptureManager::onCommandItem(const std::string& node, const wire::Envelope& item) {
@@ -635,7 +663,9 @@ void CaptureManager::tick(int64_t nowNs) {
       f.rank = r.rank;
       f.node = r.node;
       auto off = offsets.find(r.node);
-      f.offsetNs = off != offsets.end() ? off->second : 0;
+      // An import's files are on one clock already (the importer aligned them); its ranks ran
+      // on no agent's node.
+      f.offsetNs = off != offsets.end() && row.kind != "import" ? off->second : 0;
       f.path = (dir / rankFileName(r.rank)).string();
       files.push_back(std::move(f));
     }

@@ -109,6 +109,12 @@ class CaptureManager {
   // captures are off or the job had one within the interval. Returns the capture id.
   std::optional<std::string> startForAnomaly(const storage::AnomalyRow& anomaly);
 
+  // Takes in the timelines of an import (collector/ingest/import_receiver.h): `row` is kind
+  // "import" with every rank "done" and its rank files already in directory(row.id). Stores it
+  // and merges it at the next tick(), like a capture whose ranks all finished; the merge keeps
+  // the files' times (the importer aligned them). Fails on a bad id or a store error.
+  Result<storage::CaptureRow> adoptImport(const storage::CaptureRow& row);
+
   // ingest's onCommandItem: CommandStatus and FileChunk items (socket thread).
   void onCommandItem(const std::string& node, const wire::Envelope& item);
   // ingest's onCommitted: goodbyes and vanished processes fail the ranks they end.

@@ -1,12 +1,12 @@
 #include "collector/capture/request.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <limits>
-#include <random>
 #include <set>
 
 #include <nlohmann/json.hpp>
+
+#include "common/timed_id.h"
 
 namespace trainscope::capture {
 namespace {
@@ -195,10 +195,7 @@ Result<std::vector<uint32_t>> resolveRanks(const RankSpec& spec, uint32_t worldS
 }
 
 std::string newCaptureId(int64_t nowNs) {
-  static thread_local std::mt19937 rng{std::random_device{}()};
-  char hex[8];
-  std::snprintf(hex, sizeof hex, "%04x", static_cast<unsigned>(rng() & 0xffffu));
-  return "cap-" + std::to_string(nowNs / 1'000'000) + "-" + hex;
+  return timedId("cap", nowNs);
 }
 
 }  // namespace trainscope::capture

@@ -86,6 +86,13 @@ ApiResponse errorResponse(unsigned status, const std::string& message) {
   return r;
 }
 
+ApiResponse notAllowed(std::string_view method, const std::string& path, const char* allowed) {
+  ApiResponse r = errorResponse(405, "method " + std::string(method) + " not allowed for " + path +
+                                         " (allowed: " + allowed + ")");
+  r.headers.emplace_back("Allow", allowed);
+  return r;
+}
+
 std::string jobState(const storage::JobRow& job, int64_t nowNs) {
   if (job.worldSize > 0 && job.ranksEnded >= job.worldSize) return "ended";
   if (nowNs - job.lastSeenNs <= kRunningWindowNs) return "running";
@@ -288,6 +295,7 @@ ApiResponse Api::handle(std::string_view method, std::string_view target, std::s
     bool v1 = seg.size() >= 3 && seg[1] == "v1";
     if (ApiResponse r; v1 && routeCaptures(method, seg, path, parsed->query, body, acceptsGzip, &r))
       return r;
+    if (ApiResponse r; v1 && routeImports(method, seg, path, parsed->query, body, &r)) return r;
     if (v1 && seg.size() == 3 && seg[2] == "anomalies") {
       if (!isGet) return methodNotAllowed(method, path);
       return anomaliesSince(parsed->query);

@@ -52,6 +52,8 @@ class CaptureService {
 
 // A JSON error body {"error": message} with the given status.
 ApiResponse errorResponse(unsigned status, const std::string& message);
+// 405 for `method` on `path`, naming the `allowed` methods (also in the Allow header).
+ApiResponse notAllowed(std::string_view method, const std::string& path, const char* allowed);
 
 class Api {
  public:
@@ -81,6 +83,11 @@ class Api {
                      const std::vector<std::pair<std::string, std::string>>& query,
                      std::string_view body, bool acceptsGzip, ApiResponse* out) const;
   ApiResponse startCapture(const std::string& job, std::string_view body) const;
+  // The import routes (import_api.cpp): true when `seg` is one of them, with *out filled.
+  bool routeImports(std::string_view method, const std::vector<std::string>& seg,
+                    const std::string& path,
+                    const std::vector<std::pair<std::string, std::string>>& query,
+                    std::string_view body, ApiResponse* out) const;
   ApiResponse jobCaptures(const std::string& job) const;
   ApiResponse getCapture(const std::string& id) const;
   ApiResponse captureFile(const std::string& id, const std::optional<std::string>& rank,

@@ -19,13 +19,6 @@ ApiResponse jsonBody(unsigned status, const json& body) {
   return r;
 }
 
-ApiResponse notAllowed(std::string_view method, const std::string& path, const char* allowed) {
-  ApiResponse r = errorResponse(405, "method " + std::string(method) + " not allowed for " + path +
-                                         " (allowed: " + allowed + ")");
-  r.headers.emplace_back("Allow", allowed);
-  return r;
-}
-
 ApiResponse capturesOff() {
   return errorResponse(503, "captures are off");
 }

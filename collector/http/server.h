@@ -17,6 +17,13 @@
 namespace trainscope::http {
 
 class CaptureService;  // api.h
+}  // namespace trainscope::http
+
+namespace trainscope::ingest {
+class ImportReceiver;  // collector/ingest/import_receiver.h
+}  // namespace trainscope::ingest
+
+namespace trainscope::http {
 
 struct HttpOptions {
   std::string address = "127.0.0.1";  // bind address; only loopback unless told otherwise
@@ -46,6 +53,10 @@ struct HttpOptions {
   // (docs/CAPTURE.md); the collector wires it in. Null: that POST answers 503 "captures are off"
   // (stored captures are still listed).
   std::shared_ptr<CaptureService> captures;
+  // Imports of existing traces (`trainscope import`: POST /api/v1/jobs/{job}/imports, PUT
+  // .../imports/{id}/files/{name}, POST .../imports/{id}/commit); the collector wires its
+  // receiver in. Null: those routes answer 503.
+  std::shared_ptr<ingest::ImportReceiver> imports;
   // Threads that run request handlers. More lets a slow request (a large page) not hold up
   // the others (the dashboard's first load sends several at once); each costs a stack and, in
   // the store, contention on its read connection. At least 1.

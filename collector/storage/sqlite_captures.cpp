@@ -86,9 +86,9 @@ Status SqliteStore::writeCapture(const CaptureRow& row) {
     return Status::error(std::string("storage: capture without ") +
                          (row.id.empty() ? "id" : "job (id " + row.id + ")"));
   }
-  if (row.kind != "trace" && row.kind != "stacks") {
-    return Status::error("storage: capture " + row.id + ": kind must be trace or stacks, got '" +
-                         row.kind + "'");
+  if (row.kind != "trace" && row.kind != "stacks" && row.kind != "import") {
+    return Status::error("storage: capture " + row.id +
+                         ": kind must be trace, stacks or import, got '" + row.kind + "'");
   }
   if (row.state != "running" && row.state != "complete" && row.state != "partial" &&
       row.state != "failed") {

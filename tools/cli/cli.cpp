@@ -514,6 +514,7 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   addCapturesCommand(app, &action);
   addStacksCommand(app, &action);
   addKeygenCommand(app, &action);
+  addImportCommand(app, &action);
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses from the back
   try {

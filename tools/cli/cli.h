@@ -56,11 +56,12 @@ struct ServerUrl {
 Result<ServerUrl> parseServerUrl(const std::string& url);
 
 struct HttpRequest {
-  std::string method = "GET";  // GET or POST
+  std::string method = "GET";  // GET, POST, PUT, DELETE
   std::string target;          // path and query, with the server's base path already in front
-  std::string body;            // sent as application/json when not empty
-  std::string bearerToken;     // "" sends no Authorization header
-  bool acceptGzip = false;     // ask for Content-Encoding: gzip (stored capture files)
+  std::string body;            // sent (as contentType) when not empty, and always with POST/PUT
+  std::string contentType = "application/json";
+  std::string bearerToken;  // "" sends no Authorization header
+  bool acceptGzip = false;  // ask for Content-Encoding: gzip (stored capture files)
 };
 
 struct HttpReply {
@@ -82,6 +83,10 @@ Result<HttpReply> httpGet(const ServerUrl& server, const std::string& target,
 // GETs `target` from the collector and parses the JSON. On failure prints the one-line
 // message to ctx.err and returns the exit code (kExitUnreachable or kExitApiError).
 Result<nlohmann::json> fetchJson(Context& ctx, const std::string& target, int* exitCode);
+// Any request whose answer is JSON (its target relative to the server's base path, the token
+// added), with its own deadline; failures reported like fetchJson's.
+Result<nlohmann::json> requestJson(Context& ctx, HttpRequest request,
+                                   std::chrono::milliseconds timeout, int* exitCode);
 // The same for a POST of `body` (JSON text).
 Result<nlohmann::json> postJson(Context& ctx, const std::string& target, const std::string& body,
                                 int* exitCode);
@@ -169,6 +174,8 @@ void addDetectCommand(CLI::App& app, Action* action);
 void addCaptureCommand(CLI::App& app, Action* action);
 void addCapturesCommand(CLI::App& app, Action* action);
 void addStacksCommand(CLI::App& app, Action* action);
+// import: tools/cli/import_cmd.cpp.
+void addImportCommand(CLI::App& app, Action* action);
 
 // The whole CLI: parses `args` (without the program name), runs the chosen subcommand and
 // returns the exit code. Usage errors print CLI11's message and return kExitUsage.

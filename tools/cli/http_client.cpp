@@ -67,9 +67,12 @@ Result<HttpReply> httpRequest(const ServerUrl& server, const HttpRequest& reques
   beast::tcp_stream stream(ioc);
   asio::steady_timer deadline(ioc, timeout);
   beast::flat_buffer buffer;
-  const bool post = request.method == "POST";
-  bhttp::request<bhttp::string_body> req(post ? bhttp::verb::post : bhttp::verb::get,
-                                         request.target, 11);
+  const bhttp::verb verb = bhttp::string_to_verb(request.method);
+  if (verb == bhttp::verb::unknown) {
+    return Result<HttpReply>::error("unknown HTTP method '" + request.method + "'");
+  }
+  const bool post = verb == bhttp::verb::post || verb == bhttp::verb::put;
+  bhttp::request<bhttp::string_body> req(verb, request.target, 11);
   req.set(bhttp::field::host, server.host + ":" + server.port);
   req.set(bhttp::field::user_agent, "trainscope-cli");
   req.set(bhttp::field::accept, "application/json");
@@ -78,7 +81,7 @@ Result<HttpReply> httpRequest(const ServerUrl& server, const HttpRequest& reques
     req.set(bhttp::field::authorization, "Bearer " + request.bearerToken);
   }
   if (post || !request.body.empty()) {
-    req.set(bhttp::field::content_type, "application/json");
+    req.set(bhttp::field::content_type, request.contentType);
     req.body() = request.body;
   }
   req.keep_alive(false);
@@ -181,9 +184,11 @@ void reportHttpError(Context& ctx, const HttpReply& reply, const json& body) {
   }
 }
 
-Result<json> requestJson(Context& ctx, HttpRequest request, int* exitCode) {
-  auto reply =
-      send(ctx, std::move(request), std::chrono::milliseconds(ctx.global.timeoutMs), exitCode);
+}  // namespace
+
+Result<json> requestJson(Context& ctx, HttpRequest request, std::chrono::milliseconds timeout,
+                         int* exitCode) {
+  auto reply = send(ctx, std::move(request), timeout, exitCode);
   if (!reply) return reply.status();
   json body = json::parse(reply->body, nullptr, false);
   if (reply->status < 200 || reply->status >= 300) {
@@ -201,12 +206,11 @@ Result<json> requestJson(Context& ctx, HttpRequest request, int* exitCode) {
   return body;
 }
 
-}  // namespace
-
 Result<json> fetchJson(Context& ctx, const std::string& target, int* exitCode) {
   HttpRequest req;
   req.target = target;
-  return requestJson(ctx, std::move(req), exitCode);
+  return requestJson(ctx, std::move(req), std::chrono::milliseconds(ctx.global.timeoutMs),
+                     exitCode);
 }
 
 Result<json> postJson(Context& ctx, const std::string& target, const std::string& body,
@@ -215,7 +219,8 @@ Result<json> postJson(Context& ctx, const std::string& target, const std::string
   req.method = "POST";
   req.target = target;
   req.body = body;
-  return requestJson(ctx, std::move(req), exitCode);
+  return requestJson(ctx, std::move(req), std::chrono::milliseconds(ctx.global.timeoutMs),
+                     exitCode);
 }
 
 Result<HttpReply> fetchRaw(Context& ctx, const std::string& target, bool acceptGzip,

@@ -142,7 +142,7 @@ TEST_CASE("bad capture rows are refused naming the field") {
   auto badKind = row("cap-x", "j", 1, 1);
   badKind.kind = "perf";
   CHECK(store->writeCapture(badKind).message() ==
-        "storage: capture cap-x: kind must be trace or stacks, got 'perf'");
+        "storage: capture cap-x: kind must be trace, stacks or import, got 'perf'");
   auto badState = row("cap-x", "j", 1, 1);
   badState.state = "done";
   CHECK_FALSE(store->writeCapture(badState));
