@@ -1,6 +1,10 @@
 // The PyTorch operator callback behind trainscope_torch.h. One global RecordFunction callback
 // (scopes FUNCTION and USER_SCOPE, no inputs, no sampling): the start callback notes the
 // clock on a per-thread stack, the end callback records one ts_op with the operator's name.
+// USER_SCOPE scopes (record_function: "DistributedDataParallel.forward", the DataLoader's
+// __next__, "Optimizer.step#SGD.step", the process group's "gloo:all_reduce") wrap other work
+// rather than compute, so they become ranges of kind other: on the timeline, but neither
+// compute nor top operators (as ops, "gloo:all_reduce" hid every exposed communication).
 #include "agent/torch/trainscope_torch.h"
 
 #include <algorithm>
@@ -123,8 +127,12 @@ void onEnd(const at::RecordFunction& rf, at::ObserverContext* /*ctx*/) {
   t.busy.store(true);
   ts_probe* probe = gProbe.load();
   if (probe != nullptr) {
-    ts_op(probe, nameId(t, rf.name()), startNs, endNs - startNs);
-    gOps.fetch_add(1, std::memory_order_relaxed);
+    if (rf.scope() == at::RecordScope::USER_SCOPE) {
+      ts_range(probe, nameId(t, rf.name()), TS_RANGE_OTHER, startNs, endNs);
+    } else {
+      ts_op(probe, nameId(t, rf.name()), startNs, endNs - startNs);
+      gOps.fetch_add(1, std::memory_order_relaxed);
+    }
   }
   t.busy.store(false, std::memory_order_release);
 }

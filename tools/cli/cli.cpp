@@ -477,11 +477,12 @@ void addNodesCommand(CLI::App& app, Action* action) {
 int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App app{
       "trainscope: query a trainscope collector (jobs, ranks, step times, nodes, anomalies),\n"
-      "request captures (capture, captures, stacks) and find change points in a series offline\n"
-      "(detect), and write CurveZMQ keys for agents and the collector (keygen).\n"
+      "request captures (capture, captures, stacks), find change points in a series offline\n"
+      "(detect), import profiler traces as a job (import), run a training command with zero-code\n"
+      "monitoring (run) and write CurveZMQ keys for agents and the collector (keygen).\n"
       "Exit codes: 0 ok, 1 the collector answered with an error (or detect got bad input, or a\n"
       "capture failed or timed out), 2 bad usage or the collector could not be reached, 3 a\n"
-      "capture finished partial (some ranks failed).",
+      "capture finished partial (some ranks failed); run exits with its command's status.",
       "trainscope"};
   GlobalOptions global;
   app.add_option("--server", global.server,
@@ -515,8 +516,17 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   addStacksCommand(app, &action);
   addKeygenCommand(app, &action);
   addImportCommand(app, &action);
+  // `trainscope run [OPTIONS] -- COMMAND...`: the command's words never reach CLI11.
+  std::vector<std::string> head = args;
+  std::optional<std::vector<std::string>> afterDashes;
+  const auto dashes = std::find(args.begin(), args.end(), "--");
+  if (dashes != args.end() && std::find(args.begin(), dashes, "run") != dashes) {
+    head.assign(args.begin(), dashes);
+    afterDashes.emplace(dashes + 1, args.end());
+  }
+  addRunCommand(app, &action, afterDashes);
 
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses from the back
+  std::vector<std::string> reversed(head.rbegin(), head.rend());  // CLI11 parses from the back
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {

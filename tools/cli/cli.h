@@ -176,6 +176,11 @@ void addCapturesCommand(CLI::App& app, Action* action);
 void addStacksCommand(CLI::App& app, Action* action);
 // import: tools/cli/import_cmd.cpp.
 void addImportCommand(CLI::App& app, Action* action);
+// run (zero-code monitoring of a training command): tools/cli/run_cmd.cpp. `afterDashes`: the
+// words after the first "--" of the command line, which runCli keeps from CLI11 (its "--"
+// handling hands them to the parent app, which rejects them); nothing when there was no "--".
+void addRunCommand(CLI::App& app, Action* action,
+                   std::optional<std::vector<std::string>> afterDashes);
 
 // The whole CLI: parses `args` (without the program name), runs the chosen subcommand and
 // returns the exit code. Usage errors print CLI11's message and return kExitUsage.

@@ -6,7 +6,7 @@ names are interned once and cached.
 
 Finding the library (first match wins):
   1. $TRAINSCOPE_PROBE_LIB: the path of libtrainscope_probe.so;
-  2. libtrainscope_probe.so next to this package (an installed copy);
+  2. libtrainscope_probe.so next to this package, or where `meson install` put it (_layout.py);
   3. <repo>/build*/agent/probe/libtrainscope_probe.so, the sibling meson build directories of
      a source checkout (newest first).
 
@@ -101,6 +101,11 @@ def _candidates():
         return
     here = os.path.dirname(os.path.abspath(__file__))
     yield os.path.join(here, _LIB_NAME)
+    try:  # an installed package: _layout.py says where meson put the libraries
+        from trainscope import _layout
+        yield os.path.normpath(os.path.join(os.path.dirname(here), _layout.LIBDIR, _LIB_NAME))
+    except ImportError:
+        pass
     # <repo>/agent/probe/python/trainscope -> <repo>
     repo = os.path.abspath(os.path.join(here, "..", "..", "..", ".."))
     found = glob.glob(os.path.join(repo, "build*", "agent", "probe", _LIB_NAME))
@@ -160,6 +165,13 @@ _handle = None
 _names = {}
 _next_step = 0
 _open_steps = []  # step numbers begun by step()/step_begin() and not ended yet
+_auto_owned = False  # the probe was started by trainscope.auto (TRAINSCOPE_AUTO=1)
+
+
+def _auto_module():
+    """trainscope.auto's state when auto-instrumentation is on in this process, else None."""
+    auto = sys.modules.get("trainscope.auto")
+    return auto if auto is not None and auto.state.on else None
 
 
 def _python_stacks():
@@ -225,8 +237,14 @@ def init(**overrides):
 
     Unknown fields raise TypeError; a configuration the probe refuses raises ProbeError with
     its reason. Calling any record function first creates the probe from the environment.
+    Under TRAINSCOPE_AUTO=1 the probe may already run; then this returns it (the overrides
+    are ignored, said once on stderr).
     """
     global _handle
+    if _handle is not None and _auto_owned:
+        sys.modules["trainscope.auto"].log(
+            "init(): the probe was already started by TRAINSCOPE_AUTO=1; its settings stay")
+        return _handle
     lib = _get_lib()
     cfg = _Config()
     lib.ts_config_init(ctypes.byref(cfg))
@@ -268,6 +286,9 @@ def now_ns():
 def step_begin(step=None, t_ns=0):
     """Begins a step; without a number, the one after the last step begun. Returns it."""
     global _next_step
+    auto = _auto_module()
+    if auto is not None:
+        auto.user_steps_begin()
     if step is None:
         step = _next_step
     _next_step = step + 1
@@ -402,6 +423,9 @@ def _shutdown_at_exit():
 def shutdown(timeout_ms=500):
     """Folds what is left, says goodbye to the agent and frees the probe. Idempotent."""
     global _handle
+    auto = _auto_module()
+    if auto is not None:
+        auto.state.on = False  # its hooks hold the probe: no record after it is gone
     with _lock:
         if _handle is None or _lib is None:
             return

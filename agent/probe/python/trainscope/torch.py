@@ -173,7 +173,9 @@ def allreduce_hook(state, bucket):
     name = group_name(group)
     arrive = trainscope.now_ns()
     tensor.div_(group.size() if hasattr(group, "size") else dist.get_world_size(group))
-    fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
+    # Under TRAINSCOPE_AUTO=1 dist.all_reduce records itself; this hook records the bucket.
+    all_reduce = getattr(dist.all_reduce, "__wrapped__", dist.all_reduce)
+    fut = all_reduce(tensor, group=group, async_op=True).get_future()
 
     def done(f):
         try:

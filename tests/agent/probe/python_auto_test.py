@@ -1,0 +1,193 @@
+"""trainscope.auto without a training job: the Stepper's steps (one optimizer, several
+optimizers, gradient accumulation), TRAINSCOPE_STEP parsing, the start-up hook (chains to an
+existing sitecustomize, installs only with TRAINSCOPE_AUTO on, leaves sys.path as it was), and
+the torch.distributed wrappers against real gloo calls in one process (world size 1): sync and
+async_op=True, timed to completion, results unchanged. Run with /usr/bin/python3; the torch part
+exits 77 when torch is missing.
+
+Env: TRAINSCOPE_PROBE_LIB (the .so), PYTHONPATH=<repo>/agent/probe/python.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+SKIP = 77
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def check(cond, what):
+    if not cond:
+        print("FAILED: " + what, file=sys.stderr)
+        sys.exit(1)
+    print("ok: " + what)
+
+
+class Sink(object):
+    def __init__(self):
+        self.steps = []  # (n, begin, end)
+        self._begun = {}
+
+    def step_begin(self, n, t):
+        self._begun[n] = t
+
+    def step_end(self, n, t):
+        self.steps.append((n, self._begun.pop(n), t))
+
+
+def stepper_tests():
+    from trainscope.auto import Stepper
+
+    # One optimizer: a step per step(); contiguous; the first is closed once it steps again.
+    sink = Sink()
+    s = Stepper(sink)
+    t = 0
+    for _ in range(4):
+        s.activity(t + 1)          # forward
+        s.optimizer_end("A", t + 10)
+        t += 10
+    s.finish()
+    check([x[0] for x in sink.steps] == [0, 1, 2, 3], "one optimizer: one step per step()")
+    check(sink.steps[0] == (0, 1, 10) and sink.steps[1] == (1, 10, 20),
+          "steps are contiguous and end at the optimizer's return")
+
+    # Two optimizers per iteration (a GAN): one step per iteration, ending at the second.
+    sink = Sink()
+    s = Stepper(sink)
+    t = 0
+    for _ in range(3):
+        s.activity(t + 1)
+        s.optimizer_end("G", t + 5)
+        s.optimizer_end("D", t + 10)
+        t += 10
+    s.finish()
+    check([x[0] for x in sink.steps] == [0, 1, 2], "two optimizers: one step per iteration")
+    check([x[2] for x in sink.steps] == [10, 20, 30], "each iteration ends at its last step()")
+
+    # Gradient accumulation: backward 4 times, one step(): a step per step().
+    sink = Sink()
+    s = Stepper(sink)
+    t = 0
+    for _ in range(3):
+        for k in range(4):
+            s.activity(t + k)
+        s.optimizer_end("A", t + 10)
+        t += 10
+    s.finish()
+    check(len(sink.steps) == 3, "gradient accumulation: a step per optimizer step")
+
+    from trainscope.auto import parse_step, options_from_env
+    check(parse_step("") == ("optimizer", None), "TRAINSCOPE_STEP defaults to optimizer")
+    check(parse_step("function:__main__:T.step") == ("function", ("__main__", "T.step")),
+          "function:MODULE:QUALNAME")
+    for bad in ("epoch", "function:f", "function:m:1x"):
+        try:
+            parse_step(bad)
+            check(False, "bad TRAINSCOPE_STEP %r is refused" % bad)
+        except ValueError as e:
+            check("TRAINSCOPE_STEP" in str(e), "bad TRAINSCOPE_STEP %r is refused" % bad)
+    try:
+        options_from_env({"TRAINSCOPE_OPS": "maybe"})
+        check(False, "a bad flag is refused")
+    except ValueError as e:
+        check("TRAINSCOPE_OPS" in str(e), "a bad flag names its variable")
+
+
+def boot_tests():
+    boot = os.path.normpath(os.path.join(HERE, "..", "..", "..", "agent", "probe", "python",
+                                         "trainscope", "_boot"))
+    with tempfile.TemporaryDirectory() as other:
+        with open(os.path.join(other, "sitecustomize.py"), "w") as f:
+            f.write("import os\nos.environ['USER_SITECUSTOMIZE_RAN'] = '1'\n")
+        probe = ("import os, sys; print(os.environ.get('USER_SITECUSTOMIZE_RAN'), "
+                 "'trainscope.auto' in sys.modules and sys.modules['trainscope.auto'].state.on, "
+                 "any(p.endswith('agent/probe/python') for p in sys.path))")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = boot + os.pathsep + other
+        env["TRAINSCOPE_AUTO"] = "1"
+        out = subprocess.run([sys.executable, "-c", probe], env=env, check=True,
+                             capture_output=True, text=True)
+        check(out.stdout.split() == ["1", "True", "False"],
+              "start-up hook: the user's sitecustomize runs, auto is on, sys.path unchanged "
+              "(got %r, stderr %r)" % (out.stdout, out.stderr))
+        env["TRAINSCOPE_AUTO"] = "0"
+        out = subprocess.run([sys.executable, "-c", probe], env=env, check=True,
+                             capture_output=True, text=True)
+        check(out.stdout.split() == ["1", "False", "False"],
+              "start-up hook: TRAINSCOPE_AUTO=0 leaves trainscope out")
+        env["TRAINSCOPE_AUTO"] = "1"
+        env["TRAINSCOPE_STEP"] = "epoch"
+        out = subprocess.run([sys.executable, "-c", "print('ran')"], env=env, check=True,
+                             capture_output=True, text=True)
+        check(out.stdout.strip() == "ran" and "TRAINSCOPE_STEP" in out.stderr,
+              "a bad setting is one line on stderr and the program runs")
+
+
+class Recorder(object):
+    def __init__(self):
+        self.records = []
+
+    def active(self):
+        return True
+
+    def group_key(self, group):
+        return 7, True
+
+    def collective(self, op, gid, nbytes, t0, t1):
+        self.records.append((op, gid, nbytes, t0, t1))
+
+    def link(self, gid, peer, nbytes, t0, t1):
+        pass
+
+    def fail(self, what, exc):
+        raise AssertionError("%s: %r" % (what, exc))
+
+
+def dist_tests():
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        print("skipped: torch is not importable", file=sys.stderr)
+        return SKIP
+    from trainscope import _auto_dist
+    import socket
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=0,
+                            world_size=1)
+    rec = Recorder()
+    _auto_dist.patch(dist, rec)
+    t = torch.ones(1000)
+    dist.all_reduce(t)
+    check(rec.records[-1][0] == "all_reduce" and rec.records[-1][2] == 4000,
+          "a sync all_reduce is recorded with its bytes")
+    check(torch.equal(t, torch.ones(1000)), "the result is unchanged")
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    check(len(rec.records) == 2 and rec.records[-1][3] <= rec.records[-1][4],
+          "an async_op=True all_reduce is recorded at completion")
+    out = [torch.zeros(10)]
+    dist.all_gather(out, torch.ones(10))
+    check(rec.records[-1][0] == "all_gather" and rec.records[-1][2] == 40,
+          "all_gather counts the gathered bytes")
+    dist.barrier()
+    check(rec.records[-1][0] == "barrier", "barrier is recorded (inner calls once)")
+    before = len(rec.records)
+    dist.broadcast(t, src=0)
+    check(len(rec.records) == before + 1, "broadcast is recorded once")
+    dist.destroy_process_group()
+    return 0
+
+
+def main():
+    stepper_tests()
+    boot_tests()
+    return dist_tests()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
