@@ -5,7 +5,8 @@
 // compute, data wait and communication separated and the collectives named with their bytes;
 // training must print the same loss and parameters as without monitoring, also when no agent
 // runs (one log line); and a capture of a monitored job must merge both ranks' steps,
-// operators and collectives. Exits 77 without /usr/bin/python3 torch.
+// operators and collectives. Exits 77 without /usr/bin/python3 torch; the FSDP case also where
+// this torch cannot run FSDP on gloo.
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -249,4 +250,56 @@ TEST_CASE("e2e: a capture of an unchanged DDP script under trainscope run merges
     CHECK(dataRanges[rank] > 0);
   }
   expectDone(ranks, 180s);
+}
+
+TEST_CASE(
+    "e2e: an unchanged 2-rank FSDP script under trainscope run reports all_gather and "
+    "reduce_scatter and trains exactly as without it") {
+  const Script s = scriptSetup("fsdp_train_plain.py");
+  // Debian 12's torch 1.13 cannot import FSDP under Python 3.11 (a dataclass in
+  // torch.distributed._shard is refused), and its gloo has no reduce_scatter: FSDP on CPU needs
+  // a newer torch.
+  if (std::system("/usr/bin/python3 -c 'import torch.distributed.fsdp' >/dev/null 2>&1") != 0) {
+    std::fprintf(stderr, "e2e: skipped: /usr/bin/python3 cannot import torch.distributed.fsdp\n");
+    std::exit(77);
+  }
+  TempDir dir;
+  const int steps = 8;
+  const std::vector<std::string> args{"--steps", std::to_string(steps)};
+  auto plain = startRanks(dir, s, "plain", std::nullopt, args);
+  for (auto& p : plain) {
+    const auto rc = p->wait(180s);
+    const std::string log = p->log();
+    if (rc && *rc != 0 && log.find("does not support") != std::string::npos) {
+      std::fprintf(stderr, "e2e: skipped: this torch's gloo cannot run FSDP:\n%s\n",
+                   p->logTail(600).c_str());
+      std::exit(77);
+    }
+  }
+  const auto expected = expectDone(plain, 10s);
+
+  Daemons d = startDaemons(dir);
+  const std::string job = "e2e-run-fsdp";
+  auto ranks = startRanks(dir, s, "run",
+                          std::vector<std::string>{"--job", job, "--agent", d.endpoint}, args);
+  CHECK(expectDone(ranks, 180s) == expected);
+
+  const int want = 2 * steps;
+  const bool all = waitFor([&] { return jobStepRows(d.cs.httpPort, job) >= want; }, 30s, 100ms);
+  INFO("step rows: " << jobStepRows(d.cs.httpPort, job));
+  CHECK(all);
+  const auto rows = detailRows(d.cs.httpPort, job);
+  INFO("rows: " << rows.dump().substr(0, 4000));
+  CHECK(static_cast<int>(rows.size()) == want);
+  int both = 0;
+  for (const auto& row : rows) {
+    int64_t gathered = 0;
+    int64_t scattered = 0;
+    for (const auto& c : row.at("collectives")) {
+      if (c.at("op") == "all_gather") gathered += c.at("bytes").get<int64_t>();
+      if (c.at("op") == "reduce_scatter") scattered += c.at("bytes").get<int64_t>();
+    }
+    if (gathered > 0 && scattered > 0 && row.at("compute_ns").get<int64_t>() > 0) ++both;
+  }
+  CHECK(both == want);
 }
