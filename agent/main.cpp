@@ -6,6 +6,7 @@
 
 #include "agent/agent.h"
 #include "agent/options.h"
+#include "common/config_file.h"
 
 int main(int argc, char** argv) {
   using trainscope::LogLevel;
@@ -84,7 +85,9 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", level, "lowest level logged: debug, info, warn or error")
       ->capture_default_str()
       ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
-  CLI11_PARSE(app, argc, argv);
+  if (int rc = trainscope::parseWithConfigFile(app, argc, argv, std::cout, std::cerr); rc >= 0) {
+    return rc;
+  }
   static const std::map<std::string, LogLevel> kLevels{{"debug", LogLevel::kDebug},
                                                        {"info", LogLevel::kInfo},
                                                        {"warn", LogLevel::kWarn},

@@ -25,6 +25,7 @@
 #include "collector/storage/store.h"
 #include "common/clock.h"
 #include "common/curve_keys.h"
+#include "common/install_layout.h"
 #include "common/log.h"
 
 #ifndef TRAINSCOPE_WEB_DIR
@@ -123,9 +124,19 @@ std::shared_ptr<http::CaptureService> captureService(capture::CaptureManager& ma
 
 std::string defaultWebRoot() {
   std::error_code ec;
-  std::string dir = TRAINSCOPE_WEB_DIR;
-  if (!dir.empty() && std::filesystem::is_directory(dir, ec)) return dir;
-  return "";
+  auto isDir = [&](const std::string& d) {
+    return !d.empty() && std::filesystem::is_directory(d, ec);
+  };
+  const std::string source = TRAINSCOPE_WEB_DIR;
+  const std::string exeDir = executableDir();
+  // A build-tree binary (the collector, a test) serves the source tree's pages as edited.
+  if (isInside(exeDir, TRAINSCOPE_BUILD_ROOT) && isDir(source)) return source;
+  for (const std::string& dir :
+       installedCandidates(exeDir, TRAINSCOPE_INSTALL_BINDIR, TRAINSCOPE_INSTALL_PREFIX,
+                           TRAINSCOPE_INSTALL_WEBDIR)) {
+    if (isDir(dir)) return dir;
+  }
+  return isDir(source) ? source : "";
 }
 
 Status run(const CollectorOptions& options) {

@@ -69,7 +69,9 @@ struct CollectorOptions {
 // outlive it. Safe from any thread.
 std::shared_ptr<http::CaptureService> captureService(capture::CaptureManager& manager);
 
-// The repository's web/ directory when it exists (a build run from the source tree), else "".
+// The dashboard's files: the source tree's web/ for a binary run from the build tree, else the
+// installed copy (DATADIR/trainscope/web under the prefix found from the executable's path, then
+// under the configured prefix), else the source tree's when it exists, else "".
 std::string defaultWebRoot();
 
 // Runs until SIGINT or SIGTERM, then commits and acks what ingest holds and returns. Fails

@@ -1,12 +1,14 @@
 // trainscope-collector: parses flags into CollectorOptions and runs the collector.
 #include <cstdint>
 #include <cstdio>
+#include <iostream>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "collector/collector.h"
 #include "collector/http/token.h"
+#include "common/config_file.h"
 #include "common/log.h"
 
 int main(int argc, char** argv) {
@@ -101,7 +103,9 @@ int main(int argc, char** argv) {
                  "3x this in memory")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1} << 20, uint64_t{1} << 36));
-  CLI11_PARSE(app, argc, argv);
+  if (int rc = trainscope::parseWithConfigFile(app, argc, argv, std::cout, std::cerr); rc >= 0) {
+    return rc;
+  }
   if (!tokenFile.empty()) {
     auto token = trainscope::http::readTokenFile(tokenFile, "--http-token-file");
     if (!token) {

@@ -1,0 +1,189 @@
+"""`meson install` end to end: installs the build into a temporary DESTDIR and runs the
+installed binaries from there. The layout (binaries, libraries, Python package with its
+start-up hook and .pth, dashboard, config files, systemd units, sysusers) is where the build
+says; the installed collector, started with only --config, serves the installed dashboard;
+the installed agent runs from --config; the installed `trainscope run` finds the installed
+package and libraries by itself and an unmodified PyTorch script's steps reach the collector;
+TRAINSCOPE_AUTO=1 through the installed .pth turns monitoring on. Loopback only, free ports,
+every process stopped at the end. Exits 77 when /usr/bin/python3 has no torch.
+
+Env (tests/e2e/meson.build): TRAINSCOPE_BUILD_ROOT, TRAINSCOPE_INSTALL_PREFIX,
+TRAINSCOPE_INSTALL_PYTHONDIR, TRAINSCOPE_INSTALL_SYSCONFDIR, TRAINSCOPE_INSTALL_UNITDIR.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+SKIP = 77
+
+TRAIN = r"""
+import torch, torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(40, 8), torch.randint(0, 2, (40,)))
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in DataLoader(data, batch_size=8):
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+print("trained")
+"""
+
+
+def check(cond, what):
+    if not cond:
+        print("FAILED: " + what, file=sys.stderr)
+        sys.exit(1)
+    print("ok: " + what)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if pred():
+                return True
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def http_get(port, path):
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=5) as r:
+        return r.status, r.read()
+
+
+def under(destdir, path):
+    return os.path.join(destdir, path.lstrip("/"))
+
+
+def main():
+    if subprocess.run(["/usr/bin/python3", "-c", "import torch"],
+                      capture_output=True).returncode != 0:
+        print("skipped: /usr/bin/python3 cannot import torch", file=sys.stderr)
+        return SKIP
+    build = os.environ["TRAINSCOPE_BUILD_ROOT"]
+    prefix = os.environ["TRAINSCOPE_INSTALL_PREFIX"]
+    pydir = os.environ["TRAINSCOPE_INSTALL_PYTHONDIR"]
+    confdir = os.environ["TRAINSCOPE_INSTALL_SYSCONFDIR"]
+    unitdir = os.environ["TRAINSCOPE_INSTALL_UNITDIR"]
+    procs = []
+    tmp = tempfile.mkdtemp(prefix="ts-install-")
+    try:
+        dest = os.path.join(tmp, "dest")
+        r = subprocess.run(["meson", "install", "-C", build, "--destdir", dest, "--no-rebuild",
+                            "--quiet"], capture_output=True, text=True)
+        check(r.returncode == 0, "meson install --destdir (%s)" % (r.stdout + r.stderr)[-2000:])
+        root = under(dest, prefix)
+        pkg = os.path.join(pydir if pydir.startswith("/") else os.path.join(prefix, pydir))
+        pkg = under(dest, pkg)
+        conf = under(dest, confdir if confdir.startswith("/") else os.path.join(prefix, confdir))
+        units = under(dest, unitdir)
+        for path in [os.path.join(root, "bin", b) for b in
+                     ("trainscope", "trainscope-agent", "trainscope-collector")] + [
+                os.path.join(pkg, "trainscope", "__init__.py"),
+                os.path.join(pkg, "trainscope", "auto.py"),
+                os.path.join(pkg, "trainscope", "_layout.py"),
+                os.path.join(pkg, "trainscope", "_boot", "sitecustomize.py"),
+                os.path.join(pkg, "trainscope-auto.pth"),
+                os.path.join(root, "share", "trainscope", "web", "index.html"),
+                os.path.join(conf, "agent.conf"), os.path.join(conf, "collector.conf"),
+                os.path.join(units, "trainscope-agent.service"),
+                os.path.join(units, "trainscope-collector.service")]:
+            check(os.path.exists(path), "installed: " + os.path.relpath(path, dest))
+        unit = open(os.path.join(units, "trainscope-collector.service")).read()
+        check("ExecStart=%s/bin/trainscope-collector --config %s/collector.conf"
+              % (prefix, conf[len(dest):]) in unit, "the collector unit runs it with --config")
+
+        # The installed daemons, from config files only (loopback, free ports).
+        ingest, http = free_port(), free_port()
+        sock = os.path.join(tmp, "agent.sock")
+        with open(os.path.join(tmp, "collector.conf"), "w") as f:
+            f.write("data-dir = %s\ningest = tcp://127.0.0.1:%d\nhttp = 127.0.0.1:%d\n"
+                    % (os.path.join(tmp, "data"), ingest, http))
+        with open(os.path.join(tmp, "agent.conf"), "w") as f:
+            f.write("collector = tcp://127.0.0.1:%d\nendpoint = ipc://%s\nnode = inst\n"
+                    "spool-dir = %s\n" % (ingest, sock, os.path.join(tmp, "spool")))
+        log = open(os.path.join(tmp, "daemons.log"), "w")
+        procs.append(subprocess.Popen([os.path.join(root, "bin", "trainscope-collector"),
+                                       "--config", os.path.join(tmp, "collector.conf")],
+                                      stdout=log, stderr=log, cwd=tmp))
+        procs.append(subprocess.Popen([os.path.join(root, "bin", "trainscope-agent"),
+                                       "--config", os.path.join(tmp, "agent.conf")],
+                                      stdout=log, stderr=log, cwd=tmp))
+        check(wait_for(lambda: http_get(http, "/healthz")[0] == 200, 20),
+              "the installed collector runs from --config")
+        status, body = http_get(http, "/")
+        check(status == 200 and b"<html" in body.lower(),
+              "it serves the installed dashboard without --web-root")
+        check(wait_for(lambda: os.path.exists(sock), 20), "the installed agent runs from --config")
+
+        # The installed `trainscope run`: nothing of the build or source tree in its environment.
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("TRAINSCOPE_") and k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
+        env["OMP_NUM_THREADS"] = "1"
+        cli = os.path.join(root, "bin", "trainscope")
+        r = subprocess.run([cli, "run", "--print-env", "--job", "inst"], env=env,
+                           capture_output=True, text=True)
+        plan = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+        check(r.returncode == 0 and plan.get("PYTHONPATH", "").startswith(pkg)
+              and plan.get("TRAINSCOPE_PROBE_LIB", "").startswith(root),
+              "trainscope run finds the installed package and probe (%r %r)" % (plan, r.stderr))
+        r = subprocess.run([cli, "run", "--job", "inst", "--agent", "ipc://" + sock, "--",
+                            "/usr/bin/python3", "-c", TRAIN], env=env, capture_output=True,
+                           text=True, timeout=300)
+        check(r.returncode == 0 and "trained" in r.stdout and "trainscope:" not in r.stderr,
+              "an unmodified script runs under the installed trainscope run (%s)"
+              % r.stderr[-2000:])
+
+        def rows():
+            _, b = http_get(http, "/api/v1/jobs/inst/steps?limit=1000")
+            return json.loads(b)["steps"]
+        check(wait_for(lambda: len(rows()) == 5, 30),
+              "its 5 optimizer steps reach the collector (%d rows)" % len(rows()))
+        check(all(r["data_ns"] > 0 and r["compute_ns"] > 0 for r in rows()),
+              "each with data wait and compute")
+
+        # TRAINSCOPE_AUTO=1 through the installed .pth (a site directory's .pth files run at
+        # start-up; addsitedir runs them the same way).
+        probe = ("import site, sys; site.addsitedir(%r); "
+                 "m = sys.modules.get('trainscope.auto'); print(bool(m and m.state.on))" % pkg)
+        for value, want in (("1", "True"), ("0", "False")):
+            env["TRAINSCOPE_AUTO"] = value
+            r = subprocess.run(["/usr/bin/python3", "-c", probe], env=env, capture_output=True,
+                               text=True)
+            check(r.stdout.strip() == want, "TRAINSCOPE_AUTO=%s with the installed .pth: "
+                  "monitoring %s (%r)" % (value, want, r.stdout + r.stderr))
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if os.environ.get("TRAINSCOPE_E2E_KEEP"):
+            print("kept " + tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
