@@ -8,8 +8,8 @@ monitoring, or monitoring changed the training).
 Flags: --steps N (default 30), --step-sleep-ms MS (default 0: extra time per step, so a test
 has time to ask for a capture), --batch N (default 64), --width N (default 1024), --no-destroy
 (exit without destroy_process_group, as many scripts do), --report-step-times (print the
-median and mean time between optimizer steps after the first 3 steps, for
-tools/bench/run_overhead.py).
+median and mean wall time, and the median CPU time of the whole process, between optimizer
+steps after the first 3 steps, for tools/bench/run_overhead.py).
 """
 import argparse
 import hashlib
@@ -49,6 +49,7 @@ def main():
 
     steps = 0
     ends = []
+    cpu = []
     for x, y in loader:
         opt.zero_grad()
         loss = loss_fn(ddp(x), y)
@@ -56,6 +57,7 @@ def main():
         opt.step()
         steps += 1
         ends.append(time.perf_counter())
+        cpu.append(time.process_time())
         if args.step_sleep_ms > 0:
             time.sleep(args.step_sleep_ms / 1000.0)
 
@@ -67,8 +69,10 @@ def main():
         dist.destroy_process_group()
     if args.report_step_times and len(ends) > 4:
         times = sorted(b - a for a, b in zip(ends[3:], ends[4:]))
+        cpus = sorted(b - a for a, b in zip(cpu[3:], cpu[4:]))
         print(f"rank {rank}: step_ms median {1e3 * times[len(times) // 2]:.3f} "
-              f"mean {1e3 * sum(times) / len(times):.3f}", flush=True)
+              f"mean {1e3 * sum(times) / len(times):.3f} "
+              f"cpu_ms median {1e3 * cpus[len(cpus) // 2]:.3f}", flush=True)
     print(f"rank {rank}: done, {steps} steps, last loss {loss.item():.6f}, "
           f"params {digest.hexdigest()[:16]}", flush=True)
     return 0
