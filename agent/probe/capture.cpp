@@ -286,13 +286,16 @@ bool CaptureRecorder::writeStep(int64_t step, int64_t startNs, int64_t endNs,
       case RecordType::kCollective:
         cat = "collective";
         break;
+      case RecordType::kP2p:
+        cat = "p2p";
+        break;
       default:
         continue;
     }
     buf_.clear();
     buf_ += "{\"name\": ";
     const char* opName = nullptr;
-    if (r.type == RecordType::kCollective) {
+    if (r.type == RecordType::kCollective || r.type == RecordType::kP2p) {
       opName = wire::collectiveOpName(static_cast<wire::CollectiveOp>(r.kind));
       buf_ += '"';
       buf_ += opName;
@@ -314,7 +317,11 @@ bool CaptureRecorder::writeStep(int64_t step, int64_t startNs, int64_t endNs,
       buf_ += ", \"kind\": \"";
       buf_ += rangeKindName(r.kind);
       buf_ += '"';
-    } else if (r.type == RecordType::kCollective) {
+    } else if (r.type == RecordType::kCollective || r.type == RecordType::kP2p) {
+      if (r.type == RecordType::kP2p) {
+        buf_ += ", \"peer\": ";
+        appendUint(buf_, r.name);
+      }
       buf_ += ", \"bytes\": ";
       appendUint(buf_, r.bytes);
       buf_ += ", \"op\": \"";

@@ -165,7 +165,8 @@ void StepFolder::add(uint32_t ring, const Record& in) {
     case RecordType::kRange:
     case RecordType::kOp:
     case RecordType::kCollective:
-    case RecordType::kLink: {
+    case RecordType::kLink:
+    case RecordType::kP2p: {
       Record done = r;
       done.t1 = std::max(done.t1, done.t0);
       addComplete(done);
@@ -243,6 +244,9 @@ void StepFolder::finalize(const Span& span) {
   // Loose records carried into this entry are unattributed (step -1), so only this pass's
   // attributed ones count.
   out.report = acc.report(options_.job, options_.rank, span.step, options_.topOps, attributed);
+  out.report.set_model_flops(modelFlops_);
+  out.report.set_hardware_flops(hardwareFlops_);
+  out.report.set_peak_flops(peakFlops_);
   lastEnd_ = span.end;
   lastStep_ = span.step;
   ready_.push_back(std::move(out));
@@ -277,6 +281,8 @@ void StepAccumulator::add(const Record& r) {
       break;
     case RecordType::kCollective: {
       push(comm_, r.t0, r.t1);
+      push(coll_, r.t0, r.t1);
+      if (r.kind == TS_COLL_ALL_TO_ALL) push(a2a_, r.t0, r.t1);
       CollAcc& a = colls_[{r.kind, r.group, r.bytes}];
       ++a.count;
       a.total += len;
@@ -294,14 +300,25 @@ void StepAccumulator::add(const Record& r) {
       a.wire += len;
       break;
     }
+    case RecordType::kP2p: {
+      push(comm_, r.t0, r.t1);
+      push(p2p_, r.t0, r.t1);
+      P2pAcc& a = p2ps_[{r.name, r.group, r.kind}];
+      ++a.count;
+      a.bytes += r.bytes;
+      a.total += len;
+      a.max = std::max(a.max, len);
+      a.min = std::min(a.min, len);
+      break;
+    }
     default:
       break;
   }
 }
 
 size_t StepAccumulator::units() const {
-  return compute_.size() + comm_.size() + data_.size() + 4 * (ops_.size() + colls_.size()) +
-         4 * links_.size();
+  return compute_.size() + comm_.size() + data_.size() + coll_.size() + p2p_.size() +
+         a2a_.size() + 4 * (ops_.size() + colls_.size() + links_.size() + p2ps_.size());
 }
 
 wire::StepReport StepAccumulator::report(const std::string& job, uint32_t rank, int64_t step,
@@ -319,6 +336,17 @@ wire::StepReport StepAccumulator::report(const std::string& job, uint32_t rank, 
   const int64_t commNs = lengthOf(commU);
   const int64_t exposed = commNs - overlapLength(computeU, commU);
   const int64_t dataNs = unionLength(std::move(data_));
+  // The same split for collectives alone and for p2p alone: what the overlap ratio and the
+  // pipeline bubble are made of.
+  const Intervals collU = merged(std::move(coll_));
+  const Intervals p2pU = merged(std::move(p2p_));
+  const int64_t collNs = lengthOf(collU);
+  const int64_t p2pNs = lengthOf(p2pU);
+  rep.set_collective_ns(collNs);
+  rep.set_exposed_collective_ns(collNs - overlapLength(computeU, collU));
+  rep.set_p2p_ns(p2pNs);
+  rep.set_bubble_ns(p2pNs - overlapLength(computeU, p2pU));
+  rep.set_all_to_all_ns(unionLength(std::move(a2a_)));
   int64_t computeNs = lengthOf(computeU);
   if (!anyCompute_) computeNs = std::max<int64_t>(0, duration - exposed - dataNs);
   rep.set_compute_ns(computeNs);
@@ -362,6 +390,17 @@ wire::StepReport StepAccumulator::report(const std::string& job, uint32_t rank, 
     l->set_bytes(a.bytes);
     l->set_transfers(a.transfers);
     l->set_wire_ns(a.wire);
+  }
+  for (const auto& [key, a] : p2ps_) {
+    auto* p = rep.add_p2p();
+    p->set_peer(std::get<0>(key));
+    p->set_group(nameString(std::get<1>(key)));
+    p->set_op(static_cast<wire::CollectiveOp>(std::get<2>(key)));
+    p->set_count(a.count);
+    p->set_bytes(a.bytes);
+    p->set_total_ns(a.total);
+    p->set_max_ns(a.max);
+    p->set_min_ns(a.min);
   }
   rep.set_records(records);
   return rep;

@@ -37,7 +37,7 @@ class StepAccumulator {
  public:
   StepAccumulator(int64_t begin, int64_t end) : begin_(begin), end_(end) {}
 
-  // Adds one complete interval record (kOp, kRange, kCollective, kLink); other types are
+  // Adds one complete interval record (kOp, kRange, kCollective, kLink, kP2p); other types are
   // ignored. The caller decided it belongs to this step.
   void add(const Record& r);
   // The report of the step: `topOps` operators at most (the rest counted in ops_truncated),
@@ -66,6 +66,13 @@ class StepAccumulator {
     uint64_t transfers = 0;
     int64_t wire = 0;
   };
+  struct P2pAcc {
+    uint64_t count = 0;
+    uint64_t bytes = 0;
+    int64_t total = 0;
+    int64_t max = 0;
+    int64_t min = INT64_MAX;
+  };
   using Intervals = std::vector<std::pair<int64_t, int64_t>>;
   void push(Intervals& v, int64_t a, int64_t b);
 
@@ -74,12 +81,17 @@ class StepAccumulator {
   Intervals compute_;
   Intervals comm_;
   Intervals data_;
+  Intervals coll_;  // collectives only (comm_ has p2p too)
+  Intervals p2p_;
+  Intervals a2a_;
   bool anyCompute_ = false;  // an operator or compute range was added, even of length 0
   std::unordered_map<uint32_t, OpAcc> ops_;
   std::map<std::tuple<uint8_t, uint32_t, uint64_t>, CollAcc> colls_;
   // (peer, group): a rank talks to a handful of peers per group (ring neighbours, tree
   // parent and children), so a small ordered map keeps the report's order stable.
   std::map<std::pair<uint32_t, uint32_t>, LinkAcc> links_;
+  // (peer, group, op): a pipeline rank talks to its two neighbours, per direction.
+  std::map<std::tuple<uint32_t, uint32_t, uint8_t>, P2pAcc> p2ps_;
 };
 
 // One finished step: its report and the records folded into it (for the flight recorder).
@@ -103,6 +115,13 @@ class StepFolder {
   void finish();
   // Finished steps, oldest first; moves them out.
   std::vector<FoldedStep> take();
+  // What the job stated about its FLOPs (ts_set_flops): stamped into the steps finalized from
+  // now on; zeros leave them out.
+  void setFlops(double model, double hardware, double peak) {
+    modelFlops_ = model;
+    hardwareFlops_ = hardware;
+    peakFlops_ = peak;
+  }
 
   uint64_t unattributed() const { return unattributed_; }
   uint64_t records() const { return records_; }
@@ -134,6 +153,9 @@ class StepFolder {
   uint64_t pass_ = 0;
   uint64_t unattributed_ = 0;
   uint64_t records_ = 0;
+  double modelFlops_ = 0;
+  double hardwareFlops_ = 0;
+  double peakFlops_ = 0;
   int64_t lastEnd_ = INT64_MIN;  // end of the last final step
   int64_t lastStep_ = -1;
 };

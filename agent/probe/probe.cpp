@@ -69,6 +69,22 @@ void Probe::onStatus(std::function<void(const wire::CommandStatus&)> fn) {
   if (handle_ != nullptr) reinterpret_cast<Instance*>(handle_)->setOnStatus(std::move(fn));
 }
 
+Status Probe::declareGroup(Name group, ts_group_kind kind, std::span<const int32_t> ranks) {
+  if (handle_ == nullptr) return Status::error("the probe was not created: " + error_);
+  if (ranks.size() > kMaxGroupRanks) {
+    return Status::error("group '" + std::string(group.str()) +
+                         "': " + std::to_string(ranks.size()) + " ranks; a group has 1.." +
+                         std::to_string(kMaxGroupRanks));
+  }
+  return reinterpret_cast<Instance*>(handle_)->declareGroup(group.str(), kind, ranks.data(),
+                                                            static_cast<int32_t>(ranks.size()));
+}
+
+std::vector<wire::ProcessGroup> Probe::groups() const {
+  if (handle_ == nullptr) return {};
+  return reinterpret_cast<Instance*>(handle_)->groups();
+}
+
 void Probe::submitCommand(const wire::Command& cmd) {
   if (handle_ != nullptr) reinterpret_cast<Instance*>(handle_)->submitCommand(cmd);
 }

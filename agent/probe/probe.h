@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -71,6 +72,22 @@ class Probe {
   void linkTransfer(Name group, uint32_t peer, uint64_t bytes, int64_t postedNs,
                     int64_t deliveredNs) {
     ts_link_transfer(handle_, group.id(), peer, bytes, postedNs, deliveredNs);
+  }
+
+  // One pipeline send or receive with `peer` (global rank), posted at arriveNs and completed
+  // at completeNs (see ts_p2p).
+  void p2p(ts_collective_op op, Name group, int32_t peer, uint64_t bytes, int64_t arriveNs,
+           int64_t completeNs) {
+    ts_p2p(handle_, op, group.id(), peer, bytes, arriveNs, completeNs);
+  }
+  // Declares a process group this rank belongs to (see ts_declare_group); the reason it was
+  // refused, if it was.
+  Status declareGroup(Name group, ts_group_kind kind, std::span<const int32_t> ranks);
+  // The groups declared so far (from any Probe on this instance).
+  std::vector<wire::ProcessGroup> groups() const;
+  // FLOPs per step and the device peak, for MFU/HFU (see ts_set_flops).
+  void setFlops(double modelFlopsPerStep, double hardwareFlopsPerStep, double peakFlops) {
+    ts_set_flops(handle_, modelFlopsPerStep, hardwareFlopsPerStep, peakFlops);
   }
 
   // 0 when everything ended so far is folded (and acknowledged, when connected); 1 on time-out.

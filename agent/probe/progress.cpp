@@ -40,6 +40,7 @@ void ProgressTracker::add(uint32_t ring, const Record& r) {
       return;
     case RecordType::kRange:
     case RecordType::kOp:
+    case RecordType::kP2p:  // complete when recorded; not a collective every rank enters
       lastRecordNs_ = std::max(lastRecordNs_, r.t1);
       return;
     default:  // range push/pop and kinds that say nothing about steps or collectives

@@ -17,6 +17,8 @@ enum class RecordType : uint8_t {
   kCollBegin = 8,   // kind = op, group, bytes, t0 = arrival
   kCollEnd = 9,     // t0 = completion of the latest open begin on the same ring
   kLink = 10,       // name = peer rank (not a name), group, bytes, [t0 = posted, t1 = delivered]
+  kP2p = 11,        // kind = op (send/recv), name = peer rank, group, bytes,
+                    // [t0 = posted, t1 = completed]
 };
 
 // One cache line per record, so a producer never shares a line with the record being read.
@@ -24,7 +26,7 @@ struct alignas(64) Record {
   RecordType type;
   uint8_t kind;  // ts_range_kind for ranges, ts_collective_op for collectives
   uint16_t reserved;
-  uint32_t name;   // ts_name of the range or operator; the peer's global rank for kLink
+  uint32_t name;   // ts_name of the range or operator; the peer's global rank for kLink/kP2p
   uint32_t group;  // ts_name of the collective's process group
   uint32_t ring;   // index of the ring it came from; set by the folder (trace `tid`)
   int64_t step;    // step number for step records; the step it was folded into otherwise

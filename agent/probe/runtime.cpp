@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <new>
 #include <unordered_map>
@@ -76,6 +77,76 @@ void Instance::submitCommand(const wire::Command& cmd) {
   std::lock_guard<std::mutex> lock(mailMu_);
   inbox_.push_back(cmd);
   mail_.store(true, std::memory_order_release);
+}
+
+Status Instance::declareGroup(const std::string& name, uint32_t kind, const int32_t* ranks,
+                              int32_t count) {
+  const std::string what = "group '" + name + "'";
+  if (name.empty()) return Status::error("a group needs a name (ts_intern of a non-empty string)");
+  if (!wire::GroupKind_IsValid(static_cast<int>(kind))) {
+    return Status::error(what + ": unknown kind " + std::to_string(kind) +
+                         " (expected TS_GROUP_OTHER..TS_GROUP_EP, 0..5)");
+  }
+  if (ranks == nullptr || count <= 0 || static_cast<uint64_t>(count) > kMaxGroupRanks) {
+    return Status::error(what + ": " + std::to_string(count) + " ranks" +
+                         (ranks == nullptr ? " at NULL" : "") + "; a group has 1.." +
+                         std::to_string(kMaxGroupRanks));
+  }
+  std::vector<uint32_t> sorted;
+  sorted.reserve(static_cast<size_t>(count));
+  for (int32_t i = 0; i < count; ++i) {
+    if (ranks[i] < 0) {
+      return Status::error(what + ": rank " + std::to_string(ranks[i]) + " is negative");
+    }
+    sorted.push_back(static_cast<uint32_t>(ranks[i]));
+  }
+  const std::vector<uint32_t> inOrder = sorted;
+  bool member = false;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] >= config_.worldSize) {
+      return Status::error(what + ": rank " + std::to_string(sorted[i]) +
+                           " is not below the world size " + std::to_string(config_.worldSize));
+    }
+    if (i > 0 && sorted[i] == sorted[i - 1]) {
+      return Status::error(what + ": rank " + std::to_string(sorted[i]) + " appears twice");
+    }
+    member = member || sorted[i] == config_.rank;
+  }
+  if (!member) {
+    return Status::error(what + ": rank " + std::to_string(config_.rank) +
+                         " declares a group it is not in");
+  }
+  wire::ProcessGroup g;
+  g.set_name(name);
+  g.set_kind(static_cast<wire::GroupKind>(kind));
+  g.mutable_ranks()->Add(inOrder.begin(), inOrder.end());
+  std::lock_guard<std::mutex> lock(groupsMu_);
+  auto it = std::find_if(groups_.begin(), groups_.end(),
+                         [&](const wire::ProcessGroup& x) { return x.name() == name; });
+  if (it != groups_.end()) {
+    if (it->SerializeAsString() == g.SerializeAsString()) return Status::ok();  // no news
+    *it = std::move(g);
+  } else {
+    groups_.push_back(std::move(g));
+  }
+  // Strictly increasing, so a receiver can tell each new set from the one before.
+  groupsDeclaredNs_ = std::max(wallNowNs(), groupsDeclaredNs_ + 1);
+  groupsDirty_.store(true, std::memory_order_release);
+  return Status::ok();
+}
+
+std::vector<wire::ProcessGroup> Instance::groups(int64_t* declaredNs) const {
+  std::lock_guard<std::mutex> lock(groupsMu_);
+  if (declaredNs != nullptr) *declaredNs = groupsDeclaredNs_;
+  return groups_;
+}
+
+void Instance::setFlops(double model, double hardware, double peak) {
+  auto sane = [](double v) { return std::isfinite(v) && v > 0 ? v : 0.0; };
+  modelFlops_.store(sane(model), std::memory_order_relaxed);
+  hardwareFlops_.store(sane(hardware), std::memory_order_relaxed);
+  peakFlops_.store(sane(peak), std::memory_order_relaxed);
 }
 
 void Instance::postStatus(wire::CommandStatus status) {
@@ -276,6 +347,14 @@ void Instance::service(int64_t nowNs, bool closing) {
   }
   records_.fetch_add(taken, std::memory_order_relaxed);
   takeMail();
+  if (groupsDirty_.exchange(false, std::memory_order_acq_rel) && transport_ != nullptr) {
+    int64_t declaredNs = 0;
+    std::vector<wire::ProcessGroup> groups = this->groups(&declaredNs);
+    transport_->setGroups(std::move(groups), declaredNs);
+  }
+  folder_.setFlops(modelFlops_.load(std::memory_order_relaxed),
+                   hardwareFlops_.load(std::memory_order_relaxed),
+                   peakFlops_.load(std::memory_order_relaxed));
   dropped_.store(dropped, std::memory_order_relaxed);
   if (closing) {
     folder_.finish();

@@ -28,6 +28,8 @@ namespace trainscope::probe {
 
 // Threads that get an O(1) ring slot; further threads use a slower thread-local map.
 inline constexpr int kMaxThreadSlots = 256;
+// Ranks one declared group may hold (ts_declare_group); the collector enforces the same bound.
+inline constexpr size_t kMaxGroupRanks = 1u << 20;
 
 class Instance {
  public:
@@ -61,6 +63,15 @@ class Instance {
   // Any thread. Runs `cmd` as if the agent had sent it (at the runtime thread's next pass):
   // for embedders without an agent, tests and benches.
   void submitCommand(const wire::Command& cmd);
+  // Any thread, slow path (ts_declare_group): adds or replaces the group called `name` after
+  // checking it (kind known, ranks in the world, no repeats, this rank a member); the runtime
+  // thread sends the rank's groups to the agent in its next hello. An unchanged group is no
+  // news and sends nothing.
+  Status declareGroup(const std::string& name, uint32_t kind, const int32_t* ranks, int32_t count);
+  // Any thread: the groups declared so far, in declaration order, and when the last one was.
+  std::vector<wire::ProcessGroup> groups(int64_t* declaredNs = nullptr) const;
+  // Any thread, wait-free (ts_set_flops): stamped into every report folded from now on.
+  void setFlops(double model, double hardware, double peak);
 
   // Runtime thread only.
   Status open(void* zmqContext);
@@ -110,6 +121,14 @@ class Instance {
   std::atomic<bool> mail_{false};            // inbox_ or outbox_ may be non-empty
   std::thread stackWorker_;                  // runtime thread; one stack dump at a time
   std::atomic<bool> stackBusy_{false};
+
+  mutable std::mutex groupsMu_;
+  std::vector<wire::ProcessGroup> groups_;  // guarded by groupsMu_; names are unique
+  int64_t groupsDeclaredNs_ = 0;            // guarded by groupsMu_; 0: none declared
+  std::atomic<bool> groupsDirty_{false};    // groups_ changed since the runtime thread looked
+  std::atomic<double> modelFlops_{0};       // ts_set_flops; read by the runtime thread
+  std::atomic<double> hardwareFlops_{0};
+  std::atomic<double> peakFlops_{0};
 
   std::atomic<uint64_t> records_{0};
   std::atomic<uint64_t> dropped_{0};

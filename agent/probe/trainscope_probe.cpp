@@ -334,6 +334,47 @@ void ts_link_transfer(ts_probe* probe, ts_name group, uint32_t peer, uint64_t by
   }
 }
 
+void ts_declare_group(ts_probe* probe, ts_name group, uint32_t kind, const int32_t* ranks,
+                      int32_t count) {
+  if (probe == nullptr) {
+    tLastError = "ts_declare_group: the probe is NULL";
+    return;
+  }
+  try {
+    auto* inst = reinterpret_cast<Instance*>(probe);
+    trainscope::Status s = inst->declareGroup(ts_name_str(group), kind, ranks, count);
+    if (s) {
+      tLastError.clear();  // callers without a status (Python) tell success by ""
+    } else {
+      tLastError = "ts_declare_group: " + s.message();
+      trainscope::logOnce(
+          trainscope::LogLevel::kWarn, "probe", "declare-" + s.message(),
+          "rank " + std::to_string(inst->config().rank) + ": " + tLastError + "; not declared");
+    }
+  } catch (const std::exception& e) {
+    tLastError = std::string("ts_declare_group: ") + e.what();
+  }
+}
+
+void ts_p2p(ts_probe* probe, uint32_t op, ts_name group, int32_t peer, uint64_t bytes,
+            int64_t arrive_ns, int64_t complete_ns) {
+  if (peer < 0 || (op != TS_COLL_SEND && op != TS_COLL_RECV)) [[unlikely]]
+    return;
+  Ring* ring = nullptr;
+  if (Record* rec = claim(probe, &ring)) {
+    fill(rec, RecordType::kP2p, static_cast<uint8_t>(op), static_cast<uint32_t>(peer), group, 0,
+         orNow(arrive_ns), orNow(complete_ns), bytes);
+    ring->publish();
+  }
+}
+
+void ts_set_flops(ts_probe* probe, double model_flops_per_step, double hardware_flops_per_step,
+                  double peak_flops) {
+  if (probe == nullptr) return;
+  reinterpret_cast<Instance*>(probe)->setFlops(model_flops_per_step, hardware_flops_per_step,
+                                               peak_flops);
+}
+
 int32_t ts_probe_flush(ts_probe* probe, int32_t timeout_ms) {
   if (probe == nullptr) return 1;
   try {

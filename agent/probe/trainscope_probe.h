@@ -4,11 +4,12 @@
  * from the environment (TRAINSCOPE_AGENT, TRAINSCOPE_JOB / SLURM_JOB_ID / TORCHELASTIC_RUN_ID,
  * RANK, WORLD_SIZE, LOCAL_RANK); a simulator may create many instances in one process.
  *
- * Threads: every record call (ts_step_*, ts_range_*, ts_op, ts_collective*, ts_link_transfer)
- * may be called from any thread and is wait-free there: a clock read and a store into that
- * thread's ring for that instance. No locks, no allocation, no syscalls, except the very first
- * record a thread makes for an instance, which registers the thread's ring. ts_probe_create,
- * ts_probe_destroy and ts_intern may lock and allocate; call them outside the hot loop.
+ * Threads: every record call (ts_step_*, ts_range_*, ts_op, ts_collective*, ts_link_transfer,
+ * ts_p2p) may be called from any thread and is wait-free there: a clock read and a store into
+ * that thread's ring for that instance. No locks, no allocation, no syscalls, except the very
+ * first record a thread makes for an instance, which registers the thread's ring. ts_set_flops
+ * is a few atomic stores. ts_probe_create, ts_probe_destroy, ts_intern and ts_declare_group may
+ * lock and allocate; call them outside the hot loop.
  *
  * Errors: no function here throws, aborts or blocks training. A probe that cannot reach its
  * agent keeps a bounded backlog and reconnects; a full ring drops the record and counts it.
@@ -49,6 +50,17 @@ enum ts_collective_op {
   TS_COLL_SEND = 7,
   TS_COLL_RECV = 8,
   TS_COLL_BARRIER = 9
+};
+
+/* What a process group is for in the parallel layout; the numbers match
+ * trainscope.wire.GroupKind. */
+enum ts_group_kind {
+  TS_GROUP_OTHER = 0, /* any other group (embedding, model-parallel, a user's own) */
+  TS_GROUP_DP = 1,    /* data parallel: replicas that reduce gradients together */
+  TS_GROUP_TP = 2,    /* tensor parallel: ranks that split each layer */
+  TS_GROUP_PP = 3,    /* pipeline parallel: ranks in stage order */
+  TS_GROUP_CP = 4,    /* context parallel: ranks that split the sequence */
+  TS_GROUP_EP = 5     /* expert parallel: ranks that exchange tokens in all-to-all */
 };
 
 typedef struct ts_probe_config {
@@ -140,6 +152,40 @@ void ts_collective_end(ts_probe* probe, int64_t t_ns);
  * step report of the step `posted_ns` falls in (StepReport.links). */
 void ts_link_transfer(ts_probe* probe, ts_name group, uint32_t peer, uint64_t bytes,
                       int64_t posted_ns, int64_t delivered_ns);
+
+/* Declares a process group this rank belongs to: `ranks` holds `count` global ranks in group
+ * order (for TS_GROUP_PP: stage order), so this rank's index in it is its coordinate along
+ * `kind` (its pipeline stage, its data-parallel index, ...). Declare every group the rank is
+ * in, before its first step; the collector derives the job's layout and each rank's
+ * coordinates from them (GET /api/v1/jobs/{job}/topology). Declaring a name again replaces
+ * that group (a restarted or re-configured job declares again); the same set again changes
+ * nothing. The probe sends the rank's groups to the agent in its next hello, at once.
+ * Refused (logged once, ts_last_error set, nothing declared): a NULL probe, name 0, an unknown
+ * kind, count outside 1..1048576, a rank below 0 or not below the world size, a rank twice, or
+ * `ranks` without this rank; ts_last_error() is "" after a declaration it took. Locks and
+ * allocates: not for the training loop. */
+void ts_declare_group(ts_probe* probe, ts_name group, uint32_t kind, const int32_t* ranks,
+                      int32_t count);
+
+/* One point-to-point transfer (a pipeline send or receive): `op` is TS_COLL_SEND or
+ * TS_COLL_RECV, `peer` the global rank at the other end, `bytes` its size, `arrive_ns` when
+ * this rank posted it (called send/recv or isend/irecv) and `complete_ns` when it completed
+ * (the wait returned). A receive's time thus includes waiting for the sender: where compute
+ * does not overlap it, that wait is the pipeline bubble. Folded per (peer, group, op) into
+ * the step report of the step `arrive_ns` falls in (StepReport.p2p, p2p_ns, bubble_ns) and
+ * counted in its communication time. A negative peer or another op is dropped. */
+void ts_p2p(ts_probe* probe, uint32_t op, ts_name group, int32_t peer, uint64_t bytes,
+            int64_t arrive_ns, int64_t complete_ns);
+
+/* What this rank computes per step, for MFU and HFU: `model_flops_per_step` the FLOPs of the
+ * model's math this rank does in one step (its share of the job's), `hardware_flops_per_step`
+ * what its hardware executes including recomputation (0: not known), `peak_flops` the device's
+ * peak FLOP/s for the data type used. Every step report folded afterwards carries them, so the
+ * collector serves MFU = model_flops / (step time * peak) and HFU likewise. Call it again
+ * whenever the work per step changes; zeros stop it. Negative or non-finite values are taken
+ * as 0. Any thread, wait-free. */
+void ts_set_flops(ts_probe* probe, double model_flops_per_step, double hardware_flops_per_step,
+                  double peak_flops);
 
 /* Waits up to `timeout_ms` until every step ended so far is folded and acknowledged by the
  * agent. Returns 0 when all are acknowledged, 1 on time-out. Not for the training loop. */

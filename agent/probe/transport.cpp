@@ -73,6 +73,19 @@ void Transport::addStatus(wire::CommandStatus status) {
   queued_.push_back(std::move(env));
 }
 
+void Transport::setGroups(std::vector<wire::ProcessGroup> groups, int64_t declaredNs) {
+  groups_ = std::move(groups);
+  groupsDeclaredNs_ = declaredNs;
+  groupsAcked_ = false;
+  // Without waiting for the 2 s period: the collector should know the layout before the
+  // first steps arrive.
+  if (helloOutstanding_) {
+    helloWanted_ = true;
+  } else {
+    lastHelloNs_ = 0;
+  }
+}
+
 void Transport::queueHello(int64_t nowNs) {
   lastHelloNs_ = nowNs;
   // One hello waiting for its ack is enough; an absent agent must not fill the backlog.
@@ -83,6 +96,10 @@ void Transport::queueHello(int64_t nowNs) {
   *hello->mutable_rank() = info_;
   hello->set_sent_ns(wallNowNs());
   if (progress) progress(hello->mutable_progress());
+  if (groupsDeclaredNs_ != 0 && !groupsAcked_) {
+    for (const auto& g : groups_) *hello->add_groups() = g;
+    hello->set_groups_declared_ns(groupsDeclaredNs_);
+  }
   // Hellos go first so an agent that just came up learns the rank before its reports.
   queued_.insert(queued_.begin(), std::move(env));
   helloOutstanding_ = true;
@@ -124,7 +141,10 @@ void Transport::cutBatch() {
     Pending p{nextSeq_, {}, 0, false};
     for (size_t i = 0; i < n; ++i) {
       if (queued_[i].has_step()) ++p.reports;
-      if (queued_[i].has_rank_hello()) p.hello = true;
+      if (queued_[i].has_rank_hello()) {
+        p.hello = true;
+        p.groupsNs = queued_[i].rank_hello().groups_declared_ns();
+      }
       queued_[i].set_schema_version(wire::kSchemaVersion);
       *batch->add_items() = std::move(queued_[i]);
     }
@@ -187,7 +207,14 @@ void Transport::receive(int64_t nowNs) {
           const Pending& p = backlog_.front();
           reportsAcked.fetch_add(p.reports, std::memory_order_relaxed);
           backlogReports.fetch_sub(p.reports, std::memory_order_relaxed);
-          if (p.hello) helloOutstanding_ = false;
+          if (p.hello) {
+            helloOutstanding_ = false;
+            if (p.groupsNs != 0 && p.groupsNs == groupsDeclaredNs_) groupsAcked_ = true;
+            if (helloWanted_) {
+              helloWanted_ = false;
+              lastHelloNs_ = 0;
+            }
+          }
           backlog_.pop_front();
         }
         break;

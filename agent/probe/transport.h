@@ -46,6 +46,12 @@ class Transport {
   void addGoodbye(int64_t lastStep, int64_t nowWallNs);
   // A command's status (captures): rides in the same acked, resent batches as the reports.
   void addStatus(wire::CommandStatus status);
+  // The rank's declared process groups as of `declaredNs` (wall clock). They ride in the
+  // hellos until the agent acknowledged one that carried this set; a new set sends a hello at
+  // the next service (or as soon as the hello in flight is acknowledged).
+  void setGroups(std::vector<wire::ProcessGroup> groups, int64_t declaredNs);
+  // True once a hello with the current group set was acknowledged (tests).
+  bool groupsDelivered() const { return groupsDeclaredNs_ == 0 || groupsAcked_; }
   // Receives acks/commands, cuts batches, sends and resends. `nowNs` is monotonic time;
   // `cutNow` sends whatever is queued without waiting for the batch interval.
   void service(int64_t nowNs, bool cutNow);
@@ -78,6 +84,7 @@ class Transport {
     uint32_t reports;
     bool hello;
     int64_t lastSentNs = 0;  // 0: never sent
+    int64_t groupsNs = 0;    // groups_declared_ns of the group set its hello carried; 0: none
   };
 
   void receive(int64_t nowNs);
@@ -98,7 +105,11 @@ class Transport {
   uint64_t nextSeq_ = 1;
   bool linkUp_ = false;
   bool helloOutstanding_ = false;
+  bool helloWanted_ = false;  // queue a hello as soon as the outstanding one is acked
   int64_t lastHelloNs_ = 0;
+  std::vector<wire::ProcessGroup> groups_;  // the rank's declared groups
+  int64_t groupsDeclaredNs_ = 0;            // 0: none declared
+  bool groupsAcked_ = false;                // a hello carrying groups_ was acknowledged
   std::atomic<int64_t> lastAckNs_{0};
 };
 

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <string>
+#include <tuple>
 
 #include <catch2/catch.hpp>
 
@@ -55,6 +56,19 @@ Record link(uint32_t peer, const char* group, uint64_t bytes, int64_t posted, in
   r.bytes = bytes;
   r.t0 = posted;
   r.t1 = delivered;
+  return r;
+}
+// What ts_p2p records: the op in `kind`, the peer in `name`.
+Record p2p(uint8_t opKind, uint32_t peer, const char* group, uint64_t bytes, int64_t posted,
+           int64_t completed) {
+  Record r{};
+  r.type = RecordType::kP2p;
+  r.kind = opKind;
+  r.name = peer;
+  r.group = internName(group);
+  r.bytes = bytes;
+  r.t0 = posted;
+  r.t1 = completed;
   return r;
 }
 Record push(uint8_t kind, int64_t at) {
@@ -276,4 +290,91 @@ TEST_CASE("fold: a link delivered before it was posted counts no negative time")
   REQUIRE(out[0].report.links_size() == 1);
   CHECK(out[0].report.links(0).wire_ns() == 0);
   CHECK(out[0].report.links(0).transfers() == 1);
+}
+
+TEST_CASE(
+    "fold totals p2p per (peer, group, op) and takes the bubble, collective and all-to-all time "
+    "apart") {
+  // A pipeline stage: it waits 200 for its input (the bubble), computes, sends while it
+  // computes the next microbatch, and exchanges tokens in an all-to-all.
+  StepFolder f(opts());
+  f.add(0, step(RecordType::kStepBegin, 1, 1000));
+  f.add(0, p2p(TS_COLL_RECV, 2, "pp", 4096, 1000, 1200));  // idle: bubble 200
+  f.add(0, op("fwd", 1200, 1500));
+  f.add(0, p2p(TS_COLL_SEND, 6, "pp", 4096, 1500, 1550));  // under the next op: no bubble
+  f.add(0, op("fwd", 1500, 1700));
+  f.add(0, p2p(TS_COLL_RECV, 2, "pp", 4096, 1700, 1720));     // 20 more of bubble
+  f.add(0, coll(TS_COLL_ALL_TO_ALL, "ep", 512, 1720, 1800));  // exposed
+  f.add(0, coll(TS_COLL_ALL_REDUCE, "tp", 256, 1790, 1850));  // overlaps the all-to-all
+  f.add(0, op("bwd", 1850, 1950));
+  f.add(0, p2p(TS_COLL_SEND, 6, "pp", 100, 1960, 1990));  // after compute: exposed, bubble
+  f.add(0, step(RecordType::kStepEnd, 1, 2000));
+  f.finish();
+  auto out = f.take();
+  REQUIRE(out.size() == 1);
+  const auto& rep = out[0].report;
+  CHECK(rep.p2p_ns() == 200 + 50 + 20 + 30);
+  CHECK(rep.bubble_ns() == 200 + 20 + 30);
+  CHECK(rep.collective_ns() == 130);  // 1720..1850
+  CHECK(rep.exposed_collective_ns() == 130);
+  CHECK(rep.all_to_all_ns() == 80);
+  // comm_ns and exposed_comm_ns count both kinds, as before.
+  CHECK(rep.comm_ns() == 200 + 50 + 20 + 130 + 30);
+  CHECK(rep.exposed_comm_ns() == 200 + 20 + 130 + 30);
+  CHECK(rep.compute_ns() == 600);
+  REQUIRE(rep.p2p_size() == 2);
+  std::map<std::tuple<uint32_t, std::string, int>, trainscope::wire::P2pTotal> byKey;
+  for (const auto& t : rep.p2p()) byKey[{t.peer(), t.group(), t.op()}] = t;
+  const auto& recv = byKey.at({2, "pp", trainscope::wire::RECV});
+  CHECK(recv.count() == 2);
+  CHECK(recv.bytes() == 8192);
+  CHECK(recv.total_ns() == 220);
+  CHECK(recv.max_ns() == 200);
+  CHECK(recv.min_ns() == 20);
+  const auto& send = byKey.at({6, "pp", trainscope::wire::SEND});
+  CHECK(send.count() == 2);
+  CHECK(send.bytes() == 4196);
+  CHECK(send.min_ns() == 30);
+  // The flight recorder gets the p2p records in their step.
+  size_t p2ps = 0;
+  for (const auto& r : out[0].records) p2ps += r.type == RecordType::kP2p && r.step == 1;
+  CHECK(p2ps == 4);
+}
+
+TEST_CASE("fold: a job without p2p has no bubble and its collective fields equal its comm fields") {
+  StepFolder f(opts());
+  f.add(0, step(RecordType::kStepBegin, 1, 0));
+  f.add(0, op("x", 0, 500));
+  f.add(0, coll(TS_COLL_ALL_REDUCE, "dp", 8, 400, 700));
+  f.add(0, step(RecordType::kStepEnd, 1, 1000));
+  f.finish();
+  auto out = f.take();
+  REQUIRE(out.size() == 1);
+  const auto& rep = out[0].report;
+  CHECK(rep.p2p_ns() == 0);
+  CHECK(rep.bubble_ns() == 0);
+  CHECK(rep.p2p_size() == 0);
+  CHECK(rep.collective_ns() == rep.comm_ns());
+  CHECK(rep.exposed_collective_ns() == rep.exposed_comm_ns());
+  CHECK(rep.all_to_all_ns() == 0);
+  CHECK(rep.model_flops() == 0);
+  CHECK(rep.peak_flops() == 0);
+}
+
+TEST_CASE("fold stamps the FLOPs the job stated into the steps finalized after it said so") {
+  StepFolder f(opts());
+  f.add(0, step(RecordType::kStepBegin, 1, 0));
+  f.add(0, step(RecordType::kStepEnd, 1, 1000));
+  f.endPass();
+  f.endPass();
+  f.setFlops(2e12, 2.5e12, 1e15);
+  f.add(0, step(RecordType::kStepBegin, 2, 1000));
+  f.add(0, step(RecordType::kStepEnd, 2, 2000));
+  f.finish();
+  auto out = f.take();
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].report.model_flops() == 0);
+  CHECK(out[1].report.model_flops() == 2e12);
+  CHECK(out[1].report.hardware_flops() == 2.5e12);
+  CHECK(out[1].report.peak_flops() == 1e15);
 }

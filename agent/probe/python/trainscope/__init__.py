@@ -14,6 +14,12 @@ Configuration comes from the environment (TRAINSCOPE_AGENT, TRAINSCOPE_JOB, SLUR
 TORCHELASTIC_RUN_ID, RANK, WORLD_SIZE, LOCAL_RANK) unless init(**overrides) names a field of
 ts_probe_config: agent_endpoint, job, rank, world_size, local_rank, host, pid, flight_steps,
 flight_max_bytes, ring_records, backlog_reports, top_ops, connect_agent (1 = fold only).
+init() also takes flops_per_step, hardware_flops_per_step and peak_flops (see set_flops).
+
+Parallel layout: declare_group() names each process group the rank is in (data, tensor,
+pipeline, context, expert parallel) so the collector knows every rank's coordinates;
+record_p2p() / p2p() time pipeline sends and receives with their peer; set_flops() states the
+work per step for MFU and HFU.
 
 Stack captures (docs/CAPTURE.md) show each thread's Python frames: creating the probe here
 registers a stack provider (sys._current_frames() matched to threads by native_id) that the
@@ -33,7 +39,9 @@ import threading
 __all__ = [
     "init", "step", "step_begin", "step_end", "range", "collective", "record_collective",
     "record_link_transfer", "op", "flush", "stats", "shutdown", "now_ns", "intern", "dump_stacks", "ProbeError",
-    "RANGE_OTHER", "RANGE_COMPUTE", "RANGE_DATA", "COLLECTIVE_OPS",
+    "declare_group", "record_p2p", "p2p", "set_flops",
+    "RANGE_OTHER", "RANGE_COMPUTE", "RANGE_DATA", "COLLECTIVE_OPS", "GROUP_KINDS",
+    "GROUP_OTHER", "GROUP_DP", "GROUP_TP", "GROUP_PP", "GROUP_CP", "GROUP_EP",
 ]
 
 RANGE_OTHER = 0
@@ -46,6 +54,19 @@ COLLECTIVE_OPS = {
     "unknown": 0, "all_reduce": 1, "all_gather": 2, "reduce_scatter": 3, "all_to_all": 4,
     "broadcast": 5, "reduce": 6, "send": 7, "recv": 8, "barrier": 9,
 }
+
+
+# Names match trainscope.wire.GroupKind and ts_group_kind.
+GROUP_OTHER = 0
+GROUP_DP = 1
+GROUP_TP = 2
+GROUP_PP = 3
+GROUP_CP = 4
+GROUP_EP = 5
+GROUP_KINDS = {"other": GROUP_OTHER, "dp": GROUP_DP, "tp": GROUP_TP, "pp": GROUP_PP,
+               "cp": GROUP_CP, "ep": GROUP_EP}
+
+_FLOPS_SETTINGS = ("flops_per_step", "hardware_flops_per_step", "peak_flops")
 
 
 class ProbeError(RuntimeError):
@@ -145,6 +166,9 @@ def _bind(lib):
         "ts_collective_begin": (None, [P, u32, u32, u64, i64]),
         "ts_collective_end": (None, [P, i64]),
         "ts_link_transfer": (None, [P, u32, u32, u64, i64, i64]),
+        "ts_declare_group": (None, [P, u32, u32, ctypes.POINTER(i32), i32]),
+        "ts_p2p": (None, [P, u32, u32, i32, u64, i64, i64]),
+        "ts_set_flops": (None, [P, ctypes.c_double, ctypes.c_double, ctypes.c_double]),
         "ts_probe_flush": (i32, [P, i32]),
         "ts_probe_get_stats": (None, [P, ctypes.POINTER(_Stats)]),
         "ts_last_error": (ctypes.c_char_p, []),
@@ -235,16 +259,18 @@ def _probe():
 def init(**overrides):
     """Creates this process's probe with ts_probe_config fields overridden by keyword.
 
-    Unknown fields raise TypeError; a configuration the probe refuses raises ProbeError with
-    its reason. Calling any record function first creates the probe from the environment.
-    Under TRAINSCOPE_AUTO=1 the probe may already run; then this returns it (the overrides
-    are ignored, said once on stderr).
+    flops_per_step, hardware_flops_per_step and peak_flops are passed to set_flops() once the
+    probe exists. Unknown fields raise TypeError; a configuration the probe refuses raises
+    ProbeError with its reason. Calling any record function first creates the probe from the
+    environment. Under TRAINSCOPE_AUTO=1 the probe may already run; then this returns it (the
+    overrides are ignored, said once on stderr).
     """
     global _handle
     if _handle is not None and _auto_owned:
         sys.modules["trainscope.auto"].log(
             "init(): the probe was already started by TRAINSCOPE_AUTO=1; its settings stay")
         return _handle
+    flops = {k: overrides.pop(k) for k in _FLOPS_SETTINGS if k in overrides}
     lib = _get_lib()
     cfg = _Config()
     lib.ts_config_init(ctypes.byref(cfg))
@@ -266,6 +292,8 @@ def init(**overrides):
         _handle = lib.ts_default()
         _install_stack_provider(lib)
         atexit.register(_shutdown_at_exit)
+    if flops:
+        set_flops(**flops)
     return _handle
 
 
@@ -375,6 +403,89 @@ def record_link_transfer(peer, nbytes, posted_ns, delivered_ns, group="default")
         raise ValueError("peer must be a global rank >= 0, not %r" % (peer,))
     _get_lib().ts_link_transfer(_probe(), intern(group), int(peer), int(nbytes),
                                 int(posted_ns), int(delivered_ns))
+
+
+def _group_kind(kind):
+    if isinstance(kind, int) and not isinstance(kind, bool):
+        if kind not in GROUP_KINDS.values():
+            raise ValueError("group kind must be 0..5 or one of %s, not %r"
+                             % (", ".join(GROUP_KINDS), kind))
+        return kind
+    try:
+        return GROUP_KINDS[kind]
+    except (KeyError, TypeError):
+        raise ValueError("group kind must be one of %s, not %r"
+                         % (", ".join(GROUP_KINDS), kind)) from None
+
+
+def declare_group(name, kind, ranks):
+    """Declares a process group this rank belongs to.
+
+    name: the group's name (the same name on every member); kind: "dp", "tp", "pp", "cp",
+    "ep" or "other" (or GROUP_*); ranks: its members' global ranks in group order (for "pp":
+    stage order), this rank among them. Declare every group before the first step; declaring
+    a name again replaces it. Raises ValueError with the probe's reason when refused (a rank
+    outside the world, a rank twice, this rank not a member).
+    """
+    code = _group_kind(kind)
+    members = [int(r) for r in ranks]
+    if not members:
+        raise ValueError("declare_group(%r): ranks is empty" % (name,))
+    if any(r < -2**31 or r >= 2**31 for r in members):
+        raise ValueError("declare_group(%r): ranks must be 32-bit integers" % (name,))
+    lib = _get_lib()
+    arr = (ctypes.c_int32 * len(members))(*members)
+    lib.ts_declare_group(_probe(), intern(name), code, arr, len(members))
+    err = lib.ts_last_error().decode(errors="replace")
+    if err:
+        raise ValueError(err)
+
+
+def _p2p_op(op):
+    code = _op_code(op)
+    if code not in (COLLECTIVE_OPS["send"], COLLECTIVE_OPS["recv"]):
+        raise ValueError("p2p op must be 'send' or 'recv', not %r" % (op,))
+    return code
+
+
+def record_p2p(op, peer, nbytes, arrive_ns, complete_ns, group="default"):
+    """Records one point-to-point transfer: op "send" or "recv", `peer` the global rank at the
+    other end, posted at arrive_ns and completed at complete_ns (ns, epoch); folded per
+    (peer, group, op) into the step's p2p totals, the part not overlapped by compute counted as
+    the pipeline bubble."""
+    if int(peer) < 0:
+        raise ValueError("peer must be a global rank >= 0, not %r" % (peer,))
+    _get_lib().ts_p2p(_probe(), _p2p_op(op), intern(group), int(peer), int(nbytes),
+                      int(arrive_ns), int(complete_ns))
+
+
+@contextlib.contextmanager
+def p2p(op, peer, nbytes, group="default"):
+    """Context manager timing one blocking send or recv with `peer` from entry to exit."""
+    code = _p2p_op(op)
+    if int(peer) < 0:
+        raise ValueError("peer must be a global rank >= 0, not %r" % (peer,))
+    lib = _get_lib()
+    t0 = lib.ts_now_ns()
+    try:
+        yield
+    finally:
+        lib.ts_p2p(_probe(), code, intern(group), int(peer), int(nbytes), t0, lib.ts_now_ns())
+
+
+def set_flops(flops_per_step=0.0, peak_flops=0.0, hardware_flops_per_step=0.0):
+    """States the FLOPs of the model's math this rank does per step, the device's peak FLOP/s
+    and, for HFU, the FLOPs its hardware executes per step (recomputation included). Every step
+    folded afterwards carries them; the collector serves MFU and HFU from them."""
+    values = []
+    for name, v in (("flops_per_step", flops_per_step),
+                    ("hardware_flops_per_step", hardware_flops_per_step),
+                    ("peak_flops", peak_flops)):
+        v = float(v)
+        if not v >= 0 or v == float("inf"):
+            raise ValueError("%s must be a finite number >= 0, not %r" % (name, v))
+        values.append(v)
+    _get_lib().ts_set_flops(_probe(), values[0], values[1], values[2])
 
 
 def op(name, start_ns, duration_ns):
