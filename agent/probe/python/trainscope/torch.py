@@ -29,6 +29,7 @@ import contextlib
 import ctypes
 import os
 import sys
+import threading
 
 import torch  # noqa: F401 - fail early without torch; also loads libtorch_cpu for the callback
 import torch.distributed as dist
@@ -37,7 +38,8 @@ import trainscope
 
 __all__ = ["allreduce_hook", "group_name", "compute", "backward", "instrument_module",
            "instrument_optimizer", "enable_ops", "disable_ops", "ops_enabled", "ops_recorded",
-           "torch_lib_path"]
+           "torch_lib_path", "declare_process_group", "declare_megatron_groups",
+           "watch_new_groups", "trace_p2p"]
 
 _TORCH_LIB_NAME = "libtrainscope_torch.so"
 _torch_lib = None
@@ -229,3 +231,175 @@ def instrument_optimizer(optimizer, name="optimizer"):
     optimizer._trainscope_wrapped = True
     return optimizer
 
+
+
+# --- Parallel layout: process groups and point-to-point transfers --------------------------
+
+# Megatron-LM's parallel_state getters and the kind each group is (megatron.core).
+_MEGATRON_GROUPS = (
+    ("get_tensor_model_parallel_group", "tp"),
+    ("get_pipeline_model_parallel_group", "pp"),
+    ("get_data_parallel_group", "dp"),
+    ("get_context_parallel_group", "cp"),
+    ("get_expert_model_parallel_group", "ep"),
+)
+
+
+def _group_ranks(group):
+    if group is None or group is dist.group.WORLD:
+        return list(range(dist.get_world_size()))
+    return list(dist.get_process_group_ranks(group))
+
+
+def declare_process_group(group, kind="other", name=None):
+    """Declares a torch.distributed process group to trainscope (trainscope.declare_group):
+    its global ranks in group order, `kind` "dp", "tp", "pp" (ranks in stage order), "cp",
+    "ep" or "other", named `name` or its c10d name. A group that does not hold this rank is
+    skipped (returns False), as torch hands non-members a placeholder."""
+    ranks = _group_ranks(group)
+    if dist.get_rank() not in ranks:
+        return False
+    trainscope.declare_group(name or group_name(group), kind, ranks)
+    return True
+
+
+def declare_megatron_groups():
+    """Declares Megatron-LM's tensor-, pipeline-, data-, context- and expert-parallel groups
+    (megatron.core.parallel_state, once initialize_model_parallel ran), each named after its
+    kind. Returns the kinds declared; [] without Megatron."""
+    try:
+        from megatron.core import parallel_state  # pylint: disable=import-outside-toplevel
+    except Exception:  # noqa: BLE001 - Megatron is optional
+        return []
+    declared = []
+    for getter, kind in _MEGATRON_GROUPS:
+        fn = getattr(parallel_state, getter, None)
+        try:
+            group = fn() if fn is not None else None
+        except Exception:  # noqa: BLE001 - a group this layout does not build asserts
+            group = None
+        if group is not None and declare_process_group(group, kind, name=kind):
+            declared.append(kind)
+    return declared
+
+
+def watch_new_groups(kind_of=None):
+    """Wraps torch.distributed.new_group so that every group created from now on that holds
+    this rank is declared (with its c10d name). `kind_of(ranks)` names its kind ("tp", ...);
+    without it, or when it returns None, the group is declared as "other". Idempotent;
+    a declaration that fails warns and never breaks group creation."""
+    global _kind_of
+    _kind_of = kind_of
+    if getattr(dist.new_group, "_trainscope_wrapped", False):
+        return
+    inner = dist.new_group
+
+    def new_group(*args, **kwargs):
+        group = inner(*args, **kwargs)
+        try:
+            if group is not None and group is not dist.GroupMember.NON_GROUP_MEMBER:
+                kind = (_kind_of(_group_ranks(group)) if _kind_of else None) or "other"
+                declare_process_group(group, kind)
+        except Exception as e:  # noqa: BLE001 - telemetry must never fail group creation
+            print("trainscope: could not declare a process group: %s" % e, file=sys.stderr)
+        return group
+
+    new_group._trainscope_wrapped = True
+    dist.new_group = new_group
+
+
+_kind_of = None
+_batching = threading.local()  # inside batch_isend_irecv: its isend/irecv stay torch's own
+
+
+def _nbytes(tensor):
+    return tensor.numel() * tensor.element_size()
+
+
+class _TimedWork:
+    """An isend/irecv request: records the transfer when its wait() returns (posted at the
+    isend/irecv call). Everything else goes to the torch Work it wraps."""
+
+    def __init__(self, work, op, peer, nbytes, group, posted):
+        self._work = work
+        self._what = (op, peer, nbytes, group, posted)
+
+    def wait(self, *args, **kwargs):
+        out = self._work.wait(*args, **kwargs)
+        if self._what is not None:
+            op, peer, nbytes, group, posted = self._what
+            self._what = None
+            _record_p2p(op, peer, nbytes, posted, group)
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+def _record_p2p(op, peer, nbytes, posted, group):
+    try:
+        trainscope.record_p2p(op, int(peer), nbytes, posted, trainscope.now_ns(),
+                              group=group_name(group))
+    except Exception:  # noqa: BLE001 - telemetry must never fail the transfer
+        pass
+
+
+def trace_p2p():
+    """Times torch.distributed.send, recv, isend and irecv as trainscope p2p transfers with
+    their peer and bytes (a blocking call from entry to return; isend/irecv from the call to
+    the request's wait(); batch_isend_irecv's transfers likewise). Idempotent. all_to_all is not
+    traced yet."""
+    if getattr(dist.send, "_trainscope_wrapped", False):
+        return
+
+    send, recv, isend, irecv = dist.send, dist.recv, dist.isend, dist.irecv
+    batch = dist.batch_isend_irecv
+
+    def t_send(tensor, dst, group=None, tag=0):
+        posted = trainscope.now_ns()
+        out = send(tensor, dst, group=group, tag=tag)
+        _record_p2p("send", dst, _nbytes(tensor), posted, group)
+        return out
+
+    def t_recv(tensor, src=None, group=None, tag=0):
+        posted = trainscope.now_ns()
+        out = recv(tensor, src=src, group=group, tag=tag)
+        _record_p2p("recv", src if src is not None else out, _nbytes(tensor), posted, group)
+        return out
+
+    def t_isend(tensor, dst, group=None, tag=0):
+        posted = trainscope.now_ns()
+        work = isend(tensor, dst, group=group, tag=tag)
+        if not work or getattr(_batching, "on", False):
+            return work
+        return _TimedWork(work, "send", dst, _nbytes(tensor), group, posted)
+
+    def t_irecv(tensor, src=None, group=None, tag=0):
+        posted = trainscope.now_ns()
+        work = irecv(tensor, src=src, group=group, tag=tag)
+        # A receive from any source names its peer only later; in a batch, torch needs the
+        # requests themselves (they are timed by t_batch).
+        if not work or src is None or getattr(_batching, "on", False):
+            return work
+        return _TimedWork(work, "recv", src, _nbytes(tensor), group, posted)
+
+    def t_batch(p2p_op_list):
+        posted = trainscope.now_ns()
+        _batching.on = True
+        try:
+            works = batch(p2p_op_list)
+        finally:
+            _batching.on = False
+        if not works or len(works) != len(p2p_op_list):
+            return works  # coalesced into fewer requests: no per-peer times to give
+        return [_TimedWork(w, "send" if p.op is t_isend else "recv", p.peer, _nbytes(p.tensor),
+                           p.group, posted) for p, w in zip(p2p_op_list, works)]
+
+    # Replaced in distributed_c10d too: P2POp checks its op against that module's isend/irecv,
+    # and batch_isend_irecv calls the op it holds, so batched transfers are timed as well.
+    c10d = dist.distributed_c10d
+    for name, fn in (("send", t_send), ("recv", t_recv), ("isend", t_isend), ("irecv", t_irecv),
+                     ("batch_isend_irecv", t_batch)):
+        fn._trainscope_wrapped = True
+        setattr(dist, name, fn)
+        setattr(c10d, name, fn)
