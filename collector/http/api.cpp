@@ -1,8 +1,10 @@
 #include "collector/http/api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <map>
 
 #include "collector/http/json_writer.h"
 #include "collector/http/request_target.h"
@@ -126,6 +128,53 @@ json rankJson(const storage::RankRow& r) {
               {"ended_step", r.endedStep}};
 }
 
+namespace {
+
+// The parallel-layout part of a step's detail: p2p per peer, the pipeline bubble and the
+// communication overlap, and MFU/HFU where the job stated its FLOPs. Ratios are null where
+// their denominator is 0 (no p2p, no collectives, FLOPs not stated).
+void writeParallelDetail(JsonWriter& w, const storage::StepRow& s) {
+  auto ratio = [&](const char* key, double num, double den) {
+    if (den > 0) {
+      w.field(key, num / den);
+    } else {
+      w.key(key);
+      w.null();
+    }
+  };
+  w.field("p2p_ns", s.p2pNs);
+  w.field("bubble_ns", s.bubbleNs);
+  w.field("collective_ns", s.collectiveNs);
+  w.field("exposed_collective_ns", s.exposedCollectiveNs);
+  w.field("all_to_all_ns", s.allToAllNs);
+  // Idle time waiting on pipeline peers, as a share of the step.
+  ratio("bubble_ratio", static_cast<double>(s.bubbleNs),
+        s.p2pNs > 0 ? static_cast<double>(s.durationNs) : 0.0);
+  // 1 - exposed / total collective communication.
+  ratio("comm_overlap_ratio", static_cast<double>(s.collectiveNs - s.exposedCollectiveNs),
+        static_cast<double>(s.collectiveNs));
+  const double seconds = static_cast<double>(s.durationNs) * 1e-9;
+  ratio("mfu", s.modelFlops, s.modelFlops > 0 ? seconds * s.peakFlops : 0.0);
+  ratio("hfu", s.hardwareFlops, s.hardwareFlops > 0 ? seconds * s.peakFlops : 0.0);
+  w.key("p2p");
+  w.beginArray();
+  for (const auto& p : s.p2p) {
+    w.beginObject();
+    w.field("peer", p.peer());
+    w.field("group", p.group());
+    w.field("op", wire::collectiveOpName(p.op()));
+    w.field("count", p.count());
+    w.field("bytes", p.bytes());
+    w.field("total_ns", p.total_ns());
+    w.field("max_ns", p.max_ns());
+    w.field("min_ns", p.min_ns());
+    w.endObject();
+  }
+  w.endArray();
+}
+
+}  // namespace
+
 void writeStepJson(JsonWriter& w, const storage::StepRow& s, bool detail) {
   w.beginObject();
   w.field("rank", s.rank);
@@ -165,6 +214,7 @@ void writeStepJson(JsonWriter& w, const storage::StepRow& s, bool detail) {
       w.endObject();
     }
     w.endArray();
+    writeParallelDetail(w, s);
   }
   w.endObject();
 }
@@ -311,12 +361,12 @@ ApiResponse Api::handle(std::string_view method, std::string_view target, std::s
       return seg[2] == "jobs" ? jobs() : nodes();
     }
     if (v1 && seg.size() == 5 && seg[2] == "jobs" &&
-        (seg[4] == "ranks" || seg[4] == "steps" || seg[4] == "summary")) {
+        (seg[4] == "ranks" || seg[4] == "steps" || seg[4] == "summary" || seg[4] == "topology")) {
       if (!isGet) return methodNotAllowed(method, path);
       const std::string& job = seg[3];
-      if (seg[4] == "ranks") {
+      if (seg[4] == "ranks" || seg[4] == "topology") {
         if (Status s = params.checkAllowed({}); !s) return errorResponse(400, s.message());
-        return ranks(job);
+        return seg[4] == "ranks" ? ranks(job) : topology(job);
       }
       if (seg[4] == "steps") return steps(job, parsed->query);
       return summary(job, parsed->query);
@@ -364,14 +414,83 @@ bool Api::checkJob(const std::string& job, ApiResponse* failure) const {
   return true;
 }
 
+json coordsJson(const topology::Coords& c) {
+  json out = json::object();
+  for (size_t i = 0; i < topology::kAxes.size(); ++i) {
+    if (c.at[i]) out[topology::kindName(topology::kAxes[i])] = *c.at[i];
+  }
+  return out;
+}
+
+json topologyJson(const std::string& job, const topology::Topology& t,
+                  const std::vector<storage::RankRow>& ranks) {
+  json layout = json::object();
+  for (size_t i = 0; i < topology::kAxes.size(); ++i) {
+    if (t.sizes[i] > 0) layout[topology::kindName(topology::kAxes[i])] = t.sizes[i];
+  }
+  // Every rank stored, and every rank only others' groups name (not registered yet).
+  std::map<uint32_t, json> rankList;
+  uint32_t worldSize = 0;
+  for (const auto& r : ranks) {
+    worldSize = std::max(worldSize, r.worldSize);
+    rankList[r.rank] = json{{"rank", r.rank}, {"node", r.node}, {"host", r.host}};
+  }
+  for (const auto& [rank, c] : t.coords) {
+    (void)c;
+    rankList.try_emplace(rank, json{{"rank", rank}, {"node", ""}, {"host", ""}});
+  }
+  json list = json::array();
+  for (auto& [rank, entry] : rankList) {
+    auto c = t.coords.find(rank);
+    entry["coords"] = c == t.coords.end() ? json::object() : coordsJson(c->second);
+    list.push_back(std::move(entry));
+  }
+  json groups = json::array();
+  for (const auto& g : t.groups) {
+    groups.push_back(json{{"name", g.name},
+                          {"kind", topology::kindName(g.kind)},
+                          {"ranks", g.ranks},
+                          {"declared_by", g.declaredBy}});
+  }
+  return json{{"job", job},
+              {"declared", t.declared},
+              {"world_size", worldSize},
+              {"ranks_declared", t.ranksDeclared},
+              {"layout", std::move(layout)},
+              {"ranks", std::move(list)},
+              {"groups", std::move(groups)},
+              {"problems", t.problems}};
+}
+
 ApiResponse Api::ranks(const std::string& job) const {
   ApiResponse failure;
   if (!checkJob(job, &failure)) return failure;
   auto rows = store_.ranks(job);
   if (!rows) return errorResponse(500, rows.message());
+  auto declared = store_.groups(job);
+  if (!declared) return errorResponse(500, declared.message());
+  // Jobs that declared no groups keep today's shape: no "coords" at all.
+  const topology::Topology t = topology::derive(*declared);
   json list = json::array();
-  for (const auto& row : *rows) list.push_back(rankJson(row));
+  for (const auto& row : *rows) {
+    json r = rankJson(row);
+    if (t.declared) {
+      auto c = t.coords.find(row.rank);
+      r["coords"] = c == t.coords.end() ? json::object() : coordsJson(c->second);
+    }
+    list.push_back(std::move(r));
+  }
   return jsonResponse(json{{"job", job}, {"ranks", std::move(list)}});
+}
+
+ApiResponse Api::topology(const std::string& job) const {
+  ApiResponse failure;
+  if (!checkJob(job, &failure)) return failure;
+  auto rows = store_.ranks(job);
+  if (!rows) return errorResponse(500, rows.message());
+  auto declared = store_.groups(job);
+  if (!declared) return errorResponse(500, declared.message());
+  return jsonResponse(topologyJson(job, topology::derive(*declared), *rows));
 }
 
 ApiResponse Api::steps(const std::string& job, const Query& query) const {

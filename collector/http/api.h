@@ -15,6 +15,7 @@
 #include "collector/http/json_writer.h"
 #include "collector/http/server.h"
 #include "collector/storage/store.h"
+#include "collector/topology/topology.h"
 #include "common/clock.h"
 
 namespace trainscope::http {
@@ -71,6 +72,9 @@ class Api {
   ApiResponse jobs() const;
   ApiResponse nodes() const;
   ApiResponse ranks(const std::string& job) const;
+  // The job's parallel layout (collector/topology): axis sizes, each rank's coordinates, the
+  // distinct groups and what the declarations disagree on.
+  ApiResponse topology(const std::string& job) const;
   ApiResponse steps(const std::string& job,
                     const std::vector<std::pair<std::string, std::string>>& query) const;
   ApiResponse summary(const std::string& job,
@@ -106,6 +110,13 @@ std::string jobState(const storage::JobRow& job, int64_t nowNs);
 // JSON shapes of the API, exposed so later endpoints (WebSocket updates) send the same shapes.
 nlohmann::json jobJson(const storage::JobRow& job, int64_t nowNs);
 nlohmann::json rankJson(const storage::RankRow& rank);
+// {"pp": 0, "dp": 1, "tp": 0, ...}: only the axes the rank has a coordinate along.
+nlohmann::json coordsJson(const topology::Coords& coords);
+// GET /api/v1/jobs/{job}/topology: {"job", "declared", "world_size", "ranks_declared",
+// "layout": {"pp": P, "dp": D, "tp": T, ...}, "ranks": [{"rank", "node", "host", "coords"}],
+// "groups": [{"name", "kind", "ranks", "declared_by"}], "problems": [...]}.
+nlohmann::json topologyJson(const std::string& job, const topology::Topology& topology,
+                            const std::vector<storage::RankRow>& ranks);
 nlohmann::json stepJson(const storage::StepRow& step, bool detail);
 // The same shapes written straight to text, for large pages.
 void writeStepJson(JsonWriter& w, const storage::StepRow& step, bool detail);

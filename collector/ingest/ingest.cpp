@@ -300,6 +300,27 @@ struct IngestServer::Impl {
     }
   }
 
+  // Queues a valid hello's declared groups for storage; most hellos carry none
+  // (groups_declared_ns 0: no news). Invalid ones are counted and dropped, the hello kept.
+  void groupsOf(const wire::RankHello& hello, const Peer& peer) {
+    if (hello.groups_declared_ns() == 0 && hello.groups_size() == 0) return;
+    if (auto r = validateGroups(hello, options.limits)) {
+      countReject(r->reason);
+      rejectLog.log(
+          LogLevel::kWarn, kComponent,
+          "dropped the process groups of a hello from " + describe(peer) + ": " + r->detail);
+      return;
+    }
+    storage::GroupsUpdate u;
+    u.job = hello.rank().job();
+    u.groups.rank = hello.rank().rank();
+    // A set without a time (our probes always stamp one) is kept as time 1: it is stored when
+    // the rank has none, and never replaces a stamped set.
+    u.groups.declaredNs = std::max<int64_t>(1, hello.groups_declared_ns());
+    u.groups.groups.assign(hello.groups().begin(), hello.groups().end());
+    pending.batch.groups.push_back(std::move(u));
+  }
+
   void handleBatch(const std::string& id, wire::Envelope& env, int64_t receivedNs) {
     auto* batch = env.mutable_batch();
     ++batches;
@@ -343,6 +364,7 @@ struct IngestServer::Impl {
           }
           worldSizes[info->job()] = info->world_size();
           progressOf(item.rank_hello(), peer, receivedNs);
+          groupsOf(item.rank_hello(), peer);
           pending.batch.ranks.push_back(std::move(*info));
           ++pending.items;
           break;

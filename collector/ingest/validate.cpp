@@ -1,6 +1,8 @@
 #include "collector/ingest/validate.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "schema/wire.h"
 
@@ -46,9 +48,12 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
     const char* name;
     int64_t value;
   };
-  for (const Part& p :
-       {Part{"compute_ns", s.compute_ns()}, Part{"comm_ns", s.comm_ns()},
-        Part{"exposed_comm_ns", s.exposed_comm_ns()}, Part{"data_ns", s.data_ns()}}) {
+  for (const Part& p : {Part{"compute_ns", s.compute_ns()}, Part{"comm_ns", s.comm_ns()},
+                        Part{"exposed_comm_ns", s.exposed_comm_ns()}, Part{"data_ns", s.data_ns()},
+                        Part{"p2p_ns", s.p2p_ns()}, Part{"bubble_ns", s.bubble_ns()},
+                        Part{"collective_ns", s.collective_ns()},
+                        Part{"exposed_collective_ns", s.exposed_collective_ns()},
+                        Part{"all_to_all_ns", s.all_to_all_ns()}}) {
     if (p.value < 0 || p.value > bound) {
       return reject("invalid_breakdown", std::string(p.name) + " " + std::to_string(p.value) +
                                              " not within 0..duration_ns" + at);
@@ -72,6 +77,72 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
       return reject("invalid_collective", std::string("collective ") +
                                               wire::collectiveOpName(c.op()) +
                                               " has a time or bandwidth out of range" + at);
+    }
+  }
+  for (const auto& p : s.p2p()) {
+    if ((worldSize && p.peer() >= *worldSize) || p.total_ns() < 0 || p.max_ns() < 0 ||
+        p.min_ns() < 0 || p.total_ns() >= limits.maxDurationNs) {
+      return reject("invalid_p2p", std::string("p2p ") + wire::collectiveOpName(p.op()) +
+                                       " with peer " + std::to_string(p.peer()) +
+                                       " has a peer or a time out of range" + at);
+    }
+  }
+  struct Flops {
+    const char* name;
+    double value;
+  };
+  for (const Flops& f :
+       {Flops{"model_flops", s.model_flops()}, Flops{"hardware_flops", s.hardware_flops()},
+        Flops{"peak_flops", s.peak_flops()}}) {
+    if (!std::isfinite(f.value) || f.value < 0) {
+      return reject("invalid_flops", std::string(f.name) + " " + std::to_string(f.value) +
+                                         " is not a finite number >= 0" + at);
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Rejection> validateGroups(const wire::RankHello& hello,
+                                        const ValidationLimits& limits) {
+  const wire::RankInfo& info = hello.rank();
+  const std::string at = " (job " + info.job() + " rank " + std::to_string(info.rank()) + ")";
+  if (hello.groups_declared_ns() < 0) {
+    return reject("invalid_groups", "groups_declared_ns must be >= 0" + at);
+  }
+  if (static_cast<size_t>(hello.groups_size()) > limits.maxGroups) {
+    return reject("invalid_groups", std::to_string(hello.groups_size()) + " groups, limit " +
+                                        std::to_string(limits.maxGroups) + at);
+  }
+  std::vector<uint32_t> sorted;
+  for (const auto& g : hello.groups()) {
+    const std::string what = "group '" + g.name() + "'";
+    if (g.name().empty() || g.name().size() > limits.maxGroupNameBytes) {
+      return reject("invalid_groups", "a group name must have 1.." +
+                                          std::to_string(limits.maxGroupNameBytes) +
+                                          " bytes, not " + std::to_string(g.name().size()) + at);
+    }
+    if (!wire::GroupKind_IsValid(g.kind())) {
+      return reject("invalid_groups",
+                    what + ": unknown kind " + std::to_string(static_cast<int>(g.kind())) + at);
+    }
+    if (g.ranks_size() == 0 || static_cast<uint32_t>(g.ranks_size()) > info.world_size()) {
+      return reject("invalid_groups", what + ": " + std::to_string(g.ranks_size()) +
+                                          " ranks; a group has 1..world_size " +
+                                          std::to_string(info.world_size()) + at);
+    }
+    // Sorted, not a bitmap of the world: world_size comes from outside and may be huge.
+    sorted.assign(g.ranks().begin(), g.ranks().end());
+    std::sort(sorted.begin(), sorted.end());
+    if (sorted.back() >= info.world_size()) {
+      return reject("invalid_groups", what + ": rank " + std::to_string(sorted.back()) +
+                                          " >= world_size " + std::to_string(info.world_size()) +
+                                          at);
+    }
+    if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end()) {
+      return reject("invalid_groups", what + ": rank " + std::to_string(*dup) + " twice" + at);
+    }
+    if (!std::binary_search(sorted.begin(), sorted.end(), info.rank())) {
+      return reject("invalid_groups", what + ": does not hold the declaring rank" + at);
     }
   }
   return std::nullopt;

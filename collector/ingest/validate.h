@@ -17,9 +17,11 @@ struct Rejection {
 
 struct ValidationLimits {
   int64_t maxDurationNs = 24LL * 3600 * 1'000'000'000;  // longer steps are not sane
-  int64_t slackNs = 1'000'000;  // compute/comm/data may exceed the duration by this much
-                                // (their unions are measured with a different clock read)
-  size_t maxJobBytes = 256;     // a longer job id is rejected, not truncated
+  int64_t slackNs = 1'000'000;     // compute/comm/data may exceed the duration by this much
+                                   // (their unions are measured with a different clock read)
+  size_t maxJobBytes = 256;        // a longer job id is rejected, not truncated
+  size_t maxGroups = 1024;         // process groups one rank may declare (a rank is in a few)
+  size_t maxGroupNameBytes = 256;  // a longer group name is rejected, not truncated
 };
 
 // `worldSize` is the job's size when a rank of it has registered, so rank can be checked.
@@ -32,6 +34,12 @@ std::optional<Rejection> validateGoodbye(const wire::RankGoodbye& bye,
                                          std::optional<uint32_t> worldSize,
                                          const ValidationLimits& limits);
 std::optional<Rejection> validateHost(const wire::HostSample& host);
+// A RankHello's declared process groups (RankHello.groups): each named, of a known kind, with
+// 1..world_size distinct ranks below the world size, the declaring rank among them. The rank
+// info must have passed validateRankInfo. Rejected groups are dropped whole, the rest of the
+// hello is kept.
+std::optional<Rejection> validateGroups(const wire::RankHello& hello,
+                                        const ValidationLimits& limits);
 // A RankHello's progress (the hang detector's input): steps >= -1, times >= 0. `info` names
 // the rank in the detail.
 std::optional<Rejection> validateProgress(const wire::RankProgress& progress,

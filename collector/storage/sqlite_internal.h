@@ -32,6 +32,7 @@ enum Stmt : size_t {
   kNodeHost,
   kUpsertAnomaly,
   kUpsertCapture,
+  kRankGroups,
   kStmtCount,
 };
 

@@ -347,6 +347,33 @@ Result<std::vector<RankRow>> SqliteStore::ranks(const std::string& job) {
   return out;
 }
 
+Result<std::vector<topology::RankGroups>> SqliteStore::groups(const std::string& job) {
+  using R = Result<std::vector<topology::RankGroups>>;
+  std::lock_guard lock(readMutex());
+  ReadStmt q(readDb(),
+             "SELECT r.rank, r.groups_declared_ns, r.groups FROM ranks r JOIN jobs j"
+             " ON j.id = r.job_id WHERE j.name = ?1 AND r.groups_declared_ns > 0 ORDER BY r.rank");
+  if (!q.ok()) return R::error(q.error("storage: listing process groups"));
+  bindText(q.get(), 1, job);
+  std::vector<topology::RankGroups> out;
+  int rc;
+  while ((rc = sqlite3_step(q.get())) == SQLITE_ROW) {
+    auto* s = q.get();
+    topology::RankGroups row;
+    row.rank = static_cast<uint32_t>(sqlite3_column_int64(s, 0));
+    row.declaredNs = sqlite3_column_int64(s, 1);
+    wire::RankHello holder;
+    if (!holder.ParseFromArray(sqlite3_column_blob(s, 2), sqlite3_column_bytes(s, 2))) {
+      return R::error("storage: the process groups of rank " + std::to_string(row.rank) +
+                      " of job " + job + " do not decode");
+    }
+    row.groups.assign(holder.groups().begin(), holder.groups().end());
+    out.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) return R::error(q.error("storage: process groups"));
+  return out;
+}
+
 Result<std::vector<StepRow>> SqliteStore::steps(const StepQuery& query) {
   using R = Result<std::vector<StepRow>>;
   std::lock_guard lock(readMutex());
@@ -392,6 +419,15 @@ Result<std::vector<StepRow>> SqliteStore::steps(const StepQuery& query) {
       }
       row.ops.assign(detail.ops().begin(), detail.ops().end());
       row.collectives.assign(detail.collectives().begin(), detail.collectives().end());
+      row.p2p.assign(detail.p2p().begin(), detail.p2p().end());
+      row.p2pNs = detail.p2p_ns();
+      row.bubbleNs = detail.bubble_ns();
+      row.collectiveNs = detail.collective_ns();
+      row.exposedCollectiveNs = detail.exposed_collective_ns();
+      row.allToAllNs = detail.all_to_all_ns();
+      row.modelFlops = detail.model_flops();
+      row.hardwareFlops = detail.hardware_flops();
+      row.peakFlops = detail.peak_flops();
     }
     out.push_back(std::move(row));
   }

@@ -136,6 +136,13 @@ CREATE TABLE captures(
 CREATE INDEX captures_job ON captures(job, created_ns);
 CREATE INDEX captures_updated ON captures(updated_ns);
 )sql"},
+      // Process groups a rank declared (issue 11): the latest set per rank, as a serialized
+      // wire::RankHello holding only `groups`, and the probe's time of that declaration, so a
+      // replayed older hello never replaces a newer set.
+      {5, R"sql(
+ALTER TABLE ranks ADD COLUMN groups_declared_ns INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE ranks ADD COLUMN groups BLOB;
+)sql"},
   };
   return kMigrations;
 }
@@ -207,6 +214,11 @@ constexpr const char* kStmtSql[kStmtCount] = {
     " steps, history, max_bytes, created_ns, updated_ns, finished_ns, deadline_ns, trace_bytes,"
     " summary, rank_status)"
     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+    // A rank's declared groups: only a later declaration replaces the stored set.
+    "INSERT INTO ranks(job_id, rank, first_seen_ns, last_seen_ns, groups_declared_ns, groups)"
+    " VALUES(?1, ?2, ?3, ?3, ?4, ?5) ON CONFLICT(job_id, rank) DO UPDATE SET"
+    " groups_declared_ns = excluded.groups_declared_ns, groups = excluded.groups"
+    " WHERE excluded.groups_declared_ns > ranks.groups_declared_ns",
 };
 
 void bindBlob(sqlite3_stmt* s, int index, const std::string& blob) {
@@ -458,6 +470,22 @@ Status SqliteStore::writeLocked(const WriteBatch& batch, uint64_t* inserted, uin
     sqlite3_bind_int64(s, 3, agg.latestStep);
     sqlite3_bind_int64(s, 4, toI64(agg.inserted));
     if (auto st = step(writeDb_, s, "storage: updating job"); !st) return st;
+  }
+
+  for (const auto& update : batch.groups) {
+    auto jobId = jobIdLocked(update.job, now);
+    if (!jobId) return jobId.status();
+    wire::RankHello holder;
+    for (const auto& g : update.groups.groups) *holder.add_groups() = g;
+    detail.clear();
+    holder.SerializeToString(&detail);
+    auto* s = stmts_[kRankGroups];
+    sqlite3_bind_int64(s, 1, *jobId);
+    sqlite3_bind_int64(s, 2, update.groups.rank);
+    sqlite3_bind_int64(s, 3, now);
+    sqlite3_bind_int64(s, 4, update.groups.declaredNs);
+    bindBlob(s, 5, detail);
+    if (auto st = step(writeDb_, s, "storage: storing process groups"); !st) return st;
   }
 
   for (const auto& bye : batch.goodbyes) {

@@ -46,6 +46,7 @@ class SqliteStore final : public Store {
   Result<std::vector<JobRow>> jobs() override;
   Result<bool> jobExists(const std::string& job) override;
   Result<std::vector<RankRow>> ranks(const std::string& job) override;
+  Result<std::vector<topology::RankGroups>> groups(const std::string& job) override;
   Result<std::vector<StepRow>> steps(const StepQuery& query) override;
   Result<std::vector<StepSummaryRow>> summary(const SummaryQuery& query) override;
   Result<std::vector<NodeRow>> nodes() override;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "collector/topology/topology.h"
 #include "common/status.h"
 #include "schema/trainscope.pb.h"
 
@@ -30,6 +31,13 @@ struct NodeUpdate {
   bool hasClock = false;  // offsetNs/rttNs/spool fields are valid (from a heartbeat)
 };
 
+// The process groups one rank declared (RankHello.groups), as of its declaration time. A store
+// keeps, per rank, the set with the latest declaredNs: a replayed older hello changes nothing.
+struct GroupsUpdate {
+  std::string job;
+  topology::RankGroups groups;
+};
+
 // One transaction's worth of ingested data. Keys are idempotent: a step report for a
 // (job, rank, step) already stored is ignored, so replays never duplicate rows.
 struct WriteBatch {
@@ -38,13 +46,15 @@ struct WriteBatch {
   std::vector<wire::RankGoodbye> goodbyes;
   std::vector<wire::HostSample> hosts;
   std::vector<NodeUpdate> nodes;
-  int64_t receivedNs = 0;  // collector clock when the batch arrived
+  std::vector<GroupsUpdate> groups;  // after `ranks`: a rank's registration comes first
+  int64_t receivedNs = 0;            // collector clock when the batch arrived
   // Optional: stepDetails[i] is steps[i] already serialized (a wire::StepReport). When its size
   // matches steps, the store keeps these bytes instead of encoding each report again, which
   // lets ingest do that work on its socket thread, off the single writer.
   std::vector<std::string> stepDetails;
   bool empty() const {
-    return steps.empty() && ranks.empty() && goodbyes.empty() && hosts.empty() && nodes.empty();
+    return steps.empty() && ranks.empty() && goodbyes.empty() && hosts.empty() && nodes.empty() &&
+           groups.empty();
   }
 };
 
@@ -91,6 +101,17 @@ struct StepRow {
   // Per-operator and per-collective totals, filled only when a query asks for detail.
   std::vector<wire::OpTotal> ops;
   std::vector<wire::CollectiveTotal> collectives;
+  // Detail too: the parallel-layout split of the step (StepReport fields 17..25; 0 from
+  // older probes and jobs without p2p or stated FLOPs).
+  std::vector<wire::P2pTotal> p2p;
+  int64_t p2pNs = 0;
+  int64_t bubbleNs = 0;
+  int64_t collectiveNs = 0;
+  int64_t exposedCollectiveNs = 0;
+  int64_t allToAllNs = 0;
+  double modelFlops = 0;
+  double hardwareFlops = 0;
+  double peakFlops = 0;
 };
 
 struct StepQuery {
@@ -219,6 +240,14 @@ class Store {
   virtual Result<uint64_t> applyRetention(int64_t nowNs) = 0;
 
   virtual StoreStats stats() = 0;
+
+  // The groups each rank of `job` declared (the latest set per rank), ordered by rank; ranks
+  // that declared nothing are left out. Empty for a job that declared nothing. (Added after
+  // the first engines; an engine that does not keep groups serves every job as undeclared.)
+  virtual Result<std::vector<topology::RankGroups>> groups(const std::string& job) {
+    (void)job;
+    return std::vector<topology::RankGroups>{};
+  }
 
   // Anomalies (added after the first engines; the defaults refuse, so an engine without
   // anomaly support still builds). Upserts by id, all rows in one transaction.

@@ -526,3 +526,74 @@ TEST_CASE(
   REQUIRE(ranks.isOk());
   CHECK(ranks->size() == 2);
 }
+
+TEST_CASE(
+    "ingest: a hello's declared groups are stored, the latest set per rank; bad groups are "
+    "counted and dropped, the rank kept") {
+  Fixture f;
+  Client c(f.ctx, f.server->endpoint());
+  auto helloBatch = [](uint64_t seq, uint32_t rank, int64_t declaredNs, std::vector<uint32_t> tp) {
+    wire::Envelope env;
+    env.mutable_batch()->set_seq(seq);
+    auto* rh = env.mutable_batch()->add_items()->mutable_rank_hello();
+    auto* info = rh->mutable_rank();
+    info->set_job("layout");
+    info->set_rank(rank);
+    info->set_world_size(4);
+    info->set_node("n");
+    rh->set_groups_declared_ns(declaredNs);
+    auto* g = rh->add_groups();
+    g->set_name("tp");
+    g->set_kind(wire::GROUP_TP);
+    for (uint32_t r : tp) g->add_ranks(r);
+    return env;
+  };
+  c.sendEnv(helloBatch(1, 1, 2000, {0, 1}));
+  REQUIRE(c.recvKind(wire::Envelope::kAck).has_value());
+  auto groups = f.store->groups("layout");
+  REQUIRE(groups.isOk());
+  REQUIRE(groups->size() == 1);
+  CHECK((*groups)[0].rank == 1);
+  CHECK((*groups)[0].declaredNs == 2000);
+  REQUIRE((*groups)[0].groups.size() == 1);
+  CHECK((*groups)[0].groups[0].kind() == wire::GROUP_TP);
+  CHECK((*groups)[0].groups[0].ranks(1) == 1);
+
+  // A replayed older set changes nothing; a newer one replaces it.
+  c.sendEnv(helloBatch(2, 1, 1000, {1, 0}));
+  REQUIRE(c.recvKind(wire::Envelope::kAck).has_value());
+  CHECK(f.store->groups("layout")->at(0).groups[0].ranks(0) == 0);
+  c.sendEnv(helloBatch(3, 1, 3000, {1, 0}));
+  REQUIRE(c.recvKind(wire::Envelope::kAck).has_value());
+  CHECK(f.store->groups("layout")->at(0).groups[0].ranks(0) == 1);
+
+  // Groups that do not hold the declaring rank, or name a rank outside the world: counted
+  // and dropped; the registration is stored.
+  c.sendEnv(helloBatch(4, 2, 4000, {0, 1}));
+  REQUIRE(c.recvKind(wire::Envelope::kAck).has_value());
+  c.sendEnv(helloBatch(5, 3, 4000, {3, 4}));
+  REQUIRE(c.recvKind(wire::Envelope::kAck).has_value());
+  CHECK(f.rejects("invalid_groups") == 2);
+  CHECK(f.store->groups("layout")->size() == 1);
+  CHECK(f.store->ranks("layout")->size() == 3);
+
+  // A step whose p2p names a peer outside the world, or states negative FLOPs, is rejected;
+  // a good one with p2p and a bubble is stored.
+  wire::StepReport good = report("layout", 1, 0);
+  good.set_p2p_ns(100'000);
+  good.set_bubble_ns(80'000);
+  auto* p = good.add_p2p();
+  p->set_peer(3);
+  p->set_op(wire::RECV);
+  p->set_total_ns(100'000);
+  wire::StepReport badPeer = report("layout", 1, 1);
+  *badPeer.add_p2p() = *p;
+  badPeer.mutable_p2p(0)->set_peer(4);
+  wire::StepReport badFlops = report("layout", 1, 2);
+  badFlops.set_model_flops(-1);
+  c.send(batchFrame(6, {good, badPeer, badFlops}));
+  REQUIRE(c.recvKind(wire::Envelope::kAck).has_value());
+  CHECK(f.rejects("invalid_p2p") == 1);
+  CHECK(f.rejects("invalid_flops") == 1);
+  CHECK(f.rows("layout") == 1);
+}

@@ -12,7 +12,7 @@
 #include "tests/collector/storage/sqlite_file.h"
 
 using namespace trainscope::storage;
-using trainscope::storage::testing::execSql;
+using trainscope::storage::testing::createAtVersion;
 using trainscope::storage::testing::userVersion;
 
 namespace {
@@ -152,18 +152,9 @@ TEST_CASE("bad capture rows are refused naming the field") {
 TEST_CASE("a version-3 database gains the captures table and keeps its anomalies") {
   TempDir dir;
   const std::string path = dir.sub("v3.db");
-  {
-    std::string sql = "BEGIN;";
-    for (const auto& m : migrations()) {
-      if (m.version <= 3) sql += m.sql;
-    }
-    sql +=
-        "PRAGMA user_version = 3;"
-        "INSERT INTO anomalies(id, job, kind, detected_ns, updated_ns, capture_id)"
-        " VALUES('j/hang/5/r1', 'j', 'hang', 10, 10, NULL); COMMIT;";
-    execSql(path, sql);
-  }
-  REQUIRE(userVersion(path) == 3);
+  createAtVersion(path, 3,
+                  "INSERT INTO anomalies(id, job, kind, detected_ns, updated_ns, capture_id)"
+                  " VALUES('j/hang/5/r1', 'j', 'hang', 10, 10, NULL);");
   {
     auto store = openAt(path);
     CHECK(userVersion(path) == currentSchemaVersion());
