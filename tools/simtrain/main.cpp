@@ -1,4 +1,5 @@
-// trainscope-simtrain: a simulated data-parallel training job driving the real probe library.
+// trainscope-simtrain: a simulated data-parallel (or, with --parallel, tensor x pipeline x data
+// parallel) training job driving the real probe library.
 // Parses flags into SimOptions and calls run().
 #include <cstdio>
 #include <string>
@@ -14,7 +15,8 @@ int main(int argc, char** argv) {
   SimOptions o;
   std::vector<std::string> injects;
   CLI::App app{
-      "trainscope-simtrain: a simulated synchronous data-parallel training job. Each rank is a\n"
+      "trainscope-simtrain: a simulated synchronous data-parallel training job (with --parallel,\n"
+      "a tensor x pipeline x data parallel one with a 1F1B pipeline). Each rank is a\n"
       "real probe instance reporting to an agent; faults can be injected and written to a\n"
       "truth file.\n"
       "Exit codes: 0 ok, 1 some step reports were not acknowledged in time, 2 bad flags."};
@@ -51,6 +53,19 @@ int main(int argc, char** argv) {
                  "op:name=NAME,from=S,factor=F[,rank=R] | hang:rank=R,at=S | "
                  "spike:every=N,factor=F. comm slows rank R's link to its ring neighbour "
                  "R+1 (without rank: every link) by F, and with it every rank's all_reduce");
+  std::string parallel;
+  auto* parallelOpt = app.add_option(
+      "--parallel", parallel,
+      "tp=T,pp=P,dp=D: a tensor x pipeline x data parallel job (T * P * D ranks, Megatron's "
+      "rank order: rank = pp * D * T + dp * T + tp) whose ranks declare their groups; stages "
+      "pass microbatches by p2p send/recv, tensor-parallel ranks all_reduce after every "
+      "forward and backward, replicas all_reduce gradients per stage. Sets --ranks to T * P * D "
+      "unless given");
+  app.add_option("--schedule", o.schedule, "pipeline schedule with --parallel (1f1b)")
+      ->capture_default_str();
+  app.add_option("--microbatches", o.microbatches,
+                 "microbatches per step and replica with --parallel; 0 = 2 * pp")
+      ->capture_default_str();
   app.add_option("--truth", o.truthFile,
                  "write the injected faults as JSON to this file (default: none)");
   app.add_option("--flush-timeout-ms", o.flushTimeoutMs,
@@ -66,6 +81,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
+  }
+  if (*parallelOpt) {
+    auto layout = parseParallel(parallel);
+    if (!layout) {
+      std::fprintf(stderr, "trainscope-simtrain: %s\n", layout.message().c_str());
+      return kExitUsage;
+    }
+    o.parallel = *layout;
+    if (app.count("--ranks") == 0 && app.count("--world-size") == 0) o.ranks = layout->world();
   }
   for (const auto& spec : injects) {
     auto in = parseInject(spec);

@@ -156,6 +156,69 @@ Result<Inject> parseInject(const std::string& spec) {
   return in;
 }
 
+uint32_t ParallelLayout::rankAt(uint32_t ppIdx, uint32_t dpIdx, uint32_t tpIdx) const {
+  return ppIdx * (dp * tp) + dpIdx * tp + tpIdx;
+}
+
+std::vector<uint32_t> ParallelLayout::tpGroup(uint32_t rank) const {
+  std::vector<uint32_t> out;
+  for (uint32_t t = 0; t < tp; ++t) out.push_back(rankAt(ppIndex(rank), dpIndex(rank), t));
+  return out;
+}
+
+std::vector<uint32_t> ParallelLayout::ppGroup(uint32_t rank) const {
+  std::vector<uint32_t> out;
+  for (uint32_t s = 0; s < pp; ++s) out.push_back(rankAt(s, dpIndex(rank), tpIndex(rank)));
+  return out;
+}
+
+std::vector<uint32_t> ParallelLayout::dpGroup(uint32_t rank) const {
+  std::vector<uint32_t> out;
+  for (uint32_t d = 0; d < dp; ++d) out.push_back(rankAt(ppIndex(rank), d, tpIndex(rank)));
+  return out;
+}
+
+Result<ParallelLayout> parseParallel(const std::string& spec) {
+  using R = Result<ParallelLayout>;
+  ParallelLayout out;
+  std::set<std::string> seen;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t comma = spec.find(',', pos);
+    if (comma == std::string::npos) comma = spec.size();
+    const std::string item = spec.substr(pos, comma - pos);
+    pos = comma + 1;
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return R::error("--parallel '" + spec + "': '" + item +
+                      "' is not key=value (tp=T,pp=P,dp=D)");
+    }
+    const std::string key = item.substr(0, eq);
+    const std::string value = item.substr(eq + 1);
+    if (key == "cp" || key == "ep") {
+      if (value != "1") {
+        return R::error("--parallel '" + spec + "': " + key +
+                        " is not modelled by the simulator yet (only tp, pp and dp)");
+      }
+      continue;
+    }
+    if (key != "tp" && key != "pp" && key != "dp") {
+      return R::error("--parallel '" + spec + "': unknown key '" + key + "' (expected tp, pp, dp)");
+    }
+    if (!seen.insert(key).second) {
+      return R::error("--parallel '" + spec + "': key '" + key + "' given twice");
+    }
+    uint32_t v = 0;
+    auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (ec != std::errc() || ptr != value.data() + value.size() || v < 1 || v > 4096) {
+      return R::error("--parallel '" + spec + "': " + key + "='" + value +
+                      "' must be an integer in 1..4096");
+    }
+    (key == "tp" ? out.tp : key == "pp" ? out.pp : out.dp) = v;
+  }
+  return out;
+}
+
 uint32_t worldSizeOf(const SimOptions& o) {
   return o.worldSize != 0 ? o.worldSize : o.firstRank + o.ranks;
 }
@@ -182,6 +245,34 @@ Status validate(const SimOptions& o, bool needAgents) {
   if (o.warmup < 0) return Status::error("--warmup must be >= 0");
   if (o.flushTimeoutMs < 0) return Status::error("--flush-timeout-ms must be >= 0");
   if (!(o.hangHoldS >= 0)) return Status::error("--hang-hold-s must be >= 0");
+  if (o.parallel) {
+    const ParallelLayout& L = *o.parallel;
+    if (static_cast<uint64_t>(L.tp) * L.pp * L.dp != world) {
+      return Status::error("--parallel tp=" + std::to_string(L.tp) + ",pp=" + std::to_string(L.pp) +
+                           ",dp=" + std::to_string(L.dp) + " makes " +
+                           std::to_string(static_cast<uint64_t>(L.tp) * L.pp * L.dp) +
+                           " ranks, but the job has " + std::to_string(world) +
+                           " (--ranks/--world-size)");
+    }
+    if (o.schedule != "1f1b") {
+      return Status::error(
+          "--schedule '" + o.schedule +
+          "': only 1f1b is modelled (interleaved, zb-v and dualpipe-v are not yet)");
+    }
+    if (o.microbatches > 4096) return Status::error("--microbatches must be in 1..4096");
+    for (const auto& in : o.injects) {
+      if (in.kind == Inject::Kind::kHang) {
+        return Status::error("--inject '" + in.spec + "': hang is not modelled with --parallel");
+      }
+      if (in.kind == Inject::Kind::kComm && in.rank) {
+        return Status::error("--inject '" + in.spec +
+                             "': with --parallel, comm slows every data-parallel all_reduce; "
+                             "rank= (one ring link) is not modelled");
+      }
+    }
+  } else if (o.microbatches != 0 || o.schedule != "1f1b") {
+    return Status::error("--microbatches and --schedule need --parallel");
+  }
   int hangs = 0;
   for (const auto& in : o.injects) {
     if (in.rank && *in.rank >= world) {

@@ -26,6 +26,23 @@ struct Inject {
   std::string spec;              // the text it was parsed from, for messages
 };
 
+// A tensor x pipeline x data parallel layout (--parallel tp=T,pp=P,dp=D). Global ranks follow
+// Megatron's order: rank = pp_index * (dp * tp) + dp_index * tp + tp_index.
+struct ParallelLayout {
+  uint32_t tp = 1;
+  uint32_t pp = 1;
+  uint32_t dp = 1;
+  uint32_t world() const { return tp * pp * dp; }
+  uint32_t tpIndex(uint32_t rank) const { return rank % tp; }
+  uint32_t dpIndex(uint32_t rank) const { return (rank / tp) % dp; }
+  uint32_t ppIndex(uint32_t rank) const { return rank / (tp * dp); }
+  uint32_t rankAt(uint32_t pp, uint32_t dp, uint32_t tp) const;
+  // The members of rank's tensor-, pipeline- (stage order) and data-parallel groups.
+  std::vector<uint32_t> tpGroup(uint32_t rank) const;
+  std::vector<uint32_t> ppGroup(uint32_t rank) const;
+  std::vector<uint32_t> dpGroup(uint32_t rank) const;
+};
+
 struct SimOptions {
   std::vector<std::string> agents;  // agent endpoints; global rank r reports to
                                     // agents[r % size]
@@ -50,6 +67,12 @@ struct SimOptions {
   int64_t flushTimeoutMs = 10000;   // how long to wait at the end for the agents' acks
   double hangHoldS = 0.0;           // after a hang, stay alive this long; 0 = until killed
   bool quiet = false;               // no progress lines
+  // --parallel: a pipelined tensor x pipeline x data parallel job instead of a flat
+  // data-parallel one; every rank declares its groups and pipeline stages exchange
+  // activations and gradients by p2p send/recv following `schedule`.
+  std::optional<ParallelLayout> parallel;
+  std::string schedule = "1f1b";  // pipeline schedule (--schedule); only 1f1b is modelled
+  uint32_t microbatches = 0;      // per step and replica (--microbatches); 0 = 2 * pp
   // Model constants (not flags): what a healthy step looks like.
   uint32_t layers = 4;                 // transformer blocks; more means more operators per step
   uint32_t buckets = 4;                // gradient buckets all-reduced per step
@@ -62,6 +85,10 @@ struct SimOptions {
 // Parses one --inject spec such as "straggler:rank=5,from=150,factor=1.4". Unknown kinds,
 // unknown, missing or repeated keys and malformed values fail with a message naming them.
 Result<Inject> parseInject(const std::string& spec);
+
+// Parses --parallel "tp=2,pp=2,dp=2" (keys tp, pp, dp, each >= 1, any order, missing ones 1;
+// cp and ep are named as not modelled yet). The message names the key at fault.
+Result<ParallelLayout> parseParallel(const std::string& spec);
 
 // Checks the options as a whole (values in range, hosted ranks inside the world, injected
 // ranks below the world size, at least one agent when `needAgents`). The message names the

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "agent/probe/trainscope_probe.h"
@@ -42,7 +43,9 @@ constexpr uint64_t kMaxBacklog = 2048;
 struct Names {
   std::vector<ts_name> ops;
   ts_name phase[5] = {};
-  ts_name group = 0;
+  ts_name group = 0;  // "dp": the gradient all_reduce
+  ts_name tp = 0;     // --parallel: tensor-parallel all_reduces
+  ts_name pp = 0;     // --parallel: pipeline sends and receives
 };
 
 uint32_t rangeKind(Phase p) {
@@ -68,17 +71,41 @@ void emit(ts_probe* p, const Names& names, int64_t step, const RankStep& rs, boo
       ts_op(p, names.ops[o.op], o.startNs, o.durationNs);
     } else if (e.kind == RankEvent::Kind::kColl) {
       const auto& c = rs.colls[e.idx];
+      const ts_name group = c.group == CollExec::Group::kTp ? names.tp : names.group;
       if (c.completeNs == 0) {
-        ts_collective_begin(p, TS_COLL_ALL_REDUCE, names.group, c.bytes, c.arriveNs);
+        ts_collective_begin(p, TS_COLL_ALL_REDUCE, group, c.bytes, c.arriveNs);
       } else {
-        ts_collective(p, TS_COLL_ALL_REDUCE, names.group, c.bytes, c.arriveNs, c.completeNs);
+        ts_collective(p, TS_COLL_ALL_REDUCE, group, c.bytes, c.arriveNs, c.completeNs);
       }
-    } else {
+    } else if (e.kind == RankEvent::Kind::kLink) {
       const auto& l = rs.links[e.idx];
       ts_link_transfer(p, names.group, l.peer, l.bytes, l.postedNs, l.deliveredNs);
+    } else {
+      const auto& x = rs.p2ps[e.idx];
+      ts_p2p(p, x.send ? TS_COLL_SEND : TS_COLL_RECV, names.pp, static_cast<int32_t>(x.peer),
+             x.bytes, x.postedNs, x.completeNs);
     }
   }
   if (!hung && rs.endNs > 0) ts_step_end(p, step, rs.endNs);
+}
+
+// --parallel: declares rank's tensor-, pipeline- and data-parallel groups before its first
+// step, as a Megatron job does when it builds them. False (with a message) if refused.
+bool declareGroups(ts_probe* p, const Names& names, const ParallelLayout& layout, uint32_t rank) {
+  const std::pair<ts_name, ts_group_kind> kinds[] = {
+      {names.tp, TS_GROUP_TP}, {names.pp, TS_GROUP_PP}, {names.group, TS_GROUP_DP}};
+  for (const auto& [name, kind] : kinds) {
+    const std::vector<uint32_t> members = kind == TS_GROUP_TP   ? layout.tpGroup(rank)
+                                          : kind == TS_GROUP_PP ? layout.ppGroup(rank)
+                                                                : layout.dpGroup(rank);
+    const std::vector<int32_t> ranks(members.begin(), members.end());
+    ts_declare_group(p, name, kind, ranks.data(), static_cast<int32_t>(ranks.size()));
+    if (*ts_last_error() != '\0') {
+      std::fprintf(stderr, "trainscope-simtrain: rank %u: %s\n", rank, ts_last_error());
+      return false;
+    }
+  }
+  return true;
 }
 
 // Sleeps until the monotonic time `untilNs`, waking early on a stop request.
@@ -153,6 +180,8 @@ int run(const SimOptions& in) {
   for (const auto& n : model.opNames()) names.ops.push_back(ts_intern(n.c_str()));
   for (int i = 0; i < 5; ++i) names.phase[i] = ts_intern(phaseName(static_cast<Phase>(i)));
   names.group = ts_intern("dp");
+  names.tp = ts_intern("tp");
+  names.pp = ts_intern("pp");
 
   const size_t nAgents = options.agents.size();
   const uint32_t world = worldSizeOf(options);
@@ -179,6 +208,10 @@ int run(const SimOptions& in) {
       return kExitUsage;
     }
     probes.push_back(p);
+    if (options.parallel && !declareGroups(p, names, *options.parallel, r)) {
+      for (auto* q : probes) ts_probe_destroy(q, 0);
+      return kExitUsage;
+    }
   }
 
   if (!options.quiet) {

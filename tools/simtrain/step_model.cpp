@@ -39,6 +39,8 @@ int64_t toNs(double ns) {
   return static_cast<int64_t>(std::llround(ns));
 }
 
+}  // namespace
+
 void sumCompute(StepTimeline& tl) {
   for (auto& rs : tl.ranks) {
     for (const auto& rg : rs.ranges) {
@@ -49,8 +51,6 @@ void sumCompute(StepTimeline& tl) {
     }
   }
 }
-
-}  // namespace
 
 const char* phaseName(Phase phase) {
   switch (phase) {
@@ -74,7 +74,8 @@ std::vector<RankEvent> eventOrder(const RankStep& rs) {
     RankEvent e;  // Kind's order breaks ties
   };
   std::vector<Ev> evs;
-  evs.reserve(rs.ranges.size() + rs.ops.size() + rs.colls.size() + rs.links.size());
+  evs.reserve(rs.ranges.size() + rs.ops.size() + rs.colls.size() + rs.links.size() +
+              rs.p2ps.size());
   using K = RankEvent::Kind;
   for (size_t i = 0; i < rs.ranges.size(); ++i) {
     evs.push_back({rs.ranges[i].startNs, {K::kRange, i}});
@@ -86,6 +87,7 @@ std::vector<RankEvent> eventOrder(const RankStep& rs) {
   for (size_t i = 0; i < rs.links.size(); ++i) {
     evs.push_back({rs.links[i].postedNs, {K::kLink, i}});
   }
+  for (size_t i = 0; i < rs.p2ps.size(); ++i) evs.push_back({rs.p2ps[i].postedNs, {K::kP2p, i}});
   std::stable_sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) {
     return a.t != b.t ? a.t < b.t : a.e.kind < b.e.kind;
   });
@@ -199,6 +201,7 @@ int64_t StepModel::transferNs(double commFactor) const {
 }
 
 StepTimeline StepModel::step(int64_t step, int64_t beginNs) {
+  if (options_.parallel) return pipelineStep(step, beginNs);
   StepTimeline tl;
   tl.step = step;
   tl.beginNs = beginNs;
@@ -296,7 +299,7 @@ StepTimeline StepModel::step(int64_t step, int64_t beginNs) {
   std::vector<double> linkF(world, 1.0);
   for (uint32_t r = 0; r < world; ++r) linkF[r] = linkFactor(r, step);
 
-  int64_t stepEnd = 0;
+  std::vector<int64_t> optStart(options_.ranks, 0);
   for (uint32_t r = 0; r < options_.ranks; ++r) {
     RankStep& rs = tl.ranks[r];
     for (uint32_t b = 0; b < buckets; ++b) {
@@ -313,14 +316,25 @@ StepTimeline StepModel::step(int64_t step, int64_t beginNs) {
         rs.links.push_back({(r + 1) % world, b, linkBytes, start, start + wire});
       }
     }
-    const int64_t optStart = std::max(backwardEnd[r], complete[buckets - 1]);
-    const uint32_t optOp = static_cast<uint32_t>(opNames_.size() - 1);
+    optStart[r] = std::max(backwardEnd[r], complete[buckets - 1]);
+  }
+  optimizeAndEnd(tl, step, optStart);
+  return tl;
+}
+
+void StepModel::optimizeAndEnd(StepTimeline& tl, int64_t step,
+                               const std::vector<int64_t>& gradsReady) {
+  const double stepNs = options_.stepMs * 1e6;
+  const uint32_t optOp = static_cast<uint32_t>(opNames_.size() - 1);
+  int64_t stepEnd = 0;
+  for (uint32_t r = 0; r < options_.ranks; ++r) {
+    RankStep& rs = tl.ranks[r];
     const int64_t optNs =
         std::max<int64_t>(1, toNs(stepNs * kOptimizerShare * computeFactor(r, step) *
-                                  opFactor(optOp, r, step) * lognormal(sigma)));
-    rs.ops.push_back({optOp, optStart, optNs});
-    rs.ranges.push_back({Phase::kOptimizer, optStart, optStart + optNs});
-    stepEnd = std::max(stepEnd, optStart + optNs);
+                                  opFactor(optOp, r, step) * lognormal(options_.noise)));
+    rs.ops.push_back({optOp, gradsReady[r], optNs});
+    rs.ranges.push_back({Phase::kOptimizer, gradsReady[r], gradsReady[r] + optNs});
+    stepEnd = std::max(stepEnd, gradsReady[r] + optNs);
   }
 
   // A periodic checkpoint: all ranks together, after the slowest one's optimizer.
@@ -334,7 +348,6 @@ StepTimeline StepModel::step(int64_t step, int64_t beginNs) {
   tl.endNs = stepEnd;
   for (auto& rs : tl.ranks) rs.endNs = stepEnd;
   sumCompute(tl);
-  return tl;
 }
 
 }  // namespace trainscope::sim

@@ -1,6 +1,7 @@
 // The step model of the simulated job: given SimOptions and a seed, it produces for each step
 // and rank the timeline a synchronous data-parallel job would show (data loading, forward and
-// backward operators, gradient-bucket all_reduces, optimizer). Pure: no clock, no I/O, no
+// backward operators, gradient-bucket all_reduces, optimizer), or with --parallel that of a
+// pipelined tensor x pipeline x data parallel job. Pure: no clock, no I/O, no
 // probe, so tests can check it directly. One StepModel is used from one thread.
 #pragma once
 
@@ -42,10 +43,23 @@ struct OpExec {
 };
 
 struct CollExec {
+  enum class Group : uint8_t { kDp, kTp };  // which process group it runs in
   uint32_t bucket = 0;
   uint64_t bytes = 0;
   int64_t arriveNs = 0;
   int64_t completeNs = 0;  // 0 when it never completes (hang)
+  Group group = Group::kDp;
+};
+
+// One pipeline send or receive (--parallel): a send is posted when the stage finished the
+// microbatch and completes after the transfer; a receive is posted when the stage is ready
+// for the microbatch and completes when the data arrived, so its wait is the pipeline bubble.
+struct P2pExec {
+  bool send = false;
+  uint32_t peer = 0;  // global rank of the neighbouring stage
+  uint64_t bytes = 0;
+  int64_t postedNs = 0;
+  int64_t completeNs = 0;
 };
 
 // One transfer a rank sends to its ring neighbour for one bucket's all_reduce, as a comm
@@ -68,13 +82,14 @@ struct RankStep {
   std::vector<OpExec> ops;        // in time order
   std::vector<CollExec> colls;    // in time order; a hung collective has completeNs == 0
   std::vector<LinkExec> links;    // in time order; none in a hung step or a 1-rank job
+  std::vector<P2pExec> p2ps;      // in time order; --parallel with pp > 1 only
   // Totals the model knows, for tests and the truth: time spent in compute ranges.
   int64_t computeNs = 0;
 };
 
 // One event of a rank's step: which list of the RankStep, and its index there.
 struct RankEvent {
-  enum class Kind { kRange, kOp, kColl, kLink };
+  enum class Kind { kRange, kOp, kColl, kLink, kP2p };
   Kind kind;
   size_t idx;
 };
@@ -90,6 +105,9 @@ struct StepTimeline {
   bool hung = false;            // a hang was injected at this step: no rank ends it
   std::vector<RankStep> ranks;  // one per rank of the whole job (worldSizeOf), by rank
 };
+
+// Adds each rank's forward, backward and optimizer range time to its computeNs.
+void sumCompute(StepTimeline& tl);
 
 class StepModel {
  public:
@@ -116,6 +134,14 @@ class StepModel {
   double opFactor(uint32_t op, uint32_t rank, int64_t step) const;
   double commFactor(int64_t step) const;
   double lognormal(double sigma);
+  // The --parallel timeline (pipeline_model.cpp): each data-parallel replica runs its
+  // pipeline schedule over the microbatches, tensor-parallel ranks meet in an all_reduce after
+  // every forward and backward, replicas all_reduce gradients per stage, then the optimizer.
+  StepTimeline pipelineStep(int64_t step, int64_t beginNs);
+  // Every rank runs the optimizer once its gradients are reduced (gradsReady, by rank), then
+  // the periodic checkpoint (--inject spike) after the slowest; all ranks end the step
+  // together, and each rank's computeNs is summed.
+  void optimizeAndEnd(StepTimeline& tl, int64_t step, const std::vector<int64_t>& gradsReady);
 
   SimOptions options_;
   std::mt19937_64 rng_;

@@ -97,11 +97,16 @@ void feedRank(RecordSink& folder, const Names& names, int64_t step, const sim::R
         folder.add(0, makeRecord(RecordType::kCollective, TS_COLL_ALL_REDUCE, 0, names.group, 0,
                                  c.arriveNs, c.completeNs, c.bytes));
       }
-    } else {
+    } else if (e.kind == sim::RankEvent::Kind::kLink) {
       // What ts_link_transfer records: the peer in `name`.
       const auto& l = rs.links[e.idx];
       folder.add(0, makeRecord(RecordType::kLink, 0, l.peer, names.group, 0, l.postedNs,
                                l.deliveredNs, l.bytes));
+    } else {
+      // What ts_p2p records: the op in `kind`, the peer in `name` (--parallel only).
+      const auto& x = rs.p2ps[e.idx];
+      folder.add(0, makeRecord(RecordType::kP2p, x.send ? TS_COLL_SEND : TS_COLL_RECV, x.peer,
+                               names.group, 0, x.postedNs, x.completeNs, x.bytes));
     }
   }
   if (!hung && rs.endNs > 0) {
