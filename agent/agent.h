@@ -29,6 +29,7 @@ struct AgentStats {
   uint64_t probeItems = 0;                  // items spooled from probe batches
   std::map<std::string, uint64_t> rejects;  // probe frames/items rejected, by reason
   uint32_t ranks = 0;                       // ranks registered now
+  uint64_t hellosAfterGoodbye = 0;          // hellos of ended ranks, ignored
   uint64_t hostSamples = 0;                 // HostSamples spooled
   uint64_t upstreamBatches = 0;             // batches sent upstream (resends included)
   uint64_t upstreamResends = 0;             // times sending restarted from the oldest unacked batch

@@ -25,6 +25,8 @@ namespace {
 
 // Items larger than this could not fit a batch frame upstream.
 constexpr size_t kMaxItemBytes = wire::kMaxFrameBytes - 4096;
+// Ranks remembered after their goodbye (see ProbeSide::endedRanks_).
+constexpr size_t kEndedRanksKept = 4096;
 
 bool readVarint(const char*& p, const char* end, uint64_t* v) {
   *v = 0;
@@ -214,6 +216,7 @@ void ProbeSide::fill(AgentStats& s) const {
   s.probeItems = probeItems_;
   s.rejects = rejects_;
   s.ranks = rankCount();
+  s.hellosAfterGoodbye = hellosAfterGoodbye_;
   s.commandsForwarded = commandsForwarded_;
   s.commandsUnmatched = commandsUnmatched_;
 }
@@ -256,6 +259,31 @@ void ProbeSide::registerRank(const std::string& rid, const wire::RankInfo& info,
   it->second.lastSeenMono = now;
 }
 
+void ProbeSide::endRank(const std::string& rid, const std::string& job, uint32_t rank) {
+  auto it = ranks_.find(std::make_pair(job, rank));
+  EndedRank e{job, rank, 0, rid};
+  if (it != ranks_.end()) {
+    e.pid = it->second.info.pid();
+    ranks_.erase(it);
+  }
+  endedRanks_.push_back(std::move(e));
+  if (endedRanks_.size() > kEndedRanksKept) endedRanks_.pop_front();
+}
+
+bool ProbeSide::helloAfterGoodbye(const std::string& rid, const wire::RankInfo& info) {
+  for (auto it = endedRanks_.begin(); it != endedRanks_.end(); ++it) {
+    if (it->rank != info.rank() || it->job != info.job()) continue;
+    const bool sameProcess = it->pid != 0 ? it->pid == info.pid() : it->routingId == rid;
+    if (!sameProcess) {
+      endedRanks_.erase(it);  // the rank runs again in a new process
+      return false;
+    }
+    ++hellosAfterGoodbye_;
+    return true;
+  }
+  return false;
+}
+
 void ProbeSide::handleFrame(const std::string& rid, const zmq::message_t& frame, int64_t now) {
   ++probeFrames_;
   auto decoded = wire::decode(frame.data(), frame.size());
@@ -267,6 +295,7 @@ void ProbeSide::handleFrame(const std::string& rid, const zmq::message_t& frame,
   switch (env.body_case()) {
     case wire::Envelope::kRankHello: {
       auto* info = env.mutable_rank_hello()->mutable_rank();
+      if (helloAfterGoodbye(rid, *info)) return;
       info->set_node(opts_.node);
       bool changed = false;
       registerRank(rid, *info, now, &changed);
@@ -275,7 +304,7 @@ void ProbeSide::handleFrame(const std::string& rid, const zmq::message_t& frame,
       return;
     }
     case wire::Envelope::kRankGoodbye: {
-      ranks_.erase(std::make_pair(env.rank_goodbye().job(), env.rank_goodbye().rank()));
+      endRank(rid, env.rank_goodbye().job(), env.rank_goodbye().rank());
       inRecords_.push_back(wire::encode(env));
       return;
     }
@@ -302,11 +331,12 @@ void ProbeSide::handleFrame(const std::string& rid, const zmq::message_t& frame,
         }
         if (item.has_rank_hello()) {
           auto* info = item.mutable_rank_hello()->mutable_rank();
+          if (helloAfterGoodbye(rid, *info)) continue;  // not spooled: the rank has ended
           info->set_node(opts_.node);
           bool changed = false;
           registerRank(rid, *info, now, &changed);
         } else if (item.has_rank_goodbye()) {
-          ranks_.erase(std::make_pair(item.rank_goodbye().job(), item.rank_goodbye().rank()));
+          endRank(rid, item.rank_goodbye().job(), item.rank_goodbye().rank());
         } else if (item.has_command_status() && item.command_status().state() == "uploading" &&
                    !item.command_status().file_path().empty()) {
           // Shipped once the status itself is in the spool (flushProbeInput).

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <string>
@@ -69,11 +70,25 @@ class ProbeSide {
     std::string routingId;
     int64_t lastSeenMono = 0;
   };
+  // A rank that said goodbye: a hello its probe queued before the goodbye and delivered after
+  // it (a resend, a late batch) must not register the ended rank again, or the /proc watch
+  // would report its exited process as gone without a goodbye.
+  struct EndedRank {
+    std::string job;
+    uint32_t rank = 0;
+    uint32_t pid = 0;       // 0: the rank was not registered when it said goodbye
+    std::string routingId;  // its probe's connection
+  };
 
   // The uid of the process that sent `frame` (kUnknownUid when the transport has none).
   uint32_t peerUid(const zmq::message_t& frame) const;
   void handleFrame(const std::string& rid, const zmq::message_t& frame, int64_t now);
   void registerRank(const std::string& rid, const wire::RankInfo& info, int64_t now, bool* changed);
+  // A goodbye: forgets the rank and remembers that it ended.
+  void endRank(const std::string& rid, const std::string& job, uint32_t rank);
+  // Whether a hello is from a rank that already said goodbye (same process); counts it. A hello
+  // from a new process of that rank (a restart) forgets the goodbye instead.
+  bool helloAfterGoodbye(const std::string& rid, const wire::RankInfo& info);
   void reject(const std::string& rid, const std::string& reason, const std::string& detail);
   void send(const std::string& rid, wire::Envelope& env);
   void flush(int64_t now);
@@ -84,6 +99,7 @@ class ProbeSide {
   std::string bound_;
   std::string ipcPath_;  // removed at destruction when we bound it
   std::map<std::pair<std::string, uint32_t>, RankEntry> ranks_;
+  std::deque<EndedRank> endedRanks_;  // oldest first, at most kEndedRanksKept
 
   // What one drain collected: written with one append, then acked.
   std::vector<std::string> inRecords_;
@@ -98,6 +114,7 @@ class ProbeSide {
   std::map<std::string, uint64_t> rejects_;
   uint64_t commandsForwarded_ = 0;
   uint64_t commandsUnmatched_ = 0;
+  uint64_t hellosAfterGoodbye_ = 0;
   RateLimitedLog rejectLog_{std::chrono::seconds(5)};
 };
 

@@ -64,6 +64,7 @@ void Transport::addGoodbye(int64_t lastStep, int64_t nowWallNs) {
   bye->set_last_step(lastStep);
   bye->set_sent_ns(nowWallNs);
   queued_.push_back(std::move(env));
+  goodbyeQueued_ = true;
 }
 
 void Transport::addStatus(wire::CommandStatus status) {
@@ -88,6 +89,7 @@ void Transport::setGroups(std::vector<wire::ProcessGroup> groups, int64_t declar
 
 void Transport::queueHello(int64_t nowNs) {
   lastHelloNs_ = nowNs;
+  if (goodbyeQueued_) return;  // the rank has ended (see addGoodbye)
   // One hello waiting for its ack is enough; an absent agent must not fill the backlog.
   if (helloOutstanding_) return;
   if (queued_.empty()) firstQueuedNs_ = nowNs;

@@ -43,6 +43,8 @@ class Transport {
   Status open();
 
   void addReport(wire::StepReport report);
+  // The rank's last message: no hello follows it (a hello after the goodbye would register the
+  // ended rank at the agent again, whose process watch would then report it gone).
   void addGoodbye(int64_t lastStep, int64_t nowWallNs);
   // A command's status (captures): rides in the same acked, resent batches as the reports.
   void addStatus(wire::CommandStatus status);
@@ -106,6 +108,7 @@ class Transport {
   bool linkUp_ = false;
   bool helloOutstanding_ = false;
   bool helloWanted_ = false;  // queue a hello as soon as the outstanding one is acked
+  bool goodbyeQueued_ = false;  // no more hellos
   int64_t lastHelloNs_ = 0;
   std::vector<wire::ProcessGroup> groups_;  // the rank's declared groups
   int64_t groupsDeclaredNs_ = 0;            // 0: none declared

@@ -197,6 +197,7 @@ Status DetectorSet::observe(wire::StepReport&& report, const RankContext& ctx) {
   if (report.step() < 0) return reject("step is negative (" + std::to_string(report.step()) + ")");
   if (report.duration_ns() < 0) return reject("duration_ns is negative");
   auto it = jobs_.find(report.job());
+  if (it == jobs_.end() && replayOfEnded(report, ctx)) return Status::ok();
   uint32_t known = it == jobs_.end() ? 0 : it->second->worldSize;
   uint32_t world = ctx.worldSize != 0 ? ctx.worldSize : known;
   if (world == 0) world = report.rank() + 1;
@@ -222,22 +223,54 @@ void DetectorSet::tick(int64_t nowNs) {
 }
 
 void DetectorSet::rankEnded(const std::string& name, uint32_t rank, int64_t nowNs) {
-  Job& j = job(name);
+  auto it = jobs_.find(name);
+  if (it == jobs_.end()) return;  // ended already, or never reported a step
+  Job& j = *it->second;
+  j.lastUse = ++useCounter_;
   j.hang.rankEnded(rank, nowNs);
   if (j.staged.pending() != 0) route(j, nullptr, false);
   if (j.hang.allEnded()) {
     std::vector<AssembledStep> done;
     j.assembler.flush(&done);
     judge(j, done, true);
+    rememberEnded(name, j);
     forgetJob(name);
     return;
   }
 }
 
 void DetectorSet::rankGone(const std::string& name, uint32_t rank, int64_t nowNs) {
-  Job& j = job(name);
+  auto it = jobs_.find(name);
+  if (it == jobs_.end()) return;  // ended already, or never reported a step
+  Job& j = *it->second;
+  j.lastUse = ++useCounter_;
   j.hang.rankGone(rank, nowNs);
   if (j.staged.pending() != 0) route(j, nullptr, false);
+}
+
+void DetectorSet::rememberEnded(const std::string& name, const Job& j) {
+  Ended e;
+  e.lastStep = j.hang.maxStep();
+  e.latestEndNs = j.assembler.latestEndNs();
+  if (ended_.insert_or_assign(name, e).second) endedOrder_.push_back(name);
+  while (endedOrder_.size() > std::max<size_t>(options_.maxJobs, 1)) {
+    ended_.erase(endedOrder_.front());
+    endedOrder_.pop_front();
+  }
+}
+
+bool DetectorSet::replayOfEnded(const wire::StepReport& report, const RankContext& ctx) {
+  auto it = ended_.find(report.job());
+  if (it == ended_.end()) return false;
+  const Ended& e = it->second;
+  if (report.step() <= e.lastStep && report.end_ns() + ctx.clockOffsetNs <= e.latestEndNs) {
+    ++lateAfterEnd_;
+    return true;
+  }
+  // Newer than anything the ended run reported: the job runs again.
+  ended_.erase(it);
+  endedOrder_.erase(std::find(endedOrder_.begin(), endedOrder_.end(), report.job()));
+  return false;
 }
 
 Status DetectorSet::rankProgress(const std::string& name, uint32_t rank,
@@ -294,6 +327,7 @@ DetectStats DetectorSet::stats() const {
     s.rewinds += a.rewinds;
     s.stepsJudged += j->stepsJudged;
   }
+  s.late += lateAfterEnd_;
   s.rejected = rejected_;
   s.anomaliesOpened = opened_;
   s.anomaliesResolved = resolved_;

@@ -10,6 +10,13 @@
 // rank of a hang. Memory is bounded per job by the option limits and across jobs by
 // maxJobs (least recently seen job forgotten first).
 //
+// Ended jobs. When every rank of a job said goodbye its state is dropped, and the job is
+// remembered (its latest step and report end time; up to maxJobs of them): a report of it
+// replayed later (an agent's spool resent) is counted late instead of starting a new job
+// state whose silence would read as a hang; a report newer than any before starts the job
+// anew (a restart under the same id). Goodbyes, exits and progress of a job without state
+// open nothing.
+//
 // Folding (FoldOptions): one fault often moves several signals. A straggler also raises the
 // job's step time; an op regression on one rank also makes that rank a straggler. So a
 // straggler or step_shift is held for holdSteps judged steps, and dropped (counted in
@@ -21,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,7 +47,7 @@ struct DetectStats {
   uint64_t reports = 0;       // accepted step reports
   uint64_t rejected = 0;      // reports refused by observe (bad fields)
   uint64_t duplicates = 0;    // same (job, rank, step) seen again (replays)
-  uint64_t late = 0;          // arrived after their step was judged
+  uint64_t late = 0;          // arrived after their step was judged (or their job ended)
   uint64_t stepsJudged = 0;   // assembled steps fed to the detectors
   uint64_t partialSteps = 0;  // judged without every rank
   uint64_t droppedSteps = 0;  // forced out with too few ranks
@@ -67,9 +75,11 @@ class DetectorSet {
   // Time-based detection (hangs); `nowNs` is the collector clock.
   void tick(int64_t nowNs);
   // The rank said goodbye: no hang will be reported for it. When every rank of the job
-  // ended, pending steps are judged and the job is forgotten.
+  // ended, pending steps are judged and the job is forgotten (see "Ended jobs"). Ignored for
+  // a job without state.
   void rankEnded(const std::string& job, uint32_t rank, int64_t nowNs = 0);
-  // The rank's process is gone without a goodbye (its agent saw it exit).
+  // The rank's process is gone without a goodbye (its agent saw it exit). Ignored for a job
+  // without state.
   void rankGone(const std::string& job, uint32_t rank, int64_t nowNs = 0);
   // Where the rank is, from its latest RankHello (schema RankProgress): what names the stuck
   // rank when a hang opens (HangDetector). ctx.receivedNs: collector clock when the progress
@@ -98,6 +108,10 @@ class DetectorSet {
   // above. Holds age only when `judged` (the step just judged) is given.
   void route(Job& j, const AssembledStep* judged, bool final);
   void publish(Anomaly a);
+  // Remembers a job whose ranks all ended, bounded by maxJobs.
+  void rememberEnded(const std::string& name, const Job& j);
+  // Whether a report belongs to an ended job's run (a replay): see "Ended jobs".
+  bool replayOfEnded(const wire::StepReport& report, const RankContext& ctx);
 
   DetectOptions options_;
   std::vector<Anomaly> out_;  // published events, oldest first
@@ -108,6 +122,13 @@ class DetectorSet {
   uint64_t useCounter_ = 0;
   DetectStats retired_;  // counters of forgotten jobs
   uint64_t rejected_ = 0;
+  uint64_t lateAfterEnd_ = 0;  // reports of ended jobs (replays)
+  struct Ended {
+    int64_t lastStep = -1;
+    int64_t latestEndNs = 0;  // latest report end time (collector clock)
+  };
+  std::map<std::string, Ended> ended_;  // jobs whose ranks all ended
+  std::deque<std::string> endedOrder_;  // oldest first
 };
 
 }  // namespace trainscope::detect

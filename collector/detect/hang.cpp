@@ -54,6 +54,8 @@ void HangDetector::observe(const wire::StepReport& report, const RankContext& ct
   st.lastActivityNs = std::max(st.lastActivityNs, activity);
   if (report.step() <= st.lastStep) return;  // a replay or a late report: no progress
   st.lastStep = report.step();
+  if (endedStep_ >= 0 && report.step() > endedStep_) endedStep_ = -1;  // the job goes on
+  maxStep_ = std::max(maxStep_, report.step());
   ++st.stepsSeen;
   if (st.stepsSeen > o_.warmupSteps && report.duration_ns() > 0) {
     double d = static_cast<double>(report.duration_ns());
@@ -82,6 +84,8 @@ void HangDetector::observe(const wire::StepReport& report, const RankContext& ct
 void HangDetector::rankEnded(uint32_t rank, int64_t nowNs) {
   RankState& st = state(rank);
   st.ended = true;
+  // Ended after everything the job did: its steps are done (see the header).
+  if (st.lastStep >= 0 && st.lastStep >= maxStep_) endedStep_ = std::max(endedStep_, st.lastStep);
   if (hangOpen_ && culpritSteps_.erase(rank) > 0 && culpritSteps_.empty()) {
     log_->resolve(hang_, st.lastStep + 1, nowNs);
     hangOpen_ = false;
@@ -92,6 +96,7 @@ void HangDetector::rankGone(uint32_t rank, int64_t nowNs) {
   RankState& st = state(rank);
   if (st.ended || st.gone) return;
   st.gone = true;
+  if (finishingRank(st, nowNs)) return;  // exited after the job's steps were done
   Anomaly a;
   a.job = job_;
   a.kind = AnomalyKind::kHang;
@@ -141,12 +146,19 @@ bool HangDetector::progressCounts(const RankState& st, int64_t nowNs) const {
   return g.asOfNs >= st.lastActivityNs + margin && nowNs - g.asOfNs <= o_.progressMaxAgeNs;
 }
 
+bool HangDetector::finishingRank(const RankState& st, int64_t nowNs) const {
+  if (endedStep_ < 0) return false;
+  // Shown in a step after the end: it went on, and waits for the ranks that left.
+  return !(progressCounts(st, nowNs) && st.progress.openStep > endedStep_);
+}
+
 void HangDetector::tick(int64_t nowNs) {
   if (hangOpen_) return;
   std::vector<uint32_t> live, silent;
   for (const auto& [rank, st] : ranks_) {
     if (st.goneOpen) return;  // a dead peer explains the others' silence
     if (st.ended || st.gone || st.lastActivityNs == 0) continue;
+    if (finishingRank(st, nowNs)) continue;
     live.push_back(rank);
     if (nowNs - st.lastActivityNs > threshold(st)) silent.push_back(rank);
   }

@@ -32,8 +32,14 @@
 // at once as kind hang with evidence process_gone=1 and a summary saying the process exited,
 // and while it is open the rest of the job is not reported as hung (the dead peer explains
 // their silence). It resolves if the rank reports again. A rank that ended cleanly
-// (rankEnded, from its goodbye) is never reported. Memory: one progress per rank. Used from
-// the caller's thread only.
+// (rankEnded, from its goodbye) is never reported.
+// The end of a job. Ranks say goodbye one by one, seconds apart (a rank saves a last
+// checkpoint; a host tears down hundreds of ranks in turn). Once a rank ended cleanly after
+// the job's latest step, the job's steps are done: in a synchronous job no peer can be stuck
+// in a step that rank completed. From then on the job is finishing: no rank is reported hung
+// or gone, except one whose progress shows it in a later step (it went on without the ended
+// rank, and waits for it); a report of a later step means the job goes on (ending revoked).
+// Memory: one progress per rank. Used from the caller's thread only.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +68,7 @@ class HangDetector {
   void rankProgress(uint32_t rank, const wire::RankProgress& progress, const RankContext& ctx);
 
   bool allEnded() const;
+  int64_t maxStep() const { return maxStep_; }  // the latest step any rank reported
   // Silence threshold of a rank now (for tests and the API); 0 for an unknown rank.
   int64_t thresholdNs(uint32_t rank) const;
 
@@ -95,6 +102,8 @@ class HangDetector {
   RankState& state(uint32_t rank);
   // Whether the rank's progress describes its silence at `nowNs` (see above).
   bool progressCounts(const RankState& st, int64_t nowNs) const;
+  // Whether the job is finishing and this rank with it (not shown in a later step).
+  bool finishingRank(const RankState& st, int64_t nowNs) const;
 
   std::string job_;
   HangOptions o_;
@@ -104,7 +113,9 @@ class HangDetector {
   bool hangOpen_ = false;
   Anomaly hang_;
   std::map<uint32_t, int64_t> culpritSteps_;  // culprit rank -> its last step at the hang
-  int64_t hangDueNs_ = 0;  // first tick that found a silent rank; 0: none is silent
+  int64_t hangDueNs_ = 0;   // first tick that found a silent rank; 0: none is silent
+  int64_t maxStep_ = -1;    // the latest step any rank reported
+  int64_t endedStep_ = -1;  // the job is finishing: a rank ended cleanly after this step
 };
 
 }  // namespace trainscope::detect

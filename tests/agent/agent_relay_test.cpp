@@ -162,3 +162,44 @@ TEST_CASE("a restarted agent replays its spool in order") {
       [&] { return collector.seenStep(3) && agent.stats().spoolPending == 0; }));
   CHECK(collector.steps == std::vector<int64_t>{0, 1, 2, 3});
 }
+
+TEST_CASE(
+    "a hello delivered after the rank's goodbye does not register it again; a new process does") {
+  // Issue 10: a probe's hello that reached the agent after its goodbye re-registered the ended
+  // rank, whose exited process the agent then reported gone (a hang after a clean end).
+  TempDir tmp;
+  zmq::context_t ctx;
+  AgentOptions opts = testOptions(tmp, freeTcpEndpoint(ctx));
+  AgentRunner agent(opts);
+  FakeProbe probe(ctx, opts.endpoint);
+  probe.hello();
+  probe.sendSteps(1, 0, 3);
+  CHECK(probe.awaitAck() == 1);
+  REQUIRE(waitFor([&] { return agent.stats().ranks == 1; }));
+
+  wire::Envelope bye;
+  bye.mutable_rank_goodbye()->set_job("jobA");
+  bye.mutable_rank_goodbye()->set_rank(3);
+  bye.mutable_rank_goodbye()->set_last_step(2);
+  probe.sendItems(2, {bye});
+  CHECK(probe.awaitAck() == 2);
+  REQUIRE(waitFor([&] { return agent.stats().ranks == 0; }));
+
+  wire::Envelope hello;
+  auto* r = hello.mutable_rank_hello()->mutable_rank();
+  r->set_job("jobA");
+  r->set_rank(3);
+  r->set_world_size(8);
+  r->set_pid(static_cast<uint32_t>(::getpid()));
+  probe.sendItems(3, {hello});
+  CHECK(probe.awaitAck() == 3);
+  REQUIRE(waitFor([&] { return agent.stats().hellosAfterGoodbye == 1; }));
+  CHECK(agent.stats().ranks == 0);
+
+  // The rank runs again in a new process (a restart): registered.
+  r->set_pid(static_cast<uint32_t>(::getpid()) + 1);
+  probe.sendItems(4, {hello});
+  CHECK(probe.awaitAck() == 4);
+  CHECK(waitFor([&] { return agent.stats().ranks == 1; }));
+  CHECK(agent.stats().hellosAfterGoodbye == 1);
+}

@@ -75,6 +75,11 @@ int main(int argc, char** argv) {
   app.add_option("--hang-hold-s", o.hangHoldS,
                  "after an injected hang, stay alive this many seconds; 0 = until killed")
       ->capture_default_str();
+  app.add_option("--end-stagger-ms", o.endStaggerMs,
+                 "at the end, the hosted ranks end (flush, goodbye) one by one, this many "
+                 "milliseconds apart, as the ranks of a real job finish at different times; 0 "
+                 "ends them together")
+      ->capture_default_str();
   app.add_flag("--quiet", o.quiet, "no progress lines (the final line is still printed)");
   try {
     app.parse(argc, argv);

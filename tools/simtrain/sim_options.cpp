@@ -273,6 +273,9 @@ Status validate(const SimOptions& o, bool needAgents) {
   } else if (o.microbatches != 0 || o.schedule != "1f1b") {
     return Status::error("--microbatches and --schedule need --parallel");
   }
+  if (!(o.endStaggerMs >= 0) || o.endStaggerMs > 3.6e6) {
+    return Status::error("--end-stagger-ms must be in 0..3600000");
+  }
   int hangs = 0;
   for (const auto& in : o.injects) {
     if (in.rank && *in.rank >= world) {

@@ -66,6 +66,9 @@ struct SimOptions {
   std::string truthFile;            // "" writes no truth file
   int64_t flushTimeoutMs = 10000;   // how long to wait at the end for the agents' acks
   double hangHoldS = 0.0;           // after a hang, stay alive this long; 0 = until killed
+  double endStaggerMs = 0.0;        // at the end, hosted ranks end one by one this far apart
+                                    // (as ranks of a real job finish at different times); 0:
+                                    // all together
   bool quiet = false;               // no progress lines
   // --parallel: a pipelined tensor x pipeline x data parallel job instead of a flat
   // data-parallel one; every rank declares its groups and pipeline stages exchange

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -150,6 +151,23 @@ void backpressure(const std::vector<ts_probe*>& probes, uint64_t stepsEnded) {
   }
 }
 
+// Runs fn(probe) for every probe on up to kEndThreads threads. A rank's end (flush, then
+// destroy: fold, goodbye, wait for its ack) takes one agent round trip, ~50 ms; one after
+// another, 512 ranks said goodbye over 25 s, and the ranks not yet gone looked hung. Real
+// ranks are processes and end together.
+constexpr size_t kEndThreads = 64;
+void forEachProbe(const std::vector<ts_probe*>& probes, const std::function<void(ts_probe*)>& fn) {
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  const size_t n = std::min(kEndThreads, probes.size());
+  for (size_t t = 0; t < n; ++t) {
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < probes.size(); i = next++) fn(probes[i]);
+    });
+  }
+  for (auto& th : pool) th.join();
+}
+
 }  // namespace
 
 void simulatedCollectiveWait(int64_t untilNs) {
@@ -279,14 +297,23 @@ int run(const SimOptions& in) {
 
   // Every ended step's report must reach an agent; wait for the acks.
   const int64_t deadline = monotonicNowNs() + options.flushTimeoutMs * 1'000'000;
-  for (auto* p : probes) {
+  forEachProbe(probes, [&](ts_probe* p) {
     const int64_t left = std::max<int64_t>(0, (deadline - monotonicNowNs()) / 1'000'000);
     ts_probe_flush(p, static_cast<int32_t>(std::min<int64_t>(left, INT32_MAX)));
-  }
+  });
   const Totals t = totals(probes);
-  for (auto* p : probes) {
-    const int64_t left = std::max<int64_t>(200, (deadline - monotonicNowNs()) / 1'000'000);
-    ts_probe_destroy(p, static_cast<int32_t>(std::min<int64_t>(left, 2000)));
+  if (options.endStaggerMs > 0) {
+    // One by one: rank i ends i x the stagger after the first.
+    const int64_t first = monotonicNowNs();
+    for (size_t i = 0; i < probes.size(); ++i) {
+      sleepUntil(first + static_cast<int64_t>(static_cast<double>(i) * options.endStaggerMs * 1e6));
+      ts_probe_destroy(probes[i], 2000);
+    }
+  } else {
+    forEachProbe(probes, [&](ts_probe* p) {
+      const int64_t left = std::max<int64_t>(200, (deadline - monotonicNowNs()) / 1'000'000);
+      ts_probe_destroy(p, static_cast<int32_t>(std::min<int64_t>(left, 2000)));
+    });
   }
   const uint64_t expected = static_cast<uint64_t>(stepsDone) * options.ranks;
   const uint64_t unacked = expected > t.acked ? expected - t.acked : 0;

@@ -131,6 +131,37 @@ TEST_CASE("destroy folds what is left and sends a goodbye") {
   }
 }
 
+TEST_CASE("no hello follows the goodbye, even while the goodbye waits for its ack") {
+  // Issue 10: a hello sent after the goodbye re-registered the ended rank at the agent.
+  TempDir dir;
+  const std::string ep = "ipc://" + dir.path() + "/agent.sock";
+  FakeAgent agent(ep);
+  agent.setAutoAck(false);
+  {
+    // Destroy waits up to 3 s for the goodbye's ack, past the 2 s hello period.
+    Probe p(connected(ep), 3000);
+    REQUIRE(p.ok());
+    recordSteps(p, 0, 3);
+    REQUIRE(FakeAgent::waitFor([&] { return agent.steps().size() >= 3; }, 3000));
+    agent.ackNow();  // the hello and the reports: the next hello may be queued
+    REQUIRE(FakeAgent::waitFor([&] { return p.stats().backlog == 0; }, 3000));
+  }
+  uint64_t byeSeq = 0;
+  for (const auto& b : agent.batches()) {
+    for (const auto& item : b.batch.items()) {
+      if (item.has_rank_goodbye() && byeSeq == 0) byeSeq = b.seq;
+    }
+  }
+  REQUIRE(byeSeq != 0);
+  int hellosAfter = 0;
+  for (const auto& b : agent.batches()) {
+    for (const auto& item : b.batch.items()) {
+      if (b.seq > byeSeq && item.has_rank_hello()) ++hellosAfter;
+    }
+  }
+  CHECK(hellosAfter == 0);
+}
+
 TEST_CASE("destroy with no agent returns within its timeout") {
   TempDir dir;
   const std::string ep = "ipc://" + dir.path() + "/nobody.sock";

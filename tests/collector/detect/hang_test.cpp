@@ -134,11 +134,12 @@ TEST_CASE("hang: a job whose ranks all ended cleanly is never reported") {
   for (uint32_t r = 0; r < 8; ++r) set.rankEnded("job1", r, job.now());
   CHECK(set.stats().jobs == 0);
   CHECK(tickUntil(set, job.now(), job.now() + 120 * kSec, kSec).empty());
-  // One rank ended, the others hang: only the others can be named.
+  // One rank ended before the job's last step, the others went on and hang: only the others
+  // can be named.
   SynthJob job2;
   job2.job = "job2";
   DetectorSet set2;
-  feed(job2, set2, 0, 300, {}, &events);
+  feed(job2, set2, 0, 300, {{0, 250}}, &events);
   set2.rankEnded("job2", 0, job2.now());
   auto hangs =
       ofKind(tickUntil(set2, job2.now(), job2.now() + 30 * kSec, kSec), AnomalyKind::kHang);
@@ -403,4 +404,69 @@ TEST_CASE("hang: bad progress fields are refused, naming the field") {
   CHECK(bad.message().find("world_size") != std::string::npos);
   bad = set.rankProgress("", 0, progressOf(1, -1, 0, 0, 0), c);
   CHECK(bad.message().find("job") != std::string::npos);
+}
+
+TEST_CASE("hang: goodbyes, exits and late reports of an ended job open nothing; a restart is new") {
+  // Issue 10: after a clean end, a late hello re-registered a rank at its agent, whose process
+  // watch then reported it gone, and the collector created a fresh state for the ended job.
+  SynthJob job;
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  feed(job, set, 0, 290, {}, &events);
+  std::vector<wire::StepReport> last;  // steps 290..299, replayed after the end
+  for (int64_t s = 290; s < 300; ++s) {
+    for (auto& r : job.step(s)) {
+      RankContext c = job.ctx(r.rank());
+      c.receivedNs = r.end_ns();
+      REQUIRE(set.observe(r, c).isOk());
+      last.push_back(r);
+    }
+  }
+  for (uint32_t r = 0; r < 8; ++r) set.rankEnded("job1", r, job.now());
+  REQUIRE(set.stats().jobs == 0);
+  const uint64_t late = set.stats().late;
+  set.rankGone("job1", 3, job.now() + kSec);   // a re-registered rank's exit, seen late
+  set.rankEnded("job1", 4, job.now() + kSec);  // a goodbye resent
+  for (const auto& r : last) {
+    RankContext c = job.ctx(r.rank());
+    c.receivedNs = job.now() + 2 * kSec;  // an agent's spool replayed after a reconnect
+    REQUIRE(set.observe(r, c).isOk());
+  }
+  CHECK(set.takeEvents().empty());
+  CHECK(set.stats().jobs == 0);
+  CHECK(set.stats().late == late + last.size());
+  CHECK(tickUntil(set, job.now(), job.now() + 120 * kSec, kSec).empty());
+
+  // The same id runs again (a restart from step 0, new end times): a new job state.
+  job.clock_ += 200 * kSec;
+  std::vector<Anomaly> again;
+  feed(job, set, 0, 50, {}, &again);
+  CHECK(set.stats().jobs == 1);
+  CHECK(ofKind(again, AnomalyKind::kHang).empty());
+}
+
+TEST_CASE("hang: ranks saying goodbye one by one after the job's last step open no hang") {
+  // Issue 10: at the end of a 512-rank job whose goodbyes took 25 s, the ranks not yet ended
+  // looked stalled ("233 of 233 ranks stalled"). Here 64 ranks end 0.5 s apart (32 s, past the
+  // 10 s floor), the last ones without a goodbye (their processes exit).
+  SynthJob job;
+  job.world = 64;
+  job.ranksPerNode = 32;
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  feed(job, set, 0, 100, {}, &events);
+  int64_t t = job.now();
+  for (uint32_t r = 0; r < 64; ++r) {
+    t += kSec / 2;
+    set.tick(t);
+    if (r < 60) {
+      set.rankEnded("job1", r, t);
+    } else {
+      set.rankGone("job1", r, t);
+    }
+    for (auto& e : set.takeEvents()) events.push_back(e);
+  }
+  for (auto& e : tickUntil(set, t, t + 60 * kSec, kSec)) events.push_back(e);
+  INFO(describe(events));
+  CHECK(events.empty());
 }
