@@ -55,6 +55,8 @@ std::string detectMetricsText(const PipelineStats& s, const detect::DetectStats&
          "Step reports that arrived after their step was judged.", d.late);
   metric("trainscope_detect_dropped_steps_total", "counter",
          "Steps forced out with too few ranks and not judged.", d.droppedSteps);
+  metric("trainscope_detect_partial_steps_total", "counter",
+         "Steps judged without every rank (the missing ones were silent or lost).", d.partialSteps);
   metric("trainscope_detect_steps_judged_total", "counter", "Assembled steps fed to the detectors.",
          d.stepsJudged);
   metric("trainscope_detect_anomalies_opened_total", "counter", "Anomalies opened and stored.",
@@ -83,6 +85,11 @@ void DetectPipeline::onCommitted(const storage::WriteBatch& batch) {
   }
   for (const auto& node : batch.nodes) {
     if (node.hasClock) offsets_[node.node] = node.offsetNs;
+  }
+  // An agent's host samples (every second) say its data arrives: the clock its ranks'
+  // silence is measured on (a lagging agent or spool delays their reports, not a hang).
+  for (const auto& host : batch.hosts) {
+    if (!host.node().empty()) detectors_.nodeDelivered(host.node(), now);
   }
 
   for (const auto& report : batch.steps) {

@@ -207,6 +207,9 @@ Status DetectorSet::observe(wire::StepReport&& report, const RankContext& ctx) {
   }
   Job& j = job(report.job());
   j.worldSize = std::max(j.worldSize, world);
+  if (auto n = nodes_.find(ctx.node); n != nodes_.end() && ctx.receivedNs != 0) {
+    n->second = std::max(n->second, ctx.receivedNs);
+  }
   j.hang.observe(report, ctx, j.worldSize);
   std::vector<AssembledStep> done;
   j.assembler.add(std::move(report), ctx, j.worldSize, &done);
@@ -217,9 +220,24 @@ Status DetectorSet::observe(wire::StepReport&& report, const RankContext& ctx) {
 
 void DetectorSet::tick(int64_t nowNs) {
   for (auto& [name, j] : jobs_) {
-    j->hang.tick(nowNs);
+    j->hang.tick(nowNs, nodes_.empty() ? nullptr : &nodes_);
     if (j->staged.pending() != 0) route(*j, nullptr, false);
   }
+}
+
+void DetectorSet::nodeDelivered(const std::string& node, int64_t nowNs) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) {
+    // Bounded like the jobs: a node not heard from for longest goes first.
+    if (nodes_.size() >= std::max<size_t>(options_.maxJobs, 1)) {
+      nodes_.erase(std::min_element(nodes_.begin(), nodes_.end(), [](const auto& a, const auto& b) {
+        return a.second < b.second;
+      }));
+    }
+    nodes_.emplace(node, nowNs);
+    return;
+  }
+  it->second = std::max(it->second, nowNs);
 }
 
 void DetectorSet::rankEnded(const std::string& name, uint32_t rank, int64_t nowNs) {

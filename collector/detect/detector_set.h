@@ -17,6 +17,10 @@
 // anew (a restart under the same id). Goodbyes, exits and progress of a job without state
 // open nothing.
 //
+// Delivery. nodeDelivered tells when the collector last received anything from a node's
+// agent (its host samples, every second); the hang detector measures the silence of that
+// node's ranks on this clock, and each report from a node moves it too (see hang.h).
+//
 // Folding (FoldOptions): one fault often moves several signals. A straggler also raises the
 // job's step time; an op regression on one rank also makes that rank a straggler. So a
 // straggler or step_shift is held for holdSteps judged steps, and dropped (counted in
@@ -36,6 +40,7 @@
 
 #include "collector/detect/anomaly.h"
 #include "collector/detect/events.h"
+#include "collector/detect/hang.h"
 #include "collector/detect/options.h"
 #include "collector/detect/step_assembler.h"
 #include "common/status.h"
@@ -74,6 +79,8 @@ class DetectorSet {
   Status observe(wire::StepReport&& report, const RankContext& ctx);
   // Time-based detection (hangs); `nowNs` is the collector clock.
   void tick(int64_t nowNs);
+  // The collector received data from `node`'s agent at `nowNs` (a host sample): see above.
+  void nodeDelivered(const std::string& node, int64_t nowNs);
   // The rank said goodbye: no hang will be reported for it. When every rank of the job
   // ended, pending steps are judged and the job is forgotten (see "Ended jobs"). Ignored for
   // a job without state.
@@ -129,6 +136,7 @@ class DetectorSet {
   };
   std::map<std::string, Ended> ended_;  // jobs whose ranks all ended
   std::deque<std::string> endedOrder_;  // oldest first
+  HangDetector::NodeClock nodes_;       // node -> latest delivery (see "Delivery")
 };
 
 }  // namespace trainscope::detect

@@ -152,15 +152,29 @@ bool HangDetector::finishingRank(const RankState& st, int64_t nowNs) const {
   return !(progressCounts(st, nowNs) && st.progress.openStep > endedStep_);
 }
 
-void HangDetector::tick(int64_t nowNs) {
+void HangDetector::tick(int64_t nowNs, const NodeClock* nodes) {
   if (hangOpen_) return;
+  // Silence of a rank on its node's delivery clock (see the header).
+  std::map<uint32_t, int64_t> quiet;
+  auto silenceOf = [&](uint32_t rank, const RankState& st) {
+    int64_t now = nowNs;
+    if (nodes != nullptr) {
+      auto it = nodes->find(st.node);
+      if (it != nodes->end()) now = std::min(now, std::max(it->second, st.lastActivityNs));
+    }
+    // Peers reported steps it cannot have missed: in a synchronous job no rank runs two
+    // steps ahead of a stuck one (it blocks in the next collective), so its reports are in
+    // transit (a probe's queue behind its agent), not stopped.
+    quiet[rank] = maxStep_ >= st.lastStep + 2 ? 0 : now - st.lastActivityNs;
+  };
   std::vector<uint32_t> live, silent;
   for (const auto& [rank, st] : ranks_) {
     if (st.goneOpen) return;  // a dead peer explains the others' silence
     if (st.ended || st.gone || st.lastActivityNs == 0) continue;
     if (finishingRank(st, nowNs)) continue;
     live.push_back(rank);
-    if (nowNs - st.lastActivityNs > threshold(st)) silent.push_back(rank);
+    silenceOf(rank, st);
+    if (quiet[rank] > threshold(st)) silent.push_back(rank);
   }
   if (silent.empty()) {
     hangDueNs_ = 0;
@@ -171,8 +185,7 @@ void HangDetector::tick(int64_t nowNs) {
   // last report merely arrived a little later).
   std::vector<uint32_t> stalled;
   for (uint32_t r : live) {
-    const RankState& st = ranks_.at(r);
-    if (2 * (nowNs - st.lastActivityNs) > threshold(st)) stalled.push_back(r);
+    if (2 * quiet[r] > threshold(ranks_.at(r))) stalled.push_back(r);
   }
   // A stalled rank that sends progress but none from its silence yet: wait for its next hello.
   bool waitForHello = false;
@@ -271,10 +284,10 @@ void HangDetector::tick(int64_t nowNs) {
   // The hang's age: the longest silence among the stalled ranks.
   uint32_t longest = stalled.front();
   for (uint32_t r : stalled) {
-    if (ranks_.at(r).lastActivityNs < ranks_.at(longest).lastActivityNs) longest = r;
+    if (quiet[r] > quiet[longest]) longest = r;
   }
   const RankState& first = ranks_.at(longest);
-  const int64_t silence = nowNs - first.lastActivityNs;
+  const int64_t silence = quiet[longest];
   const int64_t thr = threshold(first);
   const RankState& lead = ranks_.at(culprits.front());
   Anomaly a;

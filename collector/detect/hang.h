@@ -39,6 +39,15 @@
 // in a step that rank completed. From then on the job is finishing: no rank is reported hung
 // or gone, except one whose progress shows it in a later step (it went on without the ended
 // rank, and waits for it); a report of a later step means the job goes on (ending revoked).
+// Delivery. Silence is measured on the collector's clock of the rank's node: for a node whose
+// agent delivers host samples (nodeDelivered, every second), "now" for its ranks is the
+// latest arrival of anything from that node, so an agent, spool or collector that lags and
+// then delivers in a burst is not a silence of its ranks; a hung rank's agent keeps
+// delivering its samples, so a real silence still grows. Ranks of other nodes use tick's now.
+// And a rank two or more steps behind the latest step any rank reported is not silent: in a
+// synchronous job peers block in the next collective of a stuck rank, at most one step ahead
+// of it, so its own reports are still on their way (limit: an asynchronous job whose other
+// ranks run on without a stuck one shows no hang for it).
 // Memory: one progress per rank. Used from the caller's thread only.
 #pragma once
 
@@ -58,8 +67,14 @@ class HangDetector {
  public:
   HangDetector(std::string job, const HangOptions& options, EventLog* log);
 
+  // Where each node's delivered data reaches (collector clock): node -> latest arrival of
+  // anything from it, for the nodes whose agents send host samples (see above).
+  using NodeClock = std::map<std::string, int64_t, std::less<>>;
+
   void observe(const wire::StepReport& report, const RankContext& ctx, uint32_t worldSize);
-  void tick(int64_t nowNs);
+  // `nodes`, when given, is the nodes' delivery clock (see above); ranks on nodes not in it
+  // are judged at `nowNs`.
+  void tick(int64_t nowNs, const NodeClock* nodes = nullptr);
   void rankEnded(uint32_t rank, int64_t nowNs);
   void rankGone(uint32_t rank, int64_t nowNs);
   // The rank's latest progress (see above); ctx.receivedNs is when it was true (collector

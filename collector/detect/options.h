@@ -114,10 +114,14 @@ struct HangOptions {
 };
 
 struct AssemblyOptions {
-  int graceSteps = 4;            // a step is complete when every rank reported it, or when a
-                                 // report this many steps later arrived and each missing rank
-                                 // reported a later step or was silent this many step times;
-                                 // larger = more patience for late ranks, later detection
+  int graceSteps = 4;  // a step is complete when every rank reported it, or when a
+                       // report this many steps later arrived and each missing rank
+                       // reported a later step or was silent this many step times;
+                       // larger = more patience for late ranks, later detection
+  int64_t silentFloorNs = 10'000'000'000;  // ... silent at least this long (collector clock):
+                                           // agents deliver in bursts seconds apart under
+                                           // load; lower judges such steps without their
+                                           // ranks (late), higher holds steps longer
   size_t maxPendingSteps = 64;   // bounded memory per job: the oldest pending step is forced out
   double minRankFraction = 0.5;  // a step forced out with fewer ranks than this is dropped
 };

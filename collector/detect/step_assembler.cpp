@@ -65,9 +65,10 @@ void StepAssembler::add(wire::StepReport&& report, const RankContext& ctx, uint3
     const size_t n = std::max<size_t>(rank + 1, worldSize);
     rankMax_.resize(n, -1);
     rankLastNs_.resize(n, 0);
+    rankNode_.resize(n, -1);
   }
   rankMax_[rank] = std::max(rankMax_[rank], step);
-  rankLastNs_[rank] = std::max(rankLastNs_[rank], now);
+  noteArrival(rank, ctx.node, now);
   if (firstNs_ == 0) firstNs_ = now;
   latestNs_ = std::max(latestNs_, now);
   if (report.duration_ns() > 0) {
@@ -90,15 +91,35 @@ void StepAssembler::add(wire::StepReport&& report, const RankContext& ctx, uint3
   }
 }
 
+void StepAssembler::noteArrival(uint32_t rank, const std::string& node, int64_t nowNs) {
+  rankLastNs_[rank] = std::max(rankLastNs_[rank], nowNs);
+  int32_t& n = rankNode_[rank];
+  // A rank keeps its node: one string compare per report, a search only on a change.
+  if (n < 0 || nodeNames_[static_cast<size_t>(n)] != node) {
+    auto it = std::find(nodeNames_.begin(), nodeNames_.end(), node);
+    if (it == nodeNames_.end()) {
+      nodeNames_.push_back(node);
+      nodeLastNs_.push_back(0);
+      it = nodeNames_.end() - 1;
+    }
+    n = static_cast<int32_t>(it - nodeNames_.begin());
+  }
+  int64_t& last = nodeLastNs_[static_cast<size_t>(n)];
+  last = std::max(last, nowNs);
+}
+
 bool StepAssembler::missingMayBeLeftOut(const AssembledStep& s) const {
-  const int64_t silentNs = static_cast<int64_t>(std::max(0, o_.graceSteps) * stepNs_);
+  const int64_t silentNs =
+      std::max(static_cast<int64_t>(std::max(0, o_.graceSteps) * stepNs_), o_.silentFloorNs);
   for (uint32_t r = 0; r < s.worldSize; ++r) {
     if (r < s.seen.size() && s.seen[r]) continue;
     const bool known = r < rankMax_.size() && rankMax_[r] >= 0;
     if (known && rankMax_[r] > s.step) continue;  // moved on: this report was lost
+    // Silent while its node kept delivering (a rank never seen: while any rank did).
     const int64_t last = known ? rankLastNs_[r] : firstNs_;
-    if (latestNs_ - last > silentNs) continue;  // silent: stopped or gone
-    return false;                               // behind but reporting: wait for it
+    const int64_t nodeNow = known ? nodeLastNs_[static_cast<size_t>(rankNode_[r])] : latestNs_;
+    if (nodeNow - last > silentNs) continue;  // silent: stopped or gone
+    return false;  // behind but reporting, or its node's delivery lags: wait for it
   }
   return true;
 }

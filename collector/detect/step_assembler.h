@@ -2,10 +2,14 @@
 // into complete steps handed out in step order. A step is complete when every rank reported
 // it. Otherwise it is handed out without the missing ranks once a report `graceSteps` later
 // arrived and every missing rank either reported a later step (its report for this one was
-// lost) or has been silent for graceSteps typical step times (collector clock). A rank that
-// is merely behind and still reporting is waited for: a probe that drains in bursts (the
-// simulator's --fast mode, a busy node) sends dozens of steps at once, and judging the
-// step without it would drop its reports as late.
+// lost) or has been silent for graceSteps typical step times (at least silentFloorNs) while
+// other ranks of its node kept arriving (collector clock). A rank that is merely behind and
+// still reporting is waited for: a probe that drains in bursts (the simulator's --fast mode, a
+// busy node) sends dozens of steps at once, and judging the step without it would drop its
+// reports as late. A rank whose whole node is quiet is waited for too (up to
+// maxPendingSteps): one agent's batch that lags the other's, a spool replaying after a
+// reconnect, is late delivery, not a silent rank; judged without that node's ranks a step
+// reads as slower collectives on the other node's.
 // Memory is bounded by maxPendingSteps. A job restarted from a checkpoint under the same id
 // reports steps below those already handed out, but with end times later than any seen (a
 // replay's are older); after max(16, 2 x world size) such reports in a row the assembler
@@ -72,6 +76,8 @@ class StepAssembler {
   void recycle(std::vector<AssembledStep>& done);
 
   const AssemblyStats& stats() const { return stats_; }
+  // Latest end time of an accepted report (collector clock); 0 before the first.
+  int64_t latestEndNs() const { return maxEndNs_; }
   size_t pendingSteps() const { return pending_.size(); }
 
  private:
@@ -85,9 +91,14 @@ class StepAssembler {
   uint64_t consecutiveLate_ = 0;  // restart-like reports in a row (see add)
   int64_t maxEndNs_ = 0;          // latest end time of an accepted report (collector clock)
   bool missingMayBeLeftOut(const AssembledStep& s) const;
+  // Notes that a report of `rank` from `node` arrived at `nowNs`.
+  void noteArrival(uint32_t rank, const std::string& node, int64_t nowNs);
   std::vector<std::vector<RankStep>> spare_;  // emptied rank arrays, capacity kept (<= 2)
   std::vector<int64_t> rankMax_;              // per rank: highest step it reported (-1: none)
   std::vector<int64_t> rankLastNs_;           // per rank: collector clock of its latest report
+  std::vector<int32_t> rankNode_;             // per rank: index in nodeNames_ (-1: none yet)
+  std::vector<std::string> nodeNames_;        // nodes seen ("" for reports without one)
+  std::vector<int64_t> nodeLastNs_;           // per node: collector clock of its latest report
   int64_t firstNs_ = 0;                       // collector clock of the job's first report
   int64_t latestNs_ = 0;                      // collector clock of the job's latest report
   double stepNs_ = 0.0;                       // typical step duration (moving average)

@@ -470,3 +470,44 @@ TEST_CASE("hang: ranks saying goodbye one by one after the job's last step open 
   INFO(describe(events));
   CHECK(events.empty());
 }
+
+TEST_CASE(
+    "hang: silence is measured on the node's delivery clock: a lagging agent is no hang, a stuck "
+    "rank whose agent delivers still is") {
+  // One node's agent delivers its ranks' reports and host samples 150 steps (~16 s) at a time
+  // (a loaded host, a spool replaying): the collector's clock runs on, the node's does not.
+  SynthJob job;
+  job.ranksPerNode = 8;
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  std::vector<wire::StepReport> held;
+  auto deliver = [&] {
+    for (auto& r : held) {
+      RankContext c = job.ctx(r.rank());
+      c.receivedNs = job.now();
+      REQUIRE(set.observe(std::move(r), c).isOk());
+    }
+    held.clear();
+    set.nodeDelivered("node-0", job.now());
+  };
+  for (int64_t s = 0; s < 600; ++s) {
+    for (auto& r : job.step(s)) held.push_back(std::move(r));
+    if (s % 150 == 149) deliver();
+    set.tick(job.now());
+    for (auto& e : set.takeEvents()) events.push_back(e);
+  }
+  INFO(describe(events));
+  CHECK(events.empty());
+
+  // Rank 6 stops after step 599; its agent keeps sending host samples every second.
+  for (auto& r : job.step(600)) {
+    if (r.rank() != 6) held.push_back(std::move(r));
+  }
+  deliver();
+  const int64_t t0 = job.now();
+  auto hangs = ofKind(
+      tickUntil(set, t0, t0 + 30 * kSec, kSec, [&](int64_t t) { set.nodeDelivered("node-0", t); }),
+      AnomalyKind::kHang);
+  REQUIRE(hangs.size() == 1);
+  CHECK(hangs[0].ranks == std::vector<uint32_t>{6});
+}
