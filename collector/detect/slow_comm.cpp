@@ -20,6 +20,9 @@ constexpr size_t kLinkHistory = 64;
 constexpr size_t kMinBefore = 3;
 // Samples needed since an onset (a key opens 3 or more steps after it).
 constexpr size_t kMinSince = 2;
+// Steps in a row with fewer participants than before after which a key takes the smaller
+// number as its group's size (an elastic job shrank) instead of skipping them as partial.
+constexpr int kShrinkAfterSteps = 64;
 
 // Gbit/s from ns per byte.
 double gbps(double nsPerByte) {
@@ -386,6 +389,15 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
     }
     KeyState& ks = it->second;
     ks.lastSeenStep = step.step;
+    // The transfer time is the minimum over the participants; without some of them (a step
+    // judged while one agent's reports lagged) it is the time of one that waited for a
+    // missing one, which reads as a slower collective on the others. Such steps are not
+    // sampled, until fewer participants have been the rule for a while (the group shrank).
+    if (list.size() < ks.participants) {
+      if (++ks.fewerInARow < kShrinkAfterSteps) continue;
+    }
+    ks.participants = list.size();
+    ks.fewerInARow = 0;
     double transfer = list.front().perCall;
     double lastArrival = list.front().arrival;
     for (const Sample& s : list) {

@@ -38,6 +38,9 @@
 // is named for both ends of a SEND/RECV pair, or as the two nodes when the group spans
 // exactly two; otherwise the group is named.
 //
+// Partial steps. A step judged without some ranks (their agent's reports came too late) has
+// no transfer time for a key those ranks take part in: its samples are skipped (see onStep).
+//
 // Cost: per report, one tracker push per link and no string building; per step, one median
 // per group with links. Memory is bounded by maxKeysPerJob keys, maxLinkGroups groups,
 // maxLinksPerJob links and maxLinkRank ranks. Used from the caller's thread only.
@@ -82,6 +85,8 @@ class SlowCommDetector {
     explicit KeyState(const SlowCommOptions& o) : tracker(o.persistence) {}
     PersistenceTracker tracker;
     int64_t lastSeenStep = -1;
+    size_t participants = 0;  // ranks in its latest full sample (see onStep: partial steps)
+    int fewerInARow = 0;      // steps since with fewer participants, not sampled
     // Per rank: completion lag after peers / transfer; skew[i] belongs to skewRanks[i]
     // (sorted).
     std::vector<uint32_t> skewRanks;

@@ -301,3 +301,18 @@ TEST_CASE(
   CHECK(set.stats().partialSteps == 0);
   CHECK(set.stats().late == 0);
 }
+
+TEST_CASE("detect: steps judged without one node's ranks are not sampled by slow_comm") {
+  // A lag past maxPendingSteps (64) forces steps out without node-1's ranks: the partial
+  // steps are judged, but their collective times are not (a group's transfer time needs all of
+  // its participants).
+  SynthJob job;
+  job.world = 16;
+  job.ranksPerNode = 8;
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  deliverByNode(job, set, 1200, 100, &events);
+  INFO(describe(events));
+  CHECK(set.stats().partialSteps > 100);
+  CHECK(ofKind(events, AnomalyKind::kSlowComm).empty());
+}
