@@ -38,7 +38,13 @@ bool explainerKind(AnomalyKind k) {
 // and place, and enough of the added time per step.
 bool explains(const Anomaly& by, const Anomaly& held, const FoldOptions& o) {
   if (by.id == held.id) return false;
-  if (std::llabs(by.onsetStep - held.onsetStep) > o.onsetSteps) return false;
+  // The same event, or a rise found later while `by` (a straggler, say) still slows the job:
+  // at 512 ranks a 1.2x straggler raised the step time by 5 %, which the step_shift CUSUM
+  // found 100 steps after the straggler, as a drift.
+  const bool sameEvent = std::llabs(by.onsetStep - held.onsetStep) <= o.onsetSteps;
+  const bool stillSlowing = by.state == AnomalyState::kOpen && by.onsetStep <= held.onsetStep &&
+                            held.kind == AnomalyKind::kStepShift;
+  if (!sameEvent && !stillSlowing) return false;
   const double need = addedMs(held);
   if (need <= 0.0 || addedMs(by) < o.minExplained * need) return false;
   if (held.kind == AnomalyKind::kStraggler) {
@@ -111,6 +117,10 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
         publish(std::move(a));
       }
       continue;
+    }
+    // An explainer that resolved no longer slows the job (see explains).
+    for (Anomaly& x : j.explainers) {
+      if (x.id == a.id) x.state = AnomalyState::kResolved;
     }
     if (j.folded.erase(a.id) > 0) continue;
     auto h = std::find_if(j.held.begin(), j.held.end(),

@@ -26,8 +26,10 @@
 // straggler or step_shift is held for holdSteps judged steps, and dropped (counted in
 // DetectStats::folded, with its resolution) when an anomaly that explains it opened within
 // onsetSteps of its onset: for a straggler an op regression on the same rank, for a rising
-// step_shift a straggler, op regression or slow_comm; "explains" means its evidence
-// added_ms_per_step is at least minExplained of the held one's. A held anomaly is published
+// step_shift a straggler, op regression or slow_comm (also one that opened earlier and is
+// still open: a small rise from a straggler can take the step_shift CUSUM many steps to
+// find); "explains" means its evidence added_ms_per_step is at least minExplained of the held
+// one's. A held anomaly is published
 // with detectedStep/detectedNs of the step it was released at, so the wait shows in latency.
 #pragma once
 

@@ -316,3 +316,22 @@ TEST_CASE("detect: steps judged without one node's ranks are not sampled by slow
   CHECK(set.stats().partialSteps > 100);
   CHECK(ofKind(events, AnomalyKind::kSlowComm).empty());
 }
+
+TEST_CASE("detect: at 512 ranks delivered in bursts a straggler is not also a step_shift") {
+  // Issue 10: live, a 1.2x straggler from step 400 in a 512-rank job was also reported as a
+  // step_shift naming all 512 ranks.
+  SynthJob job;
+  job.world = 512;
+  job.ranksPerNode = 256;
+  job.noise = 0.05;
+  job.computeFactor = [](int64_t s, uint32_t r) { return r == 77 && s >= 400 ? 1.2 : 1.0; };
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  deliverByNode(job, set, 560, 8, &events);
+  INFO(describe(events));
+  auto stragglers = ofKind(events, AnomalyKind::kStraggler);
+  REQUIRE(stragglers.size() == 1);
+  CHECK(stragglers[0].ranks == std::vector<uint32_t>{77});
+  CHECK(ofKind(events, AnomalyKind::kStepShift).empty());
+  CHECK(ofKind(events, AnomalyKind::kSlowComm).empty());
+}
