@@ -70,8 +70,10 @@ int main(int argc, char** argv) {
   auto& det = options.detectOptions;
   int warmupSteps = det.stepShift.warmupSteps;
   app.add_option("--detect-warmup-steps", warmupSteps,
-                 "steps at the start of a job (or of a rank's series) the detectors ignore "
-                 "(compile, cache warm-up): more = fewer false alarms, later first alarm")
+                 "steps at the start of a job (or of a rank's series) the detectors that learn "
+                 "a baseline from the job's own history ignore (compile, cache warm-up): more = "
+                 "fewer false alarms, later first alarm; the straggler check compares a rank "
+                 "with its peers and needs none")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));
   int64_t hangFloorMs = det.hang.floorNs / 1'000'000;
@@ -116,7 +118,6 @@ int main(int argc, char** argv) {
   }
   options.detect = !noDetect;
   det.stepShift.warmupSteps = warmupSteps;
-  det.straggler.persistence.warmupSamples = warmupSteps;
   det.slowComm.persistence.warmupSamples = warmupSteps;
   det.slowComm.linkPersistence.warmupSamples = warmupSteps;
   det.opRegression.persistence.warmupSamples = warmupSteps;

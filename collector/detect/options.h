@@ -58,9 +58,12 @@ struct StepShiftOptions {
 };
 
 struct StragglerOptions {
-  PersistenceOptions persistence{};  // on rank compute / peer median compute (baseline 1.0)
-  uint32_t minRanks = 3;             // fewer ranks give no meaningful peer median
-  int noiseWindow = 64;              // steps over which the job-wide ratio spread is learned
+  // On rank compute / peer median compute (baseline 1.0). No warm-up: the peers are the
+  // baseline, so a rank slow from its first step is judged from that step and reported with
+  // it as the onset (a warm-up slows every rank alike and leaves the ratios at 1).
+  PersistenceOptions persistence{.warmupSamples = 0};
+  uint32_t minRanks = 3;  // fewer ranks give no meaningful peer median
+  int noiseWindow = 64;   // steps over which the job-wide ratio spread is learned
 };
 
 struct SlowCommOptions {

@@ -155,6 +155,7 @@ PersistenceTracker::Transition PersistenceTracker::push(int64_t step, double val
   const double sigma = relSigma();
   const bool exceeds = value > exceedLevel();
   hist_.push(Sample{step, static_cast<float>(value), exceeds});
+  if (firstJudged_ < 0) firstJudged_ = step;
   // Samples that left the recent window join the baseline a window at a time, once the
   // history ring (2 x window) is full and before they are overwritten: a push then touches
   // one slot of the history, not also the leaving sample and the baseline ring, which at
@@ -195,8 +196,11 @@ PersistenceTracker::Transition PersistenceTracker::push(int64_t step, double val
         hs.push_back(hist_[i].step);
       }
     }
+    // An excursion from the first sample judged has no "before" to split against: it shows
+    // from that sample on (a fault present from the start, against a fixed baseline).
+    const bool fromFirst = cusumStart_ == firstJudged_;
     size_t split = bestSplit(hv, +1);
-    onsetStep_ = hs.empty() ? step : hs[split];
+    onsetStep_ = hs.empty() ? step : fromFirst ? cusumStart_ : hs[split];
     resolvedStep_ = -1;
     sinceOpen_ = 0;
     return Transition::kOpened;

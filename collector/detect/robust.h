@@ -134,9 +134,10 @@ class PersistenceTracker {
   size_t window_;
   size_t sinceBatch_ = 0;  // pushes since samples last joined the baseline
   double cusum_ = 0.0;
-  double lowCusum_ = 0.0;    // the same test downwards (baseline admission only)
-  int64_t cusumStart_ = -1;  // first step of the current CUSUM excursion
-  int sinceOpen_ = 0;        // samples since the episode opened
+  double lowCusum_ = 0.0;     // the same test downwards (baseline admission only)
+  int64_t cusumStart_ = -1;   // first step of the current CUSUM excursion
+  int64_t firstJudged_ = -1;  // first step judged (the history holds nothing before it)
+  int sinceOpen_ = 0;         // samples since the episode opened
   bool active_ = false;
   int64_t onsetStep_ = -1;
   int64_t resolvedStep_ = -1;

@@ -76,6 +76,22 @@ TEST_CASE("straggler: a rank slow from its first step is still found (peers are 
   auto opened = ofKind(events, AnomalyKind::kStraggler);
   REQUIRE(opened.size() == 1);
   CHECK(opened[0].ranks == std::vector<uint32_t>{7});
+  CHECK(opened[0].onsetStep == 0);  // its true onset, not the end of a warm-up
+}
+
+TEST_CASE("straggler: a rank 2x its peers from step 0 or 3 is reported with that step as onset") {
+  // Issue 10 (honest onsets): peer comparison needs no history of the job, so a fault present
+  // from the first steps (here inside the job's 5x-slow warm-up) is judged from them.
+  for (int64_t from : {int64_t{0}, int64_t{3}}) {
+    auto events =
+        runWith([from](int64_t s, uint32_t r) { return r == 2 && s >= from ? 2.0 : 1.0; }, 100, 28);
+    INFO("from step " << from << "\n" << describe(events));
+    auto opened = ofKind(events, AnomalyKind::kStraggler);
+    REQUIRE(opened.size() == 1);
+    CHECK(opened[0].ranks == std::vector<uint32_t>{2});
+    CHECK(opened[0].onsetStep == from);
+    CHECK(opened[0].detectedStep <= from + 5);
+  }
 }
 
 TEST_CASE("straggler: a rank always 2% slower than its peers (inside minExcess) raises nothing") {

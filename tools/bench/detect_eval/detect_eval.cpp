@@ -163,6 +163,20 @@ std::vector<Scenario> buildSuite(const EvalOptions& o) {
         for (double m : mags) addFault(label, m, from, 0.05, static_cast<uint64_t>(sd));
       }
     }
+    // Faults present from the first steps (issue 10, honest onsets): a rank slower than its
+    // peers from step 0 or 3 is a straggler from that step; a hang in step 3 (no typical step
+    // time learned yet). Other kinds are judged against the job's own history, which a fault
+    // present from the start is part of.
+    if (label == "straggler") {
+      for (int64_t from : {int64_t{0}, int64_t{3}}) {
+        for (int sd = 1; sd <= faultSeeds; ++sd) {
+          for (double m : mags) {
+            if (m >= 1.1 - 1e-9) addFault(label, m, from, 0.05, static_cast<uint64_t>(sd));
+          }
+        }
+      }
+    }
+    if (label == "hang") addFault(label, 0.0, 3, 0.05, 1);
     if (o.quick) continue;
     if (label == "hang") {
       // Hangs are cheap to run (they end at the hang): more stuck ranks (seed picks the rank)
@@ -237,7 +251,8 @@ int main(int argc, char** argv) {
       "every 50 steps at 3x; 1024 ranks: 200 steps (5%%), 150 (2/10%%)\n");
   std::printf(
       "  faults: 16 ranks, 500 steps, checkpoint every 75 at 2.5x, onset 60 and 400, "
-      "factors 1.05-2.0, %d seed(s) at 5%% noise%s; op = aten::matmul\n",
+      "factors 1.05-2.0, %d seed(s) at 5%% noise%s; op = aten::matmul; stragglers also from "
+      "step 0 and 3 (x1.1-2.0), a hang also in step 3\n",
       o.quick ? 1 : o.seeds, o.quick ? "" : ", 1 seed at 2%/10% (x1.1, x1.5, onset 60)");
   if (!o.quick) {
     std::printf(

@@ -52,6 +52,7 @@ struct Cell {
   int ranksExact = 0;            // named exactly the faulty ranks
   std::vector<double> latency;   // steps
   std::vector<double> latencyS;  // seconds (hangs)
+  std::vector<double> onsetErr;  // |reported onset - true onset|, steps
   std::vector<std::string> missed;
 };
 
@@ -132,6 +133,7 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
           std::set<uint32_t>(t.ranks.begin(), t.ranks.end())) {
         ++c.ranksExact;
       }
+      c.onsetErr.push_back(static_cast<double>(std::llabs(first->onsetStep - t.fromStep)));
       if (t.kind == "hang") {
         double s = static_cast<double>(first->detectedNs - t.startNs) / 1e9;
         c.latencyS.push_back(s);
@@ -181,30 +183,33 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
     nlohmann::json jg;
     for (const auto& [label, byCell] : labels) {
       std::fprintf(out, "\n-- %s --\n", label.c_str());
-      std::fprintf(out, "%-8s %-6s %6s %6s %7s %8s %8s %8s\n", "factor", "onset", "faults", "found",
-                   "recall", "ranks_ok", "lat_med", "lat_p90");
+      std::fprintf(out, "%-8s %-6s %6s %6s %7s %8s %8s %8s %9s\n", "factor", "onset", "faults",
+                   "found", "recall", "ranks_ok", "lat_med", "lat_p90", "onset_err");
       Cell all;
       for (const auto& [key, c] : byCell) {
         double rec = c.faults ? static_cast<double>(c.found) / c.faults : 0.0;
-        std::fprintf(out, "%-8s %-6lld %6d %6d %7.3f %8s %8s %8s\n",
+        std::fprintf(out, "%-8s %-6lld %6d %6d %7.3f %8s %8s %8s %9s\n",
                      key.first == 0.0 ? "hang" : fmt(key.first).c_str(),
                      static_cast<long long>(key.second), c.faults, c.found, rec,
                      c.found ? fmt(static_cast<double>(c.ranksOk) / c.found, "%.3f").c_str() : "-",
                      fmt(quantile(c.latency, 0.5), "%.1f").c_str(),
-                     fmt(quantile(c.latency, 0.9), "%.1f").c_str());
+                     fmt(quantile(c.latency, 0.9), "%.1f").c_str(),
+                     fmt(quantile(c.onsetErr, 0.5), "%.1f").c_str());
         all.faults += c.faults;
         all.found += c.found;
         all.ranksOk += c.ranksOk;
         all.ranksExact += c.ranksExact;
         all.latency.insert(all.latency.end(), c.latency.begin(), c.latency.end());
         all.latencyS.insert(all.latencyS.end(), c.latencyS.begin(), c.latencyS.end());
+        all.onsetErr.insert(all.onsetErr.end(), c.onsetErr.begin(), c.onsetErr.end());
         all.missed.insert(all.missed.end(), c.missed.begin(), c.missed.end());
       }
       double rec = all.faults ? static_cast<double>(all.found) / all.faults : 0.0;
       double ranks = all.found ? static_cast<double>(all.ranksOk) / all.found : 0.0;
       double med = quantile(all.latency, 0.5), p90 = quantile(all.latency, 0.9);
-      std::fprintf(out, "%-15s %6d %6d %7.3f %8.3f %8s %8s\n", "all", all.faults, all.found, rec,
-                   ranks, fmt(med, "%.1f").c_str(), fmt(p90, "%.1f").c_str());
+      std::fprintf(out, "%-15s %6d %6d %7.3f %8.3f %8s %8s %9s\n", "all", all.faults, all.found,
+                   rec, ranks, fmt(med, "%.1f").c_str(), fmt(p90, "%.1f").c_str(),
+                   fmt(quantile(all.onsetErr, 0.5), "%.1f").c_str());
       if (!all.latencyS.empty()) {
         std::fprintf(out, "  hang latency: median %.1f s, p90 %.1f s after the hung step began\n",
                      quantile(all.latencyS, 0.5), quantile(all.latencyS, 0.9));
@@ -242,6 +247,8 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
           {"ranks_named", ranks},
           {"latency_median_steps", std::isnan(med) ? nlohmann::json() : nlohmann::json(med)},
           {"latency_p90_steps", std::isnan(p90) ? nlohmann::json() : nlohmann::json(p90)},
+          {"onset_error_median_steps",
+           all.onsetErr.empty() ? nlohmann::json() : nlohmann::json(quantile(all.onsetErr, 0.5))},
           {"missed", all.missed}};
       if (!all.latencyS.empty()) jg[label]["latency_median_s"] = quantile(all.latencyS, 0.5);
     }
