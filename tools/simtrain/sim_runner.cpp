@@ -286,8 +286,9 @@ int run(const SimOptions& in) {
 
   if (hung) {
     if (!options.quiet) {
-      std::printf("simtrain: step %lld hangs (injected); holding %s\n",
-                  static_cast<long long>(stepsDone),
+      // The wall time lets an evaluation measure the detection latency from the hang.
+      std::printf("simtrain: step %lld hangs (injected) at wall time %lld ns; holding %s\n",
+                  static_cast<long long>(stepsDone), static_cast<long long>(wallNowNs()),
                   options.hangHoldS > 0 ? (formatSeconds(options.hangHoldS)).c_str()
                                         : "until SIGINT/SIGTERM");
       std::fflush(stdout);

@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tools/bench/detect_eval/eval_live.h"
 #include "tools/bench/detect_eval/eval_run.h"
 #include "tools/bench/detect_eval/eval_score.h"
 
@@ -28,7 +29,57 @@ struct EvalOptions {
   std::string only;          // "" runs all; else only scenarios whose group, label or name has this
   bool copyReports = false;  // feed reports by const& (the set copies them) instead of moving
   bool noiseSweep = false;   // only healthy jobs at 5..10 % noise: where false alarms start
+  std::string liveResults;   // "" runs the suite in-process; else scores a live_eval.py run
 };
+
+// Writes `js` to `path` ("" writes nothing); false, said on stderr, when it cannot.
+bool writeJson(const std::string& path, const nlohmann::json& js) {
+  if (path.empty()) return true;
+  std::ofstream f(path, std::ios::trunc);
+  if (!f) {
+    std::fprintf(stderr, "detect_eval: --json '%s': cannot open for writing\n", path.c_str());
+    return false;
+  }
+  f << js.dump(2) << "\n";
+  return true;
+}
+
+// Scores a live run (live_eval.py --out) with the in-process scoring; exit code as main's.
+int scoreLive(const EvalOptions& o) {
+  std::ifstream in(o.liveResults);
+  if (!in) {
+    std::fprintf(stderr, "detect_eval: --live-results '%s': cannot open\n", o.liveResults.c_str());
+    return 2;
+  }
+  nlohmann::json run = nlohmann::json::parse(in, nullptr, false);
+  if (run.is_discarded()) {
+    std::fprintf(stderr, "detect_eval: --live-results '%s': not JSON\n", o.liveResults.c_str());
+    return 2;
+  }
+  auto results = ts::bench::liveResults(run);
+  if (!results) {
+    std::fprintf(stderr, "detect_eval: --live-results '%s': %s\n", o.liveResults.c_str(),
+                 results.message().c_str());
+    return 2;
+  }
+  std::printf(
+      "detect_eval: live run of %zu jobs (collector, 2 agents, trainscope-simtrain processes) "
+      "in %.0f s; busy loop beside the collector: %s; node1's agent stopped %.1f s every %.1f "
+      "s\n",
+      results->size(), run.value("wall_s", 0.0), run.value("busy_loop", false) ? "yes" : "no",
+      run.value("burst_stop_s", 0.0), run.value("burst_every_s", 0.0));
+  for (const auto& s : run["scenarios"]) {
+    if (s.value("cut", false)) {
+      std::printf("  cut short by the budget: %s\n", s.value("name", "?").c_str());
+    }
+  }
+  ts::bench::Targets targets;
+  targets.scoreCost = false;
+  bool passed = false;
+  nlohmann::json js = ts::bench::scoreAndPrint(*results, targets, stdout, &passed);
+  if (!writeJson(o.json, js)) return 2;
+  return passed ? 0 : 1;
+}
 
 ts::sim::Inject inject(const std::string& spec) {
   auto r = ts::sim::parseInject(spec);
@@ -236,7 +287,11 @@ int main(int argc, char** argv) {
                "run only healthy 64- and 256-rank jobs (600/300 steps, checkpoints) at noise "
                "5, 6, ... 10 %, --seeds of each, to see at which noise false alarms start "
                "(default: off)");
+  app.add_option("--live-results", o.liveResults,
+                 "score a live run instead of running the suite in-process: the --out file of "
+                 "tools/bench/detect_eval/live_eval.py (default: none)");
   CLI11_PARSE(app, argc, argv);
+  if (!o.liveResults.empty()) return scoreLive(o);
 
   std::vector<Scenario> suite = buildSuite(o);
   for (auto& s : suite) s.copyReports = o.copyReports;
@@ -279,13 +334,6 @@ int main(int argc, char** argv) {
   std::printf("ran in %.1f s\n", secs);
   js["runtime_s"] = secs;
   js["scenarios"] = suite.size();
-  if (!o.json.empty()) {
-    std::ofstream f(o.json, std::ios::trunc);
-    if (!f) {
-      std::fprintf(stderr, "detect_eval: --json '%s': cannot open for writing\n", o.json.c_str());
-      return 2;
-    }
-    f << js.dump(2) << "\n";
-  }
+  if (!writeJson(o.json, js)) return 2;
   return passed ? 0 : 1;
 }

@@ -30,6 +30,7 @@ struct Targets {
   double latencyP90 = 10.0;
   double falseAlarmsPer100k = 0.0;
   double costNsPerReport = 5000.0;
+  bool scoreCost = true;  // false: the results carry no detector cost (a live run)
 };
 
 // Scores every result, prints the per-kind tables and the summary to `out`, and returns the
