@@ -54,6 +54,15 @@ std::unique_ptr<Process> startDetectingCollector(const TempDir& dir, const Colle
   return p;
 }
 
+// A collector in `dir` on free ports.
+CollectorSpec freshSpec(const TempDir& dir) {
+  CollectorSpec spec;
+  spec.dataDir = dir / "data";
+  spec.ingestPort = freePort();
+  spec.httpPort = freePort();
+  return spec;
+}
+
 // Agents node0 and node1 sending to the collector; their specs go to `specs`.
 std::vector<std::unique_ptr<Process>> startTwoAgents(const TempDir& dir, const CollectorSpec& spec,
                                                      std::vector<AgentSpec>* specs) {
@@ -122,10 +131,7 @@ json jobAnomalies(uint16_t http, const std::string& job) {
 
 TEST_CASE("e2e: every injected fault kind is detected and served by the API and the CLI") {
   TempDir dir;
-  CollectorSpec spec;
-  spec.dataDir = dir / "data";
-  spec.ingestPort = freePort();
-  spec.httpPort = freePort();
+  const CollectorSpec spec = freshSpec(dir);
   auto collector = startDetectingCollector(dir, spec);
   std::vector<AgentSpec> agentSpecs;
   auto agents = startTwoAgents(dir, spec, &agentSpecs);
@@ -265,10 +271,7 @@ TEST_CASE("e2e: healthy jobs ending cleanly one rank at a time open no anomaly")
   // ranks are), and an 8-rank process whose ranks end 400 ms apart (3.2 s, past the 2 s hang
   // floor), both with checkpoints.
   TempDir dir;
-  CollectorSpec spec;
-  spec.dataDir = dir / "data";
-  spec.ingestPort = freePort();
-  spec.httpPort = freePort();
+  const CollectorSpec spec = freshSpec(dir);
   auto collector = startDetectingCollector(dir, spec);
   std::vector<AgentSpec> agentSpecs;
   auto agents = startTwoAgents(dir, spec, &agentSpecs);
