@@ -374,6 +374,7 @@ ApiResponse Api::handle(std::string_view method, std::string_view target, std::s
     return errorResponse(404, "no route for " + std::string(method) + " " + path);
   } catch (const std::exception& e) {
     // Our own bug or an allocation failure; the connection and the server stay up.
+    ++handlerErrors_;
     logError("http", std::string("request handler failed: ") + e.what());
     return errorResponse(500, std::string("internal error: ") + e.what());
   }

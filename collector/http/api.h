@@ -3,6 +3,7 @@
 // read the Store (safe from any thread), so an Api may be used from any one thread at a time.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -66,6 +67,8 @@ class Api {
   // gzip, so stored compressed files may be sent as they are with Content-Encoding: gzip.
   ApiResponse handle(std::string_view method, std::string_view target, std::string_view body = {},
                      bool acceptsGzip = false) const;
+  // Requests whose handler threw (answered 500), since construction. Any thread.
+  uint64_t handlerErrors() const { return handlerErrors_.load(); }
 
  private:
   ApiResponse healthz() const;
@@ -102,6 +105,7 @@ class Api {
   HttpOptions options_;
   storage::Store& store_;
   const Clock& clock_;
+  mutable std::atomic<uint64_t> handlerErrors_{0};
 };
 
 // "ended" if every rank said goodbye, "running" if seen within kRunningWindowNs, else "stale".

@@ -279,6 +279,14 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, int64_t win
   return m.text();
 }
 
+std::string httpMetricsText(const HttpStats& s) {
+  MetricsText m;
+  m.family("trainscope_http_handler_errors_total", "counter",
+           "HTTP requests whose handler failed unexpectedly (answered 500).");
+  m.sample({}, static_cast<double>(s.handlerErrors));
+  return m.text();
+}
+
 std::string ingestMetricsText(const ingest::IngestStats& s) {
   MetricsText m;
   auto counter = [&](const std::string& name, const std::string& help, uint64_t v) {

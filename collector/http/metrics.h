@@ -51,6 +51,14 @@ const std::vector<double>& stepSecondsBuckets();
 // Store errors become a comment line and the metrics that did not need that query are still served.
 std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, int64_t windowSteps);
 
+// The HTTP server's own counters since it started. Any thread may read a copy.
+struct HttpStats {
+  uint64_t handlerErrors = 0;  // requests whose handler threw; answered 500
+};
+
+// trainscope_http_* counters in exposition format (appended to /metrics by the server).
+std::string httpMetricsText(const HttpStats& stats);
+
 // The ingest counters in exposition format, for HttpOptions::extraMetrics.
 std::string ingestMetricsText(const ingest::IngestStats& stats);
 

@@ -22,6 +22,7 @@
 #include "collector/http/live.h"
 #include "collector/http/metrics.h"
 #include "collector/http/request_target.h"
+#include "common/checked.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -48,13 +49,16 @@ std::string endpointText(const std::string& address, uint16_t port) {
   return (v6 ? "[" + address + "]" : address) + ":" + std::to_string(port);
 }
 
-// Most steps one heatmap request may cover; ranks x steps values are sent.
+// Most steps one heatmap request may cover, and most rank x step cells (values sent): a
+// 65,536-rank job can still be shown over 64 steps, and the response stays under ~40 MB.
 constexpr int64_t kMaxHeatmapSteps = 10000;
+constexpr int64_t kMaxHeatmapCells = int64_t{1} << 22;
 
 // GET /api/v1/jobs/{job}/heatmap?from=F&to=T: the dashboard heatmap's data in one compact
 // response, {"job","from","to","ranks":[rank ids],"compute_ns":[ranks x steps, rank-major, 0
 // where a rank did not report]}, about a twentieth of the /steps page it replaces (the browser
-// parsed 3.5 MB of step objects for a 64 x 250 heatmap). Reads the store; any thread.
+// parsed 3.5 MB of step objects for a 64 x 250 heatmap). Reads the store; any thread. Every
+// size is computed with checked arithmetic: F and T are any int64 a client sends.
 ApiResponse heatmapResponse(storage::Store& store, const std::string& job,
                             const std::vector<std::pair<std::string, std::string>>& query) {
   QueryParams params(query);
@@ -69,7 +73,8 @@ ApiResponse heatmapResponse(storage::Store& store, const std::string& job,
                                   ") must not be greater than parameter 'to' (" +
                                   std::to_string(**to) + ")");
   }
-  if (**to - **from + 1 > kMaxHeatmapSteps) {
+  const std::optional<int64_t> stepCount = inclusiveCount(**from, **to);
+  if (!stepCount || *stepCount > kMaxHeatmapSteps) {
     return errorResponse(400, "the heatmap covers at most " + std::to_string(kMaxHeatmapSteps) +
                                   " steps ('from' to 'to')");
   }
@@ -78,20 +83,29 @@ ApiResponse heatmapResponse(storage::Store& store, const std::string& job,
   if (!*exists) return errorResponse(404, "unknown job '" + job + "'");
   auto ranks = store.ranks(job);
   if (!ranks) return errorResponse(500, ranks.message());
+  const int64_t rankCount = std::max<int64_t>(1, static_cast<int64_t>(ranks->size()));
+  const std::optional<int64_t> cells = checkedMul(*stepCount, rankCount);
+  if (!cells || *cells > kMaxHeatmapCells) {
+    return errorResponse(400, "the heatmap covers at most " + std::to_string(kMaxHeatmapCells) +
+                                  " rank x step cells: job '" + job + "' has " +
+                                  std::to_string(rankCount) + " ranks, so at most " +
+                                  std::to_string(kMaxHeatmapCells / rankCount) + " steps");
+  }
   storage::StepQuery q;
   q.job = job;
   q.fromStep = **from;
   q.toStep = **to;
-  q.limit = static_cast<size_t>(**to - **from + 1) * std::max<size_t>(1, ranks->size());
+  q.limit = static_cast<size_t>(*cells);
   auto rows = store.steps(q);
   if (!rows) return errorResponse(500, rows.message());
-  const size_t steps = static_cast<size_t>(**to - **from + 1);
+  const auto steps = static_cast<size_t>(*stepCount);
   std::unordered_map<uint32_t, size_t> index;
   for (size_t i = 0; i < ranks->size(); ++i) index.emplace((*ranks)[i].rank, i);
   std::vector<int64_t> values(ranks->size() * steps, 0);
   for (const auto& row : *rows) {
     auto it = index.find(row.rank);
-    if (it == index.end()) continue;
+    // A store may return rows outside the range it was asked for; never index with them.
+    if (it == index.end() || row.step < **from || row.step > **to) continue;
     values[it->second * steps + static_cast<size_t>(row.step - **from)] = row.computeNs;
   }
   ApiResponse r;
@@ -160,6 +174,23 @@ struct ServerCore {
   asio::steady_timer* liveTimer = nullptr;
   bool liveTicking = false;
   RateLimitedLog liveLog{std::chrono::seconds(10)};
+
+  // Exceptions caught at the request and live-feed boundaries (our own bug or an allocation
+  // failure), for /metrics. Any thread.
+  std::atomic<uint64_t> handlerErrors{0};
+  RateLimitedLog errorLog{std::chrono::seconds(10)};
+
+  ApiResponse handlerFailed(const char* what) {
+    ++handlerErrors;
+    errorLog.log(LogLevel::kError, "http", std::string("request handler failed: ") + what);
+    return errorResponse(500, std::string("internal error: ") + what);
+  }
+
+  HttpStats stats() const {
+    HttpStats out;
+    out.handlerErrors = handlerErrors.load() + api.handlerErrors();
+    return out;
+  }
 
   template <typename T>
   std::vector<std::shared_ptr<T>> lockAll(std::unordered_map<T*, std::weak_ptr<T>>& map) {
@@ -276,6 +307,20 @@ class Session : public std::enable_shared_from_this<Session> {
     // From here until the response is written, stop() lets this connection finish.
     busy_ = true;
     const auto& req = parser_->get();
+    std::optional<ApiResponse> r;
+    try {
+      r = route(req);
+    } catch (const std::exception& e) {
+      // The boundary: no exception from a handler reaches the I/O loop (which would drop the
+      // connection unanswered); the client gets a 500 and the error is counted.
+      r = server_.handlerFailed(e.what());
+    }
+    if (!r) return;  // the live feed took the connection over
+    send(std::move(*r), req.version(), req.keep_alive());
+  }
+
+  // Answers one parsed request; nullopt when the connection was handed to the live feed.
+  std::optional<ApiResponse> route(const bhttp::request<bhttp::string_body>& req) {
     auto method = req.method_string();
     auto target = req.target();
     std::string_view targetView(target.data(), target.size());
@@ -290,44 +335,34 @@ class Session : public std::enable_shared_from_this<Session> {
                                  "collector's --http-token)"
                                : "the Authorization bearer token is wrong");
         r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"trainscope\"");
-        send(std::move(r), req.version(), req.keep_alive());
-        return;
+        return r;
       }
     }
     std::string_view path = targetView.substr(0, targetView.find('?'));
-    if (path == "/metrics") {
-      send(metrics(req.method()), req.version(), req.keep_alive());
-      return;
-    }
+    if (path == "/metrics") return metrics(req.method());
     if (path == "/api/v1/live") {
       if (!websocket::is_upgrade(req)) {
-        send(errorResponse(426, "/api/v1/live is a WebSocket: send an Upgrade request"),
-             req.version(), req.keep_alive());
-        return;
+        return errorResponse(426, "/api/v1/live is a WebSocket: send an Upgrade request");
       }
       busy_ = false;
       startLive();
-      return;
+      return std::nullopt;
     }
     if (path.size() > kHeatmapSuffix.size() + kJobsPrefix.size() &&
         path.substr(0, kJobsPrefix.size()) == kJobsPrefix &&
         path.substr(path.size() - kHeatmapSuffix.size()) == kHeatmapSuffix) {
-      send(heatmap(req.method(), targetView), req.version(), req.keep_alive());
-      return;
+      return heatmap(req.method(), targetView);
     }
     auto acceptEncoding = req[bhttp::field::accept_encoding];
     bool acceptsGzip =
         std::string_view(acceptEncoding.data(), acceptEncoding.size()).find("gzip") !=
         std::string_view::npos;
     std::string_view methodView(method.data(), method.size());
-    ApiResponse r;
     if (changesSomething(req.method())) {
       std::lock_guard lock(server_.changeMu);
-      r = server_.api.handle(methodView, targetView, req.body(), acceptsGzip);
-    } else {
-      r = server_.api.handle(methodView, targetView, req.body(), acceptsGzip);
+      return server_.api.handle(methodView, targetView, req.body(), acceptsGzip);
     }
-    send(std::move(r), req.version(), req.keep_alive());
+    return server_.api.handle(methodView, targetView, req.body(), acceptsGzip);
   }
 
   ApiResponse metrics(bhttp::verb method) {
@@ -340,6 +375,7 @@ class Session : public std::enable_shared_from_this<Session> {
     r.contentType = "text/plain; version=0.0.4; charset=utf-8";
     r.body = renderStoreMetrics(server_.store, server_.clock.nowNs(),
                                 server_.options.metricsWindowSteps);
+    r.body += httpMetricsText(server_.stats());
     if (server_.options.extraMetrics) r.body += server_.options.extraMetrics();
     return r;
   }
@@ -499,14 +535,19 @@ void liveTick(ServerCore& core) {
     core.liveTicking = false;
     return;
   }
-  auto messages = core.feed.poll();
-  if (!messages) {
-    core.liveLog.log(LogLevel::kWarn, "http", messages.message());
-  } else {
-    for (auto& text : *messages) {
-      auto message = std::make_shared<const std::string>(std::move(text));
-      for (auto& s : clients) s->send(message);
+  try {
+    auto messages = core.feed.poll();
+    if (!messages) {
+      core.liveLog.log(LogLevel::kWarn, "http", messages.message());
+    } else {
+      for (auto& text : *messages) {
+        auto message = std::make_shared<const std::string>(std::move(text));
+        for (auto& s : clients) s->send(message);
+      }
     }
+  } catch (const std::exception& e) {
+    // Counted like a request's handler; the feed keeps ticking (the next poll retries).
+    core.handlerFailed(e.what());
   }
   armLiveTimer(core, std::max(10, core.options.liveIntervalMs));
 }
@@ -543,7 +584,13 @@ void LiveSession::onAccept(beast::error_code ec) {
       core.liveTicking = true;
       armLiveTimer(core, core.options.liveIntervalMs);
     }
-    auto snapshot = core.feed.snapshot();
+    Result<std::string> snapshot = Status::error("no snapshot");
+    try {
+      snapshot = core.feed.snapshot();
+    } catch (const std::exception& e) {
+      core.handlerFailed(e.what());
+      snapshot = Status::error(std::string("internal error: ") + e.what());
+    }
     if (!snapshot) {
       std::string err = nlohmann::json{{"type", "error"}, {"error", snapshot.message()}}.dump();
       self->send(std::make_shared<const std::string>(std::move(err)));

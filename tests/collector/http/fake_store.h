@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@ class FakeStore final : public storage::Store {
   Result<std::vector<storage::StepRow>> steps(const storage::StepQuery& q) override {
     std::lock_guard lock(mu_);
     lastStepQuery = q;
+    if (throwOnSteps) throw std::length_error("fake store: steps() threw");
     if (failWith) return Result<std::vector<storage::StepRow>>::error(*failWith);
     std::vector<storage::StepRow> out;
     for (const auto& s : stepRows) {
@@ -110,6 +112,7 @@ class FakeStore final : public storage::Store {
   std::vector<storage::NodeRow> nodeRows;
   std::vector<storage::AnomalyRow> anomalyRows;  // all jobs, ordered by detected_ns as stored
   std::optional<std::string> failWith;
+  bool throwOnSteps = false;  // steps() throws, like a handler bug or an allocation failure
 
   std::optional<storage::StepQuery> lastStepQuery;
   std::optional<storage::SummaryQuery> lastSummaryQuery;

@@ -700,6 +700,59 @@ TEST_CASE("heatmap sends compute per rank and step in one flat array, 0 where no
         std::string::npos);
 }
 
+TEST_CASE("heatmap ranges that overflow int64 or exceed the cell bound are 400, not a crash",
+          "[http]") {
+  Fixture f;
+  storage::RankRow r0 = f.store.rankRows[0];
+  r0.rank = 0;
+  f.store.rankRows.insert(f.store.rankRows.begin(), r0);  // an even rank count: 0 and 1
+  f.start();
+  // to - from + 1 wraps to a small positive number here (the reported heap corruption).
+  CHECK(f.error("/api/v1/jobs/train/heatmap?from=-4611686018427387902&to=4611686018427387906", 400)
+            .find("at most") != std::string::npos);
+  // to - from + 1 overflows to INT64_MIN (the reported std::length_error).
+  CHECK(f.error("/api/v1/jobs/train/heatmap?from=-1&to=9223372036854775807", 400).find("at most") !=
+        std::string::npos);
+  CHECK(f.error("/api/v1/jobs/train/heatmap?from=-9223372036854775808&to=9223372036854775807", 400)
+            .find("at most") != std::string::npos);
+  // The largest legal range near the top of int64 is served.
+  json top = f.get("/api/v1/jobs/train/heatmap?from=9223372036854775806&to=9223372036854775807");
+  CHECK(top["compute_ns"] == json::array({0, 0, 0, 0}));
+  // Many ranks: steps x ranks is bounded too, and the message says how many steps fit.
+  {
+    auto lock = f.store.lock();
+    for (uint32_t rank = 2; rank < 4096; ++rank) {
+      r0.rank = rank;
+      f.store.rankRows.push_back(r0);
+    }
+  }
+  CHECK(f.error("/api/v1/jobs/train/heatmap?from=0&to=9999", 400).find("at most 1024 steps") !=
+        std::string::npos);
+  CHECK(f.get("/api/v1/jobs/train/heatmap?from=0&to=1023")["compute_ns"].size() == 4096u * 1024u);
+}
+
+TEST_CASE("an exception in a handler is a 500, counted in /metrics; the server keeps serving",
+          "[http]") {
+  Fixture f;
+  f.store.throwOnSteps = true;
+  f.start();
+  TestConnection c(f.server->port());
+  auto heat = c.request("GET", "/api/v1/jobs/train/heatmap?from=0&to=3");
+  CHECK(heat.status == 500);
+  CHECK(heat.body.find("internal error") != std::string::npos);
+  auto steps = c.request("GET", "/api/v1/jobs/train/steps");
+  CHECK(steps.status == 500);
+  // The same connection still works, and so does the server.
+  CHECK(c.request("GET", "/healthz").status == 200);
+  {
+    auto lock = f.store.lock();
+    f.store.throwOnSteps = false;  // /metrics reads steps too
+  }
+  auto metrics = httpGet(f.server->port(), "/metrics");
+  REQUIRE(metrics.status == 200);
+  CHECK(metrics.body.find("trainscope_http_handler_errors_total 2\n") != std::string::npos);
+}
+
 TEST_CASE("a slow request on one connection does not hold up another", "[http]") {
   Fixture f;
   fillManySteps(f.store);  // a 100,000-row page with detail takes a while to build
