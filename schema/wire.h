@@ -20,6 +20,10 @@ inline constexpr uint32_t kSchemaVersion = 1;
 inline constexpr size_t kMaxFrameBytes = 8u << 20;
 inline constexpr size_t kMaxChunkBytes = 1u << 20;
 
+// Bounds on what a sender may name (PROTOCOL.md, "Limits"). Receivers reject larger values,
+// so no per-rank array, loop or capture a sender can cause grows past them.
+inline constexpr uint32_t kMaxWorldSize = 65536;  // ranks of one job; rank < world_size
+
 // Serializes `env` after stamping the current schema version into it.
 std::string encode(Envelope& env);
 

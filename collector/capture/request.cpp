@@ -7,15 +7,19 @@
 #include <nlohmann/json.hpp>
 
 #include "common/timed_id.h"
+#include "schema/wire.h"
 
 namespace trainscope::capture {
 namespace {
 
 using nlohmann::json;
 
-// Ranks one spec may name: far above any real job, low enough that "0-4000000000" cannot make
-// us allocate gigabytes.
-constexpr uint64_t kMaxSpecRanks = 1u << 20;
+// A rank at or above the protocol's world size limit can never exist: refusing it bounds what
+// a spec names ("0-4000000000") to kMaxWorldSize ranks.
+std::string beyondLimit(uint64_t rank) {
+  return "ranks: " + std::to_string(rank) + " is not below the world size limit " +
+         std::to_string(wire::kMaxWorldSize);
+}
 
 Result<uint32_t> parseRankNumber(std::string_view text, std::string_view whole) {
   if (text.empty() || text.size() > 10 ||
@@ -24,9 +28,7 @@ Result<uint32_t> parseRankNumber(std::string_view text, std::string_view whole) 
                                    "' is not a rank number");
   }
   const uint64_t v = std::stoull(std::string(text));
-  if (v > std::numeric_limits<uint32_t>::max()) {
-    return Result<uint32_t>::error("ranks: " + std::string(text) + " is too large");
-  }
+  if (v >= wire::kMaxWorldSize) return Result<uint32_t>::error(beyondLimit(v));
   return static_cast<uint32_t>(v);
 }
 
@@ -66,10 +68,7 @@ Result<RankSpec> parseRankSpec(std::string_view text) {
         return Result<RankSpec>::error("ranks: range '" + std::string(part) +
                                        "' ends before it starts");
       }
-      if (static_cast<uint64_t>(*hi) - *lo + ranks.size() >= kMaxSpecRanks) {
-        return Result<RankSpec>::error("ranks: '" + std::string(text) + "' names too many ranks");
-      }
-      for (uint64_t r = *lo; r <= *hi; ++r) ranks.insert(static_cast<uint32_t>(r));
+      for (uint32_t r = *lo; r <= *hi; ++r) ranks.insert(r);  // both below kMaxWorldSize
     }
     pos = comma + 1;
   }
@@ -109,9 +108,11 @@ Result<CaptureRequest> parseCaptureRequest(std::string_view body) {
       } else if (v.is_array()) {
         std::set<uint32_t> ranks;
         for (const auto& r : v) {
-          if (!r.is_number_unsigned() || r.get<uint64_t>() > std::numeric_limits<uint32_t>::max()) {
+          if (!r.is_number_unsigned()) {
             return R::error("ranks: list entries must be non-negative integers, got " + r.dump());
           }
+          if (r.get<uint64_t>() >= wire::kMaxWorldSize)
+            return R::error(beyondLimit(r.get<uint64_t>()));
           ranks.insert(r.get<uint32_t>());
         }
         if (ranks.empty()) return R::error("ranks: the list is empty");
@@ -172,20 +173,29 @@ Result<CaptureRequest> parseCaptureRequest(std::string_view body) {
 Result<std::vector<uint32_t>> resolveRanks(const RankSpec& spec, uint32_t worldSize,
                                            const std::vector<uint32_t>& knownRanks) {
   using R = Result<std::vector<uint32_t>>;
+  if (worldSize > wire::kMaxWorldSize) {
+    // Only a database written before the limit existed holds such a job.
+    return R::error("ranks: the job's world size " + std::to_string(worldSize) +
+                    " exceeds the limit of " + std::to_string(wire::kMaxWorldSize));
+  }
   if (spec.all) {
     std::vector<uint32_t> out;
     if (worldSize == 0) {
       out = knownRanks;
       std::sort(out.begin(), out.end());
+      out.erase(std::unique(out.begin(), out.end()), out.end());
     } else {
-      for (uint32_t r = 0; r < worldSize; ++r) out.push_back(r);
+      out.resize(worldSize);
+      for (uint32_t r = 0; r < worldSize; ++r) out[r] = r;
     }
     if (out.empty()) return R::error("ranks: the job has no known ranks");
     return out;
   }
+  std::vector<uint32_t> known = knownRanks;  // sorted once: a spec may name 65,536 ranks
+  std::sort(known.begin(), known.end());
   for (uint32_t r : spec.ranks) {
-    const bool known = std::find(knownRanks.begin(), knownRanks.end(), r) != knownRanks.end();
-    if (worldSize != 0 ? r >= worldSize : !known) {
+    const bool isKnown = std::binary_search(known.begin(), known.end(), r);
+    if (worldSize != 0 ? r >= worldSize : !isKnown) {
       return R::error("ranks: rank " + std::to_string(r) + " is outside 0.." +
                       (worldSize == 0 ? std::string("(unknown)") : std::to_string(worldSize - 1)) +
                       " (world size " + std::to_string(worldSize) + ")");

@@ -22,6 +22,21 @@ std::optional<Rejection> checkJob(const std::string& job, const ValidationLimits
   return std::nullopt;
 }
 
+// A rank below the job's world size when one is known, and always below the protocol's
+// limit: a report for a job with no hello yet must not make anything per-rank grow to 2^32.
+std::optional<Rejection> checkRank(uint32_t rank, std::optional<uint32_t> worldSize,
+                                   const std::string& at) {
+  if (worldSize && rank >= *worldSize) {
+    return reject("invalid_rank", "rank " + std::to_string(rank) + " >= world_size " +
+                                      std::to_string(*worldSize) + at);
+  }
+  if (rank >= wire::kMaxWorldSize) {
+    return reject("invalid_rank", "rank " + std::to_string(rank) + " >= the world size limit " +
+                                      std::to_string(wire::kMaxWorldSize) + at);
+  }
+  return std::nullopt;
+}
+
 std::string where(const std::string& job, uint32_t rank, int64_t step) {
   return " (job " + job + " rank " + std::to_string(rank) + " step " + std::to_string(step) + ")";
 }
@@ -32,10 +47,7 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
                                       const ValidationLimits& limits) {
   if (auto r = checkJob(s.job(), limits)) return r;
   const std::string at = where(s.job(), s.rank(), s.step());
-  if (worldSize && s.rank() >= *worldSize) {
-    return reject("invalid_rank", "rank " + std::to_string(s.rank()) + " >= world_size " +
-                                      std::to_string(*worldSize) + at);
-  }
+  if (auto r = checkRank(s.rank(), worldSize, at)) return r;
   if (s.step() < 0) return reject("invalid_step", "step must be >= 0" + at);
   if (s.start_ns() <= 0) return reject("invalid_time", "start_ns must be > 0" + at);
   if (s.end_ns() < s.start_ns()) return reject("invalid_time", "end_ns < start_ns" + at);
@@ -152,6 +164,11 @@ std::optional<Rejection> validateRankInfo(const wire::RankInfo& info,
                                           const ValidationLimits& limits) {
   if (auto r = checkJob(info.job(), limits)) return r;
   if (info.world_size() == 0) return reject("invalid_rank", "world_size must be > 0");
+  if (info.world_size() > wire::kMaxWorldSize) {
+    return reject("invalid_world_size",
+                  "world_size " + std::to_string(info.world_size()) + " exceeds the limit of " +
+                      std::to_string(wire::kMaxWorldSize) + " (job " + info.job() + ")");
+  }
   if (info.rank() >= info.world_size()) {
     return reject("invalid_rank", "rank " + std::to_string(info.rank()) + " >= world_size " +
                                       std::to_string(info.world_size()));
@@ -163,10 +180,7 @@ std::optional<Rejection> validateGoodbye(const wire::RankGoodbye& bye,
                                          std::optional<uint32_t> worldSize,
                                          const ValidationLimits& limits) {
   if (auto r = checkJob(bye.job(), limits)) return r;
-  if (worldSize && bye.rank() >= *worldSize) {
-    return reject("invalid_rank", "goodbye from rank " + std::to_string(bye.rank()) +
-                                      " >= world_size " + std::to_string(*worldSize));
-  }
+  if (auto r = checkRank(bye.rank(), worldSize, " (goodbye of job " + bye.job() + ")")) return r;
   if (bye.last_step() < -1) return reject("invalid_step", "last_step must be >= -1");
   return std::nullopt;
 }

@@ -108,6 +108,35 @@ TEST_CASE("requests the job cannot take are refused with their status") {
   CHECK(h.sent.size() == 4);
 }
 
+TEST_CASE(
+    "world sizes: all 65,536 ranks resolve, overlap checks stay cheap, a stored huge job is "
+    "refused") {
+  Harness h;
+  // Rank 0 re-registers claiming the largest world size the protocol allows.
+  storage::WriteBatch b;
+  b.receivedNs = 2'000'000'000;
+  wire::RankInfo info;
+  info.set_job("j");
+  info.set_rank(0);
+  info.set_world_size(wire::kMaxWorldSize);
+  info.set_node("n0");
+  b.ranks.push_back(info);
+  REQUIRE(h.store->write(b));
+  auto all = h.start(R"({"ranks":"all"})");
+  CHECK(all.rankStatus.size() == wire::kMaxWorldSize);
+  std::string msg;
+  CHECK(refusal(h, "j", R"({"ranks":"0-65535"})", &msg) == 409);
+  CHECK_THAT(msg, Catch::Matchers::Contains("already running on rank"));
+
+  // A database written before the limit existed may hold a larger one: refused, not resolved.
+  info.set_job("old");
+  info.set_world_size(1'000'000);
+  b.ranks = {info};
+  REQUIRE(h.store->write(b));
+  CHECK(refusal(h, "old", "{}", &msg) == 400);
+  CHECK(msg == "ranks: the job's world size 1000000 exceeds the limit of 65536");
+}
+
 TEST_CASE("a trace capture sends one command per agent, collects files, merges aligned") {
   Harness h;
   auto cap = h.start(R"({"ranks":"0,2","steps":5,"history":4})");

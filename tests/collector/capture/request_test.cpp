@@ -75,7 +75,10 @@ TEST_CASE("bad bodies are refused with a message naming the field") {
       {R"({"ranks":[1,-2]})", "ranks: list entries must be non-negative integers"},
       {R"({"ranks":[]})", "ranks: the list is empty"},
       {R"({"ranks":3})", "ranks: expected \"all\""},
-      {R"({"ranks":"0-4000000000"})", "ranks: '0-4000000000' names too many ranks"},
+      {R"({"ranks":"0-4000000000"})", "ranks: 4000000000 is not below the world size limit 65536"},
+      {R"({"ranks":"0-65536"})", "ranks: 65536 is not below the world size limit 65536"},
+      {R"({"ranks":[1,65536]})", "ranks: 65536 is not below the world size limit 65536"},
+      {R"({"ranks":[4294967296]})", "ranks: 4294967296 is not below the world size limit"},
       {R"({"job":"x"})", "unknown field 'job'"},
   };
   for (const auto& c : cases) {
@@ -100,6 +103,24 @@ TEST_CASE("resolving ranks against the world size") {
   CHECK(*resolveRanks(RankSpec{}, 0, {2, 0}) == std::vector<uint32_t>{0, 2});
   CHECK_FALSE(resolveRanks(RankSpec{false, {1}}, 0, {2, 0}));
   CHECK_FALSE(resolveRanks(RankSpec{}, 0, {}));
+}
+
+TEST_CASE("the largest spec and world size are resolved; beyond the limit is refused") {
+  auto spec = parseRankSpec("0-65535");
+  REQUIRE(spec);
+  CHECK(spec->ranks.size() == 65536u);
+  std::vector<uint32_t> known(65536);
+  for (uint32_t r = 0; r < 65536; ++r) known[r] = 65535 - r;  // unsorted, as a store may give
+  auto resolved = resolveRanks(*spec, 0, known);  // unknown world size: each rank looked up
+  REQUIRE(resolved);
+  CHECK(resolved->size() == 65536u);
+  auto all = resolveRanks(RankSpec{}, 65536, {});
+  REQUIRE(all);
+  CHECK(all->back() == 65535u);
+  // A job stored before the limit existed (a hello claiming a million ranks).
+  auto huge = resolveRanks(RankSpec{}, 1'000'000, {});
+  REQUIRE_FALSE(huge);
+  CHECK(huge.message() == "ranks: the job's world size 1000000 exceeds the limit of 65536");
 }
 
 TEST_CASE("capture ids are cap-<unix ms>-<4 hex>") {

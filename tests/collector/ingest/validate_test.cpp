@@ -1,0 +1,90 @@
+// Direct tests of ingest's field checks (collector/ingest/validate.h): what a sender may name is
+// bounded by the protocol's limits (schema/wire.h, PROTOCOL.md "Limits"), and each reject is
+// counted under a reason token with a detail naming the field.
+#include "collector/ingest/validate.h"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "schema/wire.h"
+
+using namespace trainscope;
+using trainscope::ingest::ValidationLimits;
+
+namespace {
+
+constexpr int64_t kT0 = 1'700'000'000'000'000'000;  // 2023-11-14, a sane wall-clock time
+
+wire::StepReport goodStep() {
+  wire::StepReport s;
+  s.set_job("j");
+  s.set_rank(1);
+  s.set_step(10);
+  s.set_start_ns(kT0);
+  s.set_end_ns(kT0 + 100);
+  s.set_duration_ns(100);
+  s.set_compute_ns(60);
+  s.set_comm_ns(30);
+  s.set_exposed_comm_ns(10);
+  return s;
+}
+
+wire::RankInfo goodInfo() {
+  wire::RankInfo info;
+  info.set_job("j");
+  info.set_rank(3);
+  info.set_world_size(4);
+  return info;
+}
+
+std::string reasonOf(const std::optional<ingest::Rejection>& r) {
+  return r ? r->reason : std::string("accepted");
+}
+
+}  // namespace
+
+TEST_CASE("validate: a sane step, hello and goodbye are accepted") {
+  const ValidationLimits limits;
+  CHECK(reasonOf(ingest::validateStep(goodStep(), 4u, limits)) == "accepted");
+  CHECK(reasonOf(ingest::validateStep(goodStep(), std::nullopt, limits)) == "accepted");
+  CHECK(reasonOf(ingest::validateRankInfo(goodInfo(), limits)) == "accepted");
+  wire::RankGoodbye bye;
+  bye.set_job("j");
+  bye.set_rank(3);
+  bye.set_last_step(-1);
+  CHECK(reasonOf(ingest::validateGoodbye(bye, 4u, limits)) == "accepted");
+}
+
+TEST_CASE("validate: world_size is bounded by the protocol's limit, ranks below it") {
+  const ValidationLimits limits;
+  wire::RankInfo info = goodInfo();
+  info.set_world_size(wire::kMaxWorldSize);
+  info.set_rank(wire::kMaxWorldSize - 1);
+  CHECK(reasonOf(ingest::validateRankInfo(info, limits)) == "accepted");
+  info.set_world_size(wire::kMaxWorldSize + 1);
+  auto r = ingest::validateRankInfo(info, limits);
+  CHECK(reasonOf(r) == "invalid_world_size");
+  REQUIRE(r);
+  CHECK(r->detail == "world_size 65537 exceeds the limit of 65536 (job j)");
+  info.set_world_size(20'000'000);
+  CHECK(reasonOf(ingest::validateRankInfo(info, limits)) == "invalid_world_size");
+
+  // A step or goodbye of a job with no hello yet: the rank is still bounded.
+  wire::StepReport s = goodStep();
+  s.set_rank(wire::kMaxWorldSize);
+  auto sr = ingest::validateStep(s, std::nullopt, limits);
+  CHECK(reasonOf(sr) == "invalid_rank");
+  REQUIRE(sr);
+  CHECK(sr->detail.find("the world size limit 65536") != std::string::npos);
+  s.set_rank(std::numeric_limits<uint32_t>::max());
+  CHECK(reasonOf(ingest::validateStep(s, std::nullopt, limits)) == "invalid_rank");
+  s.set_rank(4);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "invalid_rank");
+  wire::RankGoodbye bye;
+  bye.set_job("j");
+  bye.set_rank(wire::kMaxWorldSize);
+  CHECK(reasonOf(ingest::validateGoodbye(bye, std::nullopt, limits)) == "invalid_rank");
+}
