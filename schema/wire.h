@@ -23,6 +23,12 @@ inline constexpr size_t kMaxChunkBytes = 1u << 20;
 // Bounds on what a sender may name (PROTOCOL.md, "Limits"). Receivers reject larger values,
 // so no per-rank array, loop or capture a sender can cause grows past them.
 inline constexpr uint32_t kMaxWorldSize = 65536;  // ranks of one job; rank < world_size
+// Step numbers 0..kMaxStep: 31 years at 1,000 steps/s, and far enough below INT64_MAX that
+// start + steps + history never overflows.
+inline constexpr int64_t kMaxStep = 1'000'000'000'000;
+// Wall-clock times (ns since the Unix epoch) up to 2100-01-01T00:00:00Z, and clock offsets
+// within +-kMaxTimeNs: the sum or difference of any two such values fits in an int64.
+inline constexpr int64_t kMaxTimeNs = 4'102'444'800'000'000'000;
 
 // Serializes `env` after stamping the current schema version into it.
 std::string encode(Envelope& env);

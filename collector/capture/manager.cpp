@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "collector/capture/gzip_file.h"
+#include "common/checked.h"
 
 namespace trainscope::capture {
 namespace {
@@ -273,7 +274,15 @@ StartResult CaptureManager::start(const std::string& job, const CaptureRequest& 
     const int64_t stepNs = medianStepNs(job, latest);
     const int64_t leadSteps =
         std::max<int64_t>(2, (options_.minLeadNs + stepNs - 1) / std::max<int64_t>(stepNs, 1) + 1);
-    row.startStep = request.startStep.value_or(latest + leadSteps);
+    // Checked: a database from before the step limit may hold a latest step near INT64_MAX.
+    const std::optional<int64_t> start =
+        request.startStep ? request.startStep : checkedAdd(latest, leadSteps);
+    if (!start || *start > wire::kMaxStep) {
+      return refuse(409, "the job's latest step " + std::to_string(latest) +
+                             " leaves no start step within the step limit " +
+                             std::to_string(wire::kMaxStep));
+    }
+    row.startStep = *start;
     row.steps = request.steps;
     row.history = request.history;
     for (uint32_t r : *ranks) {

@@ -145,6 +145,10 @@ Result<CaptureRequest> parseCaptureRequest(std::string_view body) {
       if (*req.startStep < 0) {
         return R::error("start_step: must be >= 0, got " + std::to_string(*req.startStep));
       }
+      if (*req.startStep > wire::kMaxStep) {
+        return R::error("start_step: must be at most " + std::to_string(wire::kMaxStep) +
+                        " (the protocol's step limit), got " + std::to_string(*req.startStep));
+      }
     } else if (key == "max_bytes") {
       auto n = unsignedField("max_bytes", v, std::numeric_limits<int64_t>::max());
       if (!n) return n.status();

@@ -223,7 +223,7 @@ struct IngestServer::Impl {
   void progressOf(const wire::RankHello& hello, const Peer& peer, int64_t receivedNs) {
     if (!hello.has_progress() || !options.onRankProgress) return;
     const wire::RankInfo& info = hello.rank();
-    if (auto r = validateProgress(hello.progress(), info)) {
+    if (auto r = validateProgress(hello)) {
       countReject(r->reason);
       rejectLog.log(LogLevel::kWarn, kComponent,
                     "dropped the progress of a hello from " + describe(peer) + ": " + r->detail);
@@ -473,6 +473,12 @@ struct IngestServer::Impl {
         if (peer.node.empty()) {
           peer.node = node;
           routeNode(peer);
+        }
+        if (auto bad = validateHeartbeat(hb)) {
+          countReject(bad->reason);
+          rejectLog.log(LogLevel::kWarn, kComponent,
+                        "heartbeat of " + node + " ignored: " + bad->detail);
+          break;
         }
         storage::NodeUpdate u;
         u.node = node;

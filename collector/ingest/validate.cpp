@@ -13,6 +13,15 @@ std::optional<Rejection> reject(const char* reason, std::string detail) {
   return Rejection{reason, std::move(detail)};
 }
 
+// A time a sender may set to 0 ("none"), else a wall-clock time no later than the limit.
+bool isTime(int64_t ns) {
+  return ns >= 0 && ns <= wire::kMaxTimeNs;
+}
+
+std::string maxTime() {
+  return std::to_string(wire::kMaxTimeNs) + " (2100-01-01)";
+}
+
 std::optional<Rejection> checkJob(const std::string& job, const ValidationLimits& limits) {
   if (job.empty()) return reject("missing_job", "job is empty");
   if (job.size() > limits.maxJobBytes) {
@@ -48,9 +57,16 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
   if (auto r = checkJob(s.job(), limits)) return r;
   const std::string at = where(s.job(), s.rank(), s.step());
   if (auto r = checkRank(s.rank(), worldSize, at)) return r;
-  if (s.step() < 0) return reject("invalid_step", "step must be >= 0" + at);
-  if (s.start_ns() <= 0) return reject("invalid_time", "start_ns must be > 0" + at);
+  if (s.step() < 0 || s.step() > wire::kMaxStep) {
+    return reject("invalid_step", "step must be within 0.." + std::to_string(wire::kMaxStep) + at);
+  }
+  if (s.start_ns() <= 0 || s.start_ns() > wire::kMaxTimeNs) {
+    return reject("invalid_time", "start_ns must be within 1.." + maxTime() + at);
+  }
   if (s.end_ns() < s.start_ns()) return reject("invalid_time", "end_ns < start_ns" + at);
+  if (s.end_ns() > wire::kMaxTimeNs) {
+    return reject("invalid_time", "end_ns must be at most " + maxTime() + at);
+  }
   if (s.duration_ns() < 0 || s.duration_ns() >= limits.maxDurationNs) {
     return reject("invalid_duration",
                   "duration_ns " + std::to_string(s.duration_ns()) + " out of range" + at);
@@ -85,10 +101,17 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
   }
   for (const auto& c : s.collectives()) {
     if (c.total_ns() < 0 || c.max_ns() < 0 || c.total_ns() >= limits.maxDurationNs ||
-        !std::isfinite(c.bandwidth_bps()) || c.bandwidth_bps() < 0) {
+        !std::isfinite(c.bandwidth_bps()) || c.bandwidth_bps() < 0 ||
+        !isTime(c.first_arrival_ns()) || !isTime(c.last_completion_ns())) {
       return reject("invalid_collective", std::string("collective ") +
                                               wire::collectiveOpName(c.op()) +
                                               " has a time or bandwidth out of range" + at);
+    }
+  }
+  for (const auto& l : s.links()) {
+    if (l.wire_ns() < 0 || l.wire_ns() >= limits.maxDurationNs) {
+      return reject("invalid_link", "link to rank " + std::to_string(l.peer()) + " has wire_ns " +
+                                        std::to_string(l.wire_ns()) + " out of range" + at);
     }
   }
   for (const auto& p : s.p2p()) {
@@ -181,13 +204,22 @@ std::optional<Rejection> validateGoodbye(const wire::RankGoodbye& bye,
                                          const ValidationLimits& limits) {
   if (auto r = checkJob(bye.job(), limits)) return r;
   if (auto r = checkRank(bye.rank(), worldSize, " (goodbye of job " + bye.job() + ")")) return r;
-  if (bye.last_step() < -1) return reject("invalid_step", "last_step must be >= -1");
+  if (bye.last_step() < -1 || bye.last_step() > wire::kMaxStep) {
+    return reject("invalid_step", "last_step must be within -1.." + std::to_string(wire::kMaxStep) +
+                                      " (goodbye of job " + bye.job() + ")");
+  }
+  if (!isTime(bye.sent_ns())) {
+    return reject("invalid_time",
+                  "sent_ns must be within 0.." + maxTime() + " (goodbye of job " + bye.job() + ")");
+  }
   return std::nullopt;
 }
 
 std::optional<Rejection> validateHost(const wire::HostSample& host) {
   if (host.node().empty()) return reject("invalid_host", "node is empty");
-  if (host.time_ns() <= 0) return reject("invalid_host", "time_ns must be > 0");
+  if (host.time_ns() <= 0 || host.time_ns() > wire::kMaxTimeNs) {
+    return reject("invalid_host", "time_ns must be within 1.." + maxTime());
+  }
   if (!std::isfinite(host.cpu_percent()) || host.cpu_percent() < 0 || host.cpu_percent() > 100.5) {
     return reject("invalid_host",
                   "cpu_percent " + std::to_string(host.cpu_percent()) + " not within 0..100");
@@ -195,21 +227,40 @@ std::optional<Rejection> validateHost(const wire::HostSample& host) {
   return std::nullopt;
 }
 
-std::optional<Rejection> validateProgress(const wire::RankProgress& p, const wire::RankInfo& info) {
+std::optional<Rejection> validateProgress(const wire::RankHello& hello) {
+  const wire::RankProgress& p = hello.progress();
+  const wire::RankInfo& info = hello.rank();
   const std::string at = " (job " + info.job() + " rank " + std::to_string(info.rank()) + ")";
-  if (p.last_step() < -1) {
+  const std::string steps = " not within -1.." + std::to_string(wire::kMaxStep);
+  if (p.last_step() < -1 || p.last_step() > wire::kMaxStep) {
     return reject("invalid_progress",
-                  "progress.last_step " + std::to_string(p.last_step()) + " < -1" + at);
+                  "progress.last_step " + std::to_string(p.last_step()) + steps + at);
   }
-  if (p.open_step() < -1) {
+  if (p.open_step() < -1 || p.open_step() > wire::kMaxStep) {
     return reject("invalid_progress",
-                  "progress.open_step " + std::to_string(p.open_step()) + " < -1" + at);
+                  "progress.open_step " + std::to_string(p.open_step()) + steps + at);
   }
-  if (p.last_record_ns() < 0) {
-    return reject("invalid_progress", "progress.last_record_ns must be >= 0" + at);
+  if (!isTime(p.last_record_ns())) {
+    return reject("invalid_progress",
+                  "progress.last_record_ns must be within 0.." + maxTime() + at);
   }
-  if (p.collective_since_ns() < 0) {
-    return reject("invalid_progress", "progress.collective_since_ns must be >= 0" + at);
+  if (!isTime(p.collective_since_ns())) {
+    return reject("invalid_progress",
+                  "progress.collective_since_ns must be within 0.." + maxTime() + at);
+  }
+  if (!isTime(hello.sent_ns())) {
+    return reject("invalid_progress", "sent_ns must be within 0.." + maxTime() + at);
+  }
+  return std::nullopt;
+}
+
+std::optional<Rejection> validateHeartbeat(const wire::Heartbeat& hb) {
+  if (hb.offset_ns() < -wire::kMaxTimeNs || hb.offset_ns() > wire::kMaxTimeNs) {
+    return reject("invalid_heartbeat", "offset_ns " + std::to_string(hb.offset_ns()) +
+                                           " not within -" + maxTime() + ".." + maxTime());
+  }
+  if (!isTime(hb.rtt_ns())) {
+    return reject("invalid_heartbeat", "rtt_ns must be within 0.." + maxTime());
   }
   return std::nullopt;
 }

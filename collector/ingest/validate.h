@@ -1,5 +1,6 @@
-// Field checks for the telemetry items an agent sends in a Batch. Pure functions, safe from any
-// thread. A failed check names the reason token it is counted under and the field at fault.
+// Field checks for the telemetry items an agent sends in a Batch (and its heartbeats). Pure
+// functions, safe from any thread. A failed check names the reason token it is counted under
+// and the field at fault. The bounds are the protocol's (schema/wire.h, PROTOCOL.md "Limits").
 #pragma once
 
 #include <cstdint>
@@ -40,9 +41,11 @@ std::optional<Rejection> validateHost(const wire::HostSample& host);
 // hello is kept.
 std::optional<Rejection> validateGroups(const wire::RankHello& hello,
                                         const ValidationLimits& limits);
-// A RankHello's progress (the hang detector's input): steps >= -1, times >= 0. `info` names
-// the rank in the detail.
-std::optional<Rejection> validateProgress(const wire::RankProgress& progress,
-                                          const wire::RankInfo& info);
+// A RankHello's progress (the hang detector's input) and its sent_ns: steps within
+// -1..wire::kMaxStep, times within 0..wire::kMaxTimeNs. The hello's rank is named in the detail.
+std::optional<Rejection> validateProgress(const wire::RankHello& hello);
+// A heartbeat's clock estimate: |offset_ns| and rtt_ns within wire::kMaxTimeNs, so a time
+// shifted by the offset cannot overflow.
+std::optional<Rejection> validateHeartbeat(const wire::Heartbeat& heartbeat);
 
 }  // namespace trainscope::ingest

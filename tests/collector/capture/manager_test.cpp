@@ -3,6 +3,7 @@
 // checksum failure, repeated chunks, ranks gone, deadlines, an unconnected agent, restart
 // recovery and automatic captures.
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -135,6 +136,36 @@ TEST_CASE(
   REQUIRE(h.store->write(b));
   CHECK(refusal(h, "old", "{}", &msg) == 400);
   CHECK(msg == "ranks: the job's world size 1000000 exceeds the limit of 65536");
+}
+
+TEST_CASE("start steps: beyond the step limit refused; a stored INT64_MAX step cannot overflow") {
+  Harness h;
+  std::string msg;
+  CHECK_FALSE(parseCaptureRequest(R"({"start_step":1000000000001})"));
+  CHECK_THAT(parseCaptureRequest(R"({"start_step":9223372036854775807})").message(),
+             Catch::Matchers::StartsWith("start_step: must be at most 1000000000000"));
+  // A database from before the limit: rank 0 of job "j" stored at step INT64_MAX.
+  storage::WriteBatch b;
+  b.receivedNs = 2'000'000'000;
+  wire::StepReport rep;
+  rep.set_job("j");
+  rep.set_rank(0);
+  rep.set_step(std::numeric_limits<int64_t>::max());
+  rep.set_start_ns(1);
+  rep.set_end_ns(2);
+  rep.set_duration_ns(1);
+  b.steps.push_back(rep);
+  REQUIRE(h.store->write(b));
+  CHECK(refusal(h, "j", "{}", &msg) == 409);
+  CHECK(msg ==
+        "the job's latest step 9223372036854775807 leaves no start step within the step "
+        "limit 1000000000000");
+  // Naming a start step is still judged against each selected rank.
+  CHECK(refusal(h, "j", R"({"ranks":[0],"start_step":20})", &msg) == 409);
+  CHECK_THAT(msg, Catch::Matchers::StartsWith("start step 20 already passed: rank 0 is at step"));
+  auto ok = h.start(R"({"ranks":[1],"start_step":20})");
+  CHECK(ok.startStep == 20);
+  CHECK(ok.deadlineNs > kStartNs);
 }
 
 TEST_CASE("a trace capture sends one command per agent, collects files, merges aligned") {

@@ -88,3 +88,87 @@ TEST_CASE("validate: world_size is bounded by the protocol's limit, ranks below 
   bye.set_rank(wire::kMaxWorldSize);
   CHECK(reasonOf(ingest::validateGoodbye(bye, std::nullopt, limits)) == "invalid_rank");
 }
+
+TEST_CASE("validate: step numbers and times are bounded to sane ranges") {
+  const ValidationLimits limits;
+  wire::StepReport s = goodStep();
+  s.set_step(wire::kMaxStep);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "accepted");
+  s.set_step(wire::kMaxStep + 1);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "invalid_step");
+  s.set_step(std::numeric_limits<int64_t>::max());
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "invalid_step");
+
+  s = goodStep();
+  s.set_start_ns(std::numeric_limits<int64_t>::max() - 100);
+  s.set_end_ns(std::numeric_limits<int64_t>::max());
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "invalid_time");
+  s.set_start_ns(wire::kMaxTimeNs - 100);
+  s.set_end_ns(wire::kMaxTimeNs);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "accepted");
+  s.set_end_ns(wire::kMaxTimeNs + 1);
+  s.set_duration_ns(101);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "invalid_time");
+
+  s = goodStep();
+  auto* c = s.add_collectives();
+  c->set_first_arrival_ns(std::numeric_limits<int64_t>::max());
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "invalid_collective");
+  c->set_first_arrival_ns(kT0);
+  c->set_last_completion_ns(-5);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "invalid_collective");
+  c->set_last_completion_ns(kT0 + 50);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "accepted");
+  auto* l = s.add_links();
+  l->set_peer(2);
+  l->set_wire_ns(-1);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "invalid_link");
+
+  wire::RankGoodbye bye;
+  bye.set_job("j");
+  bye.set_last_step(wire::kMaxStep + 1);
+  CHECK(reasonOf(ingest::validateGoodbye(bye, 4u, limits)) == "invalid_step");
+  bye.set_last_step(5);
+  bye.set_sent_ns(-1);
+  CHECK(reasonOf(ingest::validateGoodbye(bye, 4u, limits)) == "invalid_time");
+
+  wire::HostSample host;
+  host.set_node("n");
+  host.set_time_ns(std::numeric_limits<int64_t>::max());
+  CHECK(reasonOf(ingest::validateHost(host)) == "invalid_host");
+}
+
+TEST_CASE("validate: a hello's progress and sent_ns, a heartbeat's offset and rtt") {
+  wire::RankHello hello;
+  *hello.mutable_rank() = goodInfo();
+  hello.set_sent_ns(kT0);
+  auto* p = hello.mutable_progress();
+  p->set_last_step(5);
+  p->set_open_step(6);
+  p->set_last_record_ns(kT0);
+  CHECK(reasonOf(ingest::validateProgress(hello)) == "accepted");
+  p->set_open_step(std::numeric_limits<int64_t>::max());
+  CHECK(reasonOf(ingest::validateProgress(hello)) == "invalid_progress");
+  p->set_open_step(-2);
+  CHECK(reasonOf(ingest::validateProgress(hello)) == "invalid_progress");
+  p->set_open_step(-1);
+  p->set_collective_since_ns(std::numeric_limits<int64_t>::max());
+  CHECK(reasonOf(ingest::validateProgress(hello)) == "invalid_progress");
+  p->set_collective_since_ns(0);
+  hello.set_sent_ns(std::numeric_limits<int64_t>::min());
+  auto r = ingest::validateProgress(hello);
+  REQUIRE(r);
+  CHECK(r->detail.find("sent_ns") != std::string::npos);
+  CHECK(r->detail.find("(job j rank 3)") != std::string::npos);
+
+  wire::Heartbeat hb;
+  hb.set_offset_ns(-5'000'000);
+  hb.set_rtt_ns(80'000);
+  CHECK(reasonOf(ingest::validateHeartbeat(hb)) == "accepted");
+  hb.set_offset_ns(std::numeric_limits<int64_t>::min());
+  CHECK(reasonOf(ingest::validateHeartbeat(hb)) == "invalid_heartbeat");
+  hb.set_offset_ns(wire::kMaxTimeNs);
+  CHECK(reasonOf(ingest::validateHeartbeat(hb)) == "accepted");
+  hb.set_rtt_ns(-1);
+  CHECK(reasonOf(ingest::validateHeartbeat(hb)) == "invalid_heartbeat");
+}
