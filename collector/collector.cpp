@@ -107,9 +107,9 @@ class ManagerService final : public http::CaptureService {
     return out;
   }
 
-  Result<std::string> file(const std::string& id, const std::string& name,
-                           bool gzip) const override {
-    return manager_.readFile(id, name, gzip);
+  Result<std::unique_ptr<ByteSource>> file(const std::string& id, const std::string& name,
+                                           bool gzip) const override {
+    return manager_.openFile(id, name, gzip);
   }
 
  private:

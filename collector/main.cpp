@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "collector/capture/request.h"
 #include "collector/collector.h"
 #include "collector/http/token.h"
 #include "common/config_file.h"
@@ -99,7 +100,7 @@ int main(int argc, char** argv) {
                  "per-rank bound on a capture's compressed trace when the request names none "
                  "(max_bytes)")
       ->capture_default_str()
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+      ->check(CLI::Range(uint64_t{1}, trainscope::capture::kMaxMaxBytes));
   app.add_option("--import-max-bytes", options.importMaxBytes,
                  "largest steps file one `trainscope import` may upload; the commit holds about "
                  "3x this in memory")

@@ -1,5 +1,10 @@
 #include "collector/capture/gzip_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -14,34 +19,102 @@ constexpr size_t kBufferBytes = 1 << 20;
 
 }  // namespace
 
-Result<std::string> readGzipFile(const std::string& path, uint64_t maxBytes) {
-  gzFile f = gzopen(path.c_str(), "rb");
+uint64_t decompressBound(uint64_t compressedBytes, const DecompressLimits& limits) {
+  uint64_t byRatio = 0;
+  if (__builtin_mul_overflow(compressedBytes, limits.maxRatio, &byRatio)) byRatio = UINT64_MAX;
+  return std::min(limits.maxBytes, std::max(kGzipFloorBytes, byRatio));
+}
+
+GzipReader::~GzipReader() {
+  if (file_ != nullptr) gzclose(static_cast<gzFile>(file_));
+}
+
+Result<std::unique_ptr<GzipReader>> GzipReader::open(const std::string& path,
+                                                     const DecompressLimits& limits) {
+  using R = Result<std::unique_ptr<GzipReader>>;
+  // The size is taken from the descriptor zlib reads, so it is the file that is read.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return R::error("cannot open " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return R::error("cannot read " + path + ": not a regular file");
+  }
+  gzFile f = gzdopen(fd, "rb");
   if (f == nullptr) {
-    return Result<std::string>::error("cannot open " + path + ": " + std::strerror(errno));
+    ::close(fd);
+    return R::error("cannot open " + path + ": " + std::strerror(errno));
   }
   gzbuffer(f, 256 * 1024);
-  std::string out;
-  char chunk[64 * 1024];
+  std::unique_ptr<GzipReader> r(new GzipReader());
+  r->file_ = f;
+  r->path_ = path;
+  r->compressed_ = static_cast<uint64_t>(st.st_size);
+  r->bound_ = decompressBound(r->compressed_, limits);
+  return r;
+}
+
+Result<size_t> GzipReader::read(char* out, size_t capacity) {
+  if (finished_ || capacity == 0) return size_t{0};
+  // At most one byte past the bound is asked for: enough to tell "exactly at" from "over".
+  const uint64_t room = bound_ - std::min(bound_, produced_) + 1;
+  const auto want = static_cast<unsigned>(std::min<uint64_t>({capacity, room, 1u << 30}));
+  int n = gzread(static_cast<gzFile>(file_), out, want);
+  if (n < 0) {
+    int code = 0;
+    return Result<size_t>::error(
+        path_ + " is not a valid gzip file: " + gzerror(static_cast<gzFile>(file_), &code));
+  }
+  produced_ += static_cast<uint64_t>(n);
+  if (produced_ > bound_) {
+    return Result<size_t>::error(path_ + " decompresses to more than " + std::to_string(bound_) +
+                                 " bytes (from " + std::to_string(compressed_) +
+                                 " compressed): refused as a likely gzip bomb");
+  }
+  if (n == 0) {
+    finished_ = true;
+    int rc = gzclose(static_cast<gzFile>(file_));
+    file_ = nullptr;
+    if (rc != Z_OK) return Result<size_t>::error(path_ + " is not a valid gzip file (truncated?)");
+  }
+  return static_cast<size_t>(n);
+}
+
+FileSource::~FileSource() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<std::unique_ptr<FileSource>> FileSource::open(const std::string& path) {
+  using R = Result<std::unique_ptr<FileSource>>;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return R::error("cannot open " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return R::error("cannot read " + path + ": not a regular file");
+  }
+  std::unique_ptr<FileSource> r(new FileSource());
+  r->fd_ = fd;
+  r->path_ = path;
+  r->size_ = static_cast<uint64_t>(st.st_size);
+  return r;
+}
+
+Result<size_t> FileSource::read(char* out, size_t capacity) {
   for (;;) {
-    int n = gzread(f, chunk, sizeof chunk);
-    if (n < 0) {
-      int code = 0;
-      std::string why = gzerror(f, &code);
-      gzclose(f);
-      return Result<std::string>::error(path + " is not a valid gzip file: " + why);
-    }
-    if (n == 0) break;
-    out.append(chunk, static_cast<size_t>(n));
-    if (out.size() > maxBytes) {
-      gzclose(f);
-      return Result<std::string>::error(path + " decompresses to more than " +
-                                        std::to_string(maxBytes) + " bytes");
+    ssize_t n = ::read(fd_, out, capacity);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno != EINTR) {
+      return Result<size_t>::error("cannot read " + path_ + ": " + std::strerror(errno));
     }
   }
-  if (gzclose(f) != Z_OK) {
-    return Result<std::string>::error(path + " is not a valid gzip file (truncated?)");
-  }
-  return out;
+}
+
+Result<std::string> readGzipFile(const std::string& path, const DecompressLimits& limits) {
+  auto reader = GzipReader::open(path, limits);
+  if (!reader) return reader.status();
+  // readAll's own bound is never the one that stops: the reader's is lower or equal.
+  return readAll(**reader, UINT64_MAX);
 }
 
 Result<std::string> readFileBytes(const std::string& path) {

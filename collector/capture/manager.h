@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -53,6 +54,9 @@ struct CaptureManagerOptions {
   uint32_t autoSteps = 3;    // N of automatic trace captures
   uint32_t autoHistory = 4;  // K of automatic trace captures
   MergeOptions merge;
+  // How far a file sent decompressed (to a client that does not take gzip) may expand. The
+  // merged trace is written by the merge (about 10x); a rank file comes from a probe.
+  DecompressLimits download{uint64_t{64} << 30, 64};
   // The capture JSON carried inside merged files (http::captureJson; the collector wires it).
   // Unset: {"id", "job", "kind", "state"} only.
   std::function<nlohmann::json(const storage::CaptureRow&)> describe;
@@ -123,9 +127,11 @@ class CaptureManager {
   // second, from one thread.
   void tick(int64_t nowNs);
 
-  // A stored file of capture `id` ("trace.json.gz" or "rank-<R>.json.gz"): the gzip bytes as
-  // stored when `gzip`, else decompressed.
-  Result<std::string> readFile(const std::string& id, const std::string& name, bool gzip) const;
+  // A stored file of capture `id` ("trace.json.gz" or "rank-<R>.json.gz") as a stream: the
+  // gzip bytes as stored when `gzip`, else decompressed piece by piece under
+  // options.download (so a download holds one buffer, not the file, and a gzip bomb stops).
+  Result<std::unique_ptr<ByteSource>> openFile(const std::string& id, const std::string& name,
+                                               bool gzip) const;
   // DIR/<id>.
   std::string directory(const std::string& id) const;
   CaptureStats stats() const;

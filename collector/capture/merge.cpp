@@ -18,7 +18,7 @@ std::string dumpJson(const json& j) {
 
 // A rank's file parsed, or why it cannot be used.
 Result<json> readRankJson(const RankFile& f, const MergeOptions& options) {
-  auto text = readGzipFile(f.path, options.maxRankJsonBytes);
+  auto text = readGzipFile(f.path, options.rankFile);
   if (!text) return text.status();
   auto doc = json::parse(*text, nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) {

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "collector/capture/gzip_file.h"
 #include "common/status.h"
 
 namespace trainscope::capture {
@@ -33,9 +34,11 @@ struct MergeOutcome {
 };
 
 struct MergeOptions {
-  // A rank file decompressing to more than this is refused: it is parsed whole, so this bounds
-  // the merge's memory (roughly 10x this while one rank is parsed).
-  uint64_t maxRankJsonBytes = 1ull << 30;
+  // A rank file decompressing to more than maxBytes (1 GiB), or to more than maxRatio (64)
+  // times its compressed size (at least 1 MiB), is refused and its rank failed: it is parsed
+  // whole, so this bounds the merge's memory (roughly 10x the JSON while one rank is parsed)
+  // and keeps a small gzip bomb from taking hundreds of MB.
+  DecompressLimits rankFile;
 };
 
 // Called once every rank is read, with the ranks that failed; returns the capture JSON the

@@ -150,7 +150,7 @@ Result<CaptureRequest> parseCaptureRequest(std::string_view body) {
                         " (the protocol's step limit), got " + std::to_string(*req.startStep));
       }
     } else if (key == "max_bytes") {
-      auto n = unsignedField("max_bytes", v, std::numeric_limits<int64_t>::max());
+      auto n = unsignedField("max_bytes", v, kMaxMaxBytes);
       if (!n) return n.status();
       if (*n == 0) return R::error("max_bytes: must be at least 1, got 0");
       req.maxBytes = *n;

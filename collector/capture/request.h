@@ -17,6 +17,9 @@ inline constexpr uint32_t kDefaultHistory = 4;
 inline constexpr uint32_t kMaxSteps = 1000;
 inline constexpr uint32_t kMaxHistory = 1000;
 inline constexpr uint64_t kDefaultMaxBytes = 64ull << 20;
+// The largest max_bytes a request may ask for: a rank file is decompressed whole for the merge
+// (at most 1 GiB of JSON, MergeOptions), so a larger compressed file could never be merged.
+inline constexpr uint64_t kMaxMaxBytes = 1ull << 30;
 inline constexpr const char* kDefaultReason = "on request";
 
 // A rank selection before the job's world size is known: every rank, or a list.
@@ -49,7 +52,8 @@ Result<RankSpec> parseRankSpec(std::string_view text);
 
 // Parses a POST body (a JSON object with the fields of docs/CAPTURE.md; empty means {}).
 // Every error is a 400 naming the field: unknown fields, wrong types, N = 0 or N > 1000,
-// K > 1000, max_bytes = 0, an unknown kind, a body that is not a JSON object.
+// K > 1000, max_bytes = 0 or above kMaxMaxBytes, an unknown kind, a body that is not a JSON
+// object.
 Result<CaptureRequest> parseCaptureRequest(std::string_view body);
 
 // The spec's ranks for a job of `worldSize` ranks, sorted and unique; fails (400) on a rank

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,6 +18,7 @@
 #include "collector/http/server.h"
 #include "collector/storage/store.h"
 #include "collector/topology/topology.h"
+#include "common/byte_source.h"
 #include "common/clock.h"
 
 namespace trainscope::http {
@@ -31,6 +33,8 @@ struct ApiResponse {
   std::string contentType = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers, e.g. Allow
+  // When set, the body is this stream (a capture file) instead of `body`, sent piece by piece.
+  std::shared_ptr<ByteSource> stream;
 };
 
 // What the capture routes need from the capture stage (collector/capture/manager.h), which the
@@ -46,10 +50,10 @@ class CaptureService {
   virtual ~CaptureService() = default;
   // Starts a capture of `job` from a POST body (the request fields of docs/CAPTURE.md).
   virtual Started start(const std::string& job, std::string_view body) = 0;
-  // A stored file of capture `id` ("trace.json.gz" or "rank-<R>.json.gz"): the gzip bytes as
-  // stored when `gzip`, else decompressed.
-  virtual Result<std::string> file(const std::string& id, const std::string& name,
-                                   bool gzip) const = 0;
+  // A stored file of capture `id` ("trace.json.gz" or "rank-<R>.json.gz") as a stream: the
+  // gzip bytes as stored when `gzip`, else decompressed (bounded) on the fly.
+  virtual Result<std::unique_ptr<ByteSource>> file(const std::string& id, const std::string& name,
+                                                   bool gzip) const = 0;
 };
 
 // A JSON error body {"error": message} with the given status.

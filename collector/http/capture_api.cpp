@@ -144,10 +144,10 @@ ApiResponse Api::captureFile(const std::string& id, const std::optional<std::str
     return errorResponse(404, "capture " + id + " failed, it has no trace (" + c.summary + ")");
   }
   if (!options_.captures) return capturesOff();
-  auto bytes = options_.captures->file(id, name, acceptsGzip);
-  if (!bytes) return errorResponse(404, "capture " + id + ": " + bytes.message());
+  auto file = options_.captures->file(id, name, acceptsGzip);
+  if (!file) return errorResponse(404, "capture " + id + ": " + file.message());
   ApiResponse r;
-  r.body = std::move(bytes.value());
+  r.stream = std::move(file.value());
   r.headers.emplace_back("Vary", "Accept-Encoding");
   if (acceptsGzip) r.headers.emplace_back("Content-Encoding", "gzip");
   if (!rank) {

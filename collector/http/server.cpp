@@ -22,6 +22,7 @@
 #include "collector/http/live.h"
 #include "collector/http/metrics.h"
 #include "collector/http/request_target.h"
+#include "collector/http/source_body.h"
 #include "common/checked.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -179,6 +180,7 @@ struct ServerCore {
   // failure), for /metrics. Any thread.
   std::atomic<uint64_t> handlerErrors{0};
   RateLimitedLog errorLog{std::chrono::seconds(10)};
+  RateLimitedLog streamLog{std::chrono::seconds(10)};
 
   ApiResponse handlerFailed(const char* what) {
     ++handlerErrors;
@@ -404,26 +406,81 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void send(ApiResponse r, unsigned version, bool keepAlive) {
+    if (r.stream) {
+      sendStream(std::move(r), version, keepAlive);
+      return;
+    }
     res_ = {};
     res_.version(version);
     res_.result(r.status);
-    res_.set(bhttp::field::server, kServerName);
-    res_.set(bhttp::field::content_type, r.contentType);
-    if (r.contentType == "application/json") res_.set(bhttp::field::cache_control, "no-store");
-    for (const auto& [name, value] : r.headers) res_.set(name, value);
-    res_.keep_alive(keepAlive && !server_.stopping);
+    setHeaders(res_, r, keepAlive);
     res_.body() = std::move(r.body);
     res_.prepare_payload();
     stream_.expires_after(std::chrono::milliseconds(server_.options.readTimeoutMs));
     bhttp::async_write(stream_, res_, [self = shared_from_this()](beast::error_code ec, size_t) {
-      self->onWrite(ec);
+      self->onWrite(ec, self->res_.need_eof());
     });
   }
 
-  void onWrite(beast::error_code ec) {
+  template <typename Response>
+  void setHeaders(Response& res, const ApiResponse& r, bool keepAlive) {
+    res.set(bhttp::field::server, kServerName);
+    res.set(bhttp::field::content_type, r.contentType);
+    if (r.contentType == "application/json") res.set(bhttp::field::cache_control, "no-store");
+    for (const auto& [name, value] : r.headers) res.set(name, value);
+    res.keep_alive(keepAlive && !server_.stopping);
+  }
+
+  // A file response: Content-Length when the size is known, else chunked (HTTP/1.1) or closed
+  // at the end (1.0). Written piece by piece, each piece under the read timeout, so a slow but
+  // steady download goes on while a client that stopped reading is dropped.
+  void sendStream(ApiResponse r, unsigned version, bool keepAlive) {
+    streamRes_.emplace();
+    auto& res = *streamRes_;
+    res.version(version);
+    res.result(r.status);
+    setHeaders(res, r, keepAlive);
+    const std::optional<uint64_t> size = r.stream->size();
+    res.body().source = std::move(r.stream);
+    if (size) {
+      res.content_length(*size);
+    } else if (version >= 11) {
+      res.chunked(true);
+    } else {
+      res.keep_alive(false);
+    }
+    streamWriter_.emplace(res);
+    writeSomeOfStream();
+  }
+
+  void writeSomeOfStream() {
+    stream_.expires_after(std::chrono::milliseconds(server_.options.readTimeoutMs));
+    bhttp::async_write_some(
+        stream_, *streamWriter_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->onStreamWritten(ec); });
+  }
+
+  void onStreamWritten(beast::error_code ec) {
+    if (!ec && !streamWriter_->is_done()) {
+      writeSomeOfStream();
+      return;
+    }
+    if (ec && !streamRes_->body().error->empty()) {
+      // The file broke mid-way (corrupt, or past its decompression bound): the client sees a
+      // cut response, the connection closes.
+      server_.streamLog.log(LogLevel::kWarn, "http",
+                            "download cut short: " + *streamRes_->body().error);
+    }
+    const bool needEof = streamRes_->need_eof();
+    streamWriter_.reset();
+    streamRes_.reset();  // releases the file
+    onWrite(ec, needEof);
+  }
+
+  void onWrite(beast::error_code ec, bool needEof) {
     busy_ = false;
     if (ec) return;
-    if (res_.need_eof() || server_.stopping) {
+    if (needEof || server_.stopping) {
       beast::error_code ignored;
       stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
       return;
@@ -435,6 +492,8 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   bhttp::response<bhttp::string_body> res_;
+  std::optional<bhttp::response<SourceBody>> streamRes_;  // a file being sent (strand only)
+  std::optional<bhttp::response_serializer<SourceBody>> streamWriter_;
   ServerCore& server_;
   bool busy_ = false;  // a request is being answered (strand only)
 };

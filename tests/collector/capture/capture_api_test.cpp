@@ -43,6 +43,14 @@ struct ApiHarness {
   }
 };
 
+// A file response's bytes: files come as a stream, read here to the end.
+std::string content(const http::ApiResponse& r) {
+  if (!r.stream) return r.body;
+  auto all = readAll(*r.stream, 1ull << 30);
+  REQUIRE(all);
+  return *all;
+}
+
 }  // namespace
 
 TEST_CASE("POST starts a capture: 201, Location, the capture JSON") {
@@ -125,25 +133,58 @@ TEST_CASE("trace: 409 while running, then gzip as stored or plain JSON; rank fil
   auto gz = h.api->handle("GET", "/api/v1/captures/" + id + "/trace", {}, true);
   REQUIRE(gz.status == 200);
   CHECK(header(gz, "Content-Encoding") == "gzip");
-  REQUIRE(gz.body.size() > 2);
-  CHECK(static_cast<unsigned char>(gz.body[0]) == 0x1f);
-  CHECK(static_cast<unsigned char>(gz.body[1]) == 0x8b);
+  REQUIRE(gz.stream);
+  REQUIRE(gz.stream->size());  // stored bytes: a Content-Length
+  const std::string gzBytes = content(gz);
+  REQUIRE(gzBytes.size() > 2);
+  CHECK(*gz.stream->size() == gzBytes.size());
+  CHECK(static_cast<unsigned char>(gzBytes[0]) == 0x1f);
+  CHECK(static_cast<unsigned char>(gzBytes[1]) == 0x8b);
   auto plain = h.api->handle("GET", "/api/v1/captures/" + id + "/trace", {}, false);
   REQUIRE(plain.status == 200);
   CHECK(header(plain, "Content-Encoding").empty());
-  json trace = json::parse(plain.body);
+  REQUIRE(plain.stream);
+  CHECK_FALSE(plain.stream->size());  // decompressed on the fly: chunked
+  json trace = json::parse(content(plain));
   CHECK(trace["trainscope"]["id"] == id);
   CHECK(trace["trainscope"]["state"] == "complete");
   CHECK(trace["traceEvents"].size() == 2 + 4);
 
   auto rank = h.api->handle("GET", "/api/v1/captures/" + id + "/ranks/0", {}, true);
   REQUIRE(rank.status == 200);
-  CHECK(rank.body == file);
+  CHECK(content(rank) == file);
   auto rankPlain = h.api->handle("GET", "/api/v1/captures/" + id + "/ranks/0");
-  CHECK(json::parse(rankPlain.body)["traceEvents"].size() == 4);
+  CHECK(json::parse(content(rankPlain))["traceEvents"].size() == 4);
   auto stored = json::parse(h.api->handle("GET", "/api/v1/captures/" + id).body);
   CHECK(stored["state"] == "complete");
-  CHECK(stored["trace_bytes"] == gz.body.size());
+  CHECK(stored["trace_bytes"] == gzBytes.size());
+}
+
+TEST_CASE("a gzip bomb from a probe fails its rank in the merge; the other rank is kept") {
+  ApiHarness h;
+  auto r = h.api->handle("POST", "/api/v1/jobs/j/captures", R"({"ranks":[0,1]})");
+  REQUIRE(r.status == 201);
+  const std::string id = json::parse(r.body)["id"];
+  // Valid JSON of 48 MiB that gzip packs ~1,000x: a forged agent's "trace".
+  std::string bomb = "{\"traceEvents\":[" + std::string(48u << 20, ' ') + "]}";
+  const std::string bombGz = testing::gzipText(h.dir.sub("bomb.json.gz"), bomb);
+  INFO("bomb: " << bombGz.size() << " bytes compressed");
+  REQUIRE(bombGz.size() < (48u << 20) / 500);
+  const std::string good =
+      testing::gzipJson(h.dir.sub("r1.json.gz"), testing::rankTrace(1, 5000.0, 8, 2));
+  for (const auto& c : testing::chunksOf(id, 0, bombGz, 1u << 20))
+    h.manager->onCommandItem("n0", c);
+  for (const auto& c : testing::chunksOf(id, 1, good, 1000)) h.manager->onCommandItem("n0", c);
+  h.manager->tick(h.clock.nowNs());
+
+  auto stored = json::parse(h.api->handle("GET", "/api/v1/captures/" + id).body);
+  CHECK(stored["state"] == "partial");
+  CHECK(stored["rank_status"][0]["state"] == "failed");
+  CHECK_THAT(stored["rank_status"][0]["detail"].get<std::string>(),
+             Catch::Matchers::Contains("refused as a likely gzip bomb"));
+  CHECK(stored["rank_status"][1]["state"] == "done");
+  json trace = json::parse(content(h.api->handle("GET", "/api/v1/captures/" + id + "/trace")));
+  CHECK(trace["traceEvents"].size() == 2 + 4);
 }
 
 TEST_CASE("a failed capture's trace is 404") {

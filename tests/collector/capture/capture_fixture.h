@@ -65,6 +65,17 @@ inline std::unique_ptr<storage::Store> seededStore(int64_t latest = 10, uint32_t
   return store;
 }
 
+// Writes `text` as a gzip file and returns its bytes.
+inline std::string gzipText(const std::string& path, const std::string& text) {
+  capture::GzipWriter w;
+  REQUIRE(w.open(path));
+  w.write(text);
+  REQUIRE(w.close());
+  auto bytes = capture::readFileBytes(path);
+  REQUIRE(bytes);
+  return *bytes;
+}
+
 // Writes `doc` as a gzip JSON file and returns its bytes.
 inline std::string gzipJson(const std::string& path, const nlohmann::json& doc) {
   capture::GzipWriter w;

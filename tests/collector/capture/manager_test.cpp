@@ -81,6 +81,12 @@ struct Harness {
   }
 };
 
+// A file stream read to its end.
+Result<std::string> readAllOf(Result<std::unique_ptr<ByteSource>> opened) {
+  if (!opened) return opened.status();
+  return readAll(**opened, 1ull << 30);
+}
+
 unsigned refusal(Harness& h, const std::string& job, const std::string& body,
                  std::string* message) {
   auto req = parseCaptureRequest(body);
@@ -232,7 +238,7 @@ TEST_CASE("a trace capture sends one command per agent, collects files, merges a
   REQUIRE(done.finishedNs.has_value());
   REQUIRE(done.traceBytes.has_value());
   CHECK(*done.traceBytes == fs::file_size(h.manager->directory(cap.id) + "/trace.json.gz"));
-  auto text = h.manager->readFile(cap.id, "trace.json.gz", false);
+  auto text = readAllOf(h.manager->openFile(cap.id, "trace.json.gz", false));
   REQUIRE(text);
   json trace = json::parse(*text);
   CHECK(trace["trainscope"]["id"] == cap.id);
@@ -362,7 +368,7 @@ TEST_CASE("a stacks capture: 30 s deadline, stacks command, merged stacks docume
   h.upload(cap.id, 1, testing::gzipJson(h.dir.sub("stk.json.gz"), doc));
   h.manager->tick(h.clock.nowNs());
   CHECK(h.stored(cap.id).state == "complete");
-  auto merged = json::parse(*h.manager->readFile(cap.id, "trace.json.gz", false));
+  auto merged = json::parse(*readAllOf(h.manager->openFile(cap.id, "trace.json.gz", false)));
   CHECK(merged["kind"] == "stacks");
   CHECK(merged["ranks"][0]["threads"][0]["tid"] == 7);
 }
@@ -448,9 +454,9 @@ TEST_CASE("automatic captures off: nothing starts") {
 
 TEST_CASE("file reads refuse names outside the capture's directory") {
   Harness h;
-  CHECK_FALSE(h.manager->readFile("../etc", "trace.json.gz", true));
-  CHECK_FALSE(h.manager->readFile("cap-1-abcd", "../../passwd", true));
-  CHECK_FALSE(h.manager->readFile("cap-1-abcd", "rank-x.json.gz", true));
+  CHECK_FALSE(h.manager->openFile("../etc", "trace.json.gz", true));
+  CHECK_FALSE(h.manager->openFile("cap-1-abcd", "../../passwd", true));
+  CHECK_FALSE(h.manager->openFile("cap-1-abcd", "rank-x.json.gz", true));
 }
 
 TEST_CASE("the default start step leads the latest step by at least two steps") {

@@ -19,7 +19,7 @@ using nlohmann::json;
 namespace {
 
 json readMerged(const std::string& path) {
-  auto text = readGzipFile(path, 1ull << 30);
+  auto text = readGzipFile(path, DecompressLimits{});
   REQUIRE(text);
   auto doc = json::parse(*text, nullptr, false);
   REQUIRE_FALSE(doc.is_discarded());
