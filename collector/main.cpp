@@ -11,6 +11,7 @@
 #include "collector/http/token.h"
 #include "common/config_file.h"
 #include "common/log.h"
+#include "schema/wire.h"
 
 int main(int argc, char** argv) {
   using trainscope::collector::CollectorOptions;
@@ -130,6 +131,8 @@ int main(int argc, char** argv) {
                           : logLevel == "warn"  ? LogLevel::kWarn
                           : logLevel == "error" ? LogLevel::kError
                                                 : LogLevel::kInfo);
+  // A flood of malformed frames must not become a flood of protobuf's own log lines.
+  trainscope::wire::routeProtobufLogs();
   auto status = trainscope::collector::run(options);
   if (!status) {
     trainscope::logError("collector", status.message());

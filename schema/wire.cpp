@@ -1,6 +1,11 @@
 #include "schema/wire.h"
 
+#include <chrono>
 #include <string_view>
+
+#include <google/protobuf/stubs/logging.h>
+
+#include "common/log.h"
 
 namespace trainscope::wire {
 
@@ -30,6 +35,22 @@ Result<Envelope> decode(const void* data, size_t size) {
     return Result<Envelope>::error("empty: envelope carries no message");
   }
   return env;
+}
+
+void routeProtobufLogs() {
+  google::protobuf::SetLogHandler(
+      [](google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
+        // One limiter per level, so a flood of errors does not hide a fatal line.
+        static RateLimitedLog errors{std::chrono::seconds(10)};
+        static RateLimitedLog others{std::chrono::seconds(10)};
+        const bool bad = level >= google::protobuf::LOGLEVEL_ERROR;
+        std::string_view text(message);
+        while (!text.empty() && (text.back() == ' ' || text.back() == '\n')) text.remove_suffix(1);
+        (bad ? errors : others)
+            .log(bad ? LogLevel::kError : LogLevel::kWarn, "protobuf",
+                 std::string(text) + " (" + (file != nullptr ? file : "?") + ":" +
+                     std::to_string(line) + ")");
+      });
 }
 
 std::string rejectReason(const std::string& decodeMessage) {

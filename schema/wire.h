@@ -45,6 +45,12 @@ std::string rejectReason(const std::string& decodeMessage);
 // An ErrorReply envelope telling a peer why its frame was rejected.
 Envelope errorReply(const std::string& reason, const std::string& detail);
 
+// Sends protobuf's own log lines (e.g. "String field ... contains invalid UTF-8", one per bad
+// frame) through a RateLimitedLog instead of straight to stderr: at most one line per 10 s,
+// then a count of those suppressed. Process-wide; daemons call it once at start-up (not the
+// probe, which lives in someone else's process).
+void routeProtobufLogs();
+
 // Human name of an op for the API and traces ("all_reduce"); parse accepts the same names.
 const char* collectiveOpName(CollectiveOp op);
 bool parseCollectiveOp(const std::string& name, CollectiveOp* out);
