@@ -260,6 +260,8 @@ Status run(const CollectorOptions& options) {
   ho.webRoot = options.webRoot;
   ho.authToken = options.httpToken;
   ho.ioThreads = options.httpThreads;
+  ho.metrics.ageOutNs = options.metricsAgeOutS * 1'000'000'000;
+  ho.metrics.maxJobs = options.metricsMaxJobs;
   ho.captures = captureService(captures);
   ho.imports = imports;
   ho.extraMetrics = [&ingestServer, p = pipeline.get(), &captures] {

@@ -37,6 +37,16 @@ int main(int argc, char** argv) {
                  "dashboard's requests")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  app.add_option("--metrics-age-out", options.metricsAgeOutS,
+                 "seconds: /metrics leaves out jobs and nodes not heard from for this long "
+                 "(ended or crashed jobs); the API keeps them")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{365} * 24 * 3600));
+  app.add_option("--metrics-max-jobs", options.metricsMaxJobs,
+                 "/metrics shows at most this many jobs (the most recently heard from) and "
+                 "counts the rest in trainscope_metrics_omitted; each costs two queries a scrape")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1000000}));
   app.add_option("--retention-hours", options.retentionHours,
                  "delete steps and host samples received longer ago than this; 0 keeps all")
       ->capture_default_str();

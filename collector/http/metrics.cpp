@@ -114,12 +114,37 @@ const std::vector<double>& stepSecondsBuckets() {
   return kBuckets;
 }
 
-std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, int64_t windowSteps) {
+namespace {
+
+// Keeps the rows heard from within ageOutNs, the most recent `cap` of them; counts the rest.
+template <typename Row>
+std::vector<Row> recentRows(std::vector<Row> rows, int64_t nowNs, int64_t ageOutNs, size_t cap,
+                            size_t* agedOut, size_t* overCap) {
+  const size_t all = rows.size();
+  rows.erase(std::remove_if(rows.begin(), rows.end(),
+                            [&](const Row& r) { return nowNs - r.lastSeenNs > ageOutNs; }),
+             rows.end());
+  *agedOut = all - rows.size();
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const Row& a, const Row& b) { return a.lastSeenNs > b.lastSeenNs; });
+  *overCap = rows.size() > cap ? rows.size() - cap : 0;
+  if (rows.size() > cap) rows.resize(cap);
+  return rows;
+}
+
+}  // namespace
+
+std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const MetricsLimits& limits) {
+  const int64_t windowSteps = limits.windowSteps;
   MetricsText m;
   std::string errors;
   auto jobs = store.jobs();
   if (!jobs) errors += "# store error (jobs): " + escapeHelp(jobs.message()) + "\n";
-  std::vector<storage::JobRow> jobRows = jobs ? *jobs : std::vector<storage::JobRow>{};
+  size_t jobsAgedOut = 0;
+  size_t jobsOverCap = 0;
+  std::vector<storage::JobRow> jobRows =
+      recentRows(jobs ? std::move(*jobs) : std::vector<storage::JobRow>{}, nowNs, limits.ageOutNs,
+                 limits.maxJobs, &jobsAgedOut, &jobsOverCap);
 
   // One steps query per job over its recent window; rows come ordered by (step, rank), so
   // the last row seen for a rank is its latest step.
@@ -234,7 +259,11 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, int64_t win
 
   auto nodes = store.nodes();
   if (!nodes) errors += "# store error (nodes): " + escapeHelp(nodes.message()) + "\n";
-  std::vector<storage::NodeRow> nodeRows = nodes ? *nodes : std::vector<storage::NodeRow>{};
+  size_t nodesAgedOut = 0;
+  size_t nodesOverCap = 0;
+  std::vector<storage::NodeRow> nodeRows =
+      recentRows(nodes ? std::move(*nodes) : std::vector<storage::NodeRow>{}, nowNs,
+                 limits.ageOutNs, limits.maxNodes, &nodesAgedOut, &nodesOverCap);
   m.family("trainscope_agent_last_seen_age_seconds", "gauge",
            "Seconds since the node's agent was last heard from (collector clock).");
   for (const auto& n : nodeRows) {
@@ -275,6 +304,13 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, int64_t win
   m.sample({}, static_cast<double>(st.duplicateSteps));
   m.family("trainscope_storage_transactions_total", "counter", "Storage transactions committed.");
   m.sample({}, static_cast<double>(st.transactions));
+  m.family("trainscope_metrics_omitted", "gauge",
+           "Jobs and nodes left out of this page: not heard from within the age-out time "
+           "(reason aged_out) or past the cap on how many are shown (reason cap).");
+  m.sample({{"kind", "job"}, {"reason", "aged_out"}}, static_cast<double>(jobsAgedOut));
+  m.sample({{"kind", "job"}, {"reason", "cap"}}, static_cast<double>(jobsOverCap));
+  m.sample({{"kind", "node"}, {"reason", "aged_out"}}, static_cast<double>(nodesAgedOut));
+  m.sample({{"kind", "node"}, {"reason", "cap"}}, static_cast<double>(nodesOverCap));
   m.raw(errors);
   return m.text();
 }

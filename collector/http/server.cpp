@@ -375,8 +375,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     ApiResponse r;
     r.contentType = "text/plain; version=0.0.4; charset=utf-8";
-    r.body = renderStoreMetrics(server_.store, server_.clock.nowNs(),
-                                server_.options.metricsWindowSteps);
+    r.body = renderStoreMetrics(server_.store, server_.clock.nowNs(), server_.options.metrics);
     r.body += httpMetricsText(server_.stats());
     if (server_.options.extraMetrics) r.body += server_.options.extraMetrics();
     return r;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "collector/http/metrics.h"
 #include "collector/storage/store.h"
 #include "common/status.h"
 
@@ -43,9 +44,9 @@ struct HttpOptions {
   // How often the live feed (/api/v1/live) reads the store for changes while a client is
   // connected: shorter is fresher, longer costs fewer store queries.
   int liveIntervalMs = 500;
-  // Step rows /metrics reads per job: the latest this many steps of every rank (the step-time
-  // histogram's window). More smooths the histogram; fewer keeps a scrape cheap.
-  int64_t metricsWindowSteps = 20;
+  // What /metrics covers (metrics.h): the steps of each job's histograms, how long an ended or
+  // silent job or node stays, how many are shown at most. More costs each scrape more.
+  MetricsLimits metrics;
   // A live client whose unsent updates exceed this many messages is disconnected (it
   // reconnects and gets a fresh snapshot): bounds memory per slow client.
   size_t liveMaxQueued = 64;

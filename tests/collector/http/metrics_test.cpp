@@ -181,7 +181,7 @@ TEST_CASE("store metrics: valid text with every rank's series", "[metrics]") {
   FakeStore store;
   int64_t now = trainscope::wallNowNs();
   fill(store, now);
-  std::string text = trainscope::http::renderStoreMetrics(store, now, 20);
+  std::string text = trainscope::http::renderStoreMetrics(store, now, {});
   INFO(text.substr(0, 4000));
   auto samples = parseExposition(text);
 
@@ -251,7 +251,7 @@ TEST_CASE("store metrics: open anomalies counted by kind", "[metrics]") {
     a.state = state;
     store.anomalyRows.push_back(a);
   }
-  auto samples = parseExposition(trainscope::http::renderStoreMetrics(store, now, 20));
+  auto samples = parseExposition(trainscope::http::renderStoreMetrics(store, now, {}));
   int found = 0;
   for (const auto& s : samples) {
     if (s.name != "trainscope_anomalies_open") continue;
@@ -263,10 +263,53 @@ TEST_CASE("store metrics: open anomalies counted by kind", "[metrics]") {
   CHECK(found == 1);
 }
 
+TEST_CASE("store metrics: silent jobs and nodes age out, a cap keeps the newest, both counted",
+          "[metrics]") {
+  FakeStore store;
+  const int64_t now = trainscope::wallNowNs();
+  constexpr int64_t kSec = 1'000'000'000;
+  auto job = [&](const std::string& name, int64_t ageS) {
+    storage::JobRow j;
+    j.job = name;
+    j.worldSize = 1;
+    j.ranksSeen = 1;
+    j.ranksEnded = 1;
+    j.latestStep = -1;  // no steps: only the job gauges
+    j.lastSeenNs = now - ageS * kSec;
+    store.jobRows.push_back(j);
+  };
+  job("ended-2-days-ago", 2 * 24 * 3600);
+  job("ended-just-now", 5);
+  job("running", 0);
+  job("older", 60);
+  for (const char* n : {"gone", "here"}) {
+    storage::NodeRow node;
+    node.node = n;
+    node.lastSeenNs = std::string(n) == "gone" ? now - 7200 * kSec : now;
+    store.nodeRows.push_back(node);
+  }
+  trainscope::http::MetricsLimits limits;
+  limits.maxJobs = 2;
+  auto samples = parseExposition(trainscope::http::renderStoreMetrics(store, now, limits));
+  std::set<std::string> jobs, nodes;
+  std::map<std::string, double> omitted;
+  for (const auto& s : samples) {
+    if (s.name == "trainscope_job_world_size") jobs.insert(s.labels.at("training_job"));
+    if (s.name == "trainscope_agent_spool_bytes") nodes.insert(s.labels.at("node"));
+    if (s.name == "trainscope_metrics_omitted") {
+      omitted[s.labels.at("kind") + "/" + s.labels.at("reason")] = s.value;
+    }
+  }
+  CHECK(jobs == std::set<std::string>{"running", "ended-just-now"});
+  CHECK(nodes == std::set<std::string>{"here"});
+  CHECK(omitted == std::map<std::string, double>{
+                       {"job/aged_out", 1}, {"job/cap", 1}, {"node/aged_out", 1}, {"node/cap", 0}});
+}
+
 TEST_CASE("a failing store still gives valid text that says why", "[metrics]") {
   FakeStore store;
   store.failWith = "disk on fire";
-  std::string text = trainscope::http::renderStoreMetrics(store, 0, 20);
+  std::string text = trainscope::http::renderStoreMetrics(store, 0, {});
   CHECK(text.find("disk on fire") != std::string::npos);
   parseExposition(text);
 }
