@@ -259,6 +259,8 @@ Status run(const CollectorOptions& options) {
   ho.port = httpAddr->port;
   ho.webRoot = options.webRoot;
   ho.authToken = options.httpToken;
+  ho.allowedOrigins = options.httpAllowOrigins;
+  ho.allowedHosts = options.httpAllowedHosts;
   ho.ioThreads = options.httpThreads;
   ho.metrics.ageOutNs = options.metricsAgeOutS * 1'000'000'000;
   ho.metrics.maxJobs = options.metricsMaxJobs;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "collector/capture/manager.h"
 #include "collector/detect/options.h"
@@ -39,6 +40,11 @@ struct CollectorOptions {
   // Bearer token required on every HTTP request that changes something (starting a capture);
   // "" leaves them open, which is only safe while the API listens on loopback.
   std::string httpToken;
+  // Browser origins besides the collector's own that may start captures and open the live
+  // feed (a dashboard served elsewhere), and host names besides localhost and IP literals the
+  // HTTP API may be addressed under (a proxy's): see http/origin.h. Empty = same-origin only.
+  std::vector<std::string> httpAllowOrigins;
+  std::vector<std::string> httpAllowedHosts;
   // /metrics leaves out jobs and nodes not heard from for this many seconds (ended or crashed
   // jobs, departed agents), and shows at most metricsMaxJobs jobs (the most recent): a scrape
   // of a collector that had seen 20,000 jobs took 12-18 s and 163 MB before.

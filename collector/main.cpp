@@ -8,6 +8,7 @@
 
 #include "collector/capture/request.h"
 #include "collector/collector.h"
+#include "collector/http/origin.h"
 #include "collector/http/token.h"
 #include "common/config_file.h"
 #include "common/log.h"
@@ -76,6 +77,21 @@ int main(int argc, char** argv) {
                  "collector's key pair (mode 0600), DIR/agents/<node>.pub the agents allowed in, "
                  "each only as <node> (make them with `trainscope keygen`); unknown or plain-text "
                  "agents are refused and counted. Default: none (plain text, any agent)");
+  app.add_option("--http-allow-origin", options.httpAllowOrigins,
+                 "a browser origin (scheme://host[:port]) besides the collector's own that may "
+                 "start captures and open the live feed, e.g. a dashboard served elsewhere; "
+                 "repeatable. Other origins get 403")
+      ->check(CLI::Validator(
+          [](std::string& origin) {
+            auto parsed = trainscope::http::parseOrigin(origin);
+            return parsed ? std::string() : parsed.message();
+          },
+          "ORIGIN"));
+  app.add_option("--http-allowed-host", options.httpAllowedHosts,
+                 "a host name (no port) besides localhost and IP literals under which a "
+                 "browser may change something or open the live feed (a proxy's or this "
+                 "machine's name; stops DNS rebinding); repeatable. Default: any name when "
+                 "--http is not loopback");
   bool noDetect = false;
   app.add_flag("--no-detect", noDetect,
                "do not run the regression detectors (no anomalies are stored)");

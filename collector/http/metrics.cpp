@@ -320,6 +320,14 @@ std::string httpMetricsText(const HttpStats& s) {
   m.family("trainscope_http_handler_errors_total", "counter",
            "HTTP requests whose handler failed unexpectedly (answered 500).");
   m.sample({}, static_cast<double>(s.handlerErrors));
+  m.family("trainscope_http_live_slow_disconnects_total", "counter",
+           "Live (WebSocket) clients disconnected because they did not read their updates.");
+  m.sample({}, static_cast<double>(s.liveSlowDisconnects));
+  m.family("trainscope_http_live_clients", "gauge", "Live (WebSocket) clients connected.");
+  m.sample({}, static_cast<double>(s.liveClients));
+  m.family("trainscope_http_origin_refused_total", "counter",
+           "Changes and live connections refused for a foreign Origin or an unknown Host (403).");
+  m.sample({}, static_cast<double>(s.originRefused));
   return m.text();
 }
 

@@ -68,7 +68,10 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const Metri
 
 // The HTTP server's own counters since it started. Any thread may read a copy.
 struct HttpStats {
-  uint64_t handlerErrors = 0;  // requests whose handler threw; answered 500
+  uint64_t handlerErrors = 0;        // requests whose handler threw; answered 500
+  uint64_t liveSlowDisconnects = 0;  // live clients dropped for not reading
+  uint64_t liveClients = 0;          // live clients connected now
+  uint64_t originRefused = 0;        // requests refused by the Origin/Host check (403)
 };
 
 // trainscope_http_* counters in exposition format (appended to /metrics by the server).

@@ -21,6 +21,7 @@
 #include "collector/http/json_writer.h"
 #include "collector/http/live.h"
 #include "collector/http/metrics.h"
+#include "collector/http/origin.h"
 #include "collector/http/request_target.h"
 #include "collector/http/source_body.h"
 #include "common/checked.h"
@@ -44,6 +45,8 @@ constexpr std::string_view kHeatmapSuffix = "/heatmap";
 // How long stop() lets responses already being written finish before closing them anyway
 // (a client that stopped reading must not hold up the collector's shutdown).
 constexpr auto kStopGrace = std::chrono::seconds(2);
+// A live message is written in frames of at most this size, each under liveWriteTimeoutMs.
+constexpr size_t kLiveWritePiece = 64 * 1024;
 
 std::string endpointText(const std::string& address, uint16_t port) {
   bool v6 = address.find(':') != std::string::npos;
@@ -188,9 +191,19 @@ struct ServerCore {
     return errorResponse(500, std::string("internal error: ") + what);
   }
 
-  HttpStats stats() const {
+  // Live clients dropped because a write to them did not finish within liveWriteTimeoutMs.
+  std::atomic<uint64_t> liveSlowDisconnects{0};
+  // Who may change things or open the live feed (from options); requests refused by it.
+  OriginPolicy originPolicy;
+  std::atomic<uint64_t> originRefused{0};
+
+  HttpStats stats() {
     HttpStats out;
     out.handlerErrors = handlerErrors.load() + api.handlerErrors();
+    out.liveSlowDisconnects = liveSlowDisconnects.load();
+    out.originRefused = originRefused.load();
+    std::lock_guard lock(mu);
+    out.liveClients = liveSessions.size();
     return out;
   }
 
@@ -326,6 +339,22 @@ class Session : public std::enable_shared_from_this<Session> {
     auto method = req.method_string();
     auto target = req.target();
     std::string_view targetView(target.data(), target.size());
+    std::string_view path = targetView.substr(0, targetView.find('?'));
+    if (changesSomething(req.method()) || (path == "/api/v1/live" && websocket::is_upgrade(req))) {
+      // Another web page the user visits must not start captures or read the live feed
+      // (origin.h); checked before the token, which a browser would not send cross-origin.
+      auto host = req[bhttp::field::host];
+      auto origin = req[bhttp::field::origin];
+      if (Status s = checkOrigin(server_.originPolicy, std::string_view(host.data(), host.size()),
+                                 std::string_view(origin.data(), origin.size()));
+          !s) {
+        ++server_.originRefused;
+        server_.errorLog.log(
+            LogLevel::kWarn, "http",
+            "refused " + std::string(method) + ' ' + std::string(path) + ": " + s.message());
+        return errorResponse(403, s.message());
+      }
+    }
     if (!server_.options.authToken.empty() && changesSomething(req.method())) {
       auto auth = req[bhttp::field::authorization];
       std::string_view given(auth.data(), auth.size());
@@ -340,7 +369,6 @@ class Session : public std::enable_shared_from_this<Session> {
         return r;
       }
     }
-    std::string_view path = targetView.substr(0, targetView.find('?'));
     if (path == "/metrics") return metrics(req.method());
     if (path == "/api/v1/live") {
       if (!websocket::is_upgrade(req)) {
@@ -535,18 +563,24 @@ class LiveSession : public std::enable_shared_from_this<LiveSession> {
     if (queue_.size() >= server_.options.liveMaxQueued) {
       // A client that stopped reading: drop it rather than hold updates without bound; it
       // reconnects and starts again from a snapshot.
-      logWarn("http", "live client too slow (" + std::to_string(queue_.size()) +
-                          " updates queued), disconnecting it");
-      close();
+      dropSlow(std::to_string(queue_.size()) + " updates queued");
       return;
     }
     queue_.push_back(std::move(message));
     if (queue_.size() == 1) doWrite();
   }
 
+  void dropSlow(const std::string& why) {
+    ++server_.liveSlowDisconnects;
+    server_.liveLog.log(LogLevel::kWarn, "http",
+                        "live client too slow (" + why + "), disconnecting it");
+    close();
+  }
+
   void close() {
     if (closed_) return;
     closed_ = true;
+    writeTimer_.cancel();
     beast::error_code ec;
     beast::get_lowest_layer(ws_).socket().shutdown(tcp::socket::shutdown_both, ec);
     beast::get_lowest_layer(ws_).close();
@@ -563,22 +597,53 @@ class LiveSession : public std::enable_shared_from_this<LiveSession> {
     });
   }
 
+  // Sends the front message a piece at a time, each piece under its own deadline: a slow but
+  // steady client gets a large snapshot, while one that stopped reading leaves a piece pending
+  // once the socket buffers are full; with no new updates the queue bound above never trips,
+  // so the deadline drops it, which ends the write and frees what it held (a snapshot can be
+  // megabytes).
   void doWrite() {
-    ws_.text(true);
-    ws_.async_write(asio::buffer(*queue_.front()),
-                    [self = shared_from_this()](beast::error_code ec, size_t) {
-                      if (ec) {
-                        self->close();
-                        return;
-                      }
-                      self->queue_.pop_front();
-                      if (!self->queue_.empty()) self->doWrite();
-                    });
+    const std::string& message = *queue_.front();
+    const size_t piece = std::min(kLiveWritePiece, message.size() - sent_);
+    const bool last = sent_ + piece == message.size();
+    if (sent_ == 0) ws_.text(true);
+    const uint64_t write = ++writes_;
+    writeTimer_.expires_after(std::chrono::milliseconds(server_.options.liveWriteTimeoutMs));
+    writeTimer_.async_wait([self = shared_from_this(), write](beast::error_code ec) {
+      // Only for this piece, still in flight: an expiry queued just before the piece was
+      // taken must not drop the client.
+      if (!ec && !self->closed_ && write == self->writes_ && !self->writeDone_) {
+        self->dropSlow("no part of a message taken within " +
+                       std::to_string(self->server_.options.liveWriteTimeoutMs) + " ms");
+      }
+    });
+    writeDone_ = false;
+    ws_.async_write_some(last, asio::buffer(message.data() + sent_, piece),
+                         [self = shared_from_this()](beast::error_code ec, size_t written) {
+                           self->writeDone_ = true;
+                           self->writeTimer_.cancel();
+                           if (ec) {
+                             self->close();
+                             return;
+                           }
+                           self->sent_ += written;
+                           if (self->sent_ < self->queue_.front()->size()) {
+                             self->doWrite();
+                             return;
+                           }
+                           self->sent_ = 0;
+                           self->queue_.pop_front();
+                           if (!self->queue_.empty()) self->doWrite();
+                         });
   }
 
   websocket::stream<beast::tcp_stream> ws_;
   beast::flat_buffer buffer_;
   std::deque<std::shared_ptr<const std::string>> queue_;  // strand only
+  asio::steady_timer writeTimer_{ws_.get_executor()};     // the piece in flight's deadline
+  size_t sent_ = 0;        // bytes of the front message already written (strand only)
+  uint64_t writes_ = 0;    // pieces begun (strand only)
+  bool writeDone_ = true;  // the latest piece was written (strand only)
   ServerCore& server_;
   bool closed_ = false;  // strand only
 };
@@ -711,6 +776,22 @@ Status HttpServer::start() {
   Impl& s = *impl_;
   if (s.running) return Status::error("HTTP server already started");
   std::string where = endpointText(s.options.address, s.options.port);
+  OriginPolicy policy;
+  for (const auto& o : s.options.allowedOrigins) {
+    auto parsed = parseOrigin(o);
+    if (!parsed) return Status::error("allowed origins: " + parsed.message());
+    policy.allowedOrigins.push_back(*parsed);
+  }
+  for (const auto& h : s.options.allowedHosts) {
+    // The same normal form as a Host header's name: lower case, no final dot.
+    auto parsed = parseOrigin("http://" + h);
+    if (!parsed || parsed->find(':', 7) != std::string::npos) {
+      return Status::error("allowed hosts: '" + h + "' is not a host name (no port)");
+    }
+    policy.allowedHosts.push_back(parsed->substr(7));
+  }
+  policy.anyHost = policy.allowedHosts.empty() && !isLoopbackAddress(s.options.address);
+  s.core.originPolicy = std::move(policy);
   beast::error_code ec;
   auto address = asio::ip::make_address(s.options.address, ec);
   if (ec) return Status::error("invalid HTTP address '" + s.options.address + "': " + ec.message());

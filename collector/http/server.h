@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "collector/http/metrics.h"
 #include "collector/storage/store.h"
@@ -37,6 +38,14 @@ struct HttpOptions {
   // Requests that change something (any method but GET/HEAD/OPTIONS) need
   // "Authorization: Bearer <authToken>", else 401. "" leaves them open (loopback use only).
   std::string authToken;
+  // Browsers may change things and open the live feed only from the collector's own origin
+  // and these (scheme://host[:port], e.g. a dashboard served elsewhere); a request with any
+  // other Origin gets 403 (origin.h). Clients that send no Origin (curl, scripts) pass.
+  std::vector<std::string> allowedOrigins;
+  // Host names such requests may be addressed to besides localhost and IP literals (a proxy's
+  // or this machine's name), which defeats DNS rebinding. None given and listening on a
+  // non-loopback address: any name.
+  std::vector<std::string> allowedHosts;
   // Text in Prometheus exposition format appended to /metrics (the collector's ingest
   // counters, see metrics.h ingestMetricsText). Called on an I/O thread, possibly on several
   // at once (one per scrape in flight); must be quick and thread-safe.
@@ -50,6 +59,10 @@ struct HttpOptions {
   // A live client whose unsent updates exceed this many messages is disconnected (it
   // reconnects and gets a fresh snapshot): bounds memory per slow client.
   size_t liveMaxQueued = 64;
+  // A live client that has not taken the next piece (64 KiB) of a message within this long
+  // (the socket stays full) is disconnected and what it held is freed: bounds memory per client
+  // that never reads. Longer tolerates slower links.
+  int liveWriteTimeoutMs = 10000;
   // The capture stage behind POST /api/v1/jobs/{job}/captures and the capture file routes
   // (docs/CAPTURE.md); the collector wires it in. Null: that POST answers 503 "captures are off"
   // (stored captures are still listed).

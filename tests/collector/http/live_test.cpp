@@ -1,6 +1,7 @@
 // The live WebSocket (/api/v1/live) against the real SQLite store: a snapshot on connect, a
 // delta after new data is stored, and a fresh snapshot after the server restarts. Also the
-// access token: requests that change something need "Authorization: Bearer TOKEN".
+// access token: requests that change something need "Authorization: Bearer TOKEN"; the Origin
+// and Host checks (origin.h) on those and on the live feed; a client that never reads is dropped.
 #include <unistd.h>
 
 #include <chrono>
@@ -10,6 +11,8 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <thread>
 #include <utility>  // before Asio: Boost 1.74 uses std::exchange without including it
 
 #include <boost/asio.hpp>
@@ -39,6 +42,27 @@ namespace {
 constexpr int64_t kMs = 1'000'000;
 const char* const kJob = "live job";
 
+// The value of an unlabelled sample in the server's /metrics, or -1 if it is not there.
+double metricValue(uint16_t port, const std::string& name) {
+  auto r = trainscope::testing::httpGet(port, "/metrics");
+  const std::string key = "\n" + name + " ";
+  auto at = r.body.find(key);
+  if (at == std::string::npos) return -1;
+  return std::stod(r.body.substr(at + key.size()));
+}
+
+// Polls /metrics until `name` reaches `want` or `timeout` passes; returns the last value.
+double waitForMetric(uint16_t port, const std::string& name, double want,
+                     std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  double v = metricValue(port, name);
+  while (v != want && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    v = metricValue(port, name);
+  }
+  return v;
+}
+
 // A WebSocket client whose reads give up after a timeout. Test thread only.
 class WsClient {
  public:
@@ -47,6 +71,18 @@ class WsClient {
         asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
     ws_.handshake("127.0.0.1", "/api/v1/live");
   }
+
+  // Handshakes as a browser would: with an Origin and the given Host. handshakeError() says
+  // whether the server upgraded the connection.
+  WsClient(uint16_t port, const std::string& host, const std::string& origin) : ws_(ioc_) {
+    beast::get_lowest_layer(ws_).connect(
+        asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+    ws_.set_option(websocket::stream_base::decorator(
+        [origin](websocket::request_type& req) { req.set(beast::http::field::origin, origin); }));
+    ws_.handshake(host, "/api/v1/live", handshakeError_);
+  }
+
+  beast::error_code handshakeError() const { return handshakeError_; }
 
   // The next message as JSON, or nothing if none came within `timeout` or the stream failed.
   std::optional<json> read(std::chrono::milliseconds timeout) {
@@ -78,6 +114,7 @@ class WsClient {
   websocket::stream<beast::tcp_stream> ws_;
   beast::flat_buffer buffer_;
   beast::error_code error_;
+  beast::error_code handshakeError_;
 };
 
 storage::WriteBatch steps(int64_t from, int64_t to) {
@@ -327,4 +364,147 @@ TEST_CASE("live: each capture change arrives as a capture message, and in the sn
   CHECK_FALSE(readUntil(
       c, [](const json& j) { return j["type"] == "capture"; }, std::chrono::milliseconds(400)));
   server.stop();
+}
+
+TEST_CASE("live: a client that never reads is disconnected and its snapshot freed",
+          "[http][live]") {
+  // A snapshot far larger than the socket buffers can hold (job names of 2 MiB), so the
+  // server's write of it stays pending while the client does not read; no deltas follow (the
+  // store does not change), so only the write deadline can drop the client.
+  trainscope::testing::FakeStore store;
+  for (int i = 0; i < 6; ++i) {  // 12 MiB: past the buffers, under a client's 16 MiB limit
+    storage::JobRow job;
+    job.job = std::string(2 << 20, static_cast<char>('a' + i));
+    store.jobRows.push_back(job);
+  }
+  HttpOptions o;
+  o.port = 0;
+  o.liveIntervalMs = 50;
+  o.liveWriteTimeoutMs = 1000;
+  HttpServer server(o, store);
+  REQUIRE(server.start().isOk());
+
+  asio::io_context ioc;
+  websocket::stream<beast::tcp_stream> ws(ioc);
+  auto& socket = beast::get_lowest_layer(ws).socket();
+  socket.open(asio::ip::tcp::v4());
+  socket.set_option(asio::socket_base::receive_buffer_size(4096));  // fills at once
+  socket.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), server.port()));
+  ws.handshake("127.0.0.1", "/api/v1/live");
+  CHECK(waitForMetric(server.port(), "trainscope_http_live_clients", 1, std::chrono::seconds(10)) ==
+        1);
+
+  // Never read: the server gives up on the pending write and drops the client.
+  CHECK(waitForMetric(server.port(), "trainscope_http_live_slow_disconnects_total", 1,
+                      std::chrono::seconds(30)) == 1);
+  CHECK(waitForMetric(server.port(), "trainscope_http_live_clients", 0, std::chrono::seconds(10)) ==
+        0);
+
+  // A client that does read gets the whole snapshot, and is not dropped.
+  WsClient reader(server.port());
+  auto snapshot = reader.read(std::chrono::seconds(30));
+  REQUIRE(snapshot);
+  CHECK((*snapshot)["jobs"].size() == 6);
+  CHECK(metricValue(server.port(), "trainscope_http_live_slow_disconnects_total") == 1);
+  server.stop();
+}
+
+TEST_CASE("origin: a foreign web page can neither change anything nor open the live feed",
+          "[http][origin]") {
+  trainscope::testing::FakeStore store;
+  storage::JobRow job;
+  job.job = kJob;
+  store.jobRows.push_back(job);
+  HttpOptions o;
+  o.port = 0;
+  o.liveIntervalMs = 50;
+  o.allowedOrigins = {"https://dash.example.com/"};
+  HttpServer server(o, store);
+  REQUIRE(server.start().isOk());
+  const std::string port = std::to_string(server.port());
+  const std::string self = "127.0.0.1:" + port;
+  trainscope::testing::TestConnection c(server.port());
+  auto post = [&](std::vector<std::pair<std::string, std::string>> headers) {
+    return c.request("POST", "/api/v1/jobs", std::move(headers), "{}");
+  };
+
+  // Cross-site request forgery: a page elsewhere posts to the collector.
+  auto foreign = post({{"Host", self}, {"Origin", "http://evil.example"}});
+  CHECK(foreign.status == 403);
+  CHECK(json::parse(foreign.body)["error"].get<std::string>().find("--http-allow-origin") !=
+        std::string::npos);
+  CHECK(post({{"Origin", "null"}}).status == 403);
+  CHECK(post({{"Host", self}, {"Origin", "http://127.0.0.1:1"}}).status == 403);  // other port
+  // DNS rebinding: the page's own name now points at 127.0.0.1, so it is same-origin, but the
+  // collector does not answer to that name.
+  auto rebound =
+      post({{"Host", "evil.example:" + port}, {"Origin", "http://evil.example:" + port}});
+  CHECK(rebound.status == 403);
+  CHECK(json::parse(rebound.body)["error"].get<std::string>().find("--http-allowed-host") !=
+        std::string::npos);
+
+  // Passed on to the API (which has no POST route there: 405): the dashboard itself, under an
+  // IP literal or localhost, a listed origin, and clients that are not browsers.
+  CHECK(post({{"Host", self}, {"Origin", "http://" + self}}).status == 405);
+  CHECK(post({{"Host", "localhost:" + port}, {"Origin", "http://localhost:" + port}}).status ==
+        405);
+  CHECK(post({{"Origin", "https://dash.example.com"}}).status == 405);
+  CHECK(post({}).status == 405);
+  // Reading is not refused: a GET from anywhere is answered (the browser keeps it from the
+  // foreign page, which gets no CORS header).
+  CHECK(c.request("GET", "/api/v1/jobs", {{"Origin", "http://evil.example"}}).status == 200);
+  CHECK(metricValue(server.port(), "trainscope_http_origin_refused_total") == 4);
+
+  // The live feed: a foreign page's handshake is refused with 403, the dashboard's accepted.
+  auto handshake = [&](const std::string& host, const std::string& origin) {
+    trainscope::testing::TestConnection ws(server.port());
+    return ws
+        .request("GET", "/api/v1/live",
+                 {{"Host", host},
+                  {"Origin", origin},
+                  {"Upgrade", "websocket"},
+                  {"Connection", "Upgrade"},
+                  {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="},
+                  {"Sec-WebSocket-Version", "13"}})
+        .status;
+  };
+  CHECK(handshake(self, "http://evil.example") == 403);
+  CHECK(handshake("evil.example:" + port, "http://evil.example:" + port) == 403);
+  CHECK(handshake(self, "http://" + self) == 101);
+  WsClient dashboard(server.port(), self, "http://" + self);
+  REQUIRE_FALSE(dashboard.handshakeError());
+  auto snapshot = dashboard.read(std::chrono::seconds(10));
+  REQUIRE(snapshot);
+  CHECK((*snapshot)["type"] == "snapshot");
+  CHECK(metricValue(server.port(), "trainscope_http_origin_refused_total") == 6);
+  server.stop();
+}
+
+TEST_CASE("origin: bad allowed origins and hosts fail start-up naming them", "[http][origin]") {
+  trainscope::testing::FakeStore store;
+  HttpOptions o;
+  o.port = 0;
+  o.allowedOrigins = {"dash.example.com"};
+  HttpServer badOrigin(o, store);
+  auto s = badOrigin.start();
+  REQUIRE_FALSE(s.isOk());
+  CHECK(s.message().find("dash.example.com") != std::string::npos);
+  o.allowedOrigins.clear();
+  o.allowedHosts = {"proxy.example:8080"};
+  HttpServer badHost(o, store);
+  s = badHost.start();
+  REQUIRE_FALSE(s.isOk());
+  CHECK(s.message().find("proxy.example:8080") != std::string::npos);
+}
+
+TEST_CASE("origin: a listed host name is accepted for changes", "[http][origin]") {
+  trainscope::testing::FakeStore store;
+  HttpOptions o;
+  o.port = 0;
+  o.allowedHosts = {"Proxy.Example."};
+  HttpServer server(o, store);
+  REQUIRE(server.start().isOk());
+  trainscope::testing::TestConnection c(server.port());
+  CHECK(c.request("POST", "/api/v1/jobs", {{"Host", "proxy.example"}}, "{}").status == 405);
+  CHECK(c.request("POST", "/api/v1/jobs", {{"Host", "other.example"}}, "{}").status == 403);
 }
