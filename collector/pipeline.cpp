@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "common/prometheus_text.h"
 
 namespace trainscope::collector {
 namespace {
@@ -42,10 +43,9 @@ storage::AnomalyRow toAnomalyRow(const detect::Anomaly& a, int64_t updatedNs) {
 }
 
 std::string detectMetricsText(const PipelineStats& s, const detect::DetectStats& d) {
-  std::string out;
+  MetricsText m;
   auto metric = [&](const char* name, const char* type, const char* help, uint64_t value) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
-           name + " " + std::to_string(value) + "\n";
+    m.single(name, type, help, static_cast<double>(value));
   };
   metric("trainscope_detect_reports_total", "counter", "Step reports the detectors accepted.",
          s.reportsFed);
@@ -66,7 +66,7 @@ std::string detectMetricsText(const PipelineStats& s, const detect::DetectStats&
   metric("trainscope_detect_store_failures_total", "counter",
          "Anomaly writes the store refused (kept for a retry).", s.writeFailures);
   metric("trainscope_detect_jobs", "gauge", "Jobs the detectors track now.", d.jobs);
-  return out;
+  return m.text();
 }
 
 DetectPipeline::DetectPipeline(PipelineOptions options, storage::Store& store, const Clock& clock)

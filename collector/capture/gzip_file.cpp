@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include <zlib.h>
 
@@ -16,6 +17,20 @@ namespace trainscope::capture {
 namespace {
 
 constexpr size_t kBufferBytes = 1 << 20;
+
+// A descriptor open for reading on `path` and the file's size, or why not: a missing file,
+// or something that is not a regular file (a FIFO would block a reader, a directory fail late).
+Result<std::pair<int, uint64_t>> openRegularFile(const std::string& path) {
+  using R = Result<std::pair<int, uint64_t>>;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return R::error("cannot open " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return R::error("cannot read " + path + ": not a regular file");
+  }
+  return std::make_pair(fd, static_cast<uint64_t>(st.st_size));
+}
 
 }  // namespace
 
@@ -33,13 +48,9 @@ Result<std::unique_ptr<GzipReader>> GzipReader::open(const std::string& path,
                                                      const DecompressLimits& limits) {
   using R = Result<std::unique_ptr<GzipReader>>;
   // The size is taken from the descriptor zlib reads, so it is the file that is read.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return R::error("cannot open " + path + ": " + std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return R::error("cannot read " + path + ": not a regular file");
-  }
+  auto opened = openRegularFile(path);
+  if (!opened) return opened.status();
+  const auto [fd, size] = *opened;
   gzFile f = gzdopen(fd, "rb");
   if (f == nullptr) {
     ::close(fd);
@@ -49,7 +60,7 @@ Result<std::unique_ptr<GzipReader>> GzipReader::open(const std::string& path,
   std::unique_ptr<GzipReader> r(new GzipReader());
   r->file_ = f;
   r->path_ = path;
-  r->compressed_ = static_cast<uint64_t>(st.st_size);
+  r->compressed_ = size;
   r->bound_ = decompressBound(r->compressed_, limits);
   return r;
 }
@@ -85,18 +96,13 @@ FileSource::~FileSource() {
 }
 
 Result<std::unique_ptr<FileSource>> FileSource::open(const std::string& path) {
-  using R = Result<std::unique_ptr<FileSource>>;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return R::error("cannot open " + path + ": " + std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return R::error("cannot read " + path + ": not a regular file");
-  }
+  auto opened = openRegularFile(path);
+  if (!opened) return opened.status();
+  const auto [fd, size] = *opened;
   std::unique_ptr<FileSource> r(new FileSource());
   r->fd_ = fd;
   r->path_ = path;
-  r->size_ = static_cast<uint64_t>(st.st_size);
+  r->size_ = size;
   return r;
 }
 

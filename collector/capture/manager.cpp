@@ -13,6 +13,7 @@
 
 #include "collector/capture/gzip_file.h"
 #include "common/checked.h"
+#include "common/prometheus_text.h"
 
 namespace trainscope::capture {
 namespace {
@@ -94,40 +95,35 @@ std::string captureSummary(const storage::CaptureRow& row) {
 }
 
 std::string captureMetricsText(const CaptureStats& s) {
-  std::string out;
-  auto header = [&](const char* name, const char* type, const char* help) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-  };
-  header("trainscope_captures_started_total", "counter",
-         "Captures started, by kind (trace, stacks, import) and trigger (request, anomaly).");
+  MetricsText m;
+  m.family("trainscope_captures_started_total", "counter",
+           "Captures started, by kind (trace, stacks, import) and trigger (request, anomaly).");
   for (const char* kind : {"trace", "stacks", "import"}) {
     for (const char* trigger : {"request", "anomaly"}) {
       if (std::string_view(kind) == "import" && std::string_view(trigger) == "anomaly") continue;
       auto it = s.started.find({kind, trigger});
-      out += std::string("trainscope_captures_started_total{kind=\"") + kind + "\",trigger=\"" +
-             trigger + "\"} " + std::to_string(it == s.started.end() ? 0 : it->second) + "\n";
+      m.sample({{"kind", kind}, {"trigger", trigger}},
+               static_cast<double>(it == s.started.end() ? 0 : it->second));
     }
   }
-  header("trainscope_captures_finished_total", "counter",
-         "Captures finished, by final state (complete, partial, failed).");
+  m.family("trainscope_captures_finished_total", "counter",
+           "Captures finished, by final state (complete, partial, failed).");
   for (const char* state : {"complete", "partial", "failed"}) {
     auto it = s.finished.find(state);
-    out += std::string("trainscope_captures_finished_total{state=\"") + state + "\"} " +
-           std::to_string(it == s.finished.end() ? 0 : it->second) + "\n";
+    m.sample({{"state", state}}, static_cast<double>(it == s.finished.end() ? 0 : it->second));
   }
-  auto metric = [&](const char* name, const char* help, uint64_t value) {
-    header(name, "counter", help);
-    out += std::string(name) + " " + std::to_string(value) + "\n";
+  auto counter = [&](const char* name, const char* help, uint64_t value) {
+    m.single(name, "counter", help, static_cast<double>(value));
   };
-  metric("trainscope_capture_bytes_total", "Bytes of rank files received in chunks.", s.bytes);
-  metric("trainscope_capture_chunks_total", "File chunks written.", s.chunks);
-  metric("trainscope_capture_chunks_ignored_total",
-         "File chunks skipped: repeats, or for ranks no longer running.", s.chunksIgnored);
-  metric("trainscope_capture_auto_skipped_total",
-         "Anomalies without an automatic capture (rate limit or refusal).", s.autoSkipped);
-  metric("trainscope_capture_store_failures_total", "Capture rows the store refused.",
-         s.storeFailures);
-  return out;
+  counter("trainscope_capture_bytes_total", "Bytes of rank files received in chunks.", s.bytes);
+  counter("trainscope_capture_chunks_total", "File chunks written.", s.chunks);
+  counter("trainscope_capture_chunks_ignored_total",
+          "File chunks skipped: repeats, or for ranks no longer running.", s.chunksIgnored);
+  counter("trainscope_capture_auto_skipped_total",
+          "Anomalies without an automatic capture (rate limit or refusal).", s.autoSkipped);
+  counter("trainscope_capture_store_failures_total", "Capture rows the store refused.",
+          s.storeFailures);
+  return m.text();
 }
 
 CaptureManager::CaptureManager(CaptureManagerOptions options, storage::Store& store,

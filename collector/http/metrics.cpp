@@ -1,7 +1,6 @@
 #include "collector/http/metrics.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <map>
 
@@ -12,101 +11,11 @@ namespace {
 
 constexpr double kNsPerS = 1e9;
 
-std::string formatValue(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  if (ec != std::errc()) return "NaN";
-  return std::string(buf, end);
-}
-
-// HELP text escapes backslash and newline only.
-std::string escapeHelp(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 double seconds(int64_t ns) {
   return static_cast<double>(ns) / kNsPerS;
 }
 
 }  // namespace
-
-std::string escapeLabelValue(std::string_view value) {
-  std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-void MetricsText::family(const std::string& name, const std::string& type,
-                         const std::string& help) {
-  name_ = name;
-  text_ += "# HELP " + name + " " + escapeHelp(help) + "\n";
-  text_ += "# TYPE " + name + " " + type + "\n";
-}
-
-void MetricsText::sample(const Labels& labels, double value, std::string_view suffix) {
-  text_ += name_;
-  text_ += suffix;
-  if (!labels.empty()) {
-    text_ += '{';
-    for (size_t i = 0; i < labels.size(); ++i) {
-      if (i > 0) text_ += ',';
-      text_ += labels[i].first + "=\"" + escapeLabelValue(labels[i].second) + "\"";
-    }
-    text_ += '}';
-  }
-  text_ += ' ';
-  text_ += formatValue(value);
-  text_ += '\n';
-}
-
-void MetricsText::histogram(const Labels& labels, const std::vector<double>& bounds,
-                            const std::vector<double>& values) {
-  std::vector<double> sorted = values;
-  std::sort(sorted.begin(), sorted.end());
-  double sum = 0;
-  for (double v : sorted) sum += v;
-  Labels withLe = labels;
-  withLe.emplace_back("le", "");
-  for (double bound : bounds) {
-    // Cumulative: observations <= bound.
-    auto n = std::upper_bound(sorted.begin(), sorted.end(), bound) - sorted.begin();
-    withLe.back().second = formatValue(bound);
-    sample(withLe, static_cast<double>(n), "_bucket");
-  }
-  withLe.back().second = "+Inf";
-  sample(withLe, static_cast<double>(sorted.size()), "_bucket");
-  sample(labels, sum, "_sum");
-  sample(labels, static_cast<double>(sorted.size()), "_count");
-}
-
-void MetricsText::raw(const std::string& text) {
-  text_ += text;
-  if (!text.empty() && text.back() != '\n') text_ += '\n';
-}
 
 const std::vector<double>& stepSecondsBuckets() {
   static const std::vector<double> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
@@ -139,7 +48,7 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const Metri
   MetricsText m;
   std::string errors;
   auto jobs = store.jobs();
-  if (!jobs) errors += "# store error (jobs): " + escapeHelp(jobs.message()) + "\n";
+  if (!jobs) errors += "# store error (jobs): " + escapeHelpText(jobs.message()) + "\n";
   size_t jobsAgedOut = 0;
   size_t jobsOverCap = 0;
   std::vector<storage::JobRow> jobRows =
@@ -165,8 +74,8 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const Metri
               1024;
     auto rows = store.steps(q);
     if (!rows) {
-      errors += "# store error (steps of " + escapeHelp(job.job) +
-                "): " + escapeHelp(rows.message()) + "\n";
+      errors += "# store error (steps of " + escapeHelpText(job.job) +
+                "): " + escapeHelpText(rows.message()) + "\n";
       continue;
     }
     auto& ranks = perJob[job.job];
@@ -258,7 +167,7 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const Metri
   }
 
   auto nodes = store.nodes();
-  if (!nodes) errors += "# store error (nodes): " + escapeHelp(nodes.message()) + "\n";
+  if (!nodes) errors += "# store error (nodes): " + escapeHelpText(nodes.message()) + "\n";
   size_t nodesAgedOut = 0;
   size_t nodesOverCap = 0;
   std::vector<storage::NodeRow> nodeRows =

@@ -11,36 +11,15 @@
 
 #include "collector/ingest/ingest.h"
 #include "collector/storage/store.h"
+#include "common/prometheus_text.h"
 #include "common/status.h"
 
 namespace trainscope::http {
 
-using Labels = std::vector<std::pair<std::string, std::string>>;
-
-// Escapes a label value: backslash, double quote and newline (the format's three escapes).
-std::string escapeLabelValue(std::string_view value);
-
-// Builds the exposition text one metric family at a time, so each family's HELP, TYPE and
-// samples stay together (the format requires it). Not thread-safe; one per render.
-class MetricsText {
- public:
-  // Starts a family; `type` is "counter", "gauge" or "histogram". A family with no samples
-  // is still announced (HELP/TYPE only), which the format allows.
-  void family(const std::string& name, const std::string& type, const std::string& help);
-  // One sample of the current family; `suffix` is "" or "_bucket"/"_sum"/"_count".
-  void sample(const Labels& labels, double value, std::string_view suffix = "");
-  // A whole histogram sample set: cumulative buckets at `bounds` (ascending) plus +Inf,
-  // _sum and _count, for the observed `values`.
-  void histogram(const Labels& labels, const std::vector<double>& bounds,
-                 const std::vector<double>& values);
-  // Appends text that is already in exposition format (ends with a newline if non-empty).
-  void raw(const std::string& text);
-  const std::string& text() const { return text_; }
-
- private:
-  std::string text_;
-  std::string name_;
-};
+// The exposition writer lives in common/ (shared with the ingest, detector and capture parts).
+using Labels = MetricLabels;
+using trainscope::escapeLabelValue;
+using trainscope::MetricsText;
 
 // Step-time histogram bucket bounds in seconds (1 ms .. 60 s).
 const std::vector<double>& stepSecondsBuckets();
