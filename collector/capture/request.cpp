@@ -137,9 +137,9 @@ Result<CaptureRequest> parseCaptureRequest(std::string_view body) {
       if (!v.is_number_integer()) {
         return R::error("start_step: expected an integer step, got " + v.dump());
       }
-      if (v.is_number_unsigned() &&
-          v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return R::error("start_step: " + v.dump() + " is too large");
+      if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(kMaxStartStep)) {
+        return R::error("start_step: " + v.dump() + " is too large (at most " +
+                        std::to_string(kMaxStartStep) + ")");
       }
       req.startStep = v.get<int64_t>();
       if (*req.startStep < 0) {
