@@ -1,6 +1,5 @@
 // Shared set-up for the capture tests: a temporary directory, an in-memory SQLite store seeded
-// with one job (4 ranks on nodes n0 and n1, every rank at step 10, n1's clock 5 ms behind the
-// collector's), gzip rank files and file chunks. Test-only; single-threaded use.
+// with one job (seed_job.h), gzip rank files and file chunks. Test-only; single-threaded use.
 #pragma once
 
 #include <zlib.h>
@@ -16,53 +15,18 @@
 #include "collector/storage/store.h"
 #include "schema/wire.h"
 #include "tests/agent/temp_dir.h"
+#include "tests/collector/capture/seed_job.h"
 
 namespace trainscope::testing {
 
 // Reused from the agent tests: a directory removed with its content when the test ends.
 using TempDir = agent::testing::TempDir;
 
-inline constexpr int64_t kN1OffsetNs = 5'000'000;  // collector clock - n1's clock
-
 // A job "j" of world size 4: ranks 0, 1 on n0 and 2, 3 on n1, each at step `latest`.
 inline std::unique_ptr<storage::Store> seededStore(int64_t latest = 10, uint32_t ranks = 4) {
-  storage::SqliteOptions o;
-  o.path = ":memory:";
-  auto opened = storage::openSqliteStore(o);
-  REQUIRE(opened);
-  auto store = std::move(opened.value());
-  storage::WriteBatch b;
-  b.receivedNs = 1'000'000'000;
-  for (uint32_t r = 0; r < ranks; ++r) {
-    wire::RankInfo info;
-    info.set_job("j");
-    info.set_rank(r);
-    info.set_world_size(4);
-    info.set_host(r < 2 ? "h0" : "h1");
-    info.set_node(r < 2 ? "n0" : "n1");
-    info.set_pid(100 + r);
-    b.ranks.push_back(info);
-    for (int64_t s = 0; s <= latest; ++s) {
-      wire::StepReport rep;
-      rep.set_job("j");
-      rep.set_rank(r);
-      rep.set_step(s);
-      rep.set_start_ns(s * 100'000'000);
-      rep.set_end_ns(s * 100'000'000 + 100'000'000);
-      rep.set_duration_ns(100'000'000);
-      b.steps.push_back(rep);
-    }
-  }
-  for (const char* n : {"n0", "n1"}) {
-    storage::NodeUpdate u;
-    u.node = n;
-    u.seenNs = 1'000'000'000;
-    u.offsetNs = std::string(n) == "n1" ? kN1OffsetNs : 0;
-    u.hasClock = true;
-    b.nodes.push_back(u);
-  }
-  REQUIRE(store->write(b));
-  return store;
+  auto store = openSeededStore(latest, ranks);
+  REQUIRE(store);
+  return std::move(store.value());
 }
 
 // Writes `text` as a gzip file and returns its bytes.

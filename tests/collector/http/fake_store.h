@@ -1,5 +1,6 @@
-// An in-memory Store for HTTP and CLI tests: rows are set by the test, queries are recorded so a
-// test can check what the API passed through, and `failWith` makes every query fail. Guarded
+// An in-memory Store for HTTP and CLI tests and the capture fuzz target: rows are set by the
+// test (captures are also written, by a CaptureManager), queries are recorded so a test can
+// check what the API passed through, and `failWith` makes every query fail. Guarded
 // by a mutex, since the server calls it from its I/O thread while the test thread inspects it.
 #pragma once
 
@@ -102,6 +103,45 @@ class FakeStore final : public storage::Store {
     }
     return out;
   }
+  // Captures are kept (upsert by id), so a CaptureManager can run on this store.
+  Status writeCapture(const storage::CaptureRow& row) override {
+    std::lock_guard lock(mu_);
+    if (failWith) return Status::error(*failWith);
+    for (auto& c : captureRows) {
+      if (c.id == row.id) {
+        c = row;
+        return Status::ok();
+      }
+    }
+    captureRows.push_back(row);
+    return Status::ok();
+  }
+  Result<std::optional<storage::CaptureRow>> capture(const std::string& id) override {
+    std::lock_guard lock(mu_);
+    if (failWith) return Result<std::optional<storage::CaptureRow>>::error(*failWith);
+    for (const auto& c : captureRows) {
+      if (c.id == id) return std::optional<storage::CaptureRow>(c);
+    }
+    return std::optional<storage::CaptureRow>();
+  }
+  Result<std::vector<storage::CaptureRow>> captures(const std::string& job) override {
+    std::lock_guard lock(mu_);
+    if (failWith) return Result<std::vector<storage::CaptureRow>>::error(*failWith);
+    std::vector<storage::CaptureRow> out;
+    for (auto it = captureRows.rbegin(); it != captureRows.rend(); ++it) {
+      if (it->job == job) out.push_back(*it);
+    }
+    return out;
+  }
+  Result<std::vector<storage::CaptureRow>> capturesSince(int64_t sinceNs) override {
+    std::lock_guard lock(mu_);
+    if (failWith) return Result<std::vector<storage::CaptureRow>>::error(*failWith);
+    std::vector<storage::CaptureRow> out;
+    for (const auto& c : captureRows) {
+      if (c.updatedNs >= sinceNs) out.push_back(c);
+    }
+    return out;
+  }
   storage::StoreStats stats() override { return {}; }
 
   // Set by the test before the server starts (or under lock()).
@@ -111,6 +151,7 @@ class FakeStore final : public storage::Store {
   std::vector<storage::StepSummaryRow> summaryRows;  // for any job
   std::vector<storage::NodeRow> nodeRows;
   std::vector<storage::AnomalyRow> anomalyRows;  // all jobs, ordered by detected_ns as stored
+  std::vector<storage::CaptureRow> captureRows;  // in the order first written
   std::optional<std::string> failWith;
   bool throwOnSteps = false;  // steps() throws, like a handler bug or an allocation failure
 
