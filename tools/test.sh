@@ -1,33 +1,125 @@
 #!/usr/bin/env bash
-# Builds trainscope and runs the whole test suite (unit and whole-system tests), then builds the
-# release configuration a packager uses and runs the whole-system tests against it, so a build
-# type that breaks (GCC 12 warns differently at -O3) cannot land. Installs missing Debian
-# packages first. CI runs exactly this (.ci/run).
-# Usage: tools/test.sh [extra meson test args for the main suite]
+# What CI runs (.ci/run): the checks of the tree in stages, each in its own build directory
+# (tools/dev/builds.sh says how each is configured). Default stages (CI): format, main, fuzz,
+# release. The others are run on request.
+#   format    clang-format --dry-run -Werror over every C++ file git tracks (tools/lint.sh)
+#   main      GCC debugoptimized (build/): the whole suite, unit and whole-system tests
+#   fuzz      clang with ASan + UBSan (build-asan/), the libFuzzer targets only: each replays its
+#             seed corpus and kept crashes, then fuzzes 10 s (suite fuzz; tools/fuzz/run.sh)
+#   release   GCC -O3 (build-release/), what packagers build: the product and the benchmarks,
+#             then the whole-system tests (suite e2e) against it
+#   asan      clang with ASan + UBSan (build-asan/): the whole suite but the fuzz targets;
+#             python3 tests get the sanitizer runtime preloaded        [on request]
+#   tsan      clang with TSan (build-tsan/): the threaded tests only (suite threads: probe
+#             runtime, ingest, HTTP); builds only what they need       [on request]
+#   tidy      clang-tidy (.clang-tidy, every finding an error) over the C++ files changed since
+#             TRAINSCOPE_TIDY_BASE (default: the merge base with main, or HEAD~1 on main)
+#             [on request]
+# Installs missing Debian packages first. Ends with one line summed over the stages,
+# "tests: N passed, N failed, N skipped" (a lint stage counts as one test), and exits non-zero
+# when any stage failed.
+# Usage: tools/test.sh [--only STAGE[,STAGE...]] [extra meson test args for the main suite]
+#   or   TRAINSCOPE_TEST_STAGES=main tools/test.sh   (e.g. only the everyday suite)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+only=${TRAINSCOPE_TEST_STAGES:+,$TRAINSCOPE_TEST_STAGES,}
+default_stages=,format,main,fuzz,release,
+if [[ ${1:-} == --only ]]; then
+  only=,$2,
+  shift 2
+fi
+for s in ${only//,/ }; do
+  case $s in format|main|fuzz|release|asan|tsan|tidy) ;;
+    *) echo "test.sh: unknown stage '$s' (format, main, fuzz, release, asan, tsan, tidy)" >&2; exit 2 ;;
+  esac
+done
 tools/dev/deps.sh test
+# shellcheck source=tools/dev/builds.sh
+. tools/dev/builds.sh
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
+stage_times=()
 
-# stage NAME BUILD_DIR BUILDTYPE [meson test args...]: configure (once), build, test.
-stage() {
-  local name=$1 dir=$2 type=$3
-  shift 3
-  echo "== $name: $dir (buildtype=$type)"
-  if [[ ! -f $dir/build.ninja ]]; then
-    meson setup "$dir" --buildtype="$type" >/dev/null
-  fi
-  ninja -C "$dir"
-  meson test -C "$dir" --print-errorlogs --num-processes 2 "$@" 2>&1 | tee -a "$log" || status=1
+wanted() {
+  if [[ -n $only ]]; then [[ $only == *,$1,* ]]; else [[ $default_stages == *,$1,* ]]; fi
 }
 
-stage "test build, whole suite" build debugoptimized "$@"
-stage "release build, whole-system tests" build-release release --suite e2e
+# run_stage NAME COMMAND...: runs one stage, timing it; a failure fails the run, not the stage
+# after it. (Inside the stage errexit is off, as in any `if`: the stage functions chain with &&.)
+run_stage() {
+  local name=$1 start
+  shift
+  wanted "$name" || return 0
+  echo "== $name"
+  start=$(date +%s)
+  if ! "$@"; then
+    echo "== $name: FAILED"
+    status=1
+  fi
+  stage_times+=("$name $(($(date +%s) - start)) s")
+}
 
+# lint_test NAME COMMAND...: a lint stage, counted as one test in the closing line.
+lint_test() {
+  local name=$1
+  shift
+  if "$@"; then echo "Ok: 1" >>"$log"; else echo "Fail: 1" >>"$log"; return 1; fi
+}
+
+# meson_tests DIR ARGS...: meson test in DIR, its summary kept for the closing line. Sanitized
+# code runs a few times slower: the timeouts stretch with it.
+meson_tests() {
+  local dir=$1
+  shift
+  meson test -C "$dir" --print-errorlogs --num-processes 2 "$@" 2>&1 | tee -a "$log"
+}
+
+# build_for DIR ARGS...: configures DIR and builds the targets tools/dev/suite_targets.py lists.
+build_for() {
+  local dir=$1
+  shift
+  setup_build "$dir" || return 1
+  mapfile -t targets < <(tools/dev/suite_targets.py "$dir" "$@") &&
+    ninja -C "$dir" "${targets[@]}"
+}
+
+main_stage() {
+  setup_build build && ninja -C build && meson_tests build --no-rebuild "$@"
+}
+
+fuzz_stage() {
+  build_for build-asan --suite fuzz && meson_tests build-asan --no-rebuild --suite fuzz
+}
+
+asan_stage() {
+  build_for build-asan --suite unit --suite e2e &&
+    meson_tests build-asan --no-rebuild --timeout-multiplier 3 --no-suite fuzz
+}
+
+tsan_stage() {
+  build_for build-tsan --suite threads &&
+    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    meson_tests build-tsan --no-rebuild --timeout-multiplier 4 --suite threads
+}
+
+release_stage() {
+  build_for build-release --product --suite e2e &&
+    meson_tests build-release --no-rebuild --suite e2e
+}
+
+run_stage format lint_test format tools/lint.sh --format-only
+run_stage main main_stage "$@"
+run_stage fuzz fuzz_stage
+run_stage release release_stage
+run_stage asan asan_stage
+run_stage tsan tsan_stage
+run_stage tidy lint_test tidy tools/lint.sh --tidy-only --changed --build build-asan
+
+echo "== stage times: $(IFS=,; echo "${stage_times[*]}" | sed 's/,/, /g')"
 # One closing line in the plain form CI readers understand, summed over the stages.
-count() { awk -v k="$1" '$1 == k":" {s += $2} END {print s + 0}' "$log"; }
-echo "tests: $(count Ok) passed, $(( $(count Fail) + $(count Timeout) )) failed, $(count Skipped) skipped"
+count() { awk -v k="$1:" 'index($0, k) == 1 {s += $NF} END {print s + 0}' "$log"; }
+failed=$(($(count Fail) + $(count Timeout) + $(count 'Unexpected Pass')))
+echo "tests: $(($(count Ok) + $(count 'Expected Fail'))) passed, $failed failed, $(count Skipped) skipped"
 exit "$status"
