@@ -17,17 +17,16 @@
 #include "collector/http/api.h"
 #include "tests/agent/temp_dir.h"
 #include "tests/collector/capture/seed_job.h"
+#include "tests/fuzz/fuzz_util.h"
 
 using namespace trainscope;
 
 namespace {
 
+using fuzz::check;
+
 constexpr int64_t kNowNs = 1'700'000'000'000'000'000;
 constexpr const char* kDoneCapture = "cap-1700000000000-abcd";
-
-void check(bool ok) {
-  if (!ok) std::abort();
-}
 
 // Built again after a request that changed the store (a capture started), so every input
 // runs against the same state and a crash reproduces from its input alone.

@@ -21,34 +21,20 @@
 #include "tests/agent/temp_dir.h"
 #include "tests/collector/capture/seed_job.h"
 #include "tests/collector/http/fake_store.h"
+#include "tests/fuzz/fuzz_util.h"
 
 using namespace trainscope;
 
 namespace {
 
-constexpr int64_t kStartNs = 1'700'000'000'000'000'000;
+using fuzz::check;
+using fuzz::gzipOf;
 
-void check(bool ok) {
-  if (!ok) std::abort();
-}
+constexpr int64_t kStartNs = 1'700'000'000'000'000'000;
 
 uint32_t crcOf(const std::string& s) {
   return static_cast<uint32_t>(
       crc32(0L, reinterpret_cast<const Bytef*>(s.data()), static_cast<uInt>(s.size())));
-}
-
-std::string gzipOf(const std::string& text) {
-  z_stream z{};
-  check(deflateInit2(&z, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK);
-  std::string out(deflateBound(&z, text.size()) + 32, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
-  z.avail_in = static_cast<uInt>(text.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  check(deflate(&z, Z_FINISH) == Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
 }
 
 // The seeded job of the capture tests (seed_job.h: "j", ranks 0, 1 on n0 and 2, 3 on n1 at

@@ -10,14 +10,13 @@
 
 #include "collector/ingest/validate.h"
 #include "schema/wire.h"
+#include "tests/fuzz/fuzz_util.h"
 
 using namespace trainscope;
 
 namespace {
 
-void check(bool ok) {
-  if (!ok) std::abort();
-}
+using fuzz::check;
 
 void validateItem(const wire::Envelope& item, std::optional<uint32_t> worldSize) {
   const ingest::ValidationLimits limits;

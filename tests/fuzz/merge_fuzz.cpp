@@ -5,7 +5,6 @@
 // Properties beyond "no crash, leak or UB": the merge succeeds, its output is one valid JSON
 // document, and every rank is in it or named among the failures.
 #include <fuzzer/FuzzedDataProvider.h>
-#include <zlib.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -20,31 +19,15 @@
 #include "collector/capture/gzip_file.h"
 #include "collector/capture/merge.h"
 #include "tests/agent/temp_dir.h"
+#include "tests/fuzz/fuzz_util.h"
 
 using namespace trainscope;
 using nlohmann::json;
 
 namespace {
 
-void check(bool ok) {
-  if (!ok) std::abort();
-}
-
-// gzip with a small window and memory level: any gzip reader reads it, and it keeps this
-// target's own cost (a deflate state per file) out of the way of the code under test.
-std::string gzipOf(const std::string& text) {
-  z_stream z{};
-  check(deflateInit2(&z, 1, Z_DEFLATED, 9 + 16, 1, Z_DEFAULT_STRATEGY) == Z_OK);
-  std::string out(deflateBound(&z, text.size()) + 64, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
-  z.avail_in = static_cast<uInt>(text.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  check(deflate(&z, Z_FINISH) == Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
+using fuzz::check;
+using fuzz::gzipOf;
 
 void writeRaw(const std::string& path, const std::string& bytes) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
@@ -74,7 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const bool gzip = in.ConsumeBool();
     const std::string bytes =
         i + 1 == n ? in.ConsumeRemainingBytesAsString() : in.ConsumeRandomLengthString(4096);
-    writeRaw(f.path, gzip ? gzipOf(bytes) : bytes);
+    writeRaw(f.path, gzip ? gzipOf(bytes, 9, 1) : bytes);
     ranks.push_back(std::move(f));
   }
 

@@ -10,14 +10,13 @@
 
 #include "collector/http/request_target.h"
 #include "common/percent_encode.h"
+#include "tests/fuzz/fuzz_util.h"
 
 using namespace trainscope;
 
 namespace {
 
-void check(bool ok) {
-  if (!ok) std::abort();
-}
+using fuzz::check;
 
 }  // namespace
 

@@ -16,14 +16,13 @@
 
 #include "agent/spool.h"
 #include "tests/agent/temp_dir.h"
+#include "tests/fuzz/fuzz_util.h"
 
 using namespace trainscope;
 
 namespace {
 
-void check(bool ok) {
-  if (!ok) std::abort();
-}
+using fuzz::check;
 
 template <typename T>
 T take(const uint8_t*& data, size_t& size) {

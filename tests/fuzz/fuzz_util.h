@@ -1,0 +1,35 @@
+// Helpers the libFuzzer targets share: a property check that stops the target (libFuzzer keeps
+// the input as a crash) and an in-memory gzip for the rank and chunk files the targets write.
+// Test-only; called from the fuzzing thread.
+#pragma once
+
+#include <zlib.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace trainscope::fuzz {
+
+// A property the target asserts; abort() so libFuzzer records the input.
+inline void check(bool ok) {
+  if (!ok) std::abort();
+}
+
+// gzip of `text` at level 1. A smaller window and memory level (merge: 9 and 1) keep the
+// target's own cost, a deflate state per file, out of the way of the code under test; any gzip
+// reader reads either.
+inline std::string gzipOf(const std::string& text, int windowBits = 15, int memLevel = 8) {
+  z_stream z{};
+  check(deflateInit2(&z, 1, Z_DEFLATED, windowBits + 16, memLevel, Z_DEFAULT_STRATEGY) == Z_OK);
+  std::string out(deflateBound(&z, text.size()) + 64, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  z.avail_in = static_cast<uInt>(text.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  check(deflate(&z, Z_FINISH) == Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+}  // namespace trainscope::fuzz
