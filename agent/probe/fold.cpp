@@ -317,8 +317,8 @@ void StepAccumulator::add(const Record& r) {
 }
 
 size_t StepAccumulator::units() const {
-  return compute_.size() + comm_.size() + data_.size() + coll_.size() + p2p_.size() +
-         a2a_.size() + 4 * (ops_.size() + colls_.size() + links_.size() + p2ps_.size());
+  return compute_.size() + comm_.size() + data_.size() + coll_.size() + p2p_.size() + a2a_.size() +
+         4 * (ops_.size() + colls_.size() + links_.size() + p2ps_.size());
 }
 
 wire::StepReport StepAccumulator::report(const std::string& job, uint32_t rank, int64_t step,

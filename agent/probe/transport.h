@@ -107,7 +107,7 @@ class Transport {
   uint64_t nextSeq_ = 1;
   bool linkUp_ = false;
   bool helloOutstanding_ = false;
-  bool helloWanted_ = false;  // queue a hello as soon as the outstanding one is acked
+  bool helloWanted_ = false;    // queue a hello as soon as the outstanding one is acked
   bool goodbyeQueued_ = false;  // no more hellos
   int64_t lastHelloNs_ = 0;
   std::vector<wire::ProcessGroup> groups_;  // the rank's declared groups

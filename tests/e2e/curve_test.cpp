@@ -71,7 +71,8 @@ bool has(const std::string& text, const std::string& part) {
 }  // namespace
 
 TEST_CASE(
-    "e2e: with --curve-keys only agents on the allow-list deliver and plain text works without keys") {
+    "e2e: with --curve-keys only agents on the allow-list deliver and plain text works without "
+    "keys") {
   if (zmq_has("curve") == 0) {
     WARN("libzmq without CURVE: skipped");
     std::exit(77);

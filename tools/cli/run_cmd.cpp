@@ -12,6 +12,7 @@
 #include <ostream>
 
 #include "agent/probe/config.h"
+#include "common/agent_endpoint.h"
 #include "common/install_layout.h"
 
 namespace trainscope::cli {
@@ -160,7 +161,7 @@ Result<RunPlan> planRun(const RunArgs& args, const RunLayout& layout, const GetE
     set("TRAINSCOPE_AGENT", args.agent);
   } else if (unset("TRAINSCOPE_AGENT")) {
     // Stated, so every process of the job (and its missing-agent check) uses the same one.
-    set("TRAINSCOPE_AGENT", probe::kDefaultAgentEndpoint);
+    set("TRAINSCOPE_AGENT", defaultAgentEndpoint());
   }
   if (!args.job.empty()) {
     set("TRAINSCOPE_JOB", args.job);
@@ -247,7 +248,7 @@ void addRunCommand(CLI::App& app, Action* action,
   sub->add_option("--agent", args->agent,
                   std::string("The node agent's probe endpoint (default: TRAINSCOPE_AGENT, "
                               "else ") +
-                      probe::kDefaultAgentEndpoint + ")");
+                      defaultAgentEndpoint() + ")");
   sub->add_option("--step", args->step,
                   "What ends a step: optimizer (default: the last optimizer.step() of each "
                   "iteration), profiler (torch.profiler.profile.step()) or "
