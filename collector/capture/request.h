@@ -20,10 +20,6 @@ inline constexpr uint64_t kDefaultMaxBytes = 64ull << 20;
 // The largest max_bytes a request may ask for: a rank file is decompressed whole for the merge
 // (at most 1 GiB of JSON, MergeOptions), so a larger compressed file could never be merged.
 inline constexpr uint64_t kMaxMaxBytes = 1ull << 30;
-// The largest start_step a request may name: 2^53, the largest integer JSON readers such as
-// the dashboard's hold exactly, and far enough from INT64_MAX that step arithmetic (start +
-// steps, deadlines) cannot overflow.
-inline constexpr int64_t kMaxStartStep = int64_t{1} << 53;
 inline constexpr const char* kDefaultReason = "on request";
 
 // A rank selection before the job's world size is known: every rank, or a list.

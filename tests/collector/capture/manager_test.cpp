@@ -150,6 +150,8 @@ TEST_CASE("start steps: beyond the step limit refused; a stored INT64_MAX step c
   CHECK_FALSE(parseCaptureRequest(R"({"start_step":1000000000001})"));
   CHECK_THAT(parseCaptureRequest(R"({"start_step":9223372036854775807})").message(),
              Catch::Matchers::StartsWith("start_step: must be at most 1000000000000"));
+  CHECK_THAT(parseCaptureRequest(R"({"start_step":18446744073709551615})").message(),
+             Catch::Matchers::StartsWith("start_step: must be at most 1000000000000"));
   // A database from before the limit: rank 0 of job "j" stored at step INT64_MAX.
   storage::WriteBatch b;
   b.receivedNs = 2'000'000'000;
