@@ -1,10 +1,12 @@
 // Whole-system detection: simulated jobs, one injected fault each (straggler, step-time shift,
 // slow communication, operator regression, periodic spikes, hang), run at once through one
 // collector and two agents; each anomaly must appear through the HTTP API and the CLI with
-// the kind and the ranks the simulator's truth file names. And healthy jobs that end cleanly,
-// rank by rank, open none.
+// the kind and the ranks the simulator's truth file names; `trainscope detect --job` then finds
+// the shift and the straggler offline in what the collector stored. And healthy jobs that end
+// cleanly, rank by rank, open none.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -257,6 +259,59 @@ TEST_CASE("e2e: every injected fault kind is detected and served by the API and 
     if (s->name() == "sim-hang") continue;
     INFO(s->name() << " log:\n" << s->logTail());
     CHECK(s->wait(30s).has_value());
+  }
+
+  // Offline, from what the collector stored: `trainscope detect --job` finds the job-wide
+  // shift in the median step time, and `--rank 3` the straggler's own rise, at step 100 (within
+  // the change-point benchmark's margin of 5), in steps up to 200 once all 8 ranks stored them.
+  constexpr int kUpTo = 200;
+  for (const std::string job : {"anom-step_shift", "anom-straggler"}) {
+    const bool stored = waitFor(
+        [&] {
+          auto r = httpGet(spec.httpPort,
+                           "/api/v1/jobs/" + job + "/summary?from=" + std::to_string(kUpTo) +
+                               "&to=" + std::to_string(kUpTo),
+                           2s);
+          if (r.status != 200) return false;
+          const json steps = r.json()["steps"];
+          return !steps.empty() && steps[0].value("ranks", 0) == 8;
+        },
+        60s, 200ms);
+    INFO(job << " has stored step " << kUpTo << " of all 8 ranks");
+    CHECK(stored);
+  }
+  struct OfflineCase {
+    std::string job;
+    std::vector<std::string> extra;
+    double ratio;  // the injected factor
+  };
+  for (const auto& c : {OfflineCase{"anom-step_shift", {}, 1.4},
+                        OfflineCase{"anom-straggler", {"--rank", "3"}, 1.5}}) {
+    const std::string log = dir / ("cli-detect-" + c.job + ".log");
+    std::vector<std::string> args{cliBin,
+                                  "--server",
+                                  "http://127.0.0.1:" + std::to_string(spec.httpPort),
+                                  "detect",
+                                  "--job",
+                                  c.job,
+                                  "--to",
+                                  std::to_string(kUpTo),
+                                  "--json"};
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
+    Process cli("cli-detect-" + c.job, args, log);
+    auto code = cli.wait(30s);
+    std::string text = readFile(log);
+    INFO("cli output: " << text);
+    REQUIRE(code == std::optional<int>(0));
+    if (text.rfind("$ ", 0) == 0) text = text.substr(text.find('\n') + 1);
+    const json out = json::parse(text);
+    CHECK(out["values"].get<int>() >= kUpTo - 5);
+    const json* shift = nullptr;
+    for (const auto& p : out["change_points"]) {
+      if (std::abs(p["step"].get<int>() - 100) <= 5) shift = &p;
+    }
+    REQUIRE(shift != nullptr);
+    CHECK((*shift)["ratio"].get<double>() == Approx(c.ratio).epsilon(0.15));
   }
   sims.clear();
   agents.clear();
