@@ -391,8 +391,11 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
     ks.lastSeenStep = step.step;
     // The transfer time is the minimum over the participants; without some of them (a step
     // judged while one agent's reports lagged) it is the time of one that waited for a
-    // missing one, which reads as a slower collective on the others. Such steps are not
-    // sampled, until fewer participants have been the rule for a while (the group shrank).
+    // missing one, which reads as a slower collective on the others. A step judged without
+    // some of the job's ranks is never sampled (an agent can lag for hundreds of steps); on a
+    // full step, fewer participants than before are taken as the group's size only once they
+    // have been the rule for a while (the group shrank).
+    if (step.partial()) continue;
     if (list.size() < ks.participants) {
       if (++ks.fewerInARow < kShrinkAfterSteps) continue;
     }

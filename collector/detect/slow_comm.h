@@ -39,7 +39,8 @@
 // exactly two; otherwise the group is named.
 //
 // Partial steps. A step judged without some ranks (their agent's reports came too late) has
-// no transfer time for a key those ranks take part in: its samples are skipped (see onStep).
+// no transfer time for a key those ranks may take part in: its collective samples are skipped
+// (see onStep), however many such steps come in a row.
 //
 // Cost: per report, one tracker push per link and no string building; per step, one median
 // per group with links. Memory is bounded by maxKeysPerJob keys, maxLinkGroups groups,
