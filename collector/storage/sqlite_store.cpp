@@ -1,5 +1,6 @@
 #include "collector/storage/sqlite_store.h"
 
+#include <filesystem>
 #include <map>
 #include <utility>
 
@@ -286,6 +287,15 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(const SqliteOptions& opti
 
 Status SqliteStore::openConnections() {
   std::string path = inMemory_ ? ":memory:" : options_.path;
+  // SQLite takes an empty file for a new database. A 0-byte file where a database was expected
+  // is usually one that lost its contents (a truncation, a failed copy): say so, then go on.
+  std::error_code ec;
+  if (!inMemory_ && std::filesystem::is_regular_file(path, ec) &&
+      std::filesystem::file_size(path, ec) == 0 && !ec) {
+    logWarn(kComponent, "database file " + path +
+                            " is empty (0 bytes): starting a new, empty database in it; if it "
+                            "held data before, that data is gone");
+  }
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
   if (sqlite3_open_v2(path.c_str(), &writeDb_, flags, nullptr) != SQLITE_OK) {
     return Status::error(sqlError(writeDb_, "storage: opening " + path));

@@ -1,10 +1,13 @@
 // The wire codec (schema/wire.h): frames encode with the schema version stamped, and decode
-// rejects what a peer must not accept, with a reason token each reject is counted under.
+// rejects what a peer must not accept, with a reason token each reject is counted under;
+// protobuf's own log lines go through a rate limit.
 #include "schema/wire.h"
 
 #include <string>
 
 #include <catch2/catch.hpp>
+
+#include "tests/common/capture_stderr.h"
 
 using namespace trainscope;
 
@@ -36,4 +39,33 @@ TEST_CASE("wire decode rejects by reason and accepts a stamped envelope") {
   std::string emptyFrame = wire::encode(empty);
   auto none = wire::decode(emptyFrame.data(), emptyFrame.size());
   CHECK(wire::rejectReason(none.message()) == "empty");
+}
+
+namespace {
+
+size_t countOf(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("protobuf's own error log goes through a rate limit once routed") {
+  wire::Envelope env;
+  env.mutable_rank_hello()->mutable_rank()->set_job("bad\xff\xfe");
+  env.set_schema_version(wire::kSchemaVersion);
+  std::string frame;
+  env.SerializePartialToString(&frame);
+  auto decodeMany = [&] {
+    for (int i = 0; i < 1000; ++i) {
+      auto r = wire::decode(frame.data(), frame.size());
+      REQUIRE_FALSE(r);  // invalid UTF-8 in a string field: malformed
+    }
+  };
+  wire::routeProtobufLogs();
+  std::string text = testing::captureStderr(decodeMany);
+  INFO(text);
+  CHECK(countOf(text, "invalid UTF-8") == 1);  // was 1,000: one line per frame
+  CHECK(countOf(text, " protobuf: ") == 1);
 }

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -10,6 +11,7 @@
 
 #include "collector/storage/sqlite_store.h"
 #include "tests/collector/storage/sqlite_file.h"
+#include "tests/common/capture_stderr.h"
 #include "tests/common/gcc12_string_warnings.h"  // last: GCC 12 -O3 false positives
 
 using namespace trainscope;
@@ -135,6 +137,26 @@ TEST_CASE("storage: a database from a newer collector is refused with a clear me
   auto store = openSqliteStore(options);
   REQUIRE_FALSE(store.isOk());
   CHECK(store.message().find("schema version 999") != std::string::npos);
+}
+
+TEST_CASE("storage: a 0-byte database file opens as a new database and the log says so") {
+  TempDir dir;
+  const std::string path = dir.path + "/empty.db";
+  { std::ofstream touch(path); }
+  SqliteOptions options;
+  options.path = path;
+  std::optional<bool> opened;
+  const std::string log =
+      trainscope::testing::captureStderr([&] { opened = openSqliteStore(options).isOk(); });
+  CHECK(opened == true);
+  CHECK(log.find("database file " + path + " is empty (0 bytes)") != std::string::npos);
+  CHECK(userVersion(path) == currentSchemaVersion());
+
+  // A database that already has its schema opens without that line.
+  const std::string again =
+      trainscope::testing::captureStderr([&] { opened = openSqliteStore(options).isOk(); });
+  CHECK(opened == true);
+  CHECK(again.find("is empty") == std::string::npos);
 }
 
 TEST_CASE("storage: the same step report twice keeps one row and counts the duplicate") {
