@@ -5,8 +5,9 @@
 // compute, data wait and communication separated and the collectives named with their bytes;
 // training must print the same loss and parameters as without monitoring, also when no agent
 // runs (one log line); and a capture of a monitored job must merge both ranks' steps,
-// operators and collectives. Exits 77 without /usr/bin/python3 torch; the FSDP case also where
-// this torch cannot run FSDP on gloo.
+// operators and collectives. A two-stage pipeline script (pp_train_plain.py) must have its
+// process group declared and its send/recv stored as p2p transfers with their peer. Exits 77
+// without /usr/bin/python3 torch; the FSDP case also where this torch cannot run FSDP on gloo.
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -302,4 +303,63 @@ TEST_CASE(
     if (gathered > 0 && scattered > 0 && row.at("compute_ns").get<int64_t>() > 0) ++both;
   }
   CHECK(both == want);
+}
+
+TEST_CASE(
+    "e2e: an unchanged 2-stage pipeline script under trainscope run declares its process group and "
+    "reports its send/recv as p2p with the peer") {
+  const Script s = scriptSetup("pp_train_plain.py");
+  TempDir dir;
+  const int steps = 10;
+  const std::vector<std::string> args{"--steps", std::to_string(steps)};
+
+  auto plain = startRanks(dir, s, "plain", std::nullopt, args);
+  const auto expected = expectDone(plain, 120s);
+
+  Daemons d = startDaemons(dir);
+  const std::string job = "e2e-run-pp";
+  auto ranks = startRanks(dir, s, "run",
+                          std::vector<std::string>{"--job", job, "--agent", d.endpoint}, args);
+  CHECK(expectDone(ranks, 120s) == expected);  // the same training as without monitoring
+  const std::string runLog = ranks[0]->log() + ranks[1]->log();
+  INFO("run logs:\n" << runLog);
+  CHECK(countOf(runLog, "trainscope:") == 0);
+
+  const int want = 2 * steps;
+  const bool all = waitFor([&] { return jobStepRows(d.cs.httpPort, job) >= want; }, 30s, 100ms);
+  INFO("step rows: " << jobStepRows(d.cs.httpPort, job));
+  REQUIRE(all);
+
+  // The group made with new_group([0, 1]) was declared by both ranks, before their first step.
+  const auto topo = httpGet(d.cs.httpPort, "/api/v1/jobs/" + job + "/topology", 10s);
+  REQUIRE(topo.status == 200);
+  const auto t = topo.json();
+  INFO("topology: " << t.dump());
+  CHECK(t["declared"] == true);
+  CHECK(t["ranks_declared"] == 2);
+  bool pipeGroup = false;
+  for (const auto& g : t["groups"]) {
+    pipeGroup = pipeGroup || g["ranks"] == nlohmann::json::array({0, 1});
+  }
+  CHECK(pipeGroup);
+
+  // Every step of each rank carries its transfers with the other stage: rank 0 sends the
+  // activations (32 x 128 floats) to rank 1 and receives their gradient from it.
+  const auto rows = detailRows(d.cs.httpPort, job);
+  int withP2p = 0;
+  for (const auto& row : rows) {
+    const int rank = row.at("rank").get<int>();
+    bool send = false;
+    bool recv = false;
+    for (const auto& p : row.at("p2p")) {
+      if (p.at("peer").get<int>() != 1 - rank || p.at("bytes").get<int64_t>() != 32 * 128 * 4) {
+        continue;
+      }
+      send = send || p.at("op") == "send";
+      recv = recv || p.at("op") == "recv";
+    }
+    if (send && recv && row.at("p2p_ns").get<int64_t>() > 0) ++withP2p;
+  }
+  INFO("rows: " << rows.dump().substr(0, 4000));
+  CHECK(withP2p == want);
 }

@@ -137,11 +137,49 @@ class Recorder(object):
     def collective(self, op, gid, nbytes, t0, t1):
         self.records.append((op, gid, nbytes, t0, t1))
 
-    def link(self, gid, peer, nbytes, t0, t1):
-        pass
+    def p2p(self, op, gid, peer, nbytes, t0, t1):
+        self.records.append(("p2p-" + op, gid, nbytes, t0, t1, peer))
 
     def fail(self, what, exc):
         raise AssertionError("%s: %r" % (what, exc))
+
+
+class FakeTensor(object):
+    def numel(self):
+        return 256
+
+    def element_size(self):
+        return 4
+
+
+def p2p_tests():
+    """send/recv/isend/irecv with a known peer are point-to-point transfers with that peer;
+    a receive from any source that names its sender too; an irecv from any source stays a
+    collective "recv" (its peer is not known)."""
+    from trainscope import _auto_dist
+
+    def send(tensor, dst, group=None, tag=0):
+        return None
+
+    def recv(tensor, src=None, group=None, tag=0):
+        return 3 if src is None else src
+
+    def irecv(tensor, src=None, group=None, tag=0):
+        return None  # no work: nothing to time
+
+    rec = Recorder()
+    _auto_dist.wrap_call(send, "send", rec)(FakeTensor(), 5)
+    check(rec.records[-1][0] == "p2p-send" and rec.records[-1][5] == 5 and
+          rec.records[-1][2] == 1024, "a send is a p2p transfer with its dst and bytes")
+    _auto_dist.wrap_call(recv, "recv", rec)(FakeTensor(), src=2)
+    check(rec.records[-1][0] == "p2p-recv" and rec.records[-1][5] == 2,
+          "a recv names its src as the peer")
+    _auto_dist.wrap_call(recv, "recv", rec)(FakeTensor())
+    check(rec.records[-1][0] == "p2p-recv" and rec.records[-1][5] == 3,
+          "a recv from any source names the sender it returned")
+    n = len(rec.records)
+    _auto_dist.wrap_call(irecv, "irecv", rec)(FakeTensor())
+    check(len(rec.records) == n, "an irecv without work records nothing")
 
 
 def dist_tests():
@@ -186,6 +224,7 @@ def dist_tests():
 def main():
     stepper_tests()
     boot_tests()
+    p2p_tests()
     return dist_tests()
 
 

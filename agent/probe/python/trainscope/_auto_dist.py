@@ -8,7 +8,9 @@ arrival (the call) and completion. A synchronous call completes when it returns;
 async_op=True call or isend/irecv when its work's future completes (a callback, so the time
 does not depend on when the caller waits), or, for work without a future (gloo's
 point-to-point in torch 1.13), when Work.wait() or is_completed() first reports it done. A send
-is also recorded as a link transfer to its peer. Calls made inside another wrapped call (a
+or receive whose peer is known (dst; src, or what a blocking recv from any source returns) is
+recorded as a point-to-point transfer with that peer (ts_p2p: the pipeline's p2p and bubble),
+an irecv from any source as a collective "recv". Calls made inside another wrapped call (a
 deprecated name forwarding to its successor) are recorded once, by the outermost.
 
 Bytes of one call, the same on every rank: all_reduce, broadcast, reduce, send, recv: the
@@ -46,9 +48,9 @@ CALLS = {
     "barrier": ("barrier", None, None, None),
     "monitored_barrier": ("barrier", None, None, None),
     "send": ("send", "tensor", "one", "dst"),
-    "recv": ("recv", "tensor", "one", None),
+    "recv": ("recv", "tensor", "one", "src"),
     "isend": ("send", "tensor", "one", "dst"),
-    "irecv": ("recv", "tensor", "one", None),
+    "irecv": ("recv", "tensor", "one", "src"),
 }
 _ALWAYS_ASYNC = ("isend", "irecv")
 
@@ -194,7 +196,7 @@ def _patch_work(work_cls):
 def wrap_call(fn, name, recorder):
     """`fn` (torch.distributed.<name>) wrapped to record through `recorder`, an object with
     active() -> bool, group_key(group) -> (group id, is member), collective(op, group id,
-    bytes, t0, t1), link(group id, peer, bytes, t0, t1) and fail(what, exc)."""
+    bytes, t0, t1), p2p(op, group id, peer, bytes, t0, t1) and fail(what, exc)."""
     op, data_param, how, peer_param = CALLS[name]
     get_data = _getter(fn, data_param)
     get_group = _getter(fn, "group")
@@ -218,11 +220,14 @@ def wrap_call(fn, name, recorder):
                 return result  # this rank is not in the group: nothing was sent
             nbytes = _count(get_data(args, kwargs), how)
             peer = get_peer(args, kwargs) if peer_param else None
+            if peer is None and name == "recv" and isinstance(result, int):
+                peer = result  # a blocking recv from any source returns the sender
 
             def record(t1):
-                recorder.collective(op, gid, nbytes, t0, t1)
-                if peer is not None:
-                    recorder.link(gid, int(peer), nbytes, t0, t1)
+                if peer is not None and int(peer) >= 0:
+                    recorder.p2p(op, gid, int(peer), nbytes, t0, t1)
+                else:
+                    recorder.collective(op, gid, nbytes, t0, t1)
 
             if always_async or get_async(args, kwargs):
                 if result is not None:

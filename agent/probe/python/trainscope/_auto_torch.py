@@ -15,6 +15,7 @@ that part off. Training-thread only, except the collective recorder (any thread)
 
 import functools
 import sys
+import threading
 import time
 
 import trainscope
@@ -239,6 +240,11 @@ class _DistRecorder(object):
         self._ops = trainscope.COLLECTIVE_OPS
 
     def active(self):
+        if auto.state.sink is None and auto.state.armed and auto.state.on and \
+                threading.current_thread() is threading.main_thread():
+            # Communication can be the first thing of a step (a pipeline stage's recv): in a
+            # process that trains, it starts the probe and opens the step as any activity does.
+            auto.activity(_time_ns())
         return auto.state.sink is not None and auto.state.on and "collectives" not in _broken
 
     def group_key(self, group):
@@ -255,8 +261,8 @@ class _DistRecorder(object):
     def collective(self, op, gid, nbytes, t0, t1):
         auto.state.sink.collective(self._ops[op], gid, nbytes, t0, t1)
 
-    def link(self, gid, peer, nbytes, t0, t1):
-        auto.state.sink.link(gid, peer, nbytes, t0, t1)
+    def p2p(self, op, gid, peer, nbytes, t0, t1):
+        auto.state.sink.p2p(self._ops[op], gid, peer, nbytes, t0, t1)
 
     def fail(self, what, exc):
         _fail("collectives", "%s: %r" % (what, exc))
@@ -267,7 +273,69 @@ def _patch_distributed(torch):
     if not dist.is_available():
         return
     _auto_dist.patch(dist, _DistRecorder(dist))
+    _patch_new_group(dist)
     _patch_ddp(torch, dist)
+
+
+# ---- process groups: declared to the probe (the collector derives each rank's coordinates) --
+
+_new_groups = []  # groups created before the probe started, declared by declare_groups()
+_groups_declared = False
+
+
+def _declare(group):
+    import trainscope.torch as tst
+    try:
+        tst.declare_process_group(group)
+    except Exception as e:  # noqa: BLE001 - a refused declaration costs only itself
+        _fail("groups", e)
+
+
+def _patch_new_group(dist):
+    """new_group() returns as before; every group that holds this rank is declared (kind
+    "other", its c10d name), at once when the probe runs, else when it starts."""
+    inner = dist.new_group
+    if getattr(inner, "_trainscope_wrapped", False):
+        return
+
+    @functools.wraps(inner)
+    def new_group(*args, **kwargs):
+        group = inner(*args, **kwargs)
+        try:
+            if group is not None and group is not dist.GroupMember.NON_GROUP_MEMBER:
+                if _groups_declared:
+                    _declare(group)
+                else:
+                    _new_groups.append(group)
+        except Exception as e:  # noqa: BLE001 - group creation is never affected
+            _fail("groups", e)
+        return group
+
+    new_group._trainscope_wrapped = True
+    dist.new_group = new_group
+    dist.distributed_c10d.new_group = new_group
+
+
+def declare_groups():
+    """At the probe's start: Megatron-LM's groups by kind (tp, pp, dp, cp, ep) when
+    megatron.core.parallel_state has them, then the other groups created so far."""
+    global _groups_declared
+    _groups_declared = True
+    if "groups" in _broken:
+        return
+    megatron = []
+    try:
+        import trainscope.torch as tst
+        megatron = tst.megatron_groups()
+        for group, kind in megatron:
+            tst.declare_process_group(group, kind, name=kind)
+    except Exception as e:  # noqa: BLE001
+        _fail("groups", e)
+    known = {id(group) for group, _kind in megatron}
+    pending, _new_groups[:] = list(_new_groups), []
+    for group in pending:
+        if id(group) not in known:
+            _declare(group)
 
 
 # ---- DDP: the gradient buckets -------------------------------------------------------------

@@ -260,6 +260,8 @@ def _start():
             log(line)
     state.sink = _ProbeSink()
     state.stepper = Stepper(state.sink)
+    from trainscope import _auto_torch
+    _auto_torch.declare_groups()  # before the first step, as the collector expects
     if state.options.ops:
         try:
             import trainscope.torch as tst
@@ -332,8 +334,8 @@ class _ProbeSink(object):
     def collective(self, op, group_id, nbytes, t0, t1):
         self.lib.ts_collective(self.probe, op, group_id, nbytes, t0, t1)
 
-    def link(self, group_id, peer, nbytes, t0, t1):
-        self.lib.ts_link_transfer(self.probe, group_id, peer, nbytes, t0, t1)
+    def p2p(self, op, group_id, peer, nbytes, t0, t1):
+        self.lib.ts_p2p(self.probe, op, group_id, peer, nbytes, t0, t1)
 
 
 def _after_fork_in_child():

@@ -263,24 +263,31 @@ def declare_process_group(group, kind="other", name=None):
     return True
 
 
-def declare_megatron_groups():
-    """Declares Megatron-LM's tensor-, pipeline-, data-, context- and expert-parallel groups
-    (megatron.core.parallel_state, once initialize_model_parallel ran), each named after its
-    kind. Returns the kinds declared; [] without Megatron."""
+def megatron_groups():
+    """Megatron-LM's tensor-, pipeline-, data-, context- and expert-parallel groups as
+    [(group, kind)] (megatron.core.parallel_state, once initialize_model_parallel ran); []
+    without Megatron."""
     try:
         from megatron.core import parallel_state  # pylint: disable=import-outside-toplevel
     except Exception:  # noqa: BLE001 - Megatron is optional
         return []
-    declared = []
+    found = []
     for getter, kind in _MEGATRON_GROUPS:
         fn = getattr(parallel_state, getter, None)
         try:
             group = fn() if fn is not None else None
         except Exception:  # noqa: BLE001 - a group this layout does not build asserts
             group = None
-        if group is not None and declare_process_group(group, kind, name=kind):
-            declared.append(kind)
-    return declared
+        if group is not None:
+            found.append((group, kind))
+    return found
+
+
+def declare_megatron_groups():
+    """Declares Megatron-LM's groups (megatron_groups()), each named after its kind. Returns
+    the kinds declared; [] without Megatron."""
+    return [kind for group, kind in megatron_groups()
+            if declare_process_group(group, kind, name=kind)]
 
 
 def watch_new_groups(kind_of=None):
