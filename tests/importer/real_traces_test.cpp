@@ -1,9 +1,10 @@
-// Real public traces, when present (none are in the repository): the directory in
-// $TRAINSCOPE_REAL_TRACES, else ../shared/traces beside the source tree. Every *.json and
-// *.json.gz file is imported on its own, and every folder whose files each hold a different
-// rank as one job. An import either succeeds with every step report passing ingest's checks,
-// or fails with a message that names the file; at least one must succeed. Prints what it found
-// (ranks, steps, kernels, collectives, bytes, bandwidth). Exit 77 (skipped) without traces.
+// Real public traces: the four of tests/data/import/hta (HolisticTraceAnalysis' test data, MIT:
+// a 2-rank GPU job with NCCL kernels, a ROCm rank, a CPU-only rank), or the directory in
+// $TRAINSCOPE_REAL_TRACES instead. Every *.json and *.json.gz file is imported on its own, and
+// every folder whose files each hold a different rank as one job. An import either succeeds
+// with every step report passing ingest's checks, or fails with a message that names the file;
+// at least one must succeed (all five, of the committed ones). Prints what it found (ranks,
+// steps, kernels, collectives, bytes, bandwidth). Exit 77 (skipped) without traces.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -85,10 +86,12 @@ bool importAndCheck(const std::vector<std::string>& files, const std::string& la
 
 int main() {
   fs::path root;
+  bool committed = false;
   if (const char* env = std::getenv("TRAINSCOPE_REAL_TRACES"); env != nullptr && *env != '\0') {
     root = env;
   } else if (const char* src = std::getenv("TRAINSCOPE_SOURCE_ROOT"); src != nullptr) {
-    root = fs::path(src) / ".." / "shared" / "traces";
+    root = fs::path(src) / "tests" / "data" / "import" / "hta";
+    committed = true;
   }
   std::error_code ec;
   if (root.empty() || !fs::is_directory(root, ec)) {
@@ -120,6 +123,8 @@ int main() {
     }
   }
   expect(imported > 0, "no real trace imported");
+  // The committed set: each of the four files, and the 2-rank pair as one job.
+  if (committed) expect(imported == 5, "not all 5 imports of tests/data/import/hta succeeded");
   std::printf("%d imports succeeded, %d checks failed\n", imported, failures);
   return failures == 0 ? 0 : 1;
 }
