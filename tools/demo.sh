@@ -27,9 +27,13 @@ mkdir -p "$dir/logs"
 # Where the probes write capture files and the agents ship them from (one place per demo).
 export TRAINSCOPE_CAPTURE_DIR="$dir/probe-captures"
 pids=()
+# Stops the newest first, each before the next: the job says goodbye through live agents, and
+# the agents deliver what they hold before the collector goes.
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill "${pids[i]}" 2>/dev/null || true
+    wait "${pids[i]}" 2>/dev/null || true
+  done
 }
 trap cleanup EXIT INT TERM
 
