@@ -81,6 +81,8 @@ build_for() {
   local dir=$1
   shift
   setup_build "$dir" || return 1
+  # Regenerated first when a meson.build changed, so the introspected tests are today's.
+  ninja -C "$dir" build.ninja >/dev/null || return 1
   mapfile -t targets < <(tools/dev/suite_targets.py "$dir" "$@") &&
     ninja -C "$dir" "${targets[@]}"
 }
