@@ -51,8 +51,12 @@ int main(int argc, char** argv) {
                  "fault to inject (repeatable): straggler:rank=R,from=S,factor=F | "
                  "shift:from=S,factor=F | comm:from=S,factor=F[,rank=R] | "
                  "op:name=NAME,from=S,factor=F[,rank=R] | hang:rank=R,at=S | "
-                 "spike:every=N,factor=F. comm slows rank R's link to its ring neighbour "
-                 "R+1 (without rank: every link) by F, and with it every rank's all_reduce");
+                 "spike:every=N,factor=F | stage:pp=S,factor=F[,from=N] | "
+                 "worker:dp=I,pp=S,factor=F[,from=N]. comm slows rank R's link to its ring "
+                 "neighbour R+1 (without rank: every link) by F, and with it every rank's "
+                 "all_reduce; with --parallel, stage makes every rank of pipeline stage S "
+                 "compute F times longer (stage imbalance) and worker the tensor-parallel group "
+                 "of replica I at stage S (a slow worker); both from step 0 unless from= says");
   std::string parallel;
   auto* parallelOpt = app.add_option(
       "--parallel", parallel,
@@ -65,6 +69,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--microbatches", o.microbatches,
                  "microbatches per step and replica with --parallel; 0 = 2 * pp")
+      ->capture_default_str();
+  app.add_option("--edge-load", o.edgeLoad,
+                 "with --parallel, a naturally unbalanced pipeline: the first stage computes "
+                 "F/2 more (embedding), the last F more (head and loss); 0 = balanced")
       ->capture_default_str();
   app.add_option("--truth", o.truthFile,
                  "write the injected faults as JSON to this file (default: none)");

@@ -56,6 +56,10 @@ const char* truthKindName(Inject::Kind kind) {
       return "hang";
     case Inject::Kind::kSpike:
       return "spike";
+    case Inject::Kind::kStage:
+      return "stage_imbalance";
+    case Inject::Kind::kWorker:
+      return "straggler";
   }
   return "unknown";
 }
@@ -70,11 +74,14 @@ Result<Inject> parseInject(const std::string& spec) {
       {"op", {Inject::Kind::kOp, {"name", "from", "factor", "rank"}}},
       {"hang", {Inject::Kind::kHang, {"rank", "at"}}},
       {"spike", {Inject::Kind::kSpike, {"every", "factor"}}},
+      {"stage", {Inject::Kind::kStage, {"pp", "factor", "from"}}},
+      {"worker", {Inject::Kind::kWorker, {"dp", "pp", "factor", "from"}}},
   };
   auto k = kKinds.find(kind);
   if (k == kKinds.end()) {
-    return Result<Inject>::error("--inject '" + spec + "': unknown kind '" + kind +
-                                 "' (expected straggler, shift, comm, op, hang or spike)");
+    return Result<Inject>::error(
+        "--inject '" + spec + "': unknown kind '" + kind +
+        "' (expected straggler, shift, comm, op, hang, spike, stage or worker)");
   }
   const auto& allowed = k->second.second;
   std::map<std::string, std::string> kv;
@@ -105,6 +112,8 @@ Result<Inject> parseInject(const std::string& spec) {
   for (const auto& a : allowed) {
     // Optional: an op fault on every rank, a comm fault on every link (fabric-wide).
     if ((kind == "op" || kind == "comm") && a == "rank") continue;
+    // A stage or worker fault is present from the first step unless it says otherwise.
+    if ((kind == "stage" || kind == "worker") && a == "from") continue;
     if (!kv.count(a)) {
       return Result<Inject>::error("--inject '" + spec + "': missing key '" + a + "'");
     }
@@ -123,6 +132,15 @@ Result<Inject> parseInject(const std::string& spec) {
     auto r = parseInt(spec, "from", kv["from"], 0);
     if (!r) return r.status();
     in.fromStep = *r;
+  }
+  for (const char* key : {"pp", "dp"}) {
+    if (!kv.count(key)) continue;
+    auto r = parseInt(spec, key, kv[key], 0);
+    if (!r) return r.status();
+    if (*r > 4096) {
+      return Result<Inject>::error("--inject '" + spec + "': " + key + " must be at most 4096");
+    }
+    (std::string(key) == "pp" ? in.pp : in.dp) = static_cast<uint32_t>(*r);
   }
   if (kv.count("at")) {
     auto r = parseInt(spec, "at", kv["at"], 0);
@@ -219,6 +237,23 @@ Result<ParallelLayout> parseParallel(const std::string& spec) {
   return out;
 }
 
+std::vector<uint32_t> injectRanks(const SimOptions& o, const Inject& in) {
+  std::vector<uint32_t> out;
+  const uint32_t world = worldSizeOf(o);
+  if ((in.kind == Inject::Kind::kStage || in.kind == Inject::Kind::kWorker) && o.parallel) {
+    const ParallelLayout& L = *o.parallel;
+    for (uint32_t r = 0; r < world; ++r) {
+      if (L.ppIndex(r) != in.pp) continue;
+      if (in.kind == Inject::Kind::kWorker && L.dpIndex(r) != in.dp) continue;
+      out.push_back(r);
+    }
+    return out;
+  }
+  if (in.rank) return {*in.rank};
+  for (uint32_t r = 0; r < world; ++r) out.push_back(r);
+  return out;
+}
+
 uint32_t worldSizeOf(const SimOptions& o) {
   return o.worldSize != 0 ? o.worldSize : o.firstRank + o.ranks;
 }
@@ -264,14 +299,36 @@ Status validate(const SimOptions& o, bool needAgents) {
       if (in.kind == Inject::Kind::kHang) {
         return Status::error("--inject '" + in.spec + "': hang is not modelled with --parallel");
       }
+      if (in.kind == Inject::Kind::kStage && in.pp >= L.pp) {
+        return Status::error("--inject '" + in.spec + "': pp=" + std::to_string(in.pp) +
+                             " is not below the pipeline's " + std::to_string(L.pp) + " stages");
+      }
+      if (in.kind == Inject::Kind::kWorker && (in.pp >= L.pp || in.dp >= L.dp)) {
+        return Status::error(
+            "--inject '" + in.spec + "': " +
+            (in.pp >= L.pp ? "pp=" + std::to_string(in.pp) + " is not below the pipeline's " +
+                                 std::to_string(L.pp) + " stages"
+                           : "dp=" + std::to_string(in.dp) + " is not below the " +
+                                 std::to_string(L.dp) + " data-parallel replicas"));
+      }
       if (in.kind == Inject::Kind::kComm && in.rank) {
         return Status::error("--inject '" + in.spec +
                              "': with --parallel, comm slows every data-parallel all_reduce; "
                              "rank= (one ring link) is not modelled");
       }
     }
-  } else if (o.microbatches != 0 || o.schedule != "1f1b") {
-    return Status::error("--microbatches and --schedule need --parallel");
+    if (!(o.edgeLoad >= 0) || o.edgeLoad > 10) {
+      return Status::error("--edge-load must be in 0..10");
+    }
+  } else if (o.microbatches != 0 || o.schedule != "1f1b" || o.edgeLoad != 0) {
+    return Status::error("--microbatches, --schedule and --edge-load need --parallel");
+  } else {
+    for (const auto& in : o.injects) {
+      if (in.kind == Inject::Kind::kStage || in.kind == Inject::Kind::kWorker) {
+        return Status::error("--inject '" + in.spec + "': " + truthKindName(in.kind) +
+                             " faults need --parallel (stages and replicas)");
+      }
+    }
   }
   if (!(o.endStaggerMs >= 0) || o.endStaggerMs > 3.6e6) {
     return Status::error("--end-stagger-ms must be in 0..3600000");

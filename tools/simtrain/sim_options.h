@@ -14,14 +14,17 @@ namespace trainscope::sim {
 
 // One injected fault. Which fields matter depends on the kind; see parseInject().
 struct Inject {
-  enum class Kind { kStraggler, kShift, kComm, kOp, kHang, kSpike };
+  enum class Kind { kStraggler, kShift, kComm, kOp, kHang, kSpike, kStage, kWorker };
   Kind kind = Kind::kStraggler;
   std::optional<uint32_t> rank;  // straggler, hang; op when limited to one rank; comm: the
                                  // rank whose outgoing ring link is slow (none: every link)
-  int64_t fromStep = 0;          // straggler, shift, comm, op: first affected step
+  int64_t fromStep = 0;          // straggler, shift, comm, op, stage, worker: first affected
+                                 // step
   int64_t atStep = 0;            // hang: the step whose first collective rank never reaches
   double factor = 1.0;           // straggler, shift, comm, op, spike: multiplier (> 0)
   std::string op;                // op: the operator name
+  uint32_t pp = 0;               // stage, worker (--parallel): the pipeline stage slowed
+  uint32_t dp = 0;               // worker: the data-parallel replica whose stage is slowed
   int64_t every = 0;             // spike: period in steps
   std::string spec;              // the text it was parsed from, for messages
 };
@@ -76,6 +79,9 @@ struct SimOptions {
   std::optional<ParallelLayout> parallel;
   std::string schedule = "1f1b";  // pipeline schedule (--schedule); only 1f1b is modelled
   uint32_t microbatches = 0;      // per step and replica (--microbatches); 0 = 2 * pp
+  double edgeLoad = 0.0;          // --edge-load: a naturally unbalanced pipeline; the first
+                                  // stage works edgeLoad / 2 more (embedding), the last
+                                  // edgeLoad more (head and loss); 0 = balanced stages
   // Model constants (not flags): what a healthy step looks like.
   uint32_t layers = 4;                 // transformer blocks; more means more operators per step
   uint32_t buckets = 4;                // gradient buckets all-reduced per step
@@ -85,7 +91,10 @@ struct SimOptions {
   double latencyUs = 30.0;             // fixed cost of one collective
 };
 
-// Parses one --inject spec such as "straggler:rank=5,from=150,factor=1.4". Unknown kinds,
+// Parses one --inject spec such as "straggler:rank=5,from=150,factor=1.4" or, with
+// --parallel, "stage:pp=1,factor=1.3[,from=N]" (every rank of pipeline stage 1 computes 1.3x
+// longer) and "worker:dp=0,pp=1,factor=1.5[,from=N]" (the tensor-parallel group of replica 0 at
+// stage 1; from defaults to 0 for both). Unknown kinds,
 // unknown, missing or repeated keys and malformed values fail with a message naming them.
 Result<Inject> parseInject(const std::string& spec);
 
@@ -101,7 +110,13 @@ Status validate(const SimOptions& options, bool needAgents);
 // The job's world size: options.worldSize, or firstRank + ranks when it is 0.
 uint32_t worldSizeOf(const SimOptions& options);
 
-// The kind's name in the truth file ("straggler", "step_shift", ...).
+// The ranks an inject slows, for the truth file: its rank, every rank of the job (shift,
+// fabric-wide comm, an op on every rank), the stage's ranks (stage) or the worker's
+// tensor-parallel group (worker).
+std::vector<uint32_t> injectRanks(const SimOptions& options, const Inject& inject);
+
+// The kind's name in the truth file ("straggler", "step_shift", ...; a worker fault is a
+// "straggler", a stage fault a "stage_imbalance").
 const char* truthKindName(Inject::Kind kind);
 
 }  // namespace trainscope::sim

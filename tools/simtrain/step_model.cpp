@@ -161,6 +161,18 @@ double StepModel::computeFactor(uint32_t rank, int64_t step) const {
     if (step < in.fromStep) continue;
     if (in.kind == Inject::Kind::kShift) f *= in.factor;
     if (in.kind == Inject::Kind::kStraggler && in.rank == rank) f *= in.factor;
+    if (!options_.parallel) continue;
+    const ParallelLayout& L = *options_.parallel;
+    if (in.kind == Inject::Kind::kStage && L.ppIndex(rank) == in.pp) f *= in.factor;
+    if (in.kind == Inject::Kind::kWorker && L.ppIndex(rank) == in.pp && L.dpIndex(rank) == in.dp)
+      f *= in.factor;
+  }
+  // A naturally unbalanced pipeline (--edge-load): embedding on the first stage, head and
+  // loss on the last; part of the job's design, present from the first step.
+  if (options_.parallel && options_.parallel->pp > 1 && options_.edgeLoad > 0) {
+    const uint32_t stage = options_.parallel->ppIndex(rank);
+    if (stage == 0) f *= 1.0 + options_.edgeLoad / 2;
+    if (stage + 1 == options_.parallel->pp) f *= 1.0 + options_.edgeLoad;
   }
   return f;
 }

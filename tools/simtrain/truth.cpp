@@ -7,15 +7,10 @@ namespace trainscope::sim {
 
 nlohmann::json truthJson(const SimOptions& options) {
   nlohmann::json list = nlohmann::json::array();
-  auto allRanks = [&] {
-    nlohmann::json r = nlohmann::json::array();
-    for (uint32_t i = 0; i < worldSizeOf(options); ++i) r.push_back(i);
-    return r;
-  };
   for (const auto& in : options.injects) {
     nlohmann::json t;
     t["kind"] = truthKindName(in.kind);
-    t["ranks"] = in.rank ? nlohmann::json::array({*in.rank}) : allRanks();
+    t["ranks"] = injectRanks(options, in);
     t["from_step"] = in.fromStep;
     t["factor"] = in.factor;
     switch (in.kind) {
@@ -25,6 +20,14 @@ nlohmann::json truthJson(const SimOptions& options) {
       case Inject::Kind::kHang:
         t["from_step"] = in.atStep;
         t["factor"] = 0.0;
+        break;
+      case Inject::Kind::kStage:
+        t["pp"] = in.pp;
+        break;
+      case Inject::Kind::kWorker:
+        t["pp"] = in.pp;
+        t["dp"] = in.dp;
+        t["coords"] = {{"pp", in.pp}, {"dp", in.dp}};
         break;
       case Inject::Kind::kSpike:
         t["from_step"] = in.every;  // the first step that carries a checkpoint
