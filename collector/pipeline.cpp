@@ -86,6 +86,16 @@ void DetectPipeline::onCommitted(const storage::WriteBatch& batch) {
   for (const auto& node : batch.nodes) {
     if (node.hasClock) offsets_[node.node] = node.offsetNs;
   }
+  // Declared groups: the detectors compare a rank with the ranks that do the same work.
+  // Derived once per job and batch, whatever number of ranks declared in it.
+  std::set<std::string> declared;
+  for (const auto& g : batch.groups) {
+    auto& job = jobs_[g.job];
+    auto& held = job.groups[g.groups.rank];
+    if (g.groups.declaredNs >= held.declaredNs) held = g.groups;
+    declared.insert(g.job);
+  }
+  for (const auto& name : declared) topologyLocked(name, jobs_[name]);
   // An agent's host samples (every second) say its data arrives: the clock its ranks'
   // silence is measured on (a lagging agent or spool delays their reports, not a hang).
   for (const auto& host : batch.hosts) {
@@ -185,6 +195,22 @@ void DetectPipeline::lookupJobLocked(const std::string& name, JobContext& job, i
     if (r.worldSize != 0 && job.worldSize == 0) job.worldSize = r.worldSize;
     if (!r.node.empty()) job.nodes.emplace(r.rank, r.node);
   }
+  // After a collector restart the declarations are only in the store.
+  if (!job.groups.empty()) return;
+  auto groups = store_.groups(name);
+  if (!groups) {
+    logWarn(kComponent, "reading groups of job " + name + ": " + groups.message());
+    return;
+  }
+  for (auto& g : *groups) job.groups[g.rank] = std::move(g);
+  if (!job.groups.empty()) topologyLocked(name, job);
+}
+
+void DetectPipeline::topologyLocked(const std::string& name, const JobContext& job) {
+  std::vector<topology::RankGroups> ranks;
+  ranks.reserve(job.groups.size());
+  for (const auto& [rank, g] : job.groups) ranks.push_back(g);
+  detectors_.setTopology(name, topology::derive(ranks));
 }
 
 int64_t DetectPipeline::offsetLocked(const std::string& node, int64_t nowNs) {

@@ -86,9 +86,13 @@ class DetectPipeline {
     uint32_t worldSize = 0;
     std::map<uint32_t, std::string> nodes;  // rank -> node
     int64_t lastLookupNs = 0;
+    // The groups each rank declared (latest declaration), for the detectors' layout.
+    std::map<uint32_t, topology::RankGroups> groups;
   };
 
   void lookupJobLocked(const std::string& job, JobContext& ctx, int64_t nowNs);
+  // Derives the job's layout from ctx.groups and hands it to the detectors.
+  void topologyLocked(const std::string& job, const JobContext& ctx);
   int64_t offsetLocked(const std::string& node, int64_t nowNs);
   void noteRejectLocked(const Status& status, int64_t nowNs);
   void flushLocked();

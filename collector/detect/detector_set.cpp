@@ -8,6 +8,7 @@
 #include "collector/detect/hang.h"
 #include "collector/detect/op_regression.h"
 #include "collector/detect/slow_comm.h"
+#include "collector/detect/stage_imbalance.h"
 #include "collector/detect/step_assembler.h"
 #include "collector/detect/step_shift.h"
 #include "collector/detect/straggler.h"
@@ -31,7 +32,7 @@ bool heldKind(const Anomaly& a) {
 
 bool explainerKind(AnomalyKind k) {
   return k == AnomalyKind::kStraggler || k == AnomalyKind::kOpRegression ||
-         k == AnomalyKind::kSlowComm;
+         k == AnomalyKind::kSlowComm || k == AnomalyKind::kStageImbalance;
 }
 
 // Whether `by` explains `held` (see FoldOptions): same event (onsets close), the right kind
@@ -64,6 +65,7 @@ struct DetectorSet::Job {
       : assembler(name, o.assembly),
         stepShift(name, o.stepShift, &staged),
         straggler(name, o.straggler, &staged),
+        stageImbalance(name, o.stageImbalance, &staged),
         slowComm(name, o.slowComm, &staged),
         opRegression(name, o.opRegression, &staged),
         hang(name, o.hang, &staged) {}
@@ -78,12 +80,14 @@ struct DetectorSet::Job {
   StepAssembler assembler;
   StepShiftDetector stepShift;
   StragglerDetector straggler;
+  StageImbalanceDetector stageImbalance;
   SlowCommDetector slowComm;
   OpRegressionDetector opRegression;
   HangDetector hang;
   std::vector<Held> held;
-  std::deque<Anomaly> explainers;  // recent stragglers, op regressions and slow comms
-  std::set<std::string> folded;    // ids whose resolution is dropped too
+  std::deque<Anomaly> explainers;           // recent stragglers, op regressions and slow comms
+  std::set<std::string> folded;             // ids whose resolution is dropped too
+  std::shared_ptr<const JobLayout> layout;  // the one the detectors use
   uint32_t worldSize = 0;
   uint64_t lastUse = 0;
   uint64_t stepsJudged = 0;
@@ -168,6 +172,7 @@ void DetectorSet::judge(Job& j, std::vector<AssembledStep>& steps, bool final) {
     j.opRegression.onStep(s);
     j.slowComm.onStep(s);
     j.straggler.onStep(s);
+    j.stageImbalance.onStep(s);
     j.stepShift.onStep(s);
     ++j.stepsJudged;
     route(j, &s, false);
@@ -189,6 +194,12 @@ DetectorSet::Job& DetectorSet::job(const std::string& name) {
       forgetJob(oldest->first);
     }
     it = jobs_.emplace(name, std::make_unique<Job>(name, options_)).first;
+    if (auto l = layouts_.find(name); l != layouts_.end() && l->second) {
+      Job& j = *it->second;
+      j.layout = l->second;
+      j.straggler.setLayout(j.layout);
+      j.stageImbalance.setLayout(j.layout);
+    }
   }
   it->second->lastUse = ++useCounter_;
   return *it->second;
@@ -321,6 +332,41 @@ Status DetectorSet::rankProgress(const std::string& name, uint32_t rank,
   }
   j.hang.rankProgress(rank, p, ctx);
   return Status::ok();
+}
+
+namespace {
+
+bool sameLayout(const JobLayout* a, const JobLayout* b) {
+  if (a == nullptr || b == nullptr) return a == b;
+  if (a->stages != b->stages || a->workers.size() != b->workers.size()) return false;
+  for (size_t i = 0; i < a->workers.size(); ++i) {
+    const Worker& x = a->workers[i];
+    const Worker& y = b->workers[i];
+    if (x.ranks != y.ranks || x.stage != y.stage || x.coords != y.coords) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void DetectorSet::setTopology(const std::string& name, const topology::Topology& topology) {
+  std::shared_ptr<const JobLayout> layout = layoutOf(topology);
+  auto [it, fresh] = layouts_.try_emplace(name, layout);
+  if (fresh) {
+    layoutOrder_.push_back(name);
+    while (layoutOrder_.size() > std::max<size_t>(options_.maxJobs, 1)) {
+      layouts_.erase(layoutOrder_.front());
+      layoutOrder_.pop_front();
+    }
+  } else {
+    it->second = layout;
+  }
+  auto j = jobs_.find(name);
+  if (j == jobs_.end() || sameLayout(j->second->layout.get(), layout.get())) return;
+  Job& job = *j->second;
+  job.layout = layout;
+  job.straggler.setLayout(layout);
+  job.stageImbalance.setLayout(layout);
 }
 
 void DetectorSet::forgetJob(const std::string& name) {

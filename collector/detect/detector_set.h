@@ -43,6 +43,7 @@
 #include "collector/detect/anomaly.h"
 #include "collector/detect/events.h"
 #include "collector/detect/hang.h"
+#include "collector/detect/layout.h"
 #include "collector/detect/options.h"
 #include "collector/detect/step_assembler.h"
 #include "common/status.h"
@@ -98,6 +99,13 @@ class DetectorSet {
   // below the job's world size, and steps below -1 or negative times.
   Status rankProgress(const std::string& job, uint32_t rank, const wire::RankProgress& progress,
                       const RankContext& ctx);
+  // The job's parallel layout, derived by the caller from the groups its ranks declared
+  // (collector/topology). With tensor- or pipeline-parallel groups the straggler detector
+  // compares workers only with those of the same stage and stage_imbalance judges the stages
+  // (see straggler.h, stage_imbalance.h); without, the job is judged flat, as before. May come
+  // before the job's first report and again when the declarations change (a restart); a
+  // layout equal to the one in use changes nothing. Kept for up to maxJobs jobs.
+  void setTopology(const std::string& job, const topology::Topology& topology);
   // Drops all state of a job (e.g. deleted by retention).
   void forgetJob(const std::string& job);
 
@@ -139,6 +147,10 @@ class DetectorSet {
   std::map<std::string, Ended> ended_;  // jobs whose ranks all ended
   std::deque<std::string> endedOrder_;  // oldest first
   HangDetector::NodeClock nodes_;       // node -> latest delivery (see "Delivery")
+  // Layouts given by setTopology, by job (nullptr: judged flat); at most maxJobs, the
+  // oldest given forgotten first.
+  std::map<std::string, std::shared_ptr<const JobLayout>> layouts_;
+  std::deque<std::string> layoutOrder_;
 };
 
 }  // namespace trainscope::detect

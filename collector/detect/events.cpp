@@ -6,9 +6,10 @@
 namespace trainscope::detect {
 
 namespace {
-constexpr AnomalyKind kAllKinds[] = {AnomalyKind::kStepShift, AnomalyKind::kStraggler,
-                                     AnomalyKind::kSlowComm,  AnomalyKind::kOpRegression,
-                                     AnomalyKind::kHang,      AnomalyKind::kSpike};
+constexpr AnomalyKind kAllKinds[] = {AnomalyKind::kStepShift,     AnomalyKind::kStraggler,
+                                     AnomalyKind::kSlowComm,      AnomalyKind::kOpRegression,
+                                     AnomalyKind::kHang,          AnomalyKind::kSpike,
+                                     AnomalyKind::kStageImbalance};
 }  // namespace
 
 const char* anomalyKindName(AnomalyKind kind) {
@@ -25,6 +26,8 @@ const char* anomalyKindName(AnomalyKind kind) {
       return "hang";
     case AnomalyKind::kSpike:
       return "spike";
+    case AnomalyKind::kStageImbalance:
+      return "stage_imbalance";
   }
   return "unknown";
 }
@@ -41,6 +44,15 @@ bool parseAnomalyKind(const std::string& name, AnomalyKind* out) {
 
 const char* anomalyStateName(AnomalyState state) {
   return state == AnomalyState::kOpen ? "open" : "resolved";
+}
+
+std::string rankList(const std::vector<uint32_t>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(ranks[i]);
+  }
+  return out;
 }
 
 std::string rankSubject(const std::vector<uint32_t>& ranksIn) {

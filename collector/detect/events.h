@@ -34,6 +34,8 @@ class EventLog {
 
 // "r3" or "r0-7" style: sorted ranks as compact ranges joined by '+': "r0-3+r6".
 std::string rankSubject(const std::vector<uint32_t>& ranks);
+// "rank 3" or "ranks 0, 1, 2, 3", for summaries.
+std::string rankList(const std::vector<uint32_t>& ranks);
 // Milliseconds with two decimals, for summaries.
 std::string formatMs(double ns);
 std::string formatRatio(double ratio);  // "1.10x"

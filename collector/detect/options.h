@@ -66,6 +66,16 @@ struct StragglerOptions {
   int noiseWindow = 64;   // steps over which the job-wide ratio spread is learned
 };
 
+// On a pipeline stage's work / the median of the other stages' (baseline 1.0); see
+// stage_imbalance.h. No warm-up, like the straggler's: the other stages are the baseline.
+struct StageImbalanceOptions {
+  // minExcess: a stage this much heavier than the others is tolerated; first and last stages
+  // carry the embedding, head and loss, a few percent by construction. Lower finds smaller
+  // imbalances, and calls a pipeline chosen that way imbalanced.
+  PersistenceOptions persistence{.warmupSamples = 0, .minExcess = 0.08};
+  int noiseWindow = 64;  // steps over which the ratios' step-to-step noise is learned
+};
+
 struct SlowCommOptions {
   PersistenceOptions persistence{};  // on per-call transfer time of one (op, group, bytes)
   double maxComputeRise = 0.05;      // compute of the group's ranks may rise at most this much
@@ -148,6 +158,7 @@ struct DetectOptions {
   FoldOptions fold{};
   StepShiftOptions stepShift{};
   StragglerOptions straggler{};
+  StageImbalanceOptions stageImbalance{};
   SlowCommOptions slowComm{};
   OpRegressionOptions opRegression{};
   HangOptions hang{};

@@ -1,6 +1,7 @@
 #include "collector/detect/straggler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -11,7 +12,21 @@ StragglerDetector::StragglerDetector(std::string job, const StragglerOptions& op
     : job_(std::move(job)),
       o_(options),
       log_(log),
-      noise_(static_cast<size_t>(std::max(1, options.noiseWindow))) {}
+      noise_(static_cast<size_t>(std::max(1, options.noiseWindow))),
+      views_(static_cast<size_t>(std::max(1, options.persistence.window))) {}
+
+void StragglerDetector::setLayout(std::shared_ptr<const JobLayout> layout) {
+  layout_ = std::move(layout);
+  stageSets_.clear();
+  workers_.clear();
+  views_.clear();
+  if (!layout_) return;
+  for (uint32_t s = 0; s < layout_->stages; ++s) {
+    stageSets_.emplace_back(o_.persistence, o_.noiseWindow);
+  }
+  const size_t window = static_cast<size_t>(std::max(1, o_.persistence.window));
+  workers_.assign(layout_->workers.size(), WorkerState(window));
+}
 
 namespace {
 
@@ -25,6 +40,10 @@ double medianWithout(const std::vector<double>& s, size_t p) {
 }  // namespace
 
 void StragglerDetector::onStep(const AssembledStep& step) {
+  if (layout_) {
+    onLayoutStep(step);
+    return;
+  }
   std::vector<const RankStep*> rs;
   for (const RankStep& r : step.ranks) {
     if (r.report.compute_ns() > 0) rs.push_back(&r);
@@ -117,6 +136,113 @@ void StragglerDetector::onStep(const AssembledStep& step) {
     } else if (t == PersistenceTracker::Transition::kResolved && st.open) {
       log_->resolve(st.anomaly, st.tracker.resolvedStep(), step.nowNs);
       st.open = false;
+    }
+  }
+}
+
+namespace {
+
+// Element-wise median of the stage works of the steps since `since` (views, oldest first).
+template <typename View>
+std::vector<double> medianStages(const std::vector<View>& views, size_t stages) {
+  std::vector<double> out(stages, 0.0);
+  std::vector<double> col;
+  for (size_t s = 0; s < stages; ++s) {
+    col.clear();
+    for (const View& v : views) {
+      if (s < v.stageNs.size() && v.stageNs[s] > 0) col.push_back(v.stageNs[s]);
+    }
+    out[s] = medianInPlace(col);
+  }
+  return out;
+}
+
+}  // namespace
+
+void StragglerDetector::onLayoutStep(const AssembledStep& step) {
+  const JobLayout& L = *layout_;
+  viewStep(step, L, &view_);
+  views_.push({view_.stageNs, view_.stepNs, view_.microbatches});
+  // Per stage, each worker's compute against the median of the stage's other workers.
+  std::vector<std::vector<size_t>> byStage(L.stages);
+  for (size_t w = 0; w < L.workers.size(); ++w) {
+    if (view_.workerNs[w] > 0) byStage[L.workers[w].stage].push_back(w);
+  }
+  std::vector<std::pair<size_t, double>> ratios;
+  std::vector<double> others;
+  std::vector<PeerRatioSet::Event> events;
+  for (uint32_t s = 0; s < L.stages; ++s) {
+    const auto& ws = byStage[s];
+    if (ws.size() < 2) continue;
+    ratios.clear();
+    for (size_t w : ws) {
+      others.clear();
+      for (size_t q : ws) {
+        if (q != w) others.push_back(view_.workerNs[q]);
+      }
+      const double peer = medianInPlace(others);
+      workers_[w].compute.push(view_.workerNs[w]);
+      workers_[w].peer.push(peer);
+      ratios.emplace_back(w, peer > 0 ? view_.workerNs[w] / peer : 1.0);
+    }
+    events.clear();
+    stageSets_[s].push(step.step, ratios, &events);
+    for (const auto& e : events) {
+      WorkerState& st = workers_[e.unit];
+      const Worker& wk = L.workers[e.unit];
+      const PersistenceTracker& tr = stageSets_[s].tracker(e.unit);
+      if (e.transition == PersistenceTracker::Transition::kResolved) {
+        if (st.open) log_->resolve(st.anomaly, tr.resolvedStep(), step.nowNs);
+        st.open = false;
+        continue;
+      }
+      Anomaly a;
+      a.job = job_;
+      a.kind = AnomalyKind::kStraggler;
+      a.ranks = wk.ranks;
+      for (const RankStep& r : step.ranks) {
+        if (L.workerOfRank(r.report.rank()) == static_cast<int32_t>(e.unit) &&
+            !r.ctx.node.empty() &&
+            std::find(a.nodes.begin(), a.nodes.end(), r.ctx.node) == a.nodes.end()) {
+          a.nodes.push_back(r.ctx.node);
+        }
+      }
+      a.onsetStep = tr.onsetStep();
+      a.detectedStep = step.step;
+      a.detectedNs = step.nowNs;
+      a.magnitude = tr.level();
+      a.confidence = tr.confidence();
+      const size_t since = static_cast<size_t>(std::max<int64_t>(1, step.step - a.onsetStep + 1));
+      const double computeNs = median(st.compute.latest(since));
+      const double peerNs = median(st.peer.latest(since));
+      const auto views = views_.latest(since);
+      std::vector<double> stepNs, micro;
+      for (const auto& v : views) {
+        stepNs.push_back(v.stepNs);
+        micro.push_back(v.microbatches);
+      }
+      const double stepMs = median(stepNs) / 1e6;
+      const double gain = estimatedGain(medianStages(views, L.stages), s, computeNs, peerNs,
+                                        median(micro), stepMs * 1e6);
+      a.evidence = {{"compute_ms", computeNs / 1e6},
+                    {"peer_median_ms", peerNs / 1e6},
+                    {"ratio", a.magnitude},
+                    {"noise_sigma", stageSets_[s].noise()},
+                    {"exceed_level", tr.exceedLevel()},
+                    {"exceeding_steps", tr.exceedCount()},
+                    {"peers", static_cast<double>(ws.size() - 1)},
+                    {"step_ms", stepMs},
+                    {"estimated_gain", gain},
+                    {"added_ms_per_step", (computeNs - peerNs) / 1e6}};
+      a.labels = {{"coords", wk.coords}, {"stage", std::to_string(wk.stage)}};
+      const std::string who = rankList(wk.ranks);
+      a.summary = "worker " + wk.coords + " (" + who + ") is a straggler: compute " +
+                  formatRatio(a.magnitude) + " its stage's other workers (" + formatMs(computeNs) +
+                  " vs " + formatMs(peerNs) + ") from step " + std::to_string(a.onsetStep) +
+                  "; about " + std::to_string(static_cast<int>(std::lround(gain * 100))) +
+                  " % of the step to gain";
+      st.anomaly = log_->open(std::move(a), rankSubject(wk.ranks));
+      st.open = true;
     }
   }
 }

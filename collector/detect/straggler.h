@@ -10,15 +10,30 @@
 // as supporting evidence (a straggler arrives last). Limits: needs compute_ns from the probe
 // and at least minRanks ranks; a rank slow from its very first step is still found, since the
 // baseline is its peers, not its own past. Used from the caller's thread only.
+//
+// With a parallel layout (setLayout: tensor- or pipeline-parallel groups were declared) the
+// unit is the worker (a tensor-parallel group, whose ranks are slow together) and its peers
+// are the workers of the same pipeline stage only: stages do different work (the last one
+// carries the loss), so comparing across them would call a heavier stage a straggler and
+// widen the noise until a real straggler on a lighter stage hid in it. The noise is learned
+// per stage from the ratios' step-to-step changes (PeerRatioSet), which a slow worker does
+// not inflate even when a stage has only two replicas. A slow worker is one anomaly naming
+// every rank of its tensor-parallel group, with labels.coords ({"pp":0,"dp":1}), labels.stage
+// and evidence.estimated_gain (the what-if of layout.h: the share of the step the job would
+// save if the worker ran at its peers' speed). A stage with a single worker has no peers: a
+// slow stage is stage_imbalance's to find.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "collector/detect/events.h"
+#include "collector/detect/layout.h"
 #include "collector/detect/options.h"
+#include "collector/detect/peer_ratio.h"
 #include "collector/detect/robust.h"
 #include "collector/detect/step_assembler.h"
 
@@ -28,8 +43,26 @@ class StragglerDetector {
  public:
   StragglerDetector(std::string job, const StragglerOptions& options, EventLog* log);
   void onStep(const AssembledStep& step);
+  // The job's layout; nullptr (the default) compares every rank with every other. A new
+  // layout starts the per-worker state over.
+  void setLayout(std::shared_ptr<const JobLayout> layout);
 
  private:
+  void onLayoutStep(const AssembledStep& step);
+  struct WorkerState {
+    explicit WorkerState(size_t window) : compute(window), peer(window) {}
+    Ring<double> compute;
+    Ring<double> peer;
+    bool open = false;
+    Anomaly anomaly;
+  };
+  // Per-step views kept for the evidence of an anomaly opened later (medians since onset).
+  struct StepView {
+    std::vector<double> stageNs;
+    double stepNs = 0;
+    double microbatches = 0;
+  };
+
   struct RankState {
     explicit RankState(const StragglerOptions& o)
         : tracker(o.persistence, 1.0),
@@ -50,6 +83,12 @@ class StragglerDetector {
   EventLog* log_;
   std::map<uint32_t, RankState> ranks_;
   Ring<double> noise_;
+  // Layout mode (see above).
+  std::shared_ptr<const JobLayout> layout_;
+  std::vector<PeerRatioSet> stageSets_;  // one per stage: its workers' ratios
+  std::vector<WorkerState> workers_;     // by worker index
+  Ring<StepView> views_;
+  LayoutStep view_;  // scratch
 };
 
 }  // namespace trainscope::detect

@@ -296,6 +296,13 @@ json anomalyJson(const storage::AnomalyRow& a) {
   auto finite = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
   json evidence = json::object();
   for (const auto& [k, v] : a.evidence) evidence[k] = finite(v);
+  // labels.coords (a worker's or stage's place in the parallel layout) is stored as JSON text,
+  // like every label a string; served as the object it is: {"pp": 0, "dp": 1}.
+  json labels = a.labels;
+  if (auto c = a.labels.find("coords"); c != a.labels.end()) {
+    json parsed = json::parse(c->second, nullptr, false);
+    if (parsed.is_object()) labels["coords"] = std::move(parsed);
+  }
   const bool resolved = a.state == "resolved";
   return json{{"id", a.id},
               {"job", a.job},
@@ -308,7 +315,7 @@ json anomalyJson(const storage::AnomalyRow& a) {
               {"magnitude", finite(a.magnitude)},
               {"confidence", finite(a.confidence)},
               {"evidence", std::move(evidence)},
-              {"labels", a.labels},
+              {"labels", std::move(labels)},
               {"state", a.state},
               {"resolved_step", resolved ? json(a.resolvedStep) : json(nullptr)},
               {"resolved_ns", resolved ? json(a.resolvedNs) : json(nullptr)},

@@ -1,0 +1,147 @@
+#include "collector/detect/layout.h"
+
+#include <algorithm>
+#include <map>
+
+#include "collector/detect/robust.h"
+
+namespace trainscope::detect {
+
+std::shared_ptr<const JobLayout> layoutOf(const topology::Topology& t) {
+  if (!t.declared || t.coords.empty()) return nullptr;
+  const uint32_t tp = t.sizes[2];  // kAxes: pp, dp, tp, cp, ep
+  const uint32_t pp = t.sizes[0];
+  if (tp <= 1 && pp <= 1) return nullptr;
+  auto layout = std::make_shared<JobLayout>();
+  layout->stages = std::max<uint32_t>(pp, 1);
+  // Workers by their coordinates along every axis but tp.
+  std::map<std::vector<int64_t>, size_t> byKey;
+  uint32_t maxRank = 0;
+  for (const auto& [rank, c] : t.coords) {
+    std::vector<int64_t> key;
+    std::string coords;
+    for (size_t a = 0; a < topology::kAxes.size(); ++a) {
+      if (topology::kAxes[a] == wire::GROUP_TP) continue;
+      key.push_back(c.at[a] ? static_cast<int64_t>(*c.at[a]) : -1);
+      if (!c.at[a]) continue;
+      coords += coords.empty() ? '{' : ',';
+      coords += '"' + std::string(topology::kindName(topology::kAxes[a])) +
+                "\":" + std::to_string(*c.at[a]);
+    }
+    if (coords.empty()) {
+      coords = "{}";
+    } else {
+      coords += '}';
+    }
+    auto [it, fresh] = byKey.try_emplace(key, layout->workers.size());
+    if (fresh) {
+      Worker w;
+      w.stage = c.along(wire::GROUP_PP).value_or(0);
+      w.coords = coords;
+      layout->workers.push_back(std::move(w));
+    }
+    layout->workers[it->second].ranks.push_back(rank);  // coords is by rank: stays sorted
+    maxRank = std::max(maxRank, rank);
+  }
+  // A stage index past the declared size (a problem the topology lists) is clamped, so the
+  // detectors' per-stage arrays stay in range.
+  for (Worker& w : layout->workers) w.stage = std::min(w.stage, layout->stages - 1);
+  layout->workerOf.assign(static_cast<size_t>(maxRank) + 1, -1);
+  for (size_t i = 0; i < layout->workers.size(); ++i) {
+    for (uint32_t r : layout->workers[i].ranks) layout->workerOf[r] = static_cast<int32_t>(i);
+  }
+  return layout;
+}
+
+void viewStep(const AssembledStep& step, const JobLayout& layout, LayoutStep* out) {
+  const size_t nw = layout.workers.size();
+  out->workerNs.assign(nw, 0.0);
+  std::vector<uint32_t> counts(nw, 0);
+  std::vector<double> durations;
+  std::vector<double> micro;
+  durations.reserve(step.ranks.size());
+  for (const RankStep& r : step.ranks) {
+    durations.push_back(static_cast<double>(r.report.duration_ns()));
+    uint64_t most = 0;
+    for (const auto& p : r.report.p2p()) {
+      if (p.op() == wire::RECV) most = std::max<uint64_t>(most, p.count());
+    }
+    if (most > 0) micro.push_back(static_cast<double>(most));
+    const int32_t w = layout.workerOfRank(r.report.rank());
+    if (w < 0 || r.report.compute_ns() <= 0) continue;
+    out->workerNs[static_cast<size_t>(w)] += static_cast<double>(r.report.compute_ns());
+    ++counts[static_cast<size_t>(w)];
+  }
+  for (size_t i = 0; i < nw; ++i) {
+    if (counts[i] > 0) out->workerNs[i] /= counts[i];
+  }
+  out->stepNs = medianInPlace(durations);
+  out->microbatches = micro.empty() ? 0.0 : medianInPlace(micro);
+  std::vector<std::vector<double>> perStage(layout.stages);
+  for (size_t i = 0; i < nw; ++i) {
+    if (out->workerNs[i] > 0) perStage[layout.workers[i].stage].push_back(out->workerNs[i]);
+  }
+  out->stageNs.assign(layout.stages, 0.0);
+  for (uint32_t s = 0; s < layout.stages; ++s) {
+    auto& v = perStage[s];
+    if (v.empty()) continue;
+    // The lower median: with two replicas the faster one, so a slow worker never sets it.
+    const size_t k = (v.size() - 1) / 2;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+    out->stageNs[s] = v[k];
+  }
+}
+
+double pipelineStepNs(const std::vector<double>& stageNs, double microbatches) {
+  const size_t P = stageNs.size();
+  if (P == 0) return 0.0;
+  if (!(microbatches >= 1)) return *std::max_element(stageNs.begin(), stageNs.end());
+  const size_t M = static_cast<size_t>(std::min(microbatches, 4096.0));
+  // Replays the 1F1B schedule: stage s runs P - s - 1 warm-up forwards, then one forward and
+  // one backward in turn, then the remaining backwards; a forward needs the previous stage's
+  // forward of that microbatch, a backward the next stage's backward.
+  std::vector<size_t> nextF(P, 0), nextB(P, 0);
+  std::vector<double> ready(P, 0.0);
+  std::vector<std::vector<double>> fEnd(P, std::vector<double>(M, -1.0));
+  std::vector<std::vector<double>> bEnd(P, std::vector<double>(M, -1.0));
+  size_t left = 2 * P * M;
+  while (left > 0) {
+    bool progressed = false;
+    for (size_t s = 0; s < P; ++s) {
+      const size_t f = nextF[s], b = nextB[s];
+      if (f + b >= 2 * M) continue;
+      const size_t warm = std::min(P - s - 1, M);
+      // In warm-up, or after a backward, or with no backward left to pair: a forward.
+      const bool forward = f < M && (f < warm || f - warm == b);
+      const size_t m = forward ? f : b;
+      double avail = ready[s];
+      if (forward && s > 0) {
+        if (fEnd[s - 1][m] < 0) continue;
+        avail = std::max(avail, fEnd[s - 1][m]);
+      } else if (!forward && s + 1 < P) {
+        if (bEnd[s + 1][m] < 0) continue;
+        avail = std::max(avail, bEnd[s + 1][m]);
+      }
+      const double len = stageNs[s] / static_cast<double>(M) *
+                         (forward ? kForwardFraction : 1.0 - kForwardFraction);
+      (forward ? fEnd : bEnd)[s][m] = ready[s] = avail + len;
+      ++(forward ? nextF : nextB)[s];
+      --left;
+      progressed = true;
+    }
+    if (!progressed) break;  // cannot happen with 1F1B
+  }
+  return *std::max_element(ready.begin(), ready.end());
+}
+
+double estimatedGain(std::vector<double> stageNs, size_t stage, double slowNs, double fixedNs,
+                     double microbatches, double stepNs) {
+  if (stage >= stageNs.size() || !(stepNs > 0)) return 0.0;
+  stageNs[stage] = slowNs;
+  const double slow = pipelineStepNs(stageNs, microbatches);
+  stageNs[stage] = fixedNs;
+  const double fixed = pipelineStepNs(stageNs, microbatches);
+  return std::clamp((slow - fixed) / stepNs, 0.0, 1.0);
+}
+
+}  // namespace trainscope::detect

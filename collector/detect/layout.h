@@ -1,0 +1,72 @@
+// The parallel layout as the detectors see it: which ranks form one worker (a tensor-parallel
+// group: the ranks that compute one shard of the model together and wait for each other in
+// every layer, so they are slow or fast together), which pipeline stage each worker runs, and
+// the coordinates that name it in anomalies. Built from the topology the collector derives
+// from the groups ranks declare (collector/topology), and handed to the detectors: they stay
+// pure and never read the store. Immutable once built; any thread may read it.
+//
+// Also the what-if model behind evidence.estimated_gain (pipelineStepNs).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "collector/detect/step_assembler.h"
+#include "collector/topology/topology.h"
+
+namespace trainscope::detect {
+
+struct Worker {
+  std::vector<uint32_t> ranks;  // sorted: the tensor-parallel group (one rank without tp)
+  uint32_t stage = 0;           // pipeline stage (pp index); 0 without pipeline parallelism
+  std::string coords;           // JSON text of its coordinates other than tp: {"pp":0,"dp":1}
+};
+
+struct JobLayout {
+  uint32_t stages = 1;            // pipeline stages (pp size)
+  std::vector<Worker> workers;    // by first rank
+  std::vector<int32_t> workerOf;  // rank -> index into workers; -1: rank without coordinates
+  int32_t workerOfRank(uint32_t rank) const { return rank < workerOf.size() ? workerOf[rank] : -1; }
+};
+
+// The layout of a topology, or nullptr when it tells the detectors nothing a flat job does not
+// (nothing declared, or neither tensor- nor pipeline-parallel groups larger than one rank):
+// such jobs keep the flat, job-wide comparisons. Workers are the ranks with the same
+// coordinates along every axis but tp.
+std::shared_ptr<const JobLayout> layoutOf(const topology::Topology& topology);
+
+// One step seen through the layout: each worker's compute (the mean compute_ns of its ranks
+// that reported one; 0 when none did), each stage's work (the lower median of its workers'
+// compute, so one slow worker does not move it), the job's step time (median duration_ns) and
+// the microbatches per step (the most receives a rank posted to one pipeline peer, median over
+// ranks; 0 when the job reports no p2p).
+struct LayoutStep {
+  std::vector<double> workerNs;
+  std::vector<double> stageNs;
+  double stepNs = 0;
+  double microbatches = 0;
+};
+void viewStep(const AssembledStep& step, const JobLayout& layout, LayoutStep* out);
+
+// The what-if model behind evidence.estimated_gain: replays one replica's 1F1B schedule (stage
+// s runs pp - s - 1 warm-up forwards, then one forward and one backward in turn; a forward
+// waits for the previous stage's, a backward for the next stage's) with each stage's work per
+// step split evenly over the microbatches, a third of it forward and two thirds backward, and
+// returns the makespan. Data-parallel replicas and tensor-parallel ranks meet in collectives,
+// so the job goes at its slowest replica: fixing the culprit saves what its replica's makespan
+// shrinks by. Without a pipeline (one stage) the step lasts the slowest worker. microbatches 0
+// (the job reports no p2p) takes the slowest stage alone. Simple on purpose, and stated as
+// such in the evidence: the optimizer (once per step, not per microbatch), compute that
+// overlaps communication, and schedules other than 1F1B are not modelled apart.
+inline constexpr double kForwardFraction = 1.0 / 3.0;
+double pipelineStepNs(const std::vector<double>& stageNs, double microbatches);
+
+// The fraction of the step time the job would save if `stage`'s work were `fixedNs` instead of
+// `slowNs` (all other stages at `stageNs`): (T(slow) - T(fixed)) / stepNs, within [0, 1].
+double estimatedGain(std::vector<double> stageNs, size_t stage, double slowNs, double fixedNs,
+                     double microbatches, double stepNs);
+
+}  // namespace trainscope::detect

@@ -1,0 +1,115 @@
+#include "collector/detect/stage_imbalance.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace trainscope::detect {
+
+StageImbalanceDetector::StageImbalanceDetector(std::string job,
+                                               const StageImbalanceOptions& options, EventLog* log)
+    : job_(std::move(job)),
+      o_(options),
+      log_(log),
+      views_(static_cast<size_t>(std::max(1, options.persistence.window))) {}
+
+void StageImbalanceDetector::setLayout(std::shared_ptr<const JobLayout> layout) {
+  layout_ = layout && layout->stages >= 2 ? std::move(layout) : nullptr;
+  set_.reset();
+  stages_.clear();
+  views_.clear();
+  if (!layout_) return;
+  set_ = std::make_unique<PeerRatioSet>(o_.persistence, o_.noiseWindow);
+  stages_.resize(layout_->stages);
+}
+
+void StageImbalanceDetector::onStep(const AssembledStep& step) {
+  if (!layout_) return;
+  const JobLayout& L = *layout_;
+  viewStep(step, L, &view_);
+  views_.push({view_.stageNs, view_.stepNs, view_.microbatches});
+  std::vector<std::pair<size_t, double>> ratios;
+  std::vector<double> others;
+  for (uint32_t s = 0; s < L.stages; ++s) {
+    if (view_.stageNs[s] <= 0) continue;
+    others.clear();
+    for (uint32_t q = 0; q < L.stages; ++q) {
+      if (q != s && view_.stageNs[q] > 0) others.push_back(view_.stageNs[q]);
+    }
+    if (others.empty()) continue;
+    ratios.emplace_back(s, view_.stageNs[s] / medianInPlace(others));
+  }
+  std::vector<PeerRatioSet::Event> events;
+  set_->push(step.step, ratios, &events);
+  for (const auto& e : events) {
+    StageState& st = stages_[e.unit];
+    const PersistenceTracker& tr = set_->tracker(e.unit);
+    if (e.transition == PersistenceTracker::Transition::kResolved) {
+      if (st.open) log_->resolve(st.anomaly, tr.resolvedStep(), step.nowNs);
+      st.open = false;
+      continue;
+    }
+    const uint32_t stage = static_cast<uint32_t>(e.unit);
+    Anomaly a;
+    a.job = job_;
+    a.kind = AnomalyKind::kStageImbalance;
+    for (const Worker& w : L.workers) {
+      if (w.stage == stage) a.ranks.insert(a.ranks.end(), w.ranks.begin(), w.ranks.end());
+    }
+    for (const RankStep& r : step.ranks) {
+      const int32_t w = L.workerOfRank(r.report.rank());
+      if (w >= 0 && L.workers[static_cast<size_t>(w)].stage == stage && !r.ctx.node.empty() &&
+          std::find(a.nodes.begin(), a.nodes.end(), r.ctx.node) == a.nodes.end()) {
+        a.nodes.push_back(r.ctx.node);
+      }
+    }
+    a.onsetStep = tr.onsetStep();
+    a.detectedStep = step.step;
+    a.detectedNs = step.nowNs;
+    a.magnitude = tr.level();
+    a.confidence = tr.confidence();
+    // Medians since the onset: the stages' work, the step time, the microbatches.
+    const size_t since = static_cast<size_t>(std::max<int64_t>(1, step.step - a.onsetStep + 1));
+    const auto views = views_.latest(since);
+    std::vector<double> stageNs(L.stages, 0.0), col, stepNs, micro;
+    for (uint32_t s = 0; s < L.stages; ++s) {
+      col.clear();
+      for (const View& v : views) {
+        if (v.stageNs[s] > 0) col.push_back(v.stageNs[s]);
+      }
+      stageNs[s] = medianInPlace(col);
+    }
+    for (const View& v : views) {
+      stepNs.push_back(v.stepNs);
+      micro.push_back(v.microbatches);
+    }
+    others.clear();
+    for (uint32_t q = 0; q < L.stages; ++q) {
+      if (q != stage && stageNs[q] > 0) others.push_back(stageNs[q]);
+    }
+    const double otherNs = medianInPlace(others);
+    const double stepMs = median(stepNs) / 1e6;
+    const double gain =
+        estimatedGain(stageNs, stage, stageNs[stage], otherNs, median(micro), stepMs * 1e6);
+    a.evidence = {{"stage_ms", stageNs[stage] / 1e6},
+                  {"other_stages_ms", otherNs / 1e6},
+                  {"ratio", a.magnitude},
+                  {"noise_sigma", set_->noise()},
+                  {"exceed_level", tr.exceedLevel()},
+                  {"exceeding_steps", tr.exceedCount()},
+                  {"stages", static_cast<double>(L.stages)},
+                  {"step_ms", stepMs},
+                  {"estimated_gain", gain},
+                  {"added_ms_per_step", (stageNs[stage] - otherNs) / 1e6}};
+    a.labels = {{"stage", std::to_string(stage)},
+                {"coords", "{\"pp\":" + std::to_string(stage) + '}'}};
+    a.summary = "pipeline stage " + std::to_string(stage) + " (" + rankList(a.ranks) + ") works " +
+                formatRatio(a.magnitude) + " the other stages (" + formatMs(stageNs[stage]) +
+                " vs " + formatMs(otherNs) + " per step) from step " + std::to_string(a.onsetStep) +
+                "; about " + std::to_string(static_cast<int>(std::lround(gain * 100))) +
+                " % of the step to gain by balancing it";
+    st.anomaly = log_->open(std::move(a), "stage" + std::to_string(stage));
+    st.open = true;
+  }
+}
+
+}  // namespace trainscope::detect

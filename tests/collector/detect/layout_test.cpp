@@ -1,0 +1,77 @@
+#include <catch2/catch.hpp>
+
+#include "collector/detect/layout.h"
+#include "tests/collector/detect/parallel_synth.h"
+
+using namespace trainscope;
+using namespace trainscope::detect;
+using namespace trainscope::detect::test;
+
+TEST_CASE("layout: tp2 x pp2 x dp2 gives four workers of two ranks, by stage, with coords") {
+  ParallelSynth job;
+  auto layout = layoutOf(job.topology());
+  REQUIRE(layout != nullptr);
+  CHECK(layout->stages == 2);
+  REQUIRE(layout->workers.size() == 4);
+  CHECK(layout->workers[0].ranks == std::vector<uint32_t>{0, 1});
+  CHECK(layout->workers[0].stage == 0);
+  CHECK(layout->workers[0].coords == R"({"pp":0,"dp":0})");
+  CHECK(layout->workers[1].ranks == std::vector<uint32_t>{2, 3});
+  CHECK(layout->workers[1].coords == R"({"pp":0,"dp":1})");
+  CHECK(layout->workers[3].ranks == std::vector<uint32_t>{6, 7});
+  CHECK(layout->workers[3].stage == 1);
+  CHECK(layout->workerOfRank(5) == 2);
+  CHECK(layout->workerOfRank(99) == -1);
+}
+
+TEST_CASE("layout: nothing declared, or data parallel only, is judged flat (no layout)") {
+  CHECK(layoutOf(topology::Topology{}) == nullptr);
+  ParallelSynth job;
+  job.tp = 1;
+  job.pp = 1;
+  job.dp = 8;
+  CHECK(layoutOf(job.topology()) == nullptr);
+  job.tp = 2;
+  job.dp = 4;
+  auto tpOnly = layoutOf(job.topology());
+  REQUIRE(tpOnly != nullptr);
+  CHECK(tpOnly->stages == 1);
+  CHECK(tpOnly->workers.size() == 4);
+}
+
+TEST_CASE("layout: the 1F1B what-if model replays the schedule") {
+  // Two equal stages, 4 microbatches: (M + P - 1) slots of one forward and one backward.
+  CHECK(pipelineStepNs({60.0, 60.0}, 4) == Approx(75.0));
+  CHECK(pipelineStepNs({40.0, 40.0, 40.0, 40.0}, 8) == Approx(11 * 5.0));
+  // Unknown microbatches: the slowest stage alone; one stage: its work.
+  CHECK(pipelineStepNs({60.0, 90.0}, 0) == Approx(90.0));
+  CHECK(pipelineStepNs({60.0}, 4) == Approx(60.0));
+  // Stage 0 at 90 (forwards 7.5, backwards 15): replayed by hand, its last backward ends at
+  // 97.5 (its own 90 plus 7.5 idle waiting for stage 1's first backward).
+  CHECK(pipelineStepNs({90.0, 60.0}, 4) == Approx(97.5));
+  CHECK(estimatedGain({60.0, 60.0}, 0, 90.0, 60.0, 4, 110.0) == Approx(22.5 / 110));
+  // The same slowdown gains less on the lighter stage of an unbalanced pipeline, whose heavier
+  // stage still sets the pace.
+  const double light = estimatedGain({60.0, 80.0}, 0, 75.0, 60.0, 4, 100.0);
+  const double heavy = estimatedGain({60.0, 80.0}, 1, 95.0, 80.0, 4, 100.0);
+  CHECK(light > 0.0);
+  CHECK(light < heavy);
+  CHECK(estimatedGain({60.0, 60.0}, 5, 90.0, 60.0, 4, 110.0) == 0.0);
+}
+
+TEST_CASE("layout: viewStep takes workers' mean compute, stages' lower median and microbatches") {
+  ParallelSynth job;
+  job.noise = 0;
+  job.warmupSteps = 0;
+  job.workerFactor = [](int64_t, uint32_t s, uint32_t d) { return s == 0 && d == 1 ? 2.0 : 1.0; };
+  auto layout = layoutOf(job.topology());
+  AssembledStep step;
+  for (auto& r : job.step(0)) step.ranks.push_back({std::move(r), RankContext{}});
+  LayoutStep view;
+  viewStep(step, *layout, &view);
+  REQUIRE(view.workerNs.size() == 4);
+  CHECK(view.workerNs[1] == Approx(120e6));
+  CHECK(view.stageNs[0] == Approx(60e6));  // the slow replica does not set the stage's work
+  CHECK(view.stageNs[1] == Approx(60e6));
+  CHECK(view.microbatches == 4);
+}

@@ -1,0 +1,115 @@
+#include <catch2/catch.hpp>
+
+#include "collector/detect/detector_set.h"
+#include "tests/collector/detect/parallel_synth.h"
+#include "tests/collector/detect/synth.h"
+
+using namespace trainscope;
+using namespace trainscope::detect;
+using namespace trainscope::detect::test;
+
+namespace {
+
+std::vector<Anomaly> runJob(ParallelSynth& job, int64_t steps) {
+  job.rng_.seed(job.seed);
+  DetectorSet set;
+  set.setTopology(job.job, job.topology());
+  std::vector<Anomaly> events;
+  job.run(set, 0, steps, &events);
+  return events;
+}
+
+}  // namespace
+
+TEST_CASE("stage_imbalance: a stage 1.2x longer from step 200 names the stage's ranks, once") {
+  ParallelSynth job;
+  job.seed = 21;
+  job.pp = 4;
+  job.stageFactor = [](int64_t s, uint32_t st) { return s >= 200 && st == 1 ? 1.2 : 1.0; };
+  auto events = runJob(job, 500);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kStageImbalance);
+  REQUIRE(opened.size() == 1);
+  const Anomaly& a = opened[0];
+  CHECK(a.ranks == std::vector<uint32_t>{4, 5, 6, 7});
+  CHECK(a.labels.at("stage") == "1");
+  CHECK(a.onsetStep >= 198);
+  CHECK(a.onsetStep <= 202);
+  CHECK(a.detectedStep - a.onsetStep <= 10);
+  CHECK(a.magnitude == Approx(1.2).epsilon(0.03));
+  CHECK(a.id == "pjob/stage_imbalance/" + std::to_string(a.onsetStep) + "/stage1");
+  // Not a straggler: every worker of the stage is slow alike. Not a step_shift either: the
+  // rise of the step time is folded into the stage that explains it.
+  CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
+  CHECK(ofKind(events, AnomalyKind::kStepShift).empty());
+}
+
+TEST_CASE("stage_imbalance: a stage slow from the first step has onset 0 and a true gain") {
+  ParallelSynth job;
+  job.seed = 22;
+  job.noise = 0.02;
+  job.stageFactor = [](int64_t, uint32_t st) { return st == 0 ? 1.5 : 1.0; };
+  auto events = runJob(job, 200);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kStageImbalance);
+  REQUIRE(opened.size() == 1);
+  CHECK(opened[0].ranks == std::vector<uint32_t>{0, 1, 2, 3});
+  CHECK(opened[0].onsetStep <= 1);
+  // 90 + 60 ms stages, 4 microbatches: 97.5 + 5 ms against 75 + 5 ms balanced.
+  CHECK(opened[0].evidence.at("estimated_gain") == Approx(22.5 / 102.5).margin(0.03));
+}
+
+TEST_CASE("stage_imbalance: resolves when the stage is back in line") {
+  ParallelSynth job;
+  job.seed = 23;
+  job.pp = 3;
+  job.stageFactor = [](int64_t s, uint32_t st) {
+    return s >= 100 && s < 300 && st == 2 ? 1.3 : 1.0;
+  };
+  auto events = runJob(job, 500);
+  INFO(describe(events));
+  REQUIRE(ofKind(events, AnomalyKind::kStageImbalance).size() == 1);
+  auto resolved = ofKind(events, AnomalyKind::kStageImbalance, AnomalyState::kResolved);
+  REQUIRE(resolved.size() == 1);
+  CHECK(resolved[0].resolvedStep >= 295);
+  CHECK(resolved[0].resolvedStep <= 320);
+}
+
+TEST_CASE("stage_imbalance: a slow worker is not a slow stage; a flat job has none") {
+  ParallelSynth job;
+  job.seed = 24;
+  job.workerFactor = [](int64_t s, uint32_t st, uint32_t d) {
+    return s >= 100 && st == 1 && d == 1 ? 1.5 : 1.0;
+  };
+  auto events = runJob(job, 300);
+  INFO(describe(events));
+  CHECK(ofKind(events, AnomalyKind::kStageImbalance).empty());
+  CHECK(ofKind(events, AnomalyKind::kStraggler).size() == 1);
+
+  // The same stage fault in a job that declared nothing: judged flat, no stages known.
+  ParallelSynth flat;
+  flat.seed = 25;
+  flat.stageFactor = [](int64_t s, uint32_t st) { return s >= 100 && st == 1 ? 1.5 : 1.0; };
+  flat.rng_.seed(flat.seed);
+  DetectorSet set;
+  std::vector<Anomaly> flatEvents;
+  flat.run(set, 0, 300, &flatEvents);
+  CHECK(ofKind(flatEvents, AnomalyKind::kStageImbalance).empty());
+}
+
+TEST_CASE("stage_imbalance: the layout may come after the first reports (late hellos)") {
+  ParallelSynth job;
+  job.seed = 26;
+  job.stageFactor = [](int64_t s, uint32_t st) { return s >= 100 && st == 1 ? 1.4 : 1.0; };
+  job.rng_.seed(job.seed);
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  job.run(set, 0, 20, &events);
+  set.setTopology(job.job, job.topology());
+  set.setTopology(job.job, job.topology());  // the same again changes nothing
+  job.run(set, 20, 300, &events);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kStageImbalance);
+  REQUIRE(opened.size() == 1);
+  CHECK(opened[0].labels.at("stage") == "1");
+}

@@ -1,0 +1,116 @@
+// The straggler detector with a parallel layout: workers compared within their stage.
+#include <catch2/catch.hpp>
+
+#include "collector/detect/detector_set.h"
+#include "tests/collector/detect/parallel_synth.h"
+#include "tests/collector/detect/synth.h"
+
+using namespace trainscope;
+using namespace trainscope::detect;
+using namespace trainscope::detect::test;
+
+namespace {
+
+std::vector<Anomaly> runJob(ParallelSynth& job, int64_t steps, bool declare = true) {
+  job.rng_.seed(job.seed);
+  DetectorSet set;
+  if (declare) set.setTopology(job.job, job.topology());
+  std::vector<Anomaly> events;
+  job.run(set, 0, steps, &events);
+  return events;
+}
+
+}  // namespace
+
+TEST_CASE("straggler/layout: a slow worker is one anomaly naming its tp group, with coords") {
+  ParallelSynth job;
+  job.seed = 3;
+  job.workerFactor = [](int64_t s, uint32_t st, uint32_t d) {
+    return s >= 150 && st == 1 && d == 0 ? 1.5 : 1.0;
+  };
+  auto events = runJob(job, 400);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kStraggler);
+  REQUIRE(opened.size() == 1);
+  const Anomaly& a = opened[0];
+  CHECK(a.ranks == std::vector<uint32_t>{4, 5});
+  CHECK(a.labels.at("coords") == R"({"pp":1,"dp":0})");
+  CHECK(a.labels.at("stage") == "1");
+  CHECK(a.onsetStep >= 148);
+  CHECK(a.onsetStep <= 152);
+  CHECK(a.detectedStep - a.onsetStep <= 10);
+  CHECK(a.magnitude == Approx(1.5).epsilon(0.05));
+  CHECK(ofKind(events, AnomalyKind::kStageImbalance).empty());
+}
+
+TEST_CASE("straggler/layout: without the layout the same worker is one straggler per tp rank") {
+  ParallelSynth job;
+  job.seed = 3;
+  job.dp = 4;  // enough ranks for the flat job-wide comparison to name them at all
+  job.workerFactor = [](int64_t s, uint32_t st, uint32_t d) {
+    return s >= 150 && st == 1 && d == 0 ? 1.5 : 1.0;
+  };
+  auto flat = ofKind(runJob(job, 400, false), AnomalyKind::kStraggler);
+  CHECK(flat.size() >= 2);
+  auto layered = ofKind(runJob(job, 400), AnomalyKind::kStraggler);
+  REQUIRE(layered.size() == 1);
+  CHECK(layered[0].ranks == std::vector<uint32_t>{8, 9});
+}
+
+TEST_CASE("straggler/layout: slow on the lighter stage of an unbalanced pipeline is found") {
+  // Stage 1 does 40 % more work by design: compared job-wide, stage 0's ranks look fast and
+  // stage 1's slow, and the spread hides a 1.3x worker on stage 0.
+  ParallelSynth job;
+  job.seed = 5;
+  job.dp = 4;
+  job.stageLoad = {1.0, 1.4};
+  job.workerFactor = [](int64_t s, uint32_t st, uint32_t d) {
+    return s >= 100 && st == 0 && d == 2 ? 1.3 : 1.0;
+  };
+  auto events = runJob(job, 400);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kStraggler);
+  REQUIRE(opened.size() == 1);
+  CHECK(opened[0].ranks == std::vector<uint32_t>{4, 5});
+  CHECK(opened[0].labels.at("coords") == R"({"pp":0,"dp":2})");
+}
+
+TEST_CASE("straggler/layout: a worker slow from the first step is found with onset 0") {
+  ParallelSynth job;
+  job.seed = 7;
+  job.workerFactor = [](int64_t, uint32_t st, uint32_t d) { return st == 0 && d == 1 ? 1.3 : 1.0; };
+  auto events = runJob(job, 200);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kStraggler);
+  REQUIRE(opened.size() == 1);
+  CHECK(opened[0].ranks == std::vector<uint32_t>{2, 3});
+  CHECK(opened[0].onsetStep <= 1);
+  CHECK(opened[0].detectedStep <= 15);
+}
+
+TEST_CASE("straggler/layout: estimated_gain matches the job without the fault") {
+  ParallelSynth job;
+  job.seed = 9;
+  job.noise = 0.02;
+  job.workerFactor = [](int64_t s, uint32_t st, uint32_t d) {
+    return s >= 50 && st == 0 && d == 1 ? 1.5 : 1.0;
+  };
+  auto opened = ofKind(runJob(job, 200), AnomalyKind::kStraggler);
+  REQUIRE(opened.size() == 1);
+  // Healthy: 2 stages x 60 ms, 4 microbatches: 75 + 5 ms; with stage 0 of replica 1 at 90 ms
+  // the replica's 1F1B takes 97.5 + 5 ms (layout_test). The job would save 22.5 of 102.5 ms.
+  CHECK(opened[0].evidence.at("estimated_gain") == Approx(22.5 / 102.5).margin(0.03));
+}
+
+TEST_CASE("straggler/layout: no alarm on 3,000 healthy steps of tp2 x pp4 x dp2, unbalanced") {
+  for (uint64_t seed : {11u, 12u}) {
+    ParallelSynth job;
+    job.seed = seed;
+    job.pp = 4;
+    job.stageLoad = {1.03, 1.0, 1.0, 1.06};
+    auto events = runJob(job, 3000);
+    INFO(describe(events));
+    CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
+    CHECK(ofKind(events, AnomalyKind::kStageImbalance).empty());
+  }
+}
