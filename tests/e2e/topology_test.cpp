@@ -99,3 +99,98 @@ TEST_CASE("e2e: a tp2 x pp2 x dp2 simulated job's topology API returns every ran
   REQUIRE(flatRanks["ranks"].size() == 4);
   CHECK_FALSE(flatRanks["ranks"][0].contains("coords"));
 }
+
+// Parallelism-aware detection through the real processes: a pipeline stage that computes 1.5x
+// longer from the first step comes out as one stage_imbalance naming that stage's ranks, and a
+// slow tensor-parallel group (a worker) from step 40 as one straggler naming both its ranks
+// with its coordinates, each with an estimated gain; in the API and in the CLI.
+TEST_CASE("e2e: a slow stage and a slow tp worker come out of the anomalies API and the CLI") {
+  TempDir dir;
+  CollectorSpec spec;
+  spec.dataDir = dir / "data";
+  spec.ingestPort = freePort();
+  spec.httpPort = freePort();
+  auto collector = startCollector(dir, spec);
+  std::vector<std::string> agentArgs;
+  std::vector<std::unique_ptr<Process>> agents;
+  for (int i = 0; i < 2; ++i) {
+    const std::string node = "node" + std::to_string(i);
+    AgentSpec a{node, "ipc://" + (dir / (node + ".sock")), dir / ("spool-" + node), spec.ingest()};
+    agents.push_back(startAgent(dir, a, "agent-" + node));
+    agentArgs.push_back("--agent");
+    agentArgs.push_back(a.endpoint);
+  }
+  auto runSim = [&](const std::string& job, const std::string& inject) {
+    std::vector<std::string> args = agentArgs;
+    for (const char* x : {"--steps", "150", "--step-ms", "20", "--fast", "--quiet", "--parallel",
+                          "tp=2,pp=2,dp=2", "--microbatches", "4", "--noise", "0.03"}) {
+      args.emplace_back(x);
+    }
+    args.insert(args.end(), {"--job", job, "--inject", inject});
+    return startSim(dir, args, "sim-" + job);
+  };
+  auto simStage = runSim("stage", "stage:pp=1,factor=1.5");
+  auto simWorker = runSim("worker", "worker:dp=1,pp=0,factor=1.5,from=40");
+  for (auto* s : {simStage.get(), simWorker.get()}) {
+    auto rc = s->wait(90s);
+    INFO(s->name() << " log:\n" << s->logTail());
+    REQUIRE(rc.has_value());
+    CHECK(*rc == 0);
+  }
+  auto anomalies = [&](const std::string& job) {
+    auto r = httpGet(spec.httpPort, "/api/v1/jobs/" + job + "/anomalies", 5s);
+    return r.status == 200 ? r.json()["anomalies"] : json::array();
+  };
+  auto ofKind = [](const json& list, const std::string& kind) {
+    std::vector<json> out;
+    for (const auto& a : list) {
+      if (a["kind"] == kind) out.push_back(a);
+    }
+    return out;
+  };
+  json stage, worker;
+  REQUIRE(waitFor(
+      [&] {
+        stage = anomalies("stage");
+        worker = anomalies("worker");
+        return !ofKind(stage, "stage_imbalance").empty() && !ofKind(worker, "straggler").empty();
+      },
+      30s));
+  INFO("stage job: " << stage.dump() << "\nworker job: " << worker.dump());
+
+  auto st = ofKind(stage, "stage_imbalance");
+  REQUIRE(st.size() == 1);
+  CHECK(st[0]["ranks"] == json{4, 5, 6, 7});
+  CHECK(st[0]["labels"]["stage"] == "1");
+  CHECK(st[0]["labels"]["coords"] == json{{"pp", 1}});
+  CHECK(st[0]["onset_step"].get<int64_t>() <= 1);
+  CHECK(st[0]["evidence"]["estimated_gain"].get<double>() > 0.1);
+  CHECK(ofKind(stage, "straggler").empty());  // every worker of the stage is slow alike
+
+  auto wk = ofKind(worker, "straggler");
+  REQUIRE(wk.size() == 1);  // once for the tp group, not once per rank
+  CHECK(wk[0]["ranks"] == json{2, 3});
+  CHECK(wk[0]["labels"]["coords"] == json{{"pp", 0}, {"dp", 1}});
+  CHECK(wk[0]["onset_step"].get<int64_t>() >= 38);
+  CHECK(wk[0]["onset_step"].get<int64_t>() <= 42);
+  CHECK(wk[0]["evidence"]["estimated_gain"].get<double>() > 0.1);
+  CHECK(ofKind(worker, "stage_imbalance").empty());
+
+  // The CLI lists the same anomalies.
+  const std::string log = dir / "cli-worker.log";
+  Process cli(
+      "cli-worker",
+      {binaryFromEnv("TRAINSCOPE_CLI_BIN"), "--server",
+       "http://127.0.0.1:" + std::to_string(spec.httpPort), "anomalies", "worker", "--json"},
+      log);
+  auto code = cli.wait(15s);
+  INFO("cli output: " << readFile(log));
+  REQUIRE(code == std::optional<int>(0));
+  std::string text = readFile(log);
+  if (text.rfind("$ ", 0) == 0) text = text.substr(text.find('\n') + 1);
+  json out = json::parse(text);
+  auto viaCli = ofKind(out["anomalies"], "straggler");
+  REQUIRE(viaCli.size() == 1);
+  CHECK(viaCli[0]["ranks"] == json{2, 3});
+  CHECK(viaCli[0]["labels"]["coords"] == json{{"pp", 0}, {"dp", 1}});
+}
