@@ -123,6 +123,69 @@ std::vector<Scenario> noiseSweep(const EvalOptions& o) {
   return out;
 }
 
+// Tensor x pipeline x data parallel jobs (1F1B, 2 * pp microbatches): healthy ones, balanced
+// and naturally unbalanced (--edge-load 5 %: the first stage 2.5 % heavier, the last 5 %), and
+// a slow worker (a tp group) or a slow stage from step 0 or 100, scored in groups of their own.
+void addParallel(const EvalOptions& o, std::vector<Scenario>* out) {
+  struct Layout {
+    uint32_t tp, pp, dp;
+  };
+  const std::vector<Layout> layouts =
+      o.quick ? std::vector<Layout>{{2, 2, 2}, {2, 4, 4}}
+              : std::vector<Layout>{{2, 2, 2}, {2, 4, 2}, {4, 2, 4}, {2, 4, 8}};
+  auto make = [&](const Layout& l, int64_t steps, double noise, uint64_t seed) {
+    Scenario s = base(l.tp * l.pp * l.dp, steps, noise, seed);
+    s.sim.parallel = ts::sim::ParallelLayout{l.tp, l.pp, l.dp};
+    return s;
+  };
+  auto layoutName = [](const Layout& l) {
+    return "tp" + std::to_string(l.tp) + "pp" + std::to_string(l.pp) + "dp" + std::to_string(l.dp);
+  };
+  uint64_t seed = 7000;
+  for (const Layout& l : layouts) {
+    for (double edge : {0.0, 0.05}) {
+      for (int j = 0; j < (o.quick ? 1 : 2); ++j) {
+        Scenario s = make(l, o.quick ? 300 : 1000, 0.05, ++seed);
+        s.group = "healthy";
+        s.faultLabel = "healthy";
+        s.sim.edgeLoad = edge;
+        s.sim.injects.push_back(inject("spike:every=50,factor=3"));
+        s.name = "healthy " + layoutName(l) + (edge > 0 ? " edge+5%" : "") + " noise 5% seed " +
+                 std::to_string(seed);
+        out->push_back(std::move(s));
+      }
+    }
+  }
+  const std::vector<double> mags =
+      o.quick ? std::vector<double>{1.1, 1.5} : std::vector<double>{1.05, 1.1, 1.2, 1.5, 2.0};
+  for (const char* label : {"worker", "stage"}) {
+    for (const Layout& l : layouts) {
+      for (int64_t from : {int64_t{0}, int64_t{100}}) {
+        for (int sd = 1; sd <= (o.quick ? 1 : 2); ++sd) {
+          for (double m : mags) {
+            Scenario s = make(l, 300, 0.05, static_cast<uint64_t>(sd) * 31 + l.pp * 7 + l.dp);
+            s.faultLabel = std::string(label) + ' ' + layoutName(l);
+            s.magnitude = m;
+            s.sim.injects.push_back(inject("spike:every=75,factor=2.5"));
+            char f[32];
+            std::snprintf(f, sizeof f, "%g", m);
+            const uint32_t pp = static_cast<uint32_t>(sd + 1) % l.pp;
+            const uint32_t dp = static_cast<uint32_t>(sd * 3 + 1) % l.dp;
+            const std::string spec =
+                std::string(label) + (label[0] == 'w' ? ":dp=" + std::to_string(dp) + "," : ":") +
+                "pp=" + std::to_string(pp) + ",factor=" + f + ",from=" + std::to_string(from);
+            ts::sim::Inject in = inject(spec);
+            s.group = ts::sim::truthKindName(in.kind);
+            s.sim.injects.push_back(in);
+            s.name = spec + " " + layoutName(l) + " seed " + std::to_string(s.sim.seed);
+            out->push_back(std::move(s));
+          }
+        }
+      }
+    }
+  }
+}
+
 std::vector<Scenario> buildSuite(const EvalOptions& o) {
   if (o.noiseSweep) return noiseSweep(o);
   std::vector<Scenario> out;
@@ -246,6 +309,7 @@ std::vector<Scenario> buildSuite(const EvalOptions& o) {
       for (double m : {1.1, 1.5}) addFault(label, m, 60, noise, 101);
     }
   }
+  addParallel(o, &out);
   if (!o.only.empty()) {
     std::vector<Scenario> kept;
     for (auto& s : out) {
@@ -309,6 +373,11 @@ int main(int argc, char** argv) {
       "factors 1.05-2.0, %d seed(s) at 5%% noise%s; op = aten::matmul; stragglers also from "
       "step 0 and 3 (x1.1-2.0), a hang also in step 3\n",
       o.quick ? 1 : o.seeds, o.quick ? "" : ", 1 seed at 2%/10% (x1.1, x1.5, onset 60)");
+  std::printf(
+      "  parallel (1F1B, 2*pp microbatches, 5%% noise): healthy tp2pp2dp2, tp2pp4dp2, tp4pp2dp4, "
+      "tp2pp4dp8, balanced and edge-loaded (first stage +2.5%%, last +5%%); worker (tp group) and "
+      "stage faults x1.05-2.0 from step 0 and 100, 300 steps, 2 seeds%s\n",
+      o.quick ? " (quick: 2 layouts, x1.1/x1.5, 1 seed)" : "");
   if (!o.quick) {
     std::printf(
         "  hangs: also seeds up to 10 at 16 ranks (onsets alternate) and one 64- and one "

@@ -22,6 +22,11 @@ Result<detect::Anomaly> anomalyOf(const nlohmann::json& j) {
   a.detectedStep = j.at("detected_step").get<int64_t>();
   a.detectedNs = j.at("detected_ns").get<int64_t>();
   a.summary = j.value("summary", "");
+  if (j.contains("evidence") && j["evidence"].is_object()) {
+    for (const auto& [k, v] : j["evidence"].items()) {
+      if (v.is_number()) a.evidence[k] = v.get<double>();
+    }
+  }
   if (j.contains("labels") && j["labels"].is_object()) {
     for (const auto& [k, v] : j["labels"].items()) {
       if (v.is_string()) a.labels[k] = v.get<std::string>();
@@ -50,6 +55,13 @@ Result<std::vector<ScenarioResult>> liveResults(const nlohmann::json& run) {
       r.scenario.sim.noise = s.at("noise").get<double>();
       r.stepNs = s.at("step_ms").get<double>() * 1e6;
       r.stepsJudged = r.scenario.sim.steps;
+      // --parallel jobs are scored in groups of their own, as in-process.
+      if (const std::string layout = s.value("parallel", ""); !layout.empty()) {
+        auto parsed = sim::parseParallel(layout);
+        if (!parsed) return parsed.status();
+        r.scenario.sim.parallel = *parsed;
+        r.scenario.sim.edgeLoad = s.value("edge_load", 0.0);
+      }
       for (const auto& t : s.at("truth")) {
         TruthFault f;
         f.kind = t.at("kind").get<std::string>();

@@ -9,6 +9,8 @@
 #include "agent/probe/progress.h"
 #include "agent/probe/trainscope_probe.h"
 #include "collector/detect/detector_set.h"
+#include "collector/detect/robust.h"
+#include "collector/topology/topology.h"
 #include "tools/simtrain/step_model.h"
 #include "tools/simtrain/truth.h"
 
@@ -34,7 +36,9 @@ constexpr uint32_t kRanksPerNode = 8;
 struct Names {
   std::vector<uint32_t> ops;
   uint32_t phase[5] = {};
-  uint32_t group = 0;
+  uint32_t group = 0;  // "dp": gradient all_reduces and ring links
+  uint32_t tp = 0;     // --parallel: tensor-parallel all_reduces
+  uint32_t pp = 0;     // --parallel: pipeline sends and receives
 };
 
 uint8_t rangeKind(sim::Phase p) {
@@ -90,11 +94,12 @@ void feedRank(RecordSink& folder, const Names& names, int64_t step, const sim::R
                                o.startNs + o.durationNs, 0));
     } else if (e.kind == sim::RankEvent::Kind::kColl) {
       const auto& c = rs.colls[e.idx];
+      const uint32_t group = c.group == sim::CollExec::Group::kTp ? names.tp : names.group;
       if (c.completeNs == 0) {
-        folder.add(0, makeRecord(RecordType::kCollBegin, TS_COLL_ALL_REDUCE, 0, names.group, 0,
+        folder.add(0, makeRecord(RecordType::kCollBegin, TS_COLL_ALL_REDUCE, 0, group, 0,
                                  c.arriveNs, 0, c.bytes));
       } else {
-        folder.add(0, makeRecord(RecordType::kCollective, TS_COLL_ALL_REDUCE, 0, names.group, 0,
+        folder.add(0, makeRecord(RecordType::kCollective, TS_COLL_ALL_REDUCE, 0, group, 0,
                                  c.arriveNs, c.completeNs, c.bytes));
       }
     } else if (e.kind == sim::RankEvent::Kind::kLink) {
@@ -106,7 +111,7 @@ void feedRank(RecordSink& folder, const Names& names, int64_t step, const sim::R
       // What ts_p2p records: the op in `kind`, the peer in `name` (--parallel only).
       const auto& x = rs.p2ps[e.idx];
       folder.add(0, makeRecord(RecordType::kP2p, x.send ? TS_COLL_SEND : TS_COLL_RECV, x.peer,
-                               names.group, 0, x.postedNs, x.completeNs, x.bytes));
+                               names.pp, 0, x.postedNs, x.completeNs, x.bytes));
     }
   }
   if (!hung && rs.endNs > 0) {
@@ -129,6 +134,60 @@ std::vector<TruthFault> truthOf(const sim::SimOptions& o) {
   return out;
 }
 
+// The groups every rank of a --parallel job declares (as trainscope-simtrain's ranks do),
+// through the collector's own derivation.
+topology::Topology topologyOf(const sim::ParallelLayout& L) {
+  std::vector<topology::RankGroups> ranks;
+  for (uint32_t r = 0; r < L.world(); ++r) {
+    topology::RankGroups g;
+    g.rank = r;
+    g.declaredNs = 1;
+    const std::pair<const char*, wire::GroupKind> kinds[] = {
+        {"tp", wire::GROUP_TP}, {"pp", wire::GROUP_PP}, {"dp", wire::GROUP_DP}};
+    for (const auto& [name, kind] : kinds) {
+      wire::ProcessGroup pg;
+      pg.set_name(name);
+      pg.set_kind(kind);
+      const auto members = kind == wire::GROUP_TP   ? L.tpGroup(r)
+                           : kind == wire::GROUP_PP ? L.ppGroup(r)
+                                                    : L.dpGroup(r);
+      for (uint32_t m : members) pg.add_ranks(m);
+      g.groups.push_back(std::move(pg));
+    }
+    ranks.push_back(std::move(g));
+  }
+  return topology::derive(ranks);
+}
+
+// The truth gain of each --parallel worker or stage fault (see TruthFault::gain): the same
+// job (same seed, so the same noise draws) run without that fault.
+void measureGains(const sim::SimOptions& o, std::vector<TruthFault>* truth) {
+  if (!o.parallel) return;
+  for (size_t i = 0; i < o.injects.size(); ++i) {
+    const auto kind = o.injects[i].kind;
+    if (kind != sim::Inject::Kind::kWorker && kind != sim::Inject::Kind::kStage) continue;
+    sim::SimOptions without = o;
+    without.injects.erase(without.injects.begin() + static_cast<std::ptrdiff_t>(i));
+    sim::StepModel faulty(o);
+    sim::StepModel healthy(without);
+    std::vector<double> gains;
+    int64_t a = 0, b = 0;
+    for (int64_t s = 0; s < o.steps; ++s) {
+      const sim::StepTimeline x = faulty.step(s, a);
+      const sim::StepTimeline y = healthy.step(s, b);
+      const double tx = static_cast<double>(x.endNs - x.beginNs);
+      const double ty = static_cast<double>(y.endNs - y.beginNs);
+      if (s >= o.injects[i].fromStep && s >= o.warmup && tx > 0) gains.push_back((tx - ty) / tx);
+      a = x.endNs;
+      b = y.endNs;
+    }
+    for (TruthFault& t : *truth) {
+      if (t.kind == sim::truthKindName(kind) && t.fromStep == o.injects[i].fromStep)
+        t.gain = detect::median(gains);
+    }
+  }
+}
+
 }  // namespace
 
 ScenarioResult runScenario(const Scenario& scenario) {
@@ -145,6 +204,9 @@ ScenarioResult runScenario(const Scenario& scenario) {
   for (int i = 0; i < 5; ++i)
     names.phase[i] = probe::internName(sim::phaseName(static_cast<sim::Phase>(i)));
   names.group = probe::internName("dp");
+  names.tp = probe::internName("tp");
+  names.pp = probe::internName("pp");
+  measureGains(o, &res.truth);
 
   std::vector<probe::StepFolder> folders;
   folders.reserve(o.ranks);
@@ -162,6 +224,8 @@ ScenarioResult runScenario(const Scenario& scenario) {
   }
 
   detect::DetectorSet set;  // default options: what users get
+  // What the collector does with the groups the ranks declare in their first hello.
+  if (o.parallel) set.setTopology(job, topologyOf(*o.parallel));
   std::mt19937_64 shuffleRng(o.seed * 7919 + 17);
   std::vector<wire::StepReport> reports;
   reports.reserve(o.ranks);

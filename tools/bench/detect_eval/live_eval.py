@@ -84,10 +84,26 @@ def sample(quick):
     out = []
 
     def job(name, group, label, magnitude, ranks, steps, inject, fast=False, procs=1,
-            stagger_ms=0.0, step_ms=100.0, seed=1):
+            stagger_ms=0.0, step_ms=100.0, seed=1, parallel="", edge=0.0):
         out.append(dict(name=name, group=group, label=label, magnitude=magnitude, ranks=ranks,
                         steps=steps, inject=inject + [CKPT], fast=fast, procs=procs,
-                        stagger_ms=stagger_ms, step_ms=step_ms, seed=seed))
+                        stagger_ms=stagger_ms, step_ms=step_ms, seed=seed, parallel=parallel,
+                        edge=edge))
+
+    # Parallel layouts (issue 11): the jobs declare their tp/pp/dp groups; a slow stage, a slow
+    # worker (tp group), from step 0 and later, and healthy pipelines (one unbalanced by design).
+    job("par stage x1.3 @0 tp2pp2dp2", "stage_imbalance", "par_stage", 1.3, 8, 250,
+        ["stage:pp=1,factor=1.3"], seed=31, parallel="tp=2,pp=2,dp=2")
+    job("par stage x1.5 @100 tp2pp4dp2", "stage_imbalance", "par_stage", 1.5, 16, 250,
+        ["stage:pp=2,factor=1.5,from=100"], seed=32, parallel="tp=2,pp=4,dp=2")
+    job("par worker x1.5 @100 tp2pp2dp2", "straggler", "par_worker", 1.5, 8, 250,
+        ["worker:dp=1,pp=0,factor=1.5,from=100"], seed=33, parallel="tp=2,pp=2,dp=2")
+    job("par worker x1.2 @0 tp2pp4dp4", "straggler", "par_worker", 1.2, 32, 250,
+        ["worker:dp=2,pp=3,factor=1.2"], seed=34, parallel="tp=2,pp=4,dp=4")
+    job("par healthy tp2pp4dp2 edge 5%", "healthy", "healthy", 1.0, 16, 400, [], seed=35,
+        parallel="tp=2,pp=4,dp=2", edge=0.05)
+    job("par healthy tp4pp2dp8", "healthy", "healthy", 1.0, 64, 300, [], seed=36,
+        parallel="tp=4,pp=2,dp=8")
 
     # Faults >= 10 %, 5 % noise, checkpoints, paced (100 ms steps) unless --fast.
     job("straggler x1.2 @60 16r", "straggler", "straggler", 1.2, 16, 250,
@@ -144,6 +160,10 @@ def sim_argv(a, sc, job, first, ranks, truth, agents):
         argv.append("--fast")
     if sc["stagger_ms"] > 0:
         argv += ["--end-stagger-ms", str(sc["stagger_ms"])]
+    if sc["parallel"]:
+        argv += ["--parallel", sc["parallel"]]
+    if sc["edge"] > 0:
+        argv += ["--edge-load", str(sc["edge"])]
     return argv
 
 
@@ -165,7 +185,7 @@ def main():
     ap.add_argument("--burst-stop-s", type=float, default=2.0)
     ap.add_argument("--no-busy-loop", action="store_true",
                     help="no busy-loop process beside the collector")
-    ap.add_argument("--quick", action="store_true", help="the small jobs only (12 jobs)")
+    ap.add_argument("--quick", action="store_true", help="the small jobs only (18 jobs)")
     ap.add_argument("--only", default="", help="only the jobs whose name contains this text")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     a = ap.parse_args()
@@ -292,7 +312,7 @@ def main():
         results.append(dict(name=sc["name"], job=r["job"], group=sc["group"], label=sc["label"],
                             magnitude=sc["magnitude"], ranks=sc["ranks"], steps=sc["steps"],
                             noise=0.05, step_ms=sc["step_ms"], cut=r["cut"], truth=truth,
-                            anomalies=got))
+                            parallel=sc["parallel"], edge_load=sc["edge"], anomalies=got))
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=10).read()
     detect_lines = [l for l in metrics.decode().splitlines()
                     if l.startswith("trainscope_detect_")]
