@@ -92,6 +92,38 @@ void viewStep(const AssembledStep& step, const JobLayout& layout, LayoutStep* ou
   }
 }
 
+StepSummary medianOf(const std::vector<StepSummary>& steps, size_t stages) {
+  StepSummary out;
+  out.stageNs.assign(stages, 0.0);
+  std::vector<double> col;
+  for (size_t s = 0; s < stages; ++s) {
+    col.clear();
+    for (const StepSummary& v : steps) {
+      if (s < v.stageNs.size() && v.stageNs[s] > 0) col.push_back(v.stageNs[s]);
+    }
+    out.stageNs[s] = medianInPlace(col);
+  }
+  col.clear();
+  for (const StepSummary& v : steps) col.push_back(v.stepNs);
+  out.stepNs = medianInPlace(col);
+  col.clear();
+  for (const StepSummary& v : steps) col.push_back(v.microbatches);
+  out.microbatches = medianInPlace(col);
+  return out;
+}
+
+std::vector<std::string> nodesOf(const AssembledStep& step, const std::vector<uint32_t>& ranks) {
+  std::vector<std::string> out;
+  for (const RankStep& r : step.ranks) {
+    if (r.ctx.node.empty() || !std::binary_search(ranks.begin(), ranks.end(), r.report.rank()) ||
+        std::find(out.begin(), out.end(), r.ctx.node) != out.end()) {
+      continue;
+    }
+    out.push_back(r.ctx.node);
+  }
+  return out;
+}
+
 double pipelineStepNs(const std::vector<double>& stageNs, double microbatches) {
   const size_t P = stageNs.size();
   if (P == 0) return 0.0;

@@ -51,6 +51,21 @@ struct LayoutStep {
 };
 void viewStep(const AssembledStep& step, const JobLayout& layout, LayoutStep* out);
 
+// What a detector keeps of each step for the evidence of an anomaly opened later, and their
+// medians since its onset: per stage (over the steps it had work), step time, microbatches.
+struct StepSummary {
+  std::vector<double> stageNs;
+  double stepNs = 0;
+  double microbatches = 0;
+};
+inline StepSummary summaryOf(const LayoutStep& v) {
+  return {v.stageNs, v.stepNs, v.microbatches};
+}
+StepSummary medianOf(const std::vector<StepSummary>& steps, size_t stages);
+
+// The nodes of `ranks` among the step's reports (unsorted, unique; EventLog sorts them).
+std::vector<std::string> nodesOf(const AssembledStep& step, const std::vector<uint32_t>& ranks);
+
 // The what-if model behind evidence.estimated_gain: replays one replica's 1F1B schedule (stage
 // s runs pp - s - 1 warm-up forwards, then one forward and one backward in turn; a forward
 // waits for the previous stage's, a backward for the next stage's) with each stage's work per

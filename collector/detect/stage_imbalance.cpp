@@ -26,7 +26,7 @@ void StageImbalanceDetector::onStep(const AssembledStep& step) {
   if (!layout_) return;
   const JobLayout& L = *layout_;
   viewStep(step, L, &view_);
-  views_.push({view_.stageNs, view_.stepNs, view_.microbatches});
+  views_.push(summaryOf(view_));
   std::vector<std::pair<size_t, double>> ratios;
   std::vector<double> others;
   for (uint32_t s = 0; s < L.stages; ++s) {
@@ -55,13 +55,8 @@ void StageImbalanceDetector::onStep(const AssembledStep& step) {
     for (const Worker& w : L.workers) {
       if (w.stage == stage) a.ranks.insert(a.ranks.end(), w.ranks.begin(), w.ranks.end());
     }
-    for (const RankStep& r : step.ranks) {
-      const int32_t w = L.workerOfRank(r.report.rank());
-      if (w >= 0 && L.workers[static_cast<size_t>(w)].stage == stage && !r.ctx.node.empty() &&
-          std::find(a.nodes.begin(), a.nodes.end(), r.ctx.node) == a.nodes.end()) {
-        a.nodes.push_back(r.ctx.node);
-      }
-    }
+    std::sort(a.ranks.begin(), a.ranks.end());
+    a.nodes = nodesOf(step, a.ranks);
     a.onsetStep = tr.onsetStep();
     a.detectedStep = step.step;
     a.detectedNs = step.nowNs;
@@ -69,27 +64,16 @@ void StageImbalanceDetector::onStep(const AssembledStep& step) {
     a.confidence = tr.confidence();
     // Medians since the onset: the stages' work, the step time, the microbatches.
     const size_t since = static_cast<size_t>(std::max<int64_t>(1, step.step - a.onsetStep + 1));
-    const auto views = views_.latest(since);
-    std::vector<double> stageNs(L.stages, 0.0), col, stepNs, micro;
-    for (uint32_t s = 0; s < L.stages; ++s) {
-      col.clear();
-      for (const View& v : views) {
-        if (v.stageNs[s] > 0) col.push_back(v.stageNs[s]);
-      }
-      stageNs[s] = medianInPlace(col);
-    }
-    for (const View& v : views) {
-      stepNs.push_back(v.stepNs);
-      micro.push_back(v.microbatches);
-    }
+    const StepSummary med = medianOf(views_.latest(since), L.stages);
+    const std::vector<double>& stageNs = med.stageNs;
     others.clear();
     for (uint32_t q = 0; q < L.stages; ++q) {
       if (q != stage && stageNs[q] > 0) others.push_back(stageNs[q]);
     }
     const double otherNs = medianInPlace(others);
-    const double stepMs = median(stepNs) / 1e6;
+    const double stepMs = med.stepNs / 1e6;
     const double gain =
-        estimatedGain(stageNs, stage, stageNs[stage], otherNs, median(micro), stepMs * 1e6);
+        estimatedGain(stageNs, stage, stageNs[stage], otherNs, med.microbatches, med.stepNs);
     a.evidence = {{"stage_ms", stageNs[stage] / 1e6},
                   {"other_stages_ms", otherNs / 1e6},
                   {"ratio", a.magnitude},

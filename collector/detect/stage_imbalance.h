@@ -34,11 +34,6 @@ class StageImbalanceDetector {
   void setLayout(std::shared_ptr<const JobLayout> layout);
 
  private:
-  struct View {
-    std::vector<double> stageNs;
-    double stepNs = 0;
-    double microbatches = 0;
-  };
   struct StageState {
     bool open = false;
     Anomaly anomaly;
@@ -50,8 +45,8 @@ class StageImbalanceDetector {
   std::shared_ptr<const JobLayout> layout_;
   std::unique_ptr<PeerRatioSet> set_;
   std::vector<StageState> stages_;
-  Ring<View> views_;
-  LayoutStep view_;  // scratch
+  Ring<StepSummary> views_;  // for the evidence (medians since onset)
+  LayoutStep view_;          // scratch
 };
 
 }  // namespace trainscope::detect

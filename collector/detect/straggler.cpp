@@ -140,29 +140,10 @@ void StragglerDetector::onStep(const AssembledStep& step) {
   }
 }
 
-namespace {
-
-// Element-wise median of the stage works of the steps since `since` (views, oldest first).
-template <typename View>
-std::vector<double> medianStages(const std::vector<View>& views, size_t stages) {
-  std::vector<double> out(stages, 0.0);
-  std::vector<double> col;
-  for (size_t s = 0; s < stages; ++s) {
-    col.clear();
-    for (const View& v : views) {
-      if (s < v.stageNs.size() && v.stageNs[s] > 0) col.push_back(v.stageNs[s]);
-    }
-    out[s] = medianInPlace(col);
-  }
-  return out;
-}
-
-}  // namespace
-
 void StragglerDetector::onLayoutStep(const AssembledStep& step) {
   const JobLayout& L = *layout_;
   viewStep(step, L, &view_);
-  views_.push({view_.stageNs, view_.stepNs, view_.microbatches});
+  views_.push(summaryOf(view_));
   // Per stage, each worker's compute against the median of the stage's other workers.
   std::vector<std::vector<size_t>> byStage(L.stages);
   for (size_t w = 0; w < L.workers.size(); ++w) {
@@ -200,13 +181,7 @@ void StragglerDetector::onLayoutStep(const AssembledStep& step) {
       a.job = job_;
       a.kind = AnomalyKind::kStraggler;
       a.ranks = wk.ranks;
-      for (const RankStep& r : step.ranks) {
-        if (L.workerOfRank(r.report.rank()) == static_cast<int32_t>(e.unit) &&
-            !r.ctx.node.empty() &&
-            std::find(a.nodes.begin(), a.nodes.end(), r.ctx.node) == a.nodes.end()) {
-          a.nodes.push_back(r.ctx.node);
-        }
-      }
+      a.nodes = nodesOf(step, wk.ranks);
       a.onsetStep = tr.onsetStep();
       a.detectedStep = step.step;
       a.detectedNs = step.nowNs;
@@ -215,15 +190,10 @@ void StragglerDetector::onLayoutStep(const AssembledStep& step) {
       const size_t since = static_cast<size_t>(std::max<int64_t>(1, step.step - a.onsetStep + 1));
       const double computeNs = median(st.compute.latest(since));
       const double peerNs = median(st.peer.latest(since));
-      const auto views = views_.latest(since);
-      std::vector<double> stepNs, micro;
-      for (const auto& v : views) {
-        stepNs.push_back(v.stepNs);
-        micro.push_back(v.microbatches);
-      }
-      const double stepMs = median(stepNs) / 1e6;
-      const double gain = estimatedGain(medianStages(views, L.stages), s, computeNs, peerNs,
-                                        median(micro), stepMs * 1e6);
+      const StepSummary med = medianOf(views_.latest(since), L.stages);
+      const double stepMs = med.stepNs / 1e6;
+      const double gain =
+          estimatedGain(med.stageNs, s, computeNs, peerNs, med.microbatches, med.stepNs);
       a.evidence = {{"compute_ms", computeNs / 1e6},
                     {"peer_median_ms", peerNs / 1e6},
                     {"ratio", a.magnitude},

@@ -56,12 +56,6 @@ class StragglerDetector {
     bool open = false;
     Anomaly anomaly;
   };
-  // Per-step views kept for the evidence of an anomaly opened later (medians since onset).
-  struct StepView {
-    std::vector<double> stageNs;
-    double stepNs = 0;
-    double microbatches = 0;
-  };
 
   struct RankState {
     explicit RankState(const StragglerOptions& o)
@@ -87,8 +81,8 @@ class StragglerDetector {
   std::shared_ptr<const JobLayout> layout_;
   std::vector<PeerRatioSet> stageSets_;  // one per stage: its workers' ratios
   std::vector<WorkerState> workers_;     // by worker index
-  Ring<StepView> views_;
-  LayoutStep view_;  // scratch
+  Ring<StepSummary> views_;              // for the evidence (medians since onset)
+  LayoutStep view_;                      // scratch
 };
 
 }  // namespace trainscope::detect

@@ -13,22 +13,38 @@
 using namespace trainscope::e2e;
 using nlohmann::json;
 
+namespace {
+
+// A collector and two agents (node0, node1) in `dir` on free ports; agentArgs are the
+// simulator's --agent flags for them.
+struct Cluster {
+  explicit Cluster(const TempDir& dir) {
+    spec.dataDir = dir / "data";
+    spec.ingestPort = freePort();
+    spec.httpPort = freePort();
+    collector = startCollector(dir, spec);
+    for (int i = 0; i < 2; ++i) {
+      const std::string node = "node" + std::to_string(i);
+      AgentSpec a{node, "ipc://" + (dir / (node + ".sock")), dir / ("spool-" + node),
+                  spec.ingest()};
+      agents.push_back(startAgent(dir, a, "agent-" + node));
+      agentArgs.push_back("--agent");
+      agentArgs.push_back(a.endpoint);
+    }
+  }
+  CollectorSpec spec;
+  std::unique_ptr<Process> collector;
+  std::vector<std::unique_ptr<Process>> agents;
+  std::vector<std::string> agentArgs;
+};
+
+}  // namespace
+
 TEST_CASE("e2e: a tp2 x pp2 x dp2 simulated job's topology API returns every rank's coordinates") {
   TempDir dir;
-  CollectorSpec spec;
-  spec.dataDir = dir / "data";
-  spec.ingestPort = freePort();
-  spec.httpPort = freePort();
-  auto collector = startCollector(dir, spec);
-  std::vector<std::string> agentArgs;
-  std::vector<std::unique_ptr<Process>> agents;
-  for (int i = 0; i < 2; ++i) {
-    const std::string node = "node" + std::to_string(i);
-    AgentSpec a{node, "ipc://" + (dir / (node + ".sock")), dir / ("spool-" + node), spec.ingest()};
-    agents.push_back(startAgent(dir, a, "agent-" + node));
-    agentArgs.push_back("--agent");
-    agentArgs.push_back(a.endpoint);
-  }
+  Cluster cluster(dir);
+  const CollectorSpec& spec = cluster.spec;
+  const std::vector<std::string>& agentArgs = cluster.agentArgs;
   auto runSim = [&](const std::string& job, std::vector<std::string> extra) {
     std::vector<std::string> args = agentArgs;
     for (const char* x : {"--steps", "30", "--step-ms", "20", "--fast", "--quiet"}) {
@@ -106,20 +122,9 @@ TEST_CASE("e2e: a tp2 x pp2 x dp2 simulated job's topology API returns every ran
 // with its coordinates, each with an estimated gain; in the API and in the CLI.
 TEST_CASE("e2e: a slow stage and a slow tp worker come out of the anomalies API and the CLI") {
   TempDir dir;
-  CollectorSpec spec;
-  spec.dataDir = dir / "data";
-  spec.ingestPort = freePort();
-  spec.httpPort = freePort();
-  auto collector = startCollector(dir, spec);
-  std::vector<std::string> agentArgs;
-  std::vector<std::unique_ptr<Process>> agents;
-  for (int i = 0; i < 2; ++i) {
-    const std::string node = "node" + std::to_string(i);
-    AgentSpec a{node, "ipc://" + (dir / (node + ".sock")), dir / ("spool-" + node), spec.ingest()};
-    agents.push_back(startAgent(dir, a, "agent-" + node));
-    agentArgs.push_back("--agent");
-    agentArgs.push_back(a.endpoint);
-  }
+  Cluster cluster(dir);
+  const CollectorSpec& spec = cluster.spec;
+  const std::vector<std::string>& agentArgs = cluster.agentArgs;
   auto runSim = [&](const std::string& job, const std::string& inject) {
     std::vector<std::string> args = agentArgs;
     for (const char* x : {"--steps", "150", "--step-ms", "20", "--fast", "--quiet", "--parallel",

@@ -135,4 +135,15 @@ struct ParallelSynth {
   int64_t clock_ = 1'700'000'000'000'000'000;
 };
 
+// Runs `steps` steps of the job (from its seed) through a default DetectorSet, told the job's
+// layout first unless `declare` is false (a job that declares nothing), and returns the events.
+inline std::vector<Anomaly> runLayoutJob(ParallelSynth& job, int64_t steps, bool declare = true) {
+  job.rng_.seed(job.seed);
+  DetectorSet set;
+  if (declare) set.setTopology(job.job, job.topology());
+  std::vector<Anomaly> events;
+  job.run(set, 0, steps, &events);
+  return events;
+}
+
 }  // namespace trainscope::detect::test

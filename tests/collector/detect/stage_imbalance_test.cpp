@@ -8,25 +8,12 @@ using namespace trainscope;
 using namespace trainscope::detect;
 using namespace trainscope::detect::test;
 
-namespace {
-
-std::vector<Anomaly> runJob(ParallelSynth& job, int64_t steps) {
-  job.rng_.seed(job.seed);
-  DetectorSet set;
-  set.setTopology(job.job, job.topology());
-  std::vector<Anomaly> events;
-  job.run(set, 0, steps, &events);
-  return events;
-}
-
-}  // namespace
-
 TEST_CASE("stage_imbalance: a stage 1.2x longer from step 200 names the stage's ranks, once") {
   ParallelSynth job;
   job.seed = 21;
   job.pp = 4;
   job.stageFactor = [](int64_t s, uint32_t st) { return s >= 200 && st == 1 ? 1.2 : 1.0; };
-  auto events = runJob(job, 500);
+  auto events = runLayoutJob(job, 500);
   INFO(describe(events));
   auto opened = ofKind(events, AnomalyKind::kStageImbalance);
   REQUIRE(opened.size() == 1);
@@ -49,7 +36,7 @@ TEST_CASE("stage_imbalance: a stage slow from the first step has onset 0 and a t
   job.seed = 22;
   job.noise = 0.02;
   job.stageFactor = [](int64_t, uint32_t st) { return st == 0 ? 1.5 : 1.0; };
-  auto events = runJob(job, 200);
+  auto events = runLayoutJob(job, 200);
   INFO(describe(events));
   auto opened = ofKind(events, AnomalyKind::kStageImbalance);
   REQUIRE(opened.size() == 1);
@@ -66,7 +53,7 @@ TEST_CASE("stage_imbalance: resolves when the stage is back in line") {
   job.stageFactor = [](int64_t s, uint32_t st) {
     return s >= 100 && s < 300 && st == 2 ? 1.3 : 1.0;
   };
-  auto events = runJob(job, 500);
+  auto events = runLayoutJob(job, 500);
   INFO(describe(events));
   REQUIRE(ofKind(events, AnomalyKind::kStageImbalance).size() == 1);
   auto resolved = ofKind(events, AnomalyKind::kStageImbalance, AnomalyState::kResolved);
@@ -81,7 +68,7 @@ TEST_CASE("stage_imbalance: a slow worker is not a slow stage; a flat job has no
   job.workerFactor = [](int64_t s, uint32_t st, uint32_t d) {
     return s >= 100 && st == 1 && d == 1 ? 1.5 : 1.0;
   };
-  auto events = runJob(job, 300);
+  auto events = runLayoutJob(job, 300);
   INFO(describe(events));
   CHECK(ofKind(events, AnomalyKind::kStageImbalance).empty());
   CHECK(ofKind(events, AnomalyKind::kStraggler).size() == 1);

@@ -9,26 +9,13 @@ using namespace trainscope;
 using namespace trainscope::detect;
 using namespace trainscope::detect::test;
 
-namespace {
-
-std::vector<Anomaly> runJob(ParallelSynth& job, int64_t steps, bool declare = true) {
-  job.rng_.seed(job.seed);
-  DetectorSet set;
-  if (declare) set.setTopology(job.job, job.topology());
-  std::vector<Anomaly> events;
-  job.run(set, 0, steps, &events);
-  return events;
-}
-
-}  // namespace
-
 TEST_CASE("straggler/layout: a slow worker is one anomaly naming its tp group, with coords") {
   ParallelSynth job;
   job.seed = 3;
   job.workerFactor = [](int64_t s, uint32_t st, uint32_t d) {
     return s >= 150 && st == 1 && d == 0 ? 1.5 : 1.0;
   };
-  auto events = runJob(job, 400);
+  auto events = runLayoutJob(job, 400);
   INFO(describe(events));
   auto opened = ofKind(events, AnomalyKind::kStraggler);
   REQUIRE(opened.size() == 1);
@@ -50,9 +37,9 @@ TEST_CASE("straggler/layout: without the layout the same worker is one straggler
   job.workerFactor = [](int64_t s, uint32_t st, uint32_t d) {
     return s >= 150 && st == 1 && d == 0 ? 1.5 : 1.0;
   };
-  auto flat = ofKind(runJob(job, 400, false), AnomalyKind::kStraggler);
+  auto flat = ofKind(runLayoutJob(job, 400, false), AnomalyKind::kStraggler);
   CHECK(flat.size() >= 2);
-  auto layered = ofKind(runJob(job, 400), AnomalyKind::kStraggler);
+  auto layered = ofKind(runLayoutJob(job, 400), AnomalyKind::kStraggler);
   REQUIRE(layered.size() == 1);
   CHECK(layered[0].ranks == std::vector<uint32_t>{8, 9});
 }
@@ -67,7 +54,7 @@ TEST_CASE("straggler/layout: slow on the lighter stage of an unbalanced pipeline
   job.workerFactor = [](int64_t s, uint32_t st, uint32_t d) {
     return s >= 100 && st == 0 && d == 2 ? 1.3 : 1.0;
   };
-  auto events = runJob(job, 400);
+  auto events = runLayoutJob(job, 400);
   INFO(describe(events));
   auto opened = ofKind(events, AnomalyKind::kStraggler);
   REQUIRE(opened.size() == 1);
@@ -79,7 +66,7 @@ TEST_CASE("straggler/layout: a worker slow from the first step is found with ons
   ParallelSynth job;
   job.seed = 7;
   job.workerFactor = [](int64_t, uint32_t st, uint32_t d) { return st == 0 && d == 1 ? 1.3 : 1.0; };
-  auto events = runJob(job, 200);
+  auto events = runLayoutJob(job, 200);
   INFO(describe(events));
   auto opened = ofKind(events, AnomalyKind::kStraggler);
   REQUIRE(opened.size() == 1);
@@ -95,7 +82,7 @@ TEST_CASE("straggler/layout: estimated_gain matches the job without the fault") 
   job.workerFactor = [](int64_t s, uint32_t st, uint32_t d) {
     return s >= 50 && st == 0 && d == 1 ? 1.5 : 1.0;
   };
-  auto opened = ofKind(runJob(job, 200), AnomalyKind::kStraggler);
+  auto opened = ofKind(runLayoutJob(job, 200), AnomalyKind::kStraggler);
   REQUIRE(opened.size() == 1);
   // Healthy: 2 stages x 60 ms, 4 microbatches: 75 + 5 ms; with stage 0 of replica 1 at 90 ms
   // the replica's 1F1B takes 97.5 + 5 ms (layout_test). The job would save 22.5 of 102.5 ms.
@@ -108,7 +95,7 @@ TEST_CASE("straggler/layout: no alarm on 3,000 healthy steps of tp2 x pp4 x dp2,
     job.seed = seed;
     job.pp = 4;
     job.stageLoad = {1.03, 1.0, 1.0, 1.06};
-    auto events = runJob(job, 3000);
+    auto events = runLayoutJob(job, 3000);
     INFO(describe(events));
     CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
     CHECK(ofKind(events, AnomalyKind::kStageImbalance).empty());
