@@ -27,9 +27,11 @@ void validateItem(const wire::Envelope& item, std::optional<uint32_t> worldSize)
       break;
     case wire::Envelope::kRankHello:
       r = ingest::validateRankInfo(item.rank_hello().rank(), limits);
-      if (!r && item.rank_hello().has_progress()) {
-        r = ingest::validateProgress(item.rank_hello().progress(), item.rank_hello().rank());
-      }
+      if (!r) r = ingest::validateProgress(item.rank_hello());
+      if (!r) r = ingest::validateGroups(item.rank_hello(), limits);
+      break;
+    case wire::Envelope::kHeartbeat:
+      r = ingest::validateHeartbeat(item.heartbeat());
       break;
     case wire::Envelope::kRankGoodbye:
       r = ingest::validateGoodbye(item.rank_goodbye(), worldSize, limits);

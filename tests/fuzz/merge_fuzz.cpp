@@ -45,7 +45,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   const bool stacks = in.ConsumeBool();
   capture::MergeOptions options;
-  if (in.ConsumeBool()) options.maxRankJsonBytes = in.ConsumeIntegralInRange<uint64_t>(0, 256);
+  if (in.ConsumeBool()) {
+    // A tiny bound on the decompressed rank file (and ratio): the refusal path.
+    options.rankFile.maxBytes = in.ConsumeIntegralInRange<uint64_t>(0, 256);
+    options.rankFile.maxRatio = in.ConsumeIntegralInRange<uint64_t>(1, 64);
+  }
   std::vector<capture::RankFile> ranks;
   const int n = in.ConsumeIntegralInRange<int>(1, 4);
   for (int i = 0; i < n; ++i) {
@@ -73,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                        : capture::mergeTrace(ranks, describe, out, options);
   check(merged.isOk());
 
-  auto text = capture::readGzipFile(out, 1ull << 30);
+  auto text = capture::readGzipFile(out, capture::DecompressLimits{});
   check(text.isOk());
   const json doc = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   check(!doc.is_discarded() && doc.is_object());

@@ -1,0 +1,62 @@
+// libFuzzer target: `trainscope import` reading arbitrary trace files (importer/import_job.h:
+// the streaming JSON reader, the format and rank scan, the fold into step reports, the timeline
+// writer). The input's last bytes choose one or two files and whether each is gzipped; the rest
+// is their content. Properties beyond "no crash, leak or UB": an import either succeeds with
+// every step report one that ingest accepts, or fails with a message naming one of the files.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "collector/ingest/validate.h"
+#include "importer/import_job.h"
+#include "tests/agent/temp_dir.h"
+#include "tests/fuzz/fuzz_util.h"
+#include "tests/importer/bundle.h"
+
+using namespace trainscope;
+
+namespace {
+
+using fuzz::check;
+using fuzz::gzipOf;
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzedDataProvider in(data, size);
+  agent::testing::TempDir dir;
+  if (dir.path().empty()) return 0;
+  const int n = in.ConsumeBool() ? 2 : 1;
+  std::vector<std::string> files;
+  for (int i = 0; i < n; ++i) {
+    const bool gzip = in.ConsumeBool();
+    const std::string bytes =
+        i + 1 == n ? in.ConsumeRemainingBytesAsString() : in.ConsumeRandomLengthString(1 << 16);
+    const std::string path = dir.sub("rank" + std::to_string(i) + (gzip ? ".json.gz" : ".json"));
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    check(f != nullptr);
+    const std::string content = gzip ? gzipOf(bytes) : bytes;
+    check(std::fwrite(content.data(), 1, content.size(), f) == content.size());
+    std::fclose(f);
+    files.push_back(path);
+  }
+  importer::ImportOptions options;
+  options.job = "fuzz";
+  auto r = importer::importTraces(files, dir.sub("bundle"), options);
+  if (!r) {
+    bool named = false;
+    for (const auto& f : files) named = named || r.message().find(f) != std::string::npos;
+    check(named);
+    return 0;
+  }
+  const auto bundle = importer::testing::readBundle(r->stepsFile);
+  check(bundle.ok);
+  for (const auto& s : bundle.steps) {
+    check(!ingest::validateStep(s, r->worldSize, {}).has_value());
+  }
+  return 0;
+}
