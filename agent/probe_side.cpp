@@ -28,56 +28,6 @@ constexpr size_t kMaxItemBytes = wire::kMaxFrameBytes - 4096;
 // Ranks remembered after their goodbye (see ProbeSide::endedRanks_).
 constexpr size_t kEndedRanksKept = 4096;
 
-bool readVarint(const char*& p, const char* end, uint64_t* v) {
-  *v = 0;
-  for (int shift = 0; shift < 64 && p < end; shift += 7) {
-    auto b = static_cast<unsigned char>(*p++);
-    *v |= static_cast<uint64_t>(b & 0x7f) << shift;
-    if ((b & 0x80) == 0) return true;
-  }
-  return false;
-}
-
-// Finds the byte ranges of the length-delimited fields numbered `field` in one message.
-// Returns false on anything it does not understand; callers then fall back to re-encoding.
-bool delimitedFields(std::string_view msg, uint32_t field, std::vector<std::string_view>* out) {
-  const char* p = msg.data();
-  const char* end = p + msg.size();
-  while (p < end) {
-    uint64_t tag = 0;
-    if (!readVarint(p, end, &tag)) return false;
-    uint64_t v = 0;
-    switch (tag & 7) {
-      case 0:
-        if (!readVarint(p, end, &v)) return false;
-        break;
-      case 1:
-        if (end - p < 8) return false;
-        p += 8;
-        break;
-      case 2:
-        if (!readVarint(p, end, &v) || v > static_cast<uint64_t>(end - p)) return false;
-        if ((tag >> 3) == field) out->emplace_back(p, static_cast<size_t>(v));
-        p += v;
-        break;
-      case 5:
-        if (end - p < 4) return false;
-        p += 4;
-        break;
-      default:
-        return false;
-    }
-  }
-  return true;
-}
-
-// The serialized items of a Batch envelope frame, as they arrived (no re-encoding).
-bool rawBatchItems(std::string_view frame, std::vector<std::string_view>* items) {
-  std::vector<std::string_view> batch;
-  if (!delimitedFields(frame, 17, &batch) || batch.size() != 1) return false;
-  return delimitedFields(batch[0], 2, items);
-}
-
 bool allowedItem(wire::Envelope::BodyCase c) {
   switch (c) {
     case wire::Envelope::kStep:
@@ -312,9 +262,9 @@ void ProbeSide::handleFrame(const std::string& rid, const zmq::message_t& frame,
       auto* batch = env.mutable_batch();
       // Items are stored as the probe serialized them when that is safe, saving a
       // re-encode per item; RankHello items are changed (node) and always re-encoded.
-      std::vector<std::string_view> raw;
-      std::string_view frameView(static_cast<const char*>(frame.data()), frame.size());
-      if (!rawBatchItems(frameView, &raw) ||
+      wire::BatchFrame split;
+      std::vector<std::string_view>& raw = split.items;
+      if (!wire::splitBatch(frame.data(), frame.size(), &split) ||
           raw.size() != static_cast<size_t>(batch->items_size())) {
         raw.clear();
       }

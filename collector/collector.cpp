@@ -232,15 +232,19 @@ Status run(const CollectorOptions& options) {
     }
     pipeline = std::make_unique<DetectPipeline>(po, **store, clock);
   }
-  io.onCommitted = [p = pipeline.get(), &captures](const storage::WriteBatch& batch) {
-    if (p != nullptr) p->onCommitted(batch);
+  // The detectors take the step reports (captures read only goodbyes and host samples).
+  io.onCommitted = [p = pipeline.get(), &captures](storage::WriteBatch& batch) {
+    if (p != nullptr) p->takeCommitted(batch);
     captures.onCommitted(batch);
   };
   // Imported traces take the same path after their commit as the socket's batches.
   ingest::ImportReceiverOptions ro;
   ro.dir = co.dir;
   ro.maxStepsBytes = options.importMaxBytes;
-  ro.onCommitted = io.onCommitted;
+  ro.onCommitted = [p = pipeline.get(), &captures](const storage::WriteBatch& batch) {
+    if (p != nullptr) p->onCommitted(batch);
+    captures.onCommitted(batch);
+  };
   ro.onTimeline = [&captures](const storage::CaptureRow& row) { return captures.adoptImport(row); };
   auto imports = std::make_shared<ingest::ImportReceiver>(ro, **store, clock);
   imports->recover();

@@ -73,6 +73,15 @@ DetectPipeline::DetectPipeline(PipelineOptions options, storage::Store& store, c
     : options_(std::move(options)), store_(store), clock_(clock), detectors_(options_.detect) {}
 
 void DetectPipeline::onCommitted(const storage::WriteBatch& batch) {
+  committed(batch);
+}
+
+void DetectPipeline::takeCommitted(storage::WriteBatch& batch) {
+  committed(batch);
+}
+
+template <class Batch>
+void DetectPipeline::committed(Batch& batch) {
   std::lock_guard lock(mu_);
   const int64_t now = batch.receivedNs != 0 ? batch.receivedNs : clock_.nowNs();
   if (jobs_.size() > options_.detect.maxJobs) jobs_.clear();  // rebuilt from the store
@@ -102,7 +111,7 @@ void DetectPipeline::onCommitted(const storage::WriteBatch& batch) {
     if (!host.node().empty()) detectors_.nodeDelivered(host.node(), now);
   }
 
-  for (const auto& report : batch.steps) {
+  for (auto& report : batch.steps) {
     auto& job = jobs_[report.job()];
     auto it = job.nodes.find(report.rank());
     if (it == job.nodes.end() || job.worldSize == 0) {
@@ -114,7 +123,13 @@ void DetectPipeline::onCommitted(const storage::WriteBatch& batch) {
     ctx.worldSize = job.worldSize;
     ctx.clockOffsetNs = ctx.node.empty() ? 0 : offsetLocked(ctx.node, now);
     ctx.receivedNs = batch.receivedNs;
-    if (Status s = detectors_.observe(report, ctx); !s) {
+    Status s;
+    if constexpr (std::is_const_v<Batch>) {
+      s = detectors_.observe(report, ctx);
+    } else {
+      s = detectors_.observe(std::move(report), ctx);
+    }
+    if (!s) {
       noteRejectLocked(s, now);
     } else {
       ++stats_.reportsFed;

@@ -1,6 +1,7 @@
 #include "schema/wire.h"
 
 #include <chrono>
+#include <cstdint>
 #include <string_view>
 
 #include <google/protobuf/stubs/logging.h>
@@ -35,6 +36,108 @@ Result<Envelope> decode(const void* data, size_t size) {
     return Result<Envelope>::error("empty: envelope carries no message");
   }
   return env;
+}
+
+namespace {
+
+// Protobuf wire primitives, enough to walk an Envelope's top-level fields. Each returns false on
+// a truncated or over-long value, leaving the walk to fail.
+bool readVarint(const uint8_t*& p, const uint8_t* end, uint64_t* out) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64 && p < end; shift += 7) {
+    const uint8_t b = *p++;
+    v |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool readLength(const uint8_t*& p, const uint8_t* end, std::string_view* out) {
+  uint64_t n = 0;
+  if (!readVarint(p, end, &n) || n > static_cast<uint64_t>(end - p)) return false;
+  *out = std::string_view(reinterpret_cast<const char*>(p), static_cast<size_t>(n));
+  p += n;
+  return true;
+}
+
+constexpr uint64_t kVarint = 0;
+constexpr uint64_t kLength = 2;
+constexpr uint64_t tag(uint64_t field, uint64_t type) {
+  return (field << 3) | type;
+}
+
+}  // namespace
+
+bool splitBatch(const void* data, size_t size, BatchFrame* out) {
+  if (size > kMaxFrameBytes) return false;
+  out->seq = 0;
+  out->items.clear();
+  const auto* p = static_cast<const uint8_t*>(data);
+  const uint8_t* end = p + size;
+  uint64_t version = 0;
+  bool haveVersion = false;
+  std::string_view batch;
+  bool haveBatch = false;
+  while (p < end) {
+    uint64_t t = 0;
+    if (!readVarint(p, end, &t)) return false;
+    if (t == tag(1, kVarint) && !haveVersion) {
+      if (!readVarint(p, end, &version)) return false;
+      haveVersion = true;
+    } else if (t == tag(17, kLength) && !haveBatch) {
+      if (!readLength(p, end, &batch)) return false;
+      haveBatch = true;
+    } else {
+      return false;
+    }
+  }
+  if (!haveBatch || version != kSchemaVersion) return false;
+  p = reinterpret_cast<const uint8_t*>(batch.data());
+  end = p + batch.size();
+  bool haveSeq = false;
+  while (p < end) {
+    uint64_t t = 0;
+    if (!readVarint(p, end, &t)) return false;
+    if (t == tag(1, kVarint) && !haveSeq) {
+      if (!readVarint(p, end, &out->seq)) return false;
+      haveSeq = true;
+    } else if (t == tag(2, kLength)) {
+      std::string_view item;
+      if (!readLength(p, end, &item)) return false;
+      out->items.push_back(item);
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool stepItem(std::string_view item, uint32_t* version, std::string_view* step) {
+  const auto* p = reinterpret_cast<const uint8_t*>(item.data());
+  const uint8_t* end = p + item.size();
+  uint64_t v = 0;
+  bool haveVersion = false;
+  bool haveStep = false;
+  while (p < end) {
+    uint64_t t = 0;
+    if (!readVarint(p, end, &t)) return false;
+    if (t == tag(1, kVarint) && !haveVersion) {
+      // Past 32 bits protobuf would truncate it; let the Envelope decode say what it is.
+      if (!readVarint(p, end, &v) || v > UINT32_MAX) return false;
+      haveVersion = true;
+    } else if (t == tag(12, kLength) && !haveStep) {
+      if (!readLength(p, end, step)) return false;
+      haveStep = true;
+    } else {
+      return false;
+    }
+  }
+  if (!haveStep) return false;
+  *version = static_cast<uint32_t>(v);
+  return true;
 }
 
 void routeProtobufLogs() {

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "schema/trainscope.pb.h"
@@ -38,6 +40,26 @@ std::string encode(Envelope& env);
 // ("oversized", "malformed", "version", "empty") followed by ": " and details, so
 // receivers can count rejects by reason.
 Result<Envelope> decode(const void* data, size_t size);
+
+// A Batch frame taken apart without decoding its items: the collector's fast path, which decodes
+// each step report once, straight into the message it stores, and keeps the report's own bytes
+// as the stored detail instead of encoding it again. The views point into the frame.
+struct BatchFrame {
+  uint64_t seq = 0;
+  std::vector<std::string_view> items;  // each a serialized Envelope
+};
+
+// Splits `data` when it is exactly what agents send: an Envelope of this schema version holding a
+// Batch (schema version and batch once each, Batch fields seq and items only, every length within
+// the frame). Returns false for anything else (another body or version, unknown or repeated
+// fields, a truncated or oversized frame), which decode() then judges: a frame split here is one
+// decode() accepts, with the same seq and items. `out` is reused (its vector keeps capacity).
+bool splitBatch(const void* data, size_t size, BatchFrame* out);
+
+// When a batch item (a serialized Envelope) holds a step report and nothing else (at most a
+// schema_version besides), sets *version (0 when absent) and *step to the StepReport's bytes and
+// returns true. False: the item holds something else or is malformed; decode it as an Envelope.
+bool stepItem(std::string_view item, uint32_t* version, std::string_view* step);
 
 // The reason token of a decode failure message ("malformed: ..." -> "malformed").
 std::string rejectReason(const std::string& decodeMessage);

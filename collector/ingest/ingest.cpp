@@ -7,7 +7,10 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -35,6 +38,11 @@ struct Commit {
   storage::WriteBatch batch;
   std::vector<AckTo> acks;
   uint64_t items = 0;
+  // What batch.stepDetailViews point into: the frames received (the fast path keeps each report's
+  // own bytes; behind a pointer because a small message keeps its bytes inside the message_t) and
+  // the details the Envelope path encoded (a deque: its strings never move).
+  std::vector<std::unique_ptr<zmq::message_t>> frames;
+  std::deque<std::string> encodedDetails;
   bool empty() const { return batch.empty() && acks.empty(); }
 };
 
@@ -103,6 +111,9 @@ struct IngestServer::Impl {
 
   // Socket-thread state.
   Commit pending;
+  wire::BatchFrame batchFrame;                   // the frame being handled, split (reused)
+  wire::Batch otherItems;                        // its items other than step reports (reused)
+  std::vector<uint32_t> stepVersions;            // its step items' schema versions (reused)
   int64_t pendingSinceNs = 0;                    // monotonic
   std::unordered_map<std::string, Peer> peers;   // routing id -> peer
   std::unordered_map<int, std::string> fdPeers;  // socket fd -> routing id
@@ -321,104 +332,195 @@ struct IngestServer::Impl {
     pending.batch.groups.push_back(std::move(u));
   }
 
+  // The items of one batch that were refused, and the first reason, for the batch's ErrorReply.
+  struct ItemRejects {
+    size_t count = 0;
+    std::optional<Rejection> first;
+  };
+  void rejectItem(ItemRejects& r, Rejection rejection) {
+    countReject(rejection.reason);
+    ++r.count;
+    if (!r.first) r.first = std::move(rejection);
+  }
+
+  static std::optional<Rejection> itemVersion(uint32_t version) {
+    if (version == 0 || version == wire::kSchemaVersion) return std::nullopt;
+    return Rejection{"version", "item schema version " + std::to_string(version)};
+  }
+
+  // One decoded batch item: validated and, when accepted, added to the pending commit.
+  void handleItem(Peer& peer, wire::Envelope& item, int64_t receivedNs, ItemRejects& rejects) {
+    if (auto r = itemVersion(item.schema_version())) {
+      rejectItem(rejects, std::move(*r));
+      return;
+    }
+    switch (item.body_case()) {
+      case wire::Envelope::kStep: {
+        if (auto r = validateStep(item.step(), worldSizeOf(item.step().job()), options.limits)) {
+          rejectItem(rejects, std::move(*r));
+          break;
+        }
+        // Encoding the stored detail here keeps it off the writer, the slower stage.
+        pending.encodedDetails.emplace_back();
+        item.step().SerializeToString(&pending.encodedDetails.back());
+        pending.batch.stepDetailViews.emplace_back(pending.encodedDetails.back());
+        pending.batch.steps.push_back(std::move(*item.mutable_step()));
+        ++pending.items;
+        break;
+      }
+      case wire::Envelope::kRankHello: {
+        auto* info = item.mutable_rank_hello()->mutable_rank();
+        if (info->node().empty()) info->set_node(peer.node);
+        if (!nodeAllowed(peer, info->node())) {
+          rejectItem(rejects, {"node_mismatch", nodeMismatch(peer, info->node())});
+          break;
+        }
+        if (auto r = validateRankInfo(*info, options.limits)) {
+          rejectItem(rejects, std::move(*r));
+          break;
+        }
+        worldSizes[info->job()] = info->world_size();
+        progressOf(item.rank_hello(), peer, receivedNs);
+        groupsOf(item.rank_hello(), peer);
+        pending.batch.ranks.push_back(std::move(*info));
+        ++pending.items;
+        break;
+      }
+      case wire::Envelope::kRankGoodbye: {
+        const auto& bye = item.rank_goodbye();
+        if (auto r = validateGoodbye(bye, worldSizeOf(bye.job()), options.limits)) {
+          rejectItem(rejects, std::move(*r));
+          break;
+        }
+        pending.batch.goodbyes.push_back(std::move(*item.mutable_rank_goodbye()));
+        ++pending.items;
+        break;
+      }
+      case wire::Envelope::kHost: {
+        auto* host = item.mutable_host();
+        if (host->node().empty()) host->set_node(peer.node);
+        if (!nodeAllowed(peer, host->node())) {
+          rejectItem(rejects, {"node_mismatch", nodeMismatch(peer, host->node())});
+          break;
+        }
+        if (auto r = validateHost(*host)) {
+          rejectItem(rejects, std::move(*r));
+          break;
+        }
+        pending.batch.hosts.push_back(std::move(*host));
+        ++pending.items;
+        break;
+      }
+      case wire::Envelope::kCommandStatus:
+      case wire::Envelope::kFileChunk:
+        if (options.onCommandItem) {
+          options.onCommandItem(peer.node, item);
+        } else {
+          rejectItem(rejects,
+                     {"unsupported_item", "command results are not handled by this collector"});
+        }
+        break;
+      default:
+        rejectItem(rejects, {"invalid_item_type",
+                             "item type " + std::to_string(static_cast<int>(item.body_case())) +
+                                 " is not allowed in a batch"});
+        break;
+    }
+  }
+
+  // Acks a handled batch (even when items were rejected: sending it again would not help) and
+  // tells the agent about the rejects.
+  void finishBatch(const std::string& id, const Peer& peer, uint64_t seq, size_t itemCount,
+                   const ItemRejects& rejected) {
+    pending.acks.push_back({id, seq});
+    if (rejected.count > 0) {
+      std::string detail = rejected.first->detail + " (" + std::to_string(rejected.count) + " of " +
+                           std::to_string(itemCount) + " items rejected in batch seq " +
+                           std::to_string(seq) + ")";
+      sendError(id, rejected.first->reason, detail);
+      rejectLog.log(
+          LogLevel::kWarn, kComponent,
+          "rejected items from " + describe(peer) + ": " + rejected.first->reason + ": " + detail);
+    }
+  }
+
   void handleBatch(const std::string& id, wire::Envelope& env, int64_t receivedNs) {
     auto* batch = env.mutable_batch();
     ++batches;
     Peer& peer = peerOf(id);
     markPending();
-    size_t rejected = 0;
-    std::optional<Rejection> first;
-    auto rejectItem = [&](Rejection r) {
-      countReject(r.reason);
-      ++rejected;
-      if (!first) first = std::move(r);
-    };
+    ItemRejects rejected;
     for (auto& item : *batch->mutable_items()) {
-      if (item.schema_version() != 0 && item.schema_version() != wire::kSchemaVersion) {
-        rejectItem({"version", "item schema version " + std::to_string(item.schema_version())});
+      handleItem(peer, item, receivedNs, rejected);
+    }
+    finishBatch(id, peer, batch->seq(), static_cast<size_t>(batch->items_size()), rejected);
+  }
+
+  // The fast path for what agents send (wire::splitBatch): each step report is decoded once,
+  // straight into the pending commit, and its own bytes become the stored detail (no second
+  // encoding); other items take the Envelope path. As with decode(), a frame with any item that
+  // does not decode is rejected whole ("malformed") and nothing of it is kept. Registrations and
+  // other items are handled before the batch's step reports, so a hello in the same batch sets the
+  // world size its ranks' reports are checked against.
+  void handleBatchFrame(const std::string& id, const wire::BatchFrame& frame,
+                        zmq::message_t& payload, int64_t receivedNs) {
+    auto& steps = pending.batch.steps;
+    auto& details = pending.batch.stepDetailViews;
+    const size_t first = steps.size();
+    otherItems.Clear();
+    stepVersions.clear();
+    bool malformed = false;
+    for (std::string_view item : frame.items) {
+      uint32_t version = 0;
+      std::string_view bytes;
+      if (wire::stepItem(item, &version, &bytes)) {
+        stepVersions.push_back(version);
+        steps.emplace_back();
+        details.emplace_back(bytes);
+        malformed = !steps.back().ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
+      } else {
+        malformed =
+            !otherItems.add_items()->ParseFromArray(item.data(), static_cast<int>(item.size()));
+      }
+      if (malformed) break;
+    }
+    if (malformed) {
+      steps.erase(steps.begin() + static_cast<std::ptrdiff_t>(first), steps.end());
+      details.erase(details.begin() + static_cast<std::ptrdiff_t>(first), details.end());
+      rejectFrame(
+          id, "malformed",
+          "malformed: not a trainscope Envelope (" + std::to_string(payload.size()) + " bytes)");
+      return;
+    }
+    ++batches;
+    Peer& peer = peerOf(id);
+    markPending();
+    ItemRejects rejected;
+    for (auto& item : *otherItems.mutable_items()) {
+      handleItem(peer, item, receivedNs, rejected);
+    }
+    // The step reports are checked where they lie; accepted ones close up, in order.
+    size_t kept = first;
+    for (size_t i = first; i < steps.size(); ++i) {
+      auto r = itemVersion(stepVersions[i - first]);
+      if (!r) r = validateStep(steps[i], worldSizeOf(steps[i].job()), options.limits);
+      if (r) {
+        rejectItem(rejected, std::move(*r));
         continue;
       }
-      switch (item.body_case()) {
-        case wire::Envelope::kStep: {
-          if (auto r = validateStep(item.step(), worldSizeOf(item.step().job()), options.limits)) {
-            rejectItem(std::move(*r));
-            break;
-          }
-          // Encoding the stored detail here keeps it off the writer, the slower stage.
-          pending.batch.stepDetails.emplace_back();
-          item.step().SerializeToString(&pending.batch.stepDetails.back());
-          pending.batch.steps.push_back(std::move(*item.mutable_step()));
-          ++pending.items;
-          break;
-        }
-        case wire::Envelope::kRankHello: {
-          auto* info = item.mutable_rank_hello()->mutable_rank();
-          if (info->node().empty()) info->set_node(peer.node);
-          if (!nodeAllowed(peer, info->node())) {
-            rejectItem({"node_mismatch", nodeMismatch(peer, info->node())});
-            break;
-          }
-          if (auto r = validateRankInfo(*info, options.limits)) {
-            rejectItem(std::move(*r));
-            break;
-          }
-          worldSizes[info->job()] = info->world_size();
-          progressOf(item.rank_hello(), peer, receivedNs);
-          groupsOf(item.rank_hello(), peer);
-          pending.batch.ranks.push_back(std::move(*info));
-          ++pending.items;
-          break;
-        }
-        case wire::Envelope::kRankGoodbye: {
-          const auto& bye = item.rank_goodbye();
-          if (auto r = validateGoodbye(bye, worldSizeOf(bye.job()), options.limits)) {
-            rejectItem(std::move(*r));
-            break;
-          }
-          pending.batch.goodbyes.push_back(std::move(*item.mutable_rank_goodbye()));
-          ++pending.items;
-          break;
-        }
-        case wire::Envelope::kHost: {
-          auto* host = item.mutable_host();
-          if (host->node().empty()) host->set_node(peer.node);
-          if (!nodeAllowed(peer, host->node())) {
-            rejectItem({"node_mismatch", nodeMismatch(peer, host->node())});
-            break;
-          }
-          if (auto r = validateHost(*host)) {
-            rejectItem(std::move(*r));
-            break;
-          }
-          pending.batch.hosts.push_back(std::move(*host));
-          ++pending.items;
-          break;
-        }
-        case wire::Envelope::kCommandStatus:
-        case wire::Envelope::kFileChunk:
-          if (options.onCommandItem) {
-            options.onCommandItem(peer.node, item);
-          } else {
-            rejectItem({"unsupported_item", "command results are not handled by this collector"});
-          }
-          break;
-        default:
-          rejectItem({"invalid_item_type", "item type " +
-                                               std::to_string(static_cast<int>(item.body_case())) +
-                                               " is not allowed in a batch"});
-          break;
+      if (kept != i) {
+        steps[kept].Swap(&steps[i]);
+        details[kept].swap(details[i]);
       }
+      ++kept;
+      ++pending.items;
     }
-    // The batch is acked even when items were rejected: sending it again would not help.
-    pending.acks.push_back({id, batch->seq()});
-    if (rejected > 0) {
-      std::string detail = first->detail + " (" + std::to_string(rejected) + " of " +
-                           std::to_string(batch->items_size()) + " items rejected in batch seq " +
-                           std::to_string(batch->seq()) + ")";
-      sendError(id, first->reason, detail);
-      rejectLog.log(LogLevel::kWarn, kComponent,
-                    "rejected items from " + describe(peer) + ": " + first->reason + ": " + detail);
-    }
+    steps.erase(steps.begin() + static_cast<std::ptrdiff_t>(kept), steps.end());
+    details.erase(details.begin() + static_cast<std::ptrdiff_t>(kept), details.end());
+    // The kept reports' details point into the frame: it lives as long as their commit.
+    if (kept > first)
+      pending.frames.push_back(std::make_unique<zmq::message_t>(std::move(payload)));
+    finishBatch(id, peer, frame.seq, frame.items.size(), rejected);
   }
 
   void handleFrame(const std::string& id, zmq::message_t& payload) {
@@ -439,6 +541,10 @@ struct IngestServer::Impl {
         const char* user = zmq_msg_gets(payload.handle(), "User-Id");
         peer.keyNode = user != nullptr ? user : "";
       }
+    }
+    if (wire::splitBatch(payload.data(), payload.size(), &batchFrame)) {
+      handleBatchFrame(id, batchFrame, payload, receivedNs);
+      return;
     }
     auto env = wire::decode(payload.data(), payload.size());
     if (!env) {

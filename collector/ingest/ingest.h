@@ -55,8 +55,9 @@ struct IngestOptions {
   int64_t maxMessageBytes = static_cast<int64_t>(wire::kMaxFrameBytes) + (64 << 10);
   ValidationLimits limits;  // item field checks
   // Called on the writer thread after each successful commit (detectors hook in here). Must be
-  // quick: the acks of that commit wait for it.
-  std::function<void(const storage::WriteBatch&)> onCommitted;
+  // quick: the acks of that commit wait for it. It may take what it keeps out of the batch (the
+  // detectors move the step reports): after it returns the batch is only freed.
+  std::function<void(storage::WriteBatch&)> onCommitted;
   // Receives CommandStatus and FileChunk items (for the capture stage) on the socket thread,
   // with the sending agent's node name. Unset: such items are counted as "unsupported_item".
   // Their batch is acked after the next commit whether or not the hook kept them durably.

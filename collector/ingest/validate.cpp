@@ -33,15 +33,16 @@ std::optional<Rejection> checkJob(const std::string& job, const ValidationLimits
 
 // A rank below the job's world size when one is known, and always below the protocol's
 // limit: a report for a job with no hello yet must not make anything per-rank grow to 2^32.
-std::optional<Rejection> checkRank(uint32_t rank, std::optional<uint32_t> worldSize,
-                                   const std::string& at) {
+// `at()` names the item; it is called only for a rejection, so an accepted item costs no string.
+template <class At>
+std::optional<Rejection> checkRank(uint32_t rank, std::optional<uint32_t> worldSize, const At& at) {
   if (worldSize && rank >= *worldSize) {
     return reject("invalid_rank", "rank " + std::to_string(rank) + " >= world_size " +
-                                      std::to_string(*worldSize) + at);
+                                      std::to_string(*worldSize) + at());
   }
   if (rank >= wire::kMaxWorldSize) {
     return reject("invalid_rank", "rank " + std::to_string(rank) + " >= the world size limit " +
-                                      std::to_string(wire::kMaxWorldSize) + at);
+                                      std::to_string(wire::kMaxWorldSize) + at());
   }
   return std::nullopt;
 }
@@ -55,21 +56,23 @@ std::string where(const std::string& job, uint32_t rank, int64_t step) {
 std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<uint32_t> worldSize,
                                       const ValidationLimits& limits) {
   if (auto r = checkJob(s.job(), limits)) return r;
-  const std::string at = where(s.job(), s.rank(), s.step());
+  // Built only for a rejection: accepted reports, nearly all of them, allocate nothing here.
+  auto at = [&s] { return where(s.job(), s.rank(), s.step()); };
   if (auto r = checkRank(s.rank(), worldSize, at)) return r;
   if (s.step() < 0 || s.step() > wire::kMaxStep) {
-    return reject("invalid_step", "step must be within 0.." + std::to_string(wire::kMaxStep) + at);
+    return reject("invalid_step",
+                  "step must be within 0.." + std::to_string(wire::kMaxStep) + at());
   }
   if (s.start_ns() <= 0 || s.start_ns() > wire::kMaxTimeNs) {
-    return reject("invalid_time", "start_ns must be within 1.." + maxTime() + at);
+    return reject("invalid_time", "start_ns must be within 1.." + maxTime() + at());
   }
-  if (s.end_ns() < s.start_ns()) return reject("invalid_time", "end_ns < start_ns" + at);
+  if (s.end_ns() < s.start_ns()) return reject("invalid_time", "end_ns < start_ns" + at());
   if (s.end_ns() > wire::kMaxTimeNs) {
-    return reject("invalid_time", "end_ns must be at most " + maxTime() + at);
+    return reject("invalid_time", "end_ns must be at most " + maxTime() + at());
   }
   if (s.duration_ns() < 0 || s.duration_ns() >= limits.maxDurationNs) {
     return reject("invalid_duration",
-                  "duration_ns " + std::to_string(s.duration_ns()) + " out of range" + at);
+                  "duration_ns " + std::to_string(s.duration_ns()) + " out of range" + at());
   }
   const int64_t bound = s.duration_ns() + limits.slackNs;
   struct Part {
@@ -84,11 +87,11 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
                         Part{"all_to_all_ns", s.all_to_all_ns()}}) {
     if (p.value < 0 || p.value > bound) {
       return reject("invalid_breakdown", std::string(p.name) + " " + std::to_string(p.value) +
-                                             " not within 0..duration_ns" + at);
+                                             " not within 0..duration_ns" + at());
     }
   }
   if (s.exposed_comm_ns() > s.comm_ns() + limits.slackNs) {
-    return reject("invalid_breakdown", "exposed_comm_ns > comm_ns" + at);
+    return reject("invalid_breakdown", "exposed_comm_ns > comm_ns" + at());
   }
   for (const auto& op : s.ops()) {
     if (op.name().empty() || op.total_ns() < 0 || op.max_ns() < 0 ||
@@ -96,7 +99,7 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
       return reject("invalid_op", "operator '" + op.name() +
                                       "' has an empty name or a time "
                                       "out of range" +
-                                      at);
+                                      at());
     }
   }
   for (const auto& c : s.collectives()) {
@@ -105,13 +108,13 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
         !isTime(c.first_arrival_ns()) || !isTime(c.last_completion_ns())) {
       return reject("invalid_collective", std::string("collective ") +
                                               wire::collectiveOpName(c.op()) +
-                                              " has a time or bandwidth out of range" + at);
+                                              " has a time or bandwidth out of range" + at());
     }
   }
   for (const auto& l : s.links()) {
     if (l.wire_ns() < 0 || l.wire_ns() >= limits.maxDurationNs) {
       return reject("invalid_link", "link to rank " + std::to_string(l.peer()) + " has wire_ns " +
-                                        std::to_string(l.wire_ns()) + " out of range" + at);
+                                        std::to_string(l.wire_ns()) + " out of range" + at());
     }
   }
   for (const auto& p : s.p2p()) {
@@ -119,7 +122,7 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
         p.min_ns() < 0 || p.total_ns() >= limits.maxDurationNs) {
       return reject("invalid_p2p", std::string("p2p ") + wire::collectiveOpName(p.op()) +
                                        " with peer " + std::to_string(p.peer()) +
-                                       " has a peer or a time out of range" + at);
+                                       " has a peer or a time out of range" + at());
     }
   }
   struct Flops {
@@ -131,7 +134,7 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
         Flops{"peak_flops", s.peak_flops()}}) {
     if (!std::isfinite(f.value) || f.value < 0) {
       return reject("invalid_flops", std::string(f.name) + " " + std::to_string(f.value) +
-                                         " is not a finite number >= 0" + at);
+                                         " is not a finite number >= 0" + at());
     }
   }
   return std::nullopt;
@@ -203,7 +206,8 @@ std::optional<Rejection> validateGoodbye(const wire::RankGoodbye& bye,
                                          std::optional<uint32_t> worldSize,
                                          const ValidationLimits& limits) {
   if (auto r = checkJob(bye.job(), limits)) return r;
-  if (auto r = checkRank(bye.rank(), worldSize, " (goodbye of job " + bye.job() + ")")) return r;
+  auto at = [&bye] { return " (goodbye of job " + bye.job() + ")"; };
+  if (auto r = checkRank(bye.rank(), worldSize, at)) return r;
   if (bye.last_step() < -1 || bye.last_step() > wire::kMaxStep) {
     return reject("invalid_step", "last_step must be within -1.." + std::to_string(wire::kMaxStep) +
                                       " (goodbye of job " + bye.job() + ")");

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <map>
+#include <string_view>
 #include <utility>
 
 #include <sqlite3.h>
@@ -222,7 +223,7 @@ constexpr const char* kStmtSql[kStmtCount] = {
     " WHERE excluded.groups_declared_ns > ranks.groups_declared_ns",
 };
 
-void bindBlob(sqlite3_stmt* s, int index, const std::string& blob) {
+void bindBlob(sqlite3_stmt* s, int index, std::string_view blob) {
   sqlite3_bind_blob(s, index, blob.data(), static_cast<int>(blob.size()), SQLITE_STATIC);
 }
 
@@ -420,6 +421,7 @@ Status SqliteStore::writeLocked(const WriteBatch& batch, uint64_t* inserted, uin
   const std::string* lastJob = nullptr;
   int64_t lastJobId = -1;
   auto* insert = stmts_[kInsertStep];
+  const bool haveViews = batch.stepDetailViews.size() == batch.steps.size();
   const bool haveDetails = batch.stepDetails.size() == batch.steps.size();
   for (size_t i = 0; i < batch.steps.size(); ++i) {
     const auto& report = batch.steps[i];
@@ -429,12 +431,15 @@ Status SqliteStore::writeLocked(const WriteBatch& batch, uint64_t* inserted, uin
       lastJob = &report.job();
       lastJobId = *jobId;
     }
-    const std::string* blob = &detail;
-    if (haveDetails) {
-      blob = &batch.stepDetails[i];
+    std::string_view blob;
+    if (haveViews) {
+      blob = batch.stepDetailViews[i];
+    } else if (haveDetails) {
+      blob = batch.stepDetails[i];
     } else {
       detail.clear();
       report.SerializeToString(&detail);
+      blob = detail;
     }
     sqlite3_bind_int64(insert, 1, lastJobId);
     sqlite3_bind_int64(insert, 2, report.rank());
@@ -449,7 +454,7 @@ Status SqliteStore::writeLocked(const WriteBatch& batch, uint64_t* inserted, uin
     sqlite3_bind_int64(insert, 11, toI64(report.records()));
     sqlite3_bind_int64(insert, 12, toI64(report.dropped()));
     sqlite3_bind_int64(insert, 13, now);
-    bindBlob(insert, 14, *blob);
+    bindBlob(insert, 14, blob);
     int rc = sqlite3_step(insert);
     sqlite3_reset(insert);
     if (rc != SQLITE_DONE) return Status::error(sqlError(writeDb_, "storage: inserting step"));

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collector/topology/topology.h"
@@ -52,6 +53,10 @@ struct WriteBatch {
   // matches steps, the store keeps these bytes instead of encoding each report again, which
   // lets ingest do that work on its socket thread, off the single writer.
   std::vector<std::string> stepDetails;
+  // Optional, and preferred to stepDetails when its size matches steps: views of those bytes
+  // where they already lie (ingest points them into the frames it received and keeps those
+  // alive with the batch), so a report's detail is neither encoded nor copied before the insert.
+  std::vector<std::string_view> stepDetailViews;
   bool empty() const {
     return steps.empty() && ranks.empty() && goodbyes.empty() && hosts.empty() && nodes.empty() &&
            groups.empty();

@@ -187,3 +187,37 @@ TEST_CASE("pipeline: reports the detectors refuse are counted, the rest still ju
                   "trainscope_detect_rejected_total 2\n") != std::string::npos);
   CHECK(text.find("trainscope_detect_reports_total 2\n") != std::string::npos);
 }
+
+TEST_CASE("pipeline: takeCommitted judges as onCommitted does, taking the reports from the batch") {
+  auto run = [](bool take) {
+    SynthJob job;  // the same seed each run: the same reports
+    job.computeFactor = [](int64_t s, uint32_t r) { return s >= 60 && r == 3 ? 1.5 : 1.0; };
+    auto store = memoryStore();
+    ManualClock clock(1000 * kSec);
+    DetectPipeline pipeline(PipelineOptions{}, *store, clock);
+    auto reg = registrations(job);
+    pipeline.onCommitted(reg);
+    for (int64_t s = 0; s < 150; ++s) {
+      clock.advance(kSec / 10);
+      storage::WriteBatch b;
+      b.steps = job.step(s);
+      b.receivedNs = clock.nowNs();
+      if (take) {
+        pipeline.takeCommitted(b);
+        for (const auto& r : b.steps) CHECK(r.ops_size() == 0);  // moved out
+      } else {
+        pipeline.onCommitted(b);
+        CHECK(b.steps.front().ops_size() > 0);  // left as it was
+      }
+    }
+    auto rows = store->anomalies(job.job);
+    REQUIRE(rows);
+    std::vector<std::string> found;
+    for (const auto& r : *rows) found.push_back(r.kind + " " + std::to_string(r.onsetStep));
+    CHECK(pipeline.stats().reportsFed == 150u * job.world);
+    return found;
+  };
+  const auto copied = run(false);
+  CHECK_FALSE(copied.empty());
+  CHECK(run(true) == copied);
+}

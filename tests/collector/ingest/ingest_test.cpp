@@ -597,3 +597,91 @@ TEST_CASE(
   CHECK(f.rejects("invalid_flops") == 1);
   CHECK(f.rows("layout") == 1);
 }
+
+TEST_CASE(
+    "ingest: a batch frame with one undecodable item is rejected whole; stored details are "
+    "the reports as sent") {
+  Fixture f;
+  Client c(f.ctx, f.server->endpoint());
+  auto putVarint = [](std::string& out, uint64_t v) {
+    while (v >= 0x80) {
+      out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+      v >>= 7;
+    }
+    out.push_back(static_cast<char>(v));
+  };
+  // Envelope{version, Batch{seq 5, [a good step item, a step item whose report is garbage]}}:
+  // the shape agents send, so it takes ingest's fast path.
+  wire::Envelope good;
+  *good.mutable_step() = report("m", 0, 1);
+  std::string items;
+  const std::string goodItem = good.SerializeAsString();
+  items += '\x12';
+  putVarint(items, goodItem.size());
+  items += goodItem;
+  const std::string badItem = std::string("\x62\x03", 2) + "\xff\xff\xff";  // field 12, 3 bytes
+  items += '\x12';
+  putVarint(items, badItem.size());
+  items += badItem;
+  std::string batch = std::string("\x08\x05", 2) + items;
+  std::string frame("\x08\x01", 2);
+  putVarint(frame, (17 << 3) | 2);
+  putVarint(frame, batch.size());
+  frame += batch;
+  REQUIRE_FALSE(wire::decode(frame.data(), frame.size()).isOk());
+  c.send(frame);
+  auto err = c.recvKind(wire::Envelope::kError);
+  REQUIRE(err.has_value());
+  CHECK(err->error().reason() == "malformed");
+  CHECK(f.rejects("malformed") == 1);
+
+  // The next frame is stored, and its detail is the report as sent.
+  wire::StepReport sent = report("m", 0, 2);
+  auto* coll = sent.add_collectives();
+  coll->set_op(wire::ALL_GATHER);
+  coll->set_group("tp");
+  coll->set_bytes(4096);
+  coll->set_count(3);
+  c.send(batchFrame(6, {sent}));
+  auto ack = c.recvKind(wire::Envelope::kAck);
+  REQUIRE(ack.has_value());
+  CHECK(ack->ack().seq() == 6);
+  CHECK(f.rows("m") == 1);  // nothing of the malformed frame
+  storage::StepQuery q;
+  q.job = "m";
+  q.detail = true;
+  auto rows = f.store->steps(q);
+  REQUIRE(rows.isOk());
+  REQUIRE(rows->size() == 1);
+  const auto& row = rows->front();
+  CHECK(row.step == 2);
+  REQUIRE(row.ops.size() == 1);
+  CHECK(row.ops[0].name() == "aten::mm");
+  CHECK(row.ops[0].total_ns() == 1000);
+  REQUIRE(row.collectives.size() == 1);
+  CHECK(row.collectives[0].group() == "tp");
+  CHECK(row.collectives[0].bytes() == 4096);
+  CHECK(row.collectives[0].count() == 3);
+}
+
+TEST_CASE("ingest: a step item of a foreign schema version is rejected by reason, its batch kept") {
+  Fixture f;
+  Client c(f.ctx, f.server->endpoint());
+  wire::Envelope env;
+  auto* b = env.mutable_batch();
+  b->set_seq(9);
+  *b->add_items()->mutable_step() = report("fv", 0, 1);
+  auto* future = b->add_items();
+  future->set_schema_version(99);
+  *future->mutable_step() = report("fv", 0, 2);
+  c.sendEnv(env);
+  auto err = c.recvKind(wire::Envelope::kError);
+  REQUIRE(err.has_value());
+  CHECK(err->error().reason() == "version");
+  CHECK(err->error().detail().find("1 of 2 items rejected") != std::string::npos);
+  auto ack = c.recvKind(wire::Envelope::kAck);
+  REQUIRE(ack.has_value());
+  CHECK(ack->ack().seq() == 9);
+  CHECK(f.rows("fv") == 1);
+  CHECK(f.rejects("version") == 1);
+}
