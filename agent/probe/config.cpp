@@ -126,6 +126,22 @@ Result<ProbeConfig> resolveConfig(const ts_probe_config* config) {
   }
   out.connectAgent = c.connect_agent == 0;
   if (const char* v = envOrNull("TRAINSCOPE_CAPTURE_DIR")) out.captureDir = v;
+  if (Status s = intFromEnv("TRAINSCOPE_BATCH_MS", &n, &found); !s) return s;
+  if (found) {
+    if (n > 10000) {
+      return Result<ProbeConfig>::error("environment variable TRAINSCOPE_BATCH_MS=" +
+                                        std::to_string(n) + " must be within 0..10000");
+    }
+    out.batchLatencyMs = n;
+  }
+  if (Status s = intFromEnv("TRAINSCOPE_BATCH_STEPS", &n, &found); !s) return s;
+  if (found) {
+    if (n < 1 || n > 256) {
+      return Result<ProbeConfig>::error("environment variable TRAINSCOPE_BATCH_STEPS=" +
+                                        std::to_string(n) + " must be within 1..256");
+    }
+    out.batchSteps = static_cast<uint32_t>(n);
+  }
   return out;
 }
 

@@ -27,7 +27,13 @@ struct ProbeConfig {
                                         // longer runtime stalls without drops
   uint32_t backlogReports = 4096;       // unacked reports kept while the agent is away
   uint32_t topOps = 32;                 // operators per report; more costs bytes per report
-  bool connectAgent = true;             // false: fold only (benchmarks, tests)
+  // Step reports of fast steps share a message to the agent (TransportOptions::batchLatencyNs):
+  // at most this long a report waits for later steps ($TRAINSCOPE_BATCH_MS, 0..10000; 0: one
+  // message per report as before). Longer costs the agent less CPU and delays the collector's
+  // view of the job (detection, a capture's start step) by up to as much.
+  int64_t batchLatencyMs = 200;
+  uint32_t batchSteps = 16;  // reports that fill a message sooner ($TRAINSCOPE_BATCH_STEPS, 1..256)
+  bool connectAgent = true;  // false: fold only (benchmarks, tests)
   std::string captureDir = kDefaultCaptureDir;  // capture files for the agent to ship
                                                 // ($TRAINSCOPE_CAPTURE_DIR); needs room for
                                                 // max_bytes per running capture

@@ -318,6 +318,8 @@ Status Instance::open(void* zmqContext) {
   TransportOptions t;
   t.endpoint = config_.endpoint;
   t.backlogReports = config_.backlogReports;
+  t.batchLatencyNs = config_.batchLatencyMs * 1'000'000;
+  t.batchSteps = config_.batchSteps;
   transport_ = std::make_unique<Transport>(zmqContext, t, std::move(info));
   // Handled at the start of the next pass, outside the transport's receive loop.
   transport_->onCommand = [this](const wire::Command& cmd) { submitCommand(cmd); };
@@ -371,7 +373,7 @@ void Instance::service(int64_t nowNs, bool closing) {
     const int64_t startNs = f.report.start_ns();
     const int64_t endNs = f.report.end_ns();
     if (onReport_) onReport_(f.report);
-    if (transport_ != nullptr) transport_->addReport(std::move(f.report));
+    if (transport_ != nullptr) transport_->addReport(std::move(f.report), nowNs);
     // A running capture takes the step (and adds it to the flight recorder once written).
     if (!capture_.offer(step, startNs, endNs, f.records)) {
       flight_.add(step, std::move(f.records), startNs, endNs);
@@ -390,9 +392,11 @@ void Instance::service(int64_t nowNs, bool closing) {
     if (transport_ != nullptr) transport_->addGoodbye(folder_.lastStep(), wallNowNs());
     finished = true;
   }
-  if (transport_ != nullptr && (closing || nowNs - lastIoNs_ >= kIoPeriodNs)) {
+  // A flush in progress sends what is queued at once instead of letting it wait for more steps.
+  const bool cutNow = closing || flushers.load(std::memory_order_acquire) > 0;
+  if (transport_ != nullptr && (cutNow || nowNs - lastIoNs_ >= kIoPeriodNs)) {
     lastIoNs_ = nowNs;
-    transport_->service(nowNs, closing);
+    transport_->service(nowNs, cutNow);
   }
   idleFlag.store(transportIdle(), std::memory_order_release);
   passes.fetch_add(1, std::memory_order_release);
@@ -484,20 +488,24 @@ int32_t Runtime::flush(Instance* inst, int32_t timeoutMs) {
   // Passes that start after this call drain everything recorded before it; the folder needs
   // one more pass to declare a step final, and one may be in progress now.
   const uint64_t target = inst->passes.load(std::memory_order_acquire) + 3;
+  inst->flushers.fetch_add(1, std::memory_order_acq_rel);
   {
     std::lock_guard<std::mutex> lock(mu_);
     wake_ = true;
   }
   cv_.notify_all();
+  int32_t rc = 1;
   while (!stopped_.load()) {
     if (inst->passes.load(std::memory_order_acquire) >= target &&
         inst->idleFlag.load(std::memory_order_acquire)) {
-      return 0;
+      rc = 0;
+      break;
     }
-    if (monotonicNowNs() >= deadline) return 1;
+    if (monotonicNowNs() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  return 1;
+  inst->flushers.fetch_sub(1, std::memory_order_acq_rel);
+  return rc;
 }
 
 void Runtime::stop() {

@@ -83,6 +83,7 @@ class Instance {
   void abandonTransport() { (void)transport_.release(); }
 
   std::atomic<uint64_t> passes{0};          // completed passes; read by flush()
+  std::atomic<int> flushers{0};             // flush() calls waiting: send without batching
   std::atomic<bool> closeRequested{false};  // set by Runtime::remove
   bool finished = false;                    // runtime thread: final fold and goodbye done
   int64_t closeDeadlineNs = 0;              // set before closeRequested; monotonic

@@ -45,8 +45,10 @@ Status Transport::open() {
   return Status::ok();
 }
 
-void Transport::addReport(wire::StepReport report) {
-  if (queued_.empty()) firstQueuedNs_ = monotonicNowNs();
+void Transport::addReport(wire::StepReport report, int64_t nowNs) {
+  if (queuedReports_ == 0) firstReportNs_ = nowNs;
+  if (lastEndNs_ != 0 && report.end_ns() > lastEndNs_) stepGapNs_ = report.end_ns() - lastEndNs_;
+  lastEndNs_ = report.end_ns();
   wire::Envelope env;
   *env.mutable_step() = std::move(report);
   queued_.push_back(std::move(env));
@@ -56,7 +58,7 @@ void Transport::addReport(wire::StepReport report) {
 }
 
 void Transport::addGoodbye(int64_t lastStep, int64_t nowWallNs) {
-  if (queued_.empty()) firstQueuedNs_ = monotonicNowNs();
+  if (firstOtherNs_ == 0) firstOtherNs_ = monotonicNowNs();
   wire::Envelope env;
   auto* bye = env.mutable_rank_goodbye();
   bye->set_job(info_.job());
@@ -68,7 +70,7 @@ void Transport::addGoodbye(int64_t lastStep, int64_t nowWallNs) {
 }
 
 void Transport::addStatus(wire::CommandStatus status) {
-  if (queued_.empty()) firstQueuedNs_ = monotonicNowNs();
+  if (firstOtherNs_ == 0) firstOtherNs_ = monotonicNowNs();
   wire::Envelope env;
   *env.mutable_command_status() = std::move(status);
   queued_.push_back(std::move(env));
@@ -92,7 +94,7 @@ void Transport::queueHello(int64_t nowNs) {
   if (goodbyeQueued_) return;  // the rank has ended (see addGoodbye)
   // One hello waiting for its ack is enough; an absent agent must not fill the backlog.
   if (helloOutstanding_) return;
-  if (queued_.empty()) firstQueuedNs_ = nowNs;
+  if (firstOtherNs_ == 0) firstOtherNs_ = nowNs;
   wire::Envelope env;
   auto* hello = env.mutable_rank_hello();
   *hello->mutable_rank() = info_;
@@ -134,7 +136,19 @@ void Transport::enforceBound() {
   }
 }
 
+// Whether the queued items should leave now (cutNow and a full batch aside).
+bool Transport::batchDue(int64_t nowNs) const {
+  if (firstOtherNs_ != 0 && nowNs - firstOtherNs_ >= options_.batchIntervalNs) return true;
+  if (queuedReports_ == 0) return false;
+  const int64_t waited = nowNs - firstReportNs_;
+  if (waited < options_.batchIntervalNs) return false;
+  if (queuedReports_ >= options_.batchSteps) return true;
+  // Wait for the next step only when it is due before the oldest report's bound.
+  return stepGapNs_ <= 0 || waited + stepGapNs_ > options_.batchLatencyNs;
+}
+
 void Transport::cutBatch() {
+  firstOtherNs_ = 0;
   while (!queued_.empty()) {
     const size_t n = std::min<size_t>(queued_.size(), options_.batchMaxItems);
     wire::Envelope env;
@@ -248,8 +262,7 @@ void Transport::service(int64_t nowNs, bool cutNow) {
   if (peerCheck_ != nullptr) peerCheck_->serve();
   receive(nowNs);
   if (lastHelloNs_ == 0 || nowNs - lastHelloNs_ >= options_.helloIntervalNs) queueHello(nowNs);
-  if (!queued_.empty() && (cutNow || queued_.size() >= options_.batchMaxItems ||
-                           nowNs - firstQueuedNs_ >= options_.batchIntervalNs)) {
+  if (!queued_.empty() && (cutNow || queued_.size() >= options_.batchMaxItems || batchDue(nowNs))) {
     cutBatch();
     enforceBound();
   }

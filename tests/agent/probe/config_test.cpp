@@ -19,8 +19,9 @@ void env(const char* name, const char* value) {
   }
 }
 void clearEnv() {
-  for (const char* n : {"TRAINSCOPE_AGENT", "TRAINSCOPE_JOB", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID",
-                        "RANK", "WORLD_SIZE", "LOCAL_RANK"}) {
+  for (const char* n :
+       {"TRAINSCOPE_AGENT", "TRAINSCOPE_JOB", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "RANK",
+        "WORLD_SIZE", "LOCAL_RANK", "TRAINSCOPE_BATCH_MS", "TRAINSCOPE_BATCH_STEPS"}) {
     env(n, nullptr);
   }
 }
@@ -101,5 +102,33 @@ TEST_CASE("bad environment values are refused naming the variable") {
   c = resolveConfig(nullptr);
   REQUIRE_FALSE(c.isOk());
   CHECK(c.message().find("WORLD_SIZE") != std::string::npos);
+  clearEnv();
+}
+
+TEST_CASE("probe batching comes from TRAINSCOPE_BATCH_MS and _STEPS, bad values named") {
+  clearEnv();
+  auto c = resolveConfig(nullptr);
+  REQUIRE(c.isOk());
+  CHECK(c->batchLatencyMs == 200);
+  CHECK(c->batchSteps == 16);
+  env("TRAINSCOPE_BATCH_MS", "0");
+  env("TRAINSCOPE_BATCH_STEPS", "4");
+  c = resolveConfig(nullptr);
+  REQUIRE(c.isOk());
+  CHECK(c->batchLatencyMs == 0);
+  CHECK(c->batchSteps == 4);
+  for (const char* bad : {"fast", "-5", "10001"}) {
+    env("TRAINSCOPE_BATCH_MS", bad);
+    c = resolveConfig(nullptr);
+    REQUIRE_FALSE(c.isOk());
+    CHECK(c.message().find("TRAINSCOPE_BATCH_MS") != std::string::npos);
+  }
+  env("TRAINSCOPE_BATCH_MS", nullptr);
+  for (const char* bad : {"0", "257"}) {
+    env("TRAINSCOPE_BATCH_STEPS", bad);
+    c = resolveConfig(nullptr);
+    REQUIRE_FALSE(c.isOk());
+    CHECK(c.message().find("TRAINSCOPE_BATCH_STEPS") != std::string::npos);
+  }
   clearEnv();
 }

@@ -55,7 +55,7 @@ void drive(
   const int64_t end = trainscope::monotonicNowNs() + int64_t{ms} * 1'000'000;
   int64_t step = 0;
   while (trainscope::monotonicNowNs() < end) {
-    t.addReport(report(step++));
+    t.addReport(report(step++), trainscope::monotonicNowNs());
     for (int i = 0; i < 5; ++i) {
       t.service(trainscope::monotonicNowNs(), false);
       onTurn();

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "agent/probe/probe.h"
+#include "agent/probe/transport.h"
 #include "tests/agent/probe/fake_agent.h"
 
 using namespace trainscope::probe;
@@ -207,4 +208,88 @@ TEST_CASE("commands from the agent reach the command hook; error replies do not 
   recordSteps(p, 1, 2);  // still working after both
   REQUIRE(p.flush(5000) == 0);
   CHECK(agent.steps() == std::vector<int64_t>{0, 1});
+}
+
+namespace {
+
+// Drives a Transport on a clock of its own (service every 10 ms) and adds a report of the next
+// step every `gapMs`, its end time `gapMs` after the previous one's; returns the steps of each
+// batch the agent received, in order. Resends are off, so each batch arrives once.
+std::vector<std::vector<int64_t>> batchesFor(TransportOptions o, int reports, int64_t gapMs) {
+  TempDir dir;
+  const std::string ep = "ipc://" + dir.path() + "/agent.sock";
+  FakeAgent agent(ep);
+  REQUIRE(agent.bound());
+  void* ctx = zmq_ctx_new();
+  o.endpoint = ep;
+  o.resendAfterNs = int64_t{1} << 60;
+  trainscope::wire::RankInfo info;
+  info.set_job("batching");
+  info.set_world_size(1);
+  std::vector<std::vector<int64_t>> out;
+  {
+    Transport t(ctx, o, info);
+    REQUIRE(t.open().isOk());
+    const int64_t ms = 1'000'000;
+    int64_t now = 1'000 * ms;
+    // The first hello leaves on its own before any report.
+    for (int i = 0; i < 5; ++i, now += 10 * ms) t.service(now, false);
+    const int64_t end = now + (reports * gapMs + 1000) * ms;
+    int added = 0;
+    int64_t nextAt = now;
+    for (; now < end; now += 10 * ms) {
+      if (added < reports && now >= nextAt) {
+        trainscope::wire::StepReport r;
+        r.set_job("batching");
+        r.set_step(added);
+        r.set_end_ns(5'000'000'000 + added * gapMs * ms);
+        t.addReport(std::move(r), now);
+        ++added;
+        nextAt += gapMs * ms;
+      }
+      t.service(now, false);
+    }
+    // Every batch is cut by now; the sends wait for the connection (asynchronous), so keep
+    // servicing in real time until the agent has them all.
+    REQUIRE(FakeAgent::waitFor(
+        [&] {
+          t.service(now += 10 * ms, false);
+          return agent.steps().size() == size_t(reports);
+        },
+        5000));
+    for (const auto& b : agent.batches()) {
+      std::vector<int64_t> steps;
+      for (const auto& item : b.batch.items()) {
+        if (item.has_step()) steps.push_back(item.step().step());
+      }
+      if (!steps.empty()) out.push_back(steps);
+    }
+  }
+  zmq_ctx_term(ctx);
+  return out;
+}
+
+using Groups = std::vector<std::vector<int64_t>>;
+
+}  // namespace
+
+TEST_CASE("fast steps share a message within the latency bound; slow steps leave alone") {
+  TransportOptions o;
+  o.batchLatencyNs = 200'000'000;
+  o.batchSteps = 16;
+  o.helloIntervalNs = int64_t{1} << 60;
+  // 100 ms steps under a 200 ms bound: a report waits for the next step, not for a third (it
+  // would leave 200 ms late). The first report has no step time to judge by and leaves alone.
+  CHECK(batchesFor(o, 8, 100) == Groups{{0}, {1, 2}, {3, 4}, {5, 6}, {7}});
+  // 30 ms steps: as many as fit the bound (the oldest waits at most 200 ms).
+  CHECK(batchesFor(o, 15, 30) == Groups{{0}, {1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14}});
+  // ... or batchSteps, whichever comes first.
+  o.batchSteps = 3;
+  CHECK(batchesFor(o, 7, 30) == Groups{{0}, {1, 2, 3}, {4, 5, 6}});
+  // Steps slower than the bound: no waiting for the next one.
+  CHECK(batchesFor(o, 3, 300) == Groups{{0}, {1}, {2}});
+  // A bound of 0: one message per report, as before batching.
+  o.batchLatencyNs = 0;
+  o.batchSteps = 16;
+  CHECK(batchesFor(o, 3, 30) == Groups{{0}, {1}, {2}});
 }
