@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Scale: one collector taking a job of many simulated ranks at 1 step/s, for a bounded time.
+
+Starts trainscope-collector (a fresh data dir), --agents trainscope-agent processes and --sims
+trainscope-simtrain processes that host the job's --ranks between them (each simulator's ranks
+spread over every agent), paced in real time at --step-ms for --duration-s, with one straggler
+injected (rank --straggler-rank from the middle step, 1.3x compute) so detection has something
+to find. While the job runs, a client asks the job's summary API every --summary-every-s and
+the collector's RSS is sampled. At the end it waits for the rows and prints:
+  - step rows stored against ranks x steps (each stored once: the store's key is idempotent);
+  - the straggler's detection latency in steps (detected_step - injected step) and its rank;
+  - the summary API's p50/p99/max latency during the run;
+  - the collector's peak RSS (VmHWM) and its RSS at the end.
+Exit 0 when every row is stored and the straggler found, 1 otherwise. Loopback only; standard
+library only. The README states what size was run on which machine.
+
+Example: tools/bench/scale_bench.py --build build-release --ranks 4096 --sims 4 --agents 4 \
+             --duration-s 120
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from soak import free_port, http_get, rss_kib, stored_rows  # noqa: E402
+
+
+def peak_rss_kib(pid):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def percentile(values, q):
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default="build-release", help="build directory (build-release)")
+    p.add_argument("--ranks", type=int, default=4096, help="ranks of the job (4096)")
+    p.add_argument("--sims", type=int, default=4, help="trainscope-simtrain processes (4)")
+    p.add_argument("--agents", type=int, default=4, help="trainscope-agent processes (4)")
+    p.add_argument("--step-ms", type=float, default=1000, help="step time (1000: 1 step/s)")
+    p.add_argument("--duration-s", type=float, default=120, help="length of the job (120)")
+    p.add_argument("--straggler-rank", type=int, default=-1,
+                   help="rank made 1.3x slower from the middle step (default: ranks / 3)")
+    p.add_argument("--summary-every-s", type=float, default=0.5,
+                   help="summary API request interval during the run (0.5)")
+    p.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = p.parse_args()
+
+    bins = {
+        "collector": os.path.join(args.build, "collector", "trainscope-collector"),
+        "agent": os.path.join(args.build, "agent", "trainscope-agent"),
+        "simtrain": os.path.join(args.build, "tools", "simtrain", "trainscope-simtrain"),
+    }
+    for name, path in bins.items():
+        if not os.access(path, os.X_OK):
+            sys.exit("scale_bench: %s not found at %s (build it, or give --build)" % (name, path))
+    if min(args.ranks, args.sims, args.agents) <= 0 or args.step_ms <= 0 or args.duration_s <= 0:
+        sys.exit("scale_bench: --ranks, --sims, --agents, --step-ms and --duration-s must be > 0")
+    if args.sims > args.ranks:
+        sys.exit("scale_bench: --sims must not exceed --ranks")
+    steps = int(args.duration_s * 1000 / args.step_ms)
+    if steps < 40:
+        sys.exit("scale_bench: fewer than 40 steps: detection needs a baseline (longer "
+                 "--duration-s or shorter --step-ms)")
+    straggler = args.straggler_rank if args.straggler_rank >= 0 else args.ranks // 3
+    if straggler >= args.ranks:
+        sys.exit("scale_bench: --straggler-rank must be below --ranks")
+    onset = steps // 2
+    job = "scale-%d" % args.ranks
+
+    work = tempfile.mkdtemp(prefix="trainscope-scale-")
+    ingest, http_port = free_port(), free_port()
+    procs = []
+
+    def start(name, argv):
+        log = open(os.path.join(work, name + ".log"), "w")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        return proc
+
+    ok = False
+    try:
+        ready = os.path.join(work, "collector.ready")
+        collector = start("collector", [
+            bins["collector"], "--data-dir", os.path.join(work, "data"),
+            "--ingest", "tcp://127.0.0.1:%d" % ingest, "--http", "127.0.0.1:%d" % http_port,
+            "--ready-file", ready, "--auto-capture-interval", "0"])
+        deadline = time.time() + 30
+        while not os.path.exists(ready):
+            if time.time() > deadline or collector.poll() is not None:
+                sys.exit("scale_bench: the collector did not start (see %s/collector.log)" % work)
+            time.sleep(0.1)
+        endpoints = []
+        for a in range(args.agents):
+            ep = "ipc://" + os.path.join(work, "agent%d.sock" % a)
+            start("agent%d" % a, [bins["agent"], "--collector", "tcp://127.0.0.1:%d" % ingest,
+                                  "--endpoint", ep, "--node", "node%d" % a,
+                                  "--spool-dir", os.path.join(work, "spool%d" % a)])
+            endpoints.append(ep)
+        for a in range(args.agents):
+            while not os.path.exists(os.path.join(work, "agent%d.sock" % a)):
+                time.sleep(0.1)
+        t0 = time.time()
+        sims = []
+        first = 0
+        for s in range(args.sims):
+            n = args.ranks // args.sims + (1 if s < args.ranks % args.sims else 0)
+            argv = [bins["simtrain"], "--job", job, "--ranks", str(n), "--first-rank", str(first),
+                    "--world-size", str(args.ranks), "--steps", str(steps),
+                    "--step-ms", str(args.step_ms), "--seed", str(s + 1), "--quiet",
+                    "--flush-timeout-ms", "60000"]
+            if first <= straggler < first + n:
+                argv += ["--inject", "straggler:rank=%d,from=%d,factor=1.3" % (straggler, onset)]
+            for ep in endpoints:
+                argv += ["--agent", ep]
+            sims.append(start("sim%d" % s, argv))
+            first += n
+
+        latencies = []  # summary API, ms
+        rss = []
+        stop = threading.Event()
+
+        def ask():
+            while not stop.is_set():
+                t = time.time()
+                try:
+                    status, _ = http_get(http_port, "/api/v1/jobs/%s/summary" % job)
+                    if status == 200:
+                        latencies.append((time.time() - t) * 1000)
+                except OSError:
+                    pass
+                stop.wait(args.summary_every_s)
+
+        asker = threading.Thread(target=ask)
+        asker.start()
+        while any(s.poll() is None for s in sims):
+            rss.append(rss_kib(collector.pid))
+            print("scale_bench: %5.0f s  collector RSS %s KiB  rows %s" %
+                  (time.time() - t0, rss[-1], stored_rows(http_port, job)), flush=True)
+            time.sleep(10)
+        stop.set()
+        asker.join()
+        want = args.ranks * steps
+        deadline = time.time() + 120
+        rows = stored_rows(http_port, job)
+        while rows != want and time.time() < deadline:
+            time.sleep(1)
+            rows = stored_rows(http_port, job)
+        time.sleep(5)  # late anomalies
+        _, body = http_get(http_port, "/api/v1/jobs/%s/anomalies" % job)
+        anomalies = json.loads(body).get("anomalies", [])
+        found = [a for a in anomalies if a.get("kind") == "straggler" and
+                 straggler in a.get("ranks", [])]
+        others = [a for a in anomalies if a not in found]
+        print("scale_bench: %d ranks (%d simtrain, %d agents) x %d steps at %.0f ms in %.0f s"
+              % (args.ranks, args.sims, args.agents, steps, args.step_ms, time.time() - t0))
+        print("scale_bench: simtrain exits %s" % [s.returncode for s in sims])
+        print("scale_bench: rows stored %s of %d (%s)"
+              % (rows, want, "ok" if rows == want else "MISSING"))
+        if found:
+            a = found[0]
+            print("scale_bench: straggler rank %d found: onset step %s, detected at step %s "
+                  "(latency %s steps after the injected step %d)"
+                  % (straggler, a.get("onset_step"), a.get("detected_step"),
+                     a.get("detected_step", 0) - onset, onset))
+        else:
+            print("scale_bench: straggler rank %d NOT found" % straggler)
+        print("scale_bench: other anomalies: %d %s" % (len(others), sorted(
+            set((a.get("kind"), tuple(a.get("ranks", [])[:4])) for a in others))[:5]))
+        print("scale_bench: summary API during the run: %d requests, p50 %.1f ms, p99 %.1f ms, "
+              "max %.1f ms" % (len(latencies), percentile(latencies, 0.5),
+                               percentile(latencies, 0.99), max(latencies or [float("nan")])))
+        print("scale_bench: collector RSS peak %s KiB (VmHWM), at the end %s KiB"
+              % (peak_rss_kib(collector.pid), rss_kib(collector.pid)))
+        ok = rows == want and bool(found)
+    finally:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if args.keep or not ok:
+            print("scale_bench: logs and data in %s" % work)
+        else:
+            subprocess.call(["rm", "-rf", work])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
