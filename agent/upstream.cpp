@@ -33,44 +33,6 @@ std::string randomHex(size_t bytes) {
   return out;
 }
 
-void putVarint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-
-size_t varintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
-// Envelope{schema_version, batch: Batch{seq, items}} built from already-serialized item
-// envelopes, so spooled records are sent without being parsed again.
-std::string encodeBatchFrame(uint64_t seq, const std::vector<std::string>& items) {
-  size_t body = 1 + varintSize(seq);
-  for (const auto& it : items) body += 1 + varintSize(it.size()) + it.size();
-  std::string out;
-  out.reserve(body + 16);
-  out.push_back(0x08);  // field 1 (schema_version), varint
-  putVarint(out, wire::kSchemaVersion);
-  putVarint(out, (17u << 3) | 2u);  // field 17 (batch), length-delimited
-  putVarint(out, body);
-  out.push_back(0x08);  // Batch field 1 (seq), varint
-  putVarint(out, seq);
-  for (const auto& it : items) {
-    out.push_back(0x12);  // Batch field 2 (items), length-delimited
-    putVarint(out, it.size());
-    out.append(it);
-  }
-  return out;
-}
-
 }  // namespace
 
 Upstream::Upstream(zmq::context_t& ctx, const AgentOptions& opts, SpoolWriter& spool)
@@ -367,7 +329,7 @@ void Upstream::pump(int64_t now) {
         return;
       }
       if (next == sendCursor_) return;
-      heldFrame_ = encodeBatchFrame(next, items);
+      heldFrame_ = wire::encodeBatchFrame(next, items);
       heldSeq_ = next;
     }
     if (!socket_.send(zmq::buffer(heldFrame_), zmq::send_flags::dontwait)) {

@@ -63,6 +63,23 @@ bool readLength(const uint8_t*& p, const uint8_t* end, std::string_view* out) {
   return true;
 }
 
+void putVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+size_t varintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
 constexpr uint64_t kVarint = 0;
 constexpr uint64_t kLength = 2;
 constexpr uint64_t tag(uint64_t field, uint64_t type) {
@@ -70,6 +87,25 @@ constexpr uint64_t tag(uint64_t field, uint64_t type) {
 }
 
 }  // namespace
+
+std::string encodeBatchFrame(uint64_t seq, const std::vector<std::string>& items) {
+  size_t body = 1 + varintSize(seq);
+  for (const auto& it : items) body += 1 + varintSize(it.size()) + it.size();
+  std::string out;
+  out.reserve(body + 16);
+  putVarint(out, tag(1, kVarint));
+  putVarint(out, kSchemaVersion);
+  putVarint(out, tag(17, kLength));
+  putVarint(out, body);
+  putVarint(out, tag(1, kVarint));  // Batch.seq
+  putVarint(out, seq);
+  for (const auto& it : items) {
+    putVarint(out, tag(2, kLength));  // Batch.items
+    putVarint(out, it.size());
+    out.append(it);
+  }
+  return out;
+}
 
 bool splitBatch(const void* data, size_t size, BatchFrame* out) {
   if (size > kMaxFrameBytes) return false;

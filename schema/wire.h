@@ -56,6 +56,11 @@ struct BatchFrame {
 // decode() accepts, with the same seq and items. `out` is reused (its vector keeps capacity).
 bool splitBatch(const void* data, size_t size, BatchFrame* out);
 
+// The frame splitBatch takes apart: Envelope{schema_version, batch: Batch{seq, items}} built
+// from already-serialized item envelopes, so a sender's stored items (the agent's spool) leave
+// without being parsed again.
+std::string encodeBatchFrame(uint64_t seq, const std::vector<std::string>& items);
+
 // When a batch item (a serialized Envelope) holds a step report and nothing else (at most a
 // schema_version besides), sets *version (0 when absent) and *step to the StepReport's bytes and
 // returns true. False: the item holds something else or is malformed; decode it as an Envelope.

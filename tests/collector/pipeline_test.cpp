@@ -45,14 +45,21 @@ storage::WriteBatch registrations(const SynthJob& job) {
   return b;
 }
 
-// Feeds steps [from, to) one batch per step, the clock moving 100 ms per step.
-void feed(DetectPipeline& p, SynthJob& job, ManualClock& clock, int64_t from, int64_t to) {
+// Feeds steps [from, to) one batch per step, the clock moving 100 ms per step; `take` feeds
+// them as ingest's writer does (takeCommitted) and checks the reports were taken.
+void feed(DetectPipeline& p, SynthJob& job, ManualClock& clock, int64_t from, int64_t to,
+          bool take = false) {
   for (int64_t s = from; s < to; ++s) {
     clock.advance(kSec / 10);
     storage::WriteBatch b;
     b.steps = job.step(s);
     b.receivedNs = clock.nowNs();
-    p.onCommitted(b);
+    if (take) {
+      p.takeCommitted(b);
+      for (const auto& r : b.steps) CHECK(r.ops_size() == 0);  // moved out
+    } else {
+      p.onCommitted(b);
+    }
   }
 }
 
@@ -197,19 +204,7 @@ TEST_CASE("pipeline: takeCommitted judges as onCommitted does, taking the report
     DetectPipeline pipeline(PipelineOptions{}, *store, clock);
     auto reg = registrations(job);
     pipeline.onCommitted(reg);
-    for (int64_t s = 0; s < 150; ++s) {
-      clock.advance(kSec / 10);
-      storage::WriteBatch b;
-      b.steps = job.step(s);
-      b.receivedNs = clock.nowNs();
-      if (take) {
-        pipeline.takeCommitted(b);
-        for (const auto& r : b.steps) CHECK(r.ops_size() == 0);  // moved out
-      } else {
-        pipeline.onCommitted(b);
-        CHECK(b.steps.front().ops_size() > 0);  // left as it was
-      }
-    }
+    feed(pipeline, job, clock, 0, 150, take);
     auto rows = store->anomalies(job.job);
     REQUIRE(rows);
     std::vector<std::string> found;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -75,6 +76,14 @@ TEST_CASE("splitBatch gives an agent's batch frame's seq and items; stepItem the
   CHECK(version == 0);
   CHECK(bytes == report(1, 7).SerializeAsString());
   CHECK_FALSE(wire::stepItem(split.items[2], &version, &bytes));  // a hello
+
+  // What encodeBatchFrame builds from encoded items (as the agent sends its spool) splits back.
+  std::vector<std::string> encoded;
+  for (const auto& item : env.batch().items()) encoded.push_back(item.SerializeAsString());
+  const std::string built = wire::encodeBatchFrame(42, encoded);
+  CHECK(built == frame);
+  REQUIRE(wire::splitBatch(built.data(), built.size(), &split));
+  CHECK(split.items.size() == 3);
 
   // The split vector is reused: a second frame replaces the first's items.
   wire::Envelope one;

@@ -603,31 +603,12 @@ TEST_CASE(
     "the reports as sent") {
   Fixture f;
   Client c(f.ctx, f.server->endpoint());
-  auto putVarint = [](std::string& out, uint64_t v) {
-    while (v >= 0x80) {
-      out.push_back(static_cast<char>((v & 0x7f) | 0x80));
-      v >>= 7;
-    }
-    out.push_back(static_cast<char>(v));
-  };
   // Envelope{version, Batch{seq 5, [a good step item, a step item whose report is garbage]}}:
   // the shape agents send, so it takes ingest's fast path.
   wire::Envelope good;
   *good.mutable_step() = report("m", 0, 1);
-  std::string items;
-  const std::string goodItem = good.SerializeAsString();
-  items += '\x12';
-  putVarint(items, goodItem.size());
-  items += goodItem;
   const std::string badItem = std::string("\x62\x03", 2) + "\xff\xff\xff";  // field 12, 3 bytes
-  items += '\x12';
-  putVarint(items, badItem.size());
-  items += badItem;
-  std::string batch = std::string("\x08\x05", 2) + items;
-  std::string frame("\x08\x01", 2);
-  putVarint(frame, (17 << 3) | 2);
-  putVarint(frame, batch.size());
-  frame += batch;
+  const std::string frame = wire::encodeBatchFrame(5, {good.SerializeAsString(), badItem});
   REQUIRE_FALSE(wire::decode(frame.data(), frame.size()).isOk());
   c.send(frame);
   auto err = c.recvKind(wire::Envelope::kError);
