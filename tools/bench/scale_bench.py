@@ -20,7 +20,6 @@ Example: tools/bench/scale_bench.py --build build-release --ranks 4096 --sims 4 
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from soak import free_port, http_get, rss_kib, stored_rows  # noqa: E402
+from soak import free_port, http_get, rss_kib, stop_processes, stored_rows  # noqa: E402
 
 
 def peak_rss_kib(pid):
@@ -193,14 +192,7 @@ def main():
               % (peak_rss_kib(collector.pid), rss_kib(collector.pid)))
         ok = rows == want and bool(found)
     finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(procs, timeout=30)
         if args.keep or not ok:
             print("scale_bench: logs and data in %s" % work)
         else:

@@ -53,6 +53,18 @@ def rss_kib(pid):
     return None
 
 
+def stop_processes(procs, timeout=20):
+    """SIGTERM to each still running (last started first), then waits; kills the stragglers."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def http_get(port, target, timeout=10):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
@@ -308,14 +320,7 @@ def main():
         print("soak: collector %s" % ("alive" if alive else "DIED"))
         ok = rows == want and alive and flat and sim.returncode == 0
     finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(procs)
         if args.keep or not ok:
             print("soak: logs and data in %s" % work)
         else:
