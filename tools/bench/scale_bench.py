@@ -27,7 +27,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from soak import free_port, http_get, rss_kib, stop_processes, stored_rows  # noqa: E402
+from soak import Processes, free_port, http_get, rss_kib, stored_rows  # noqa: E402
 
 
 def peak_rss_kib(pid):
@@ -88,36 +88,14 @@ def main():
 
     work = tempfile.mkdtemp(prefix="trainscope-scale-")
     ingest, http_port = free_port(), free_port()
-    procs = []
-
-    def start(name, argv):
-        log = open(os.path.join(work, name + ".log"), "w")
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        procs.append(proc)
-        return proc
+    run = Processes(work)
 
     ok = False
     try:
-        ready = os.path.join(work, "collector.ready")
-        collector = start("collector", [
-            bins["collector"], "--data-dir", os.path.join(work, "data"),
-            "--ingest", "tcp://127.0.0.1:%d" % ingest, "--http", "127.0.0.1:%d" % http_port,
-            "--ready-file", ready, "--auto-capture-interval", "0"])
-        deadline = time.time() + 30
-        while not os.path.exists(ready):
-            if time.time() > deadline or collector.poll() is not None:
-                sys.exit("scale_bench: the collector did not start (see %s/collector.log)" % work)
-            time.sleep(0.1)
-        endpoints = []
-        for a in range(args.agents):
-            ep = "ipc://" + os.path.join(work, "agent%d.sock" % a)
-            start("agent%d" % a, [bins["agent"], "--collector", "tcp://127.0.0.1:%d" % ingest,
-                                  "--endpoint", ep, "--node", "node%d" % a,
-                                  "--spool-dir", os.path.join(work, "spool%d" % a)])
-            endpoints.append(ep)
-        for a in range(args.agents):
-            while not os.path.exists(os.path.join(work, "agent%d.sock" % a)):
-                time.sleep(0.1)
+        collector = run.start_collector(bins["collector"], ingest, http_port,
+                                        ["--auto-capture-interval", "0"])
+        endpoints = [run.start_agent(bins["agent"], ingest, "node%d" % a)
+                     for a in range(args.agents)]
         t0 = time.time()
         sims = []
         first = 0
@@ -131,7 +109,7 @@ def main():
                 argv += ["--inject", "straggler:rank=%d,from=%d,factor=1.3" % (straggler, onset)]
             for ep in endpoints:
                 argv += ["--agent", ep]
-            sims.append(start("sim%d" % s, argv))
+            sims.append(run.start("sim%d" % s, argv))
             first += n
 
         latencies = []  # summary API, ms
@@ -192,7 +170,7 @@ def main():
               % (peak_rss_kib(collector.pid), rss_kib(collector.pid)))
         ok = rows == want and bool(found)
     finally:
-        stop_processes(procs, timeout=30)
+        run.stop(timeout=30)
         if args.keep or not ok:
             print("scale_bench: logs and data in %s" % work)
         else:

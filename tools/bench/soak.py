@@ -65,6 +65,49 @@ def stop_processes(procs, timeout=20):
             proc.kill()
 
 
+class Processes(object):
+    """The processes of one run, each logging to WORK/NAME.log; stop() ends them."""
+
+    def __init__(self, work):
+        self.work = work
+        self.procs = []
+
+    def start(self, name, argv):
+        log = open(os.path.join(self.work, name + ".log"), "w")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        return proc
+
+    def start_collector(self, binary, ingest, http_port, extra=()):
+        """A collector on the loopback ports with its data under WORK/data, once it is ready;
+        exits naming its log when it does not start within 30 s."""
+        ready = os.path.join(self.work, "collector.ready")
+        collector = self.start("collector", [
+            binary, "--data-dir", os.path.join(self.work, "data"),
+            "--ingest", "tcp://127.0.0.1:%d" % ingest, "--http", "127.0.0.1:%d" % http_port,
+            "--ready-file", ready] + list(extra))
+        deadline = time.time() + 30
+        while not os.path.exists(ready):
+            if time.time() > deadline or collector.poll() is not None:
+                sys.exit("the collector did not start (see %s/collector.log)" % self.work)
+            time.sleep(0.1)
+        return collector
+
+    def start_agent(self, binary, ingest, name):
+        """An agent named NAME for the collector at `ingest`, once its socket is there; returns
+        its probe endpoint."""
+        sock = os.path.join(self.work, name + ".sock")
+        self.start(name, [binary, "--collector", "tcp://127.0.0.1:%d" % ingest,
+                          "--endpoint", "ipc://" + sock, "--node", name,
+                          "--spool-dir", os.path.join(self.work, "spool-" + name)])
+        while not os.path.exists(sock):
+            time.sleep(0.1)
+        return "ipc://" + sock
+
+    def stop(self, timeout=20):
+        stop_processes(self.procs, timeout)
+
+
 def http_get(port, target, timeout=10):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
@@ -253,36 +296,16 @@ def main():
     work = tempfile.mkdtemp(prefix="trainscope-soak-")
     ingest, http_port = free_port(), free_port()
     steps = int(args.duration_s * 1000 / args.step_ms)
-    procs = []
-
-    def start(name, argv):
-        log = open(os.path.join(work, name + ".log"), "w")
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        procs.append(proc)
-        return proc
+    run = Processes(work)
 
     ok = True
     try:
-        ready = os.path.join(work, "collector.ready")
-        collector = start("collector", [
-            bins["collector"], "--data-dir", os.path.join(work, "data"),
-            "--ingest", "tcp://127.0.0.1:%d" % ingest, "--http", "127.0.0.1:%d" % http_port,
-            "--ready-file", ready])
-        deadline = time.time() + 30
-        while not os.path.exists(ready):
-            if time.time() > deadline or collector.poll() is not None:
-                sys.exit("soak: the collector did not start (see %s/collector.log)" % work)
-            time.sleep(0.1)
-        endpoint = "ipc://" + os.path.join(work, "agent.sock")
-        start("agent", [bins["agent"], "--collector", "tcp://127.0.0.1:%d" % ingest,
-                        "--endpoint", endpoint, "--node", "soak0",
-                        "--spool-dir", os.path.join(work, "spool")])
-        while not os.path.exists(os.path.join(work, "agent.sock")):
-            time.sleep(0.1)
+        collector = run.start_collector(bins["collector"], ingest, http_port)
+        endpoint = run.start_agent(bins["agent"], ingest, "soak0")
         traffic = Traffic(ingest, http_port, args.seed)
         traffic.start()
         t0 = time.time()
-        sim = start("simtrain", [bins["simtrain"], "--agent", endpoint, "--job", "soak",
+        sim = run.start("simtrain", [bins["simtrain"], "--agent", endpoint, "--job", "soak",
                                  "--ranks", str(args.ranks), "--steps", str(steps),
                                  "--step-ms", str(args.step_ms), "--quiet"])
         samples = []  # (seconds, rss KiB, rows)
@@ -320,7 +343,7 @@ def main():
         print("soak: collector %s" % ("alive" if alive else "DIED"))
         ok = rows == want and alive and flat and sim.returncode == 0
     finally:
-        stop_processes(procs)
+        run.stop()
         if args.keep or not ok:
             print("soak: logs and data in %s" % work)
         else:
