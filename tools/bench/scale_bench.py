@@ -27,7 +27,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from soak import Processes, free_port, http_get, rss_kib, stored_rows  # noqa: E402
+from soak import Processes, binaries, free_port, http_get, rss_kib, stored_rows  # noqa: E402
 
 
 def peak_rss_kib(pid):
@@ -64,14 +64,7 @@ def main():
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     args = p.parse_args()
 
-    bins = {
-        "collector": os.path.join(args.build, "collector", "trainscope-collector"),
-        "agent": os.path.join(args.build, "agent", "trainscope-agent"),
-        "simtrain": os.path.join(args.build, "tools", "simtrain", "trainscope-simtrain"),
-    }
-    for name, path in bins.items():
-        if not os.access(path, os.X_OK):
-            sys.exit("scale_bench: %s not found at %s (build it, or give --build)" % (name, path))
+    bins = binaries(args.build, "scale_bench")
     if min(args.ranks, args.sims, args.agents) <= 0 or args.step_ms <= 0 or args.duration_s <= 0:
         sys.exit("scale_bench: --ranks, --sims, --agents, --step-ms and --duration-s must be > 0")
     if args.sims > args.ranks:

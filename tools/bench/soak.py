@@ -65,6 +65,19 @@ def stop_processes(procs, timeout=20):
             proc.kill()
 
 
+def binaries(build, tool):
+    """The collector, agent and simtrain of `build`; exits naming the missing one."""
+    bins = {
+        "collector": os.path.join(build, "collector", "trainscope-collector"),
+        "agent": os.path.join(build, "agent", "trainscope-agent"),
+        "simtrain": os.path.join(build, "tools", "simtrain", "trainscope-simtrain"),
+    }
+    for name, path in bins.items():
+        if not os.access(path, os.X_OK):
+            sys.exit("%s: %s not found at %s (build it, or give --build)" % (tool, name, path))
+    return bins
+
+
 class Processes(object):
     """The processes of one run, each logging to WORK/NAME.log; stop() ends them."""
 
@@ -282,14 +295,7 @@ def main():
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     args = p.parse_args()
 
-    bins = {
-        "collector": os.path.join(args.build, "collector", "trainscope-collector"),
-        "agent": os.path.join(args.build, "agent", "trainscope-agent"),
-        "simtrain": os.path.join(args.build, "tools", "simtrain", "trainscope-simtrain"),
-    }
-    for name, path in bins.items():
-        if not os.access(path, os.X_OK):
-            sys.exit("soak: %s not found at %s (build it, or give --build)" % (name, path))
+    bins = binaries(args.build, "soak")
     if args.duration_s <= 0 or args.ranks <= 0 or args.step_ms <= 0:
         sys.exit("soak: --duration-s, --ranks and --step-ms must be > 0")
 
