@@ -31,7 +31,7 @@ wire::RankInfo info(const std::string& job, uint32_t rank) {
   i.set_job(job);
   i.set_rank(rank);
   i.set_world_size(4);
-  i.set_node("n" + std::to_string(rank));
+  i.set_node('n' + std::to_string(rank));
   i.set_pid(100 + rank);
   return i;
 }
