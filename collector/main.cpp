@@ -8,6 +8,7 @@
 
 #include "collector/capture/request.h"
 #include "collector/collector.h"
+#include "collector/http/api.h"
 #include "collector/http/origin.h"
 #include "collector/http/token.h"
 #include "common/config_file.h"
@@ -133,8 +134,16 @@ int main(int argc, char** argv) {
                  "3x this in memory")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1} << 20, uint64_t{1} << 36));
+  bool listRoutes = false;
+  app.add_flag("--list-routes", listRoutes,
+               "print the HTTP routes this collector serves (a Markdown table: method, path and "
+               "query parameters, what it serves) and exit");
   if (int rc = trainscope::parseWithConfigFile(app, argc, argv, std::cout, std::cerr); rc >= 0) {
     return rc;
+  }
+  if (listRoutes) {
+    std::cout << trainscope::http::routeListing();
+    return 0;
   }
   if (!tokenFile.empty()) {
     auto token = trainscope::http::readTokenFile(tokenFile, "--http-token-file");

@@ -5,10 +5,13 @@
 #include <exception>
 #include <limits>
 #include <map>
+#include <unordered_map>
 
 #include "collector/http/json_writer.h"
 #include "collector/http/request_target.h"
+#include "collector/http/router.h"
 #include "collector/http/static_files.h"
+#include "common/checked.h"
 #include "common/log.h"
 #include "schema/wire.h"
 
@@ -22,13 +25,6 @@ ApiResponse jsonResponse(const json& body) {
   ApiResponse r;
   // Invalid UTF-8 (a job name is whatever the probe sent) is replaced, not thrown on.
   r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return r;
-}
-
-ApiResponse methodNotAllowed(std::string_view method, const std::string& path) {
-  ApiResponse r = errorResponse(
-      405, "method " + std::string(method) + " not allowed for " + path + " (allowed: GET)");
-  r.headers.emplace_back("Allow", "GET");
   return r;
 }
 
@@ -328,63 +324,46 @@ Api::Api(HttpOptions options, storage::Store& store, const Clock& clock)
     : options_(std::move(options)), store_(store), clock_(clock) {}
 
 ApiResponse Api::handle(std::string_view method, std::string_view target, std::string_view body,
-                        bool acceptsGzip) const {
+                        bool acceptsGzip, bool webSocketUpgrade) const {
   try {
     auto parsed = parseRequestTarget(target);
     if (!parsed) return errorResponse(400, parsed.message());
-    const auto& seg = parsed->segments;
-    const std::string& path = parsed->rawPath;
-    bool isGet = method == "GET";
-    QueryParams params(parsed->query);
-
-    bool api = !seg.empty() && seg[0] == "api";
-    if (!api) {
-      if (seg.size() == 1 && seg[0] == "healthz") {
-        if (!isGet) return methodNotAllowed(method, path);
-        if (Status s = params.checkAllowed({}); !s) return errorResponse(400, s.message());
-        return healthz();
-      }
-      if (!isGet) return methodNotAllowed(method, path);
-      if (options_.webRoot.empty()) return errorResponse(404, "no route for GET " + path);
-      return serveStaticFile(options_.webRoot, seg);
-    }
-
-    bool v1 = seg.size() >= 3 && seg[1] == "v1";
-    if (ApiResponse r; v1 && routeCaptures(method, seg, path, parsed->query, body, acceptsGzip, &r))
-      return r;
-    if (ApiResponse r; v1 && routeImports(method, seg, path, parsed->query, body, &r)) return r;
-    if (v1 && seg.size() == 3 && seg[2] == "anomalies") {
-      if (!isGet) return methodNotAllowed(method, path);
-      return anomaliesSince(parsed->query);
-    }
-    if (v1 && seg.size() == 5 && seg[2] == "jobs" && seg[4] == "anomalies") {
-      if (!isGet) return methodNotAllowed(method, path);
-      if (Status s = params.checkAllowed({}); !s) return errorResponse(400, s.message());
-      return jobAnomalies(seg[3]);
-    }
-    if (v1 && seg.size() == 3 && (seg[2] == "jobs" || seg[2] == "nodes")) {
-      if (!isGet) return methodNotAllowed(method, path);
-      if (Status s = params.checkAllowed({}); !s) return errorResponse(400, s.message());
-      return seg[2] == "jobs" ? jobs() : nodes();
-    }
-    if (v1 && seg.size() == 5 && seg[2] == "jobs" &&
-        (seg[4] == "ranks" || seg[4] == "steps" || seg[4] == "summary" || seg[4] == "topology")) {
-      if (!isGet) return methodNotAllowed(method, path);
-      const std::string& job = seg[3];
-      if (seg[4] == "ranks" || seg[4] == "topology") {
-        if (Status s = params.checkAllowed({}); !s) return errorResponse(400, s.message());
-        return seg[4] == "ranks" ? ranks(job) : topology(job);
-      }
-      if (seg[4] == "steps") return steps(job, parsed->query);
-      return summary(job, parsed->query);
-    }
-    return errorResponse(404, "no route for " + std::string(method) + " " + path);
+    RouteRequest request;
+    request.method = method;
+    request.target = &*parsed;
+    request.body = body;
+    request.acceptsGzip = acceptsGzip;
+    request.webSocketUpgrade = webSocketUpgrade;
+    return router().dispatch(*this, std::move(request));
   } catch (const std::exception& e) {
     // Our own bug or an allocation failure; the connection and the server stay up.
     ++handlerErrors_;
     logError("http", std::string("request handler failed: ") + e.what());
     return errorResponse(500, std::string("internal error: ") + e.what());
   }
+}
+
+ApiResponse Api::metrics() const {
+  ApiResponse r;
+  r.contentType = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = renderStoreMetrics(store_, clock_.nowNs(), options_.metrics);
+  if (stats_) r.body += httpMetricsText(stats_());
+  if (options_.extraMetrics) r.body += options_.extraMetrics();
+  return r;
+}
+
+ApiResponse Api::live(bool webSocketUpgrade) const {
+  if (!webSocketUpgrade) {
+    return errorResponse(426, std::string(kLivePath) + " is a WebSocket: send an Upgrade request");
+  }
+  ApiResponse r;
+  r.liveFeed = true;
+  return r;
+}
+
+ApiResponse Api::staticFile(const RouteRequest& request) const {
+  if (options_.webRoot.empty()) return errorResponse(404, "no route for GET " + request.path());
+  return serveStaticFile(options_.webRoot, request.rest);
 }
 
 ApiResponse Api::healthz() const {
@@ -503,9 +482,6 @@ ApiResponse Api::topology(const std::string& job) const {
 
 ApiResponse Api::steps(const std::string& job, const Query& query) const {
   QueryParams params(query);
-  if (Status s = params.checkAllowed({"rank", "from", "to", "limit", "detail"}); !s) {
-    return errorResponse(400, s.message());
-  }
   auto rank = params.unsignedInt("rank", std::numeric_limits<uint32_t>::max());
   if (!rank) return errorResponse(400, rank.message());
   RangeParams range;
@@ -536,9 +512,6 @@ ApiResponse Api::steps(const std::string& job, const Query& query) const {
 
 ApiResponse Api::summary(const std::string& job, const Query& query) const {
   QueryParams params(query);
-  if (Status s = params.checkAllowed({"from", "to", "limit"}); !s) {
-    return errorResponse(400, s.message());
-  }
   RangeParams range;
   if (Status s = parseRange(params, options_.maxStepRows, &range); !s) {
     return errorResponse(400, s.message());
@@ -558,6 +531,81 @@ ApiResponse Api::summary(const std::string& job, const Query& query) const {
   return pageResponse(job, *rows, range.limit, truncated, 128, writeSummaryJson);
 }
 
+// Most steps one heatmap request may cover, and most rank x step cells (values sent): a
+// 65,536-rank job can still be shown over 64 steps, and the response stays under ~40 MB.
+constexpr int64_t kMaxHeatmapSteps = 10000;
+constexpr int64_t kMaxHeatmapCells = int64_t{1} << 22;
+
+// GET /api/v1/jobs/{job}/heatmap?from=F&to=T: the dashboard heatmap's data in one compact
+// response, {"job","from","to","ranks":[rank ids],"compute_ns":[ranks x steps, rank-major, 0
+// where a rank did not report]}, about a twentieth of the /steps page it replaces (the browser
+// parsed 3.5 MB of step objects for a 64 x 250 heatmap). Reads the store; any thread. Every
+// size is computed with checked arithmetic: F and T are any int64 a client sends.
+ApiResponse Api::heatmap(const std::string& job, const Query& query) const {
+  QueryParams params(query);
+  auto from = params.signedInt("from");
+  if (!from) return errorResponse(400, from.message());
+  auto to = params.signedInt("to");
+  if (!to) return errorResponse(400, to.message());
+  if (!*from || !*to) return errorResponse(400, "parameters 'from' and 'to' are required");
+  if (**from > **to) {
+    return errorResponse(400, "parameter 'from' (" + std::to_string(**from) +
+                                  ") must not be greater than parameter 'to' (" +
+                                  std::to_string(**to) + ")");
+  }
+  const std::optional<int64_t> stepCount = inclusiveCount(**from, **to);
+  if (!stepCount || *stepCount > kMaxHeatmapSteps) {
+    return errorResponse(400, "the heatmap covers at most " + std::to_string(kMaxHeatmapSteps) +
+                                  " steps ('from' to 'to')");
+  }
+  ApiResponse failure;
+  if (!checkJob(job, &failure)) return failure;
+  auto ranks = store_.ranks(job);
+  if (!ranks) return errorResponse(500, ranks.message());
+  const int64_t rankCount = std::max<int64_t>(1, static_cast<int64_t>(ranks->size()));
+  const std::optional<int64_t> cells = checkedMul(*stepCount, rankCount);
+  if (!cells || *cells > kMaxHeatmapCells) {
+    return errorResponse(400, "the heatmap covers at most " + std::to_string(kMaxHeatmapCells) +
+                                  " rank x step cells: job '" + job + "' has " +
+                                  std::to_string(rankCount) + " ranks, so at most " +
+                                  std::to_string(kMaxHeatmapCells / rankCount) + " steps");
+  }
+  storage::StepQuery q;
+  q.job = job;
+  q.fromStep = **from;
+  q.toStep = **to;
+  q.limit = static_cast<size_t>(*cells);
+  auto rows = store_.steps(q);
+  if (!rows) return errorResponse(500, rows.message());
+  const auto steps = static_cast<size_t>(*stepCount);
+  std::unordered_map<uint32_t, size_t> index;
+  for (size_t i = 0; i < ranks->size(); ++i) index.emplace((*ranks)[i].rank, i);
+  std::vector<int64_t> values(ranks->size() * steps, 0);
+  for (const auto& row : *rows) {
+    auto it = index.find(row.rank);
+    // A store may return rows outside the range it was asked for; never index with them.
+    if (it == index.end() || row.step < **from || row.step > **to) continue;
+    values[it->second * steps + static_cast<size_t>(row.step - **from)] = row.computeNs;
+  }
+  ApiResponse r;
+  r.body.reserve(64 + values.size() * 10);
+  JsonWriter w(&r.body);
+  w.beginObject();
+  w.field("job", job);
+  w.field("from", **from);
+  w.field("to", **to);
+  w.key("ranks");
+  w.beginArray();
+  for (const auto& rank : *ranks) w.value(static_cast<uint64_t>(rank.rank));
+  w.endArray();
+  w.key("compute_ns");
+  w.beginArray();
+  for (int64_t v : values) w.value(v);
+  w.endArray();
+  w.endObject();
+  return r;
+}
+
 ApiResponse Api::jobAnomalies(const std::string& job) const {
   ApiResponse failure;
   if (!checkJob(job, &failure)) return failure;
@@ -570,7 +618,6 @@ ApiResponse Api::jobAnomalies(const std::string& job) const {
 
 ApiResponse Api::anomaliesSince(const Query& query) const {
   QueryParams params(query);
-  if (Status s = params.checkAllowed({"since"}); !s) return errorResponse(400, s.message());
   auto since = params.signedInt("since");
   if (!since) return errorResponse(400, since.message());
   if (*since && **since < 0) {

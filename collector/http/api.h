@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "collector/http/json_writer.h"
+#include "collector/http/metrics.h"
 #include "collector/http/server.h"
 #include "collector/storage/store.h"
 #include "collector/topology/topology.h"
@@ -35,6 +37,8 @@ struct ApiResponse {
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers, e.g. Allow
   // When set, the body is this stream (a capture file) instead of `body`, sent piece by piece.
   std::shared_ptr<ByteSource> stream;
+  // When set, nothing is sent: the transport hands the connection to the live feed (kLivePath).
+  bool liveFeed = false;
 };
 
 // What the capture routes need from the capture stage (collector/capture/manager.h), which the
@@ -61,21 +65,40 @@ ApiResponse errorResponse(unsigned status, const std::string& message);
 // 405 for `method` on `path`, naming the `allowed` methods (also in the Allow header).
 ApiResponse notAllowed(std::string_view method, const std::string& path, const char* allowed);
 
+class Router;
+struct RouteRequest;
+
+// The live feed's path: a WebSocket the transport takes over (ApiResponse::liveFeed).
+inline constexpr std::string_view kLivePath = "/api/v1/live";
+
 class Api {
  public:
   // `store` and `clock` must outlive the Api.
   Api(HttpOptions options, storage::Store& store, const Clock& clock);
 
-  // Routes one request. Never throws; a failing store query becomes a 500 with its message.
-  // `body` is the request body (POST); `acceptsGzip` says the client's Accept-Encoding allows
-  // gzip, so stored compressed files may be sent as they are with Content-Encoding: gzip.
+  // Routes one request through the route table (routes.cpp). Never throws; a failing store
+  // query becomes a 500 with its message. `body` is the request body (POST); `acceptsGzip`
+  // says the client's Accept-Encoding allows gzip, so stored compressed files may be sent as
+  // they are with Content-Encoding: gzip; `webSocketUpgrade` says the request asks for a
+  // WebSocket (only the live feed takes one).
   ApiResponse handle(std::string_view method, std::string_view target, std::string_view body = {},
-                     bool acceptsGzip = false) const;
+                     bool acceptsGzip = false, bool webSocketUpgrade = false) const;
   // Requests whose handler threw (answered 500), since construction. Any thread.
   uint64_t handlerErrors() const { return handlerErrors_.load(); }
+  // The server's own counters for /metrics (httpMetricsText); none set: they are left out.
+  // Called on the I/O threads; set before serving.
+  void setStatsSource(std::function<HttpStats()> stats) { stats_ = std::move(stats); }
+
+  // The route table: every route the HTTP server answers, with its handler.
+  static const Router& router();
 
  private:
   ApiResponse healthz() const;
+  // GET /metrics: the store's metrics, the server's counters and HttpOptions::extraMetrics.
+  ApiResponse metrics() const;
+  // The live feed: 426 unless the request is a WebSocket upgrade, else a response that tells
+  // the transport to hand the connection over.
+  ApiResponse live(bool webSocketUpgrade) const;
   ApiResponse jobs() const;
   ApiResponse nodes() const;
   ApiResponse ranks(const std::string& job) const;
@@ -86,31 +109,39 @@ class Api {
                     const std::vector<std::pair<std::string, std::string>>& query) const;
   ApiResponse summary(const std::string& job,
                       const std::vector<std::pair<std::string, std::string>>& query) const;
+  // The dashboard heatmap's data in one compact response (api.cpp says more).
+  ApiResponse heatmap(const std::string& job,
+                      const std::vector<std::pair<std::string, std::string>>& query) const;
   ApiResponse jobAnomalies(const std::string& job) const;
   ApiResponse anomaliesSince(const std::vector<std::pair<std::string, std::string>>& query) const;
-  // The capture routes (capture_api.cpp): true when `seg` is one of them, with *out filled.
-  bool routeCaptures(std::string_view method, const std::vector<std::string>& seg,
-                     const std::string& path,
-                     const std::vector<std::pair<std::string, std::string>>& query,
-                     std::string_view body, bool acceptsGzip, ApiResponse* out) const;
+  // The capture routes (capture_api.cpp).
   ApiResponse startCapture(const std::string& job, std::string_view body) const;
-  // The import routes (import_api.cpp): true when `seg` is one of them, with *out filled.
-  bool routeImports(std::string_view method, const std::vector<std::string>& seg,
-                    const std::string& path,
-                    const std::vector<std::pair<std::string, std::string>>& query,
-                    std::string_view body, ApiResponse* out) const;
   ApiResponse jobCaptures(const std::string& job) const;
   ApiResponse getCapture(const std::string& id) const;
   ApiResponse captureFile(const std::string& id, const std::optional<std::string>& rank,
                           bool acceptsGzip) const;
+  // The import routes (import_api.cpp); 503 when HttpOptions::imports is not set.
+  ApiResponse openImport(const std::string& job, std::string_view body) const;
+  ApiResponse putImportFile(const std::string& id, const std::string& name,
+                            const std::vector<std::pair<std::string, std::string>>& query,
+                            std::string_view body) const;
+  ApiResponse commitImport(const std::string& id, std::string_view body) const;
+  ApiResponse abortImport(const std::string& id) const;
+  // The dashboard's files under HttpOptions::webRoot; 404 when there is none.
+  ApiResponse staticFile(const RouteRequest& request) const;
   // True if the job exists; otherwise fills *failure with a 404 (unknown) or 500 (store error).
   bool checkJob(const std::string& job, ApiResponse* failure) const;
 
   HttpOptions options_;
   storage::Store& store_;
   const Clock& clock_;
+  std::function<HttpStats()> stats_;
   mutable std::atomic<uint64_t> handlerErrors_{0};
 };
+
+// The route table as a Markdown table (method, path with query parameters, what it serves):
+// `trainscope-collector --list-routes` prints it and the README's API list is this text.
+std::string routeListing();
 
 // "ended" if every rank said goodbye, "running" if seen within kRunningWindowNs, else "stale".
 std::string jobState(const storage::JobRow& job, int64_t nowNs);

@@ -47,44 +47,6 @@ json captureJson(const storage::CaptureRow& c) {
               {"rank_status", std::move(ranks)}};
 }
 
-bool Api::routeCaptures(std::string_view method, const std::vector<std::string>& seg,
-                        const std::string& path,
-                        const std::vector<std::pair<std::string, std::string>>& query,
-                        std::string_view body, bool acceptsGzip, ApiResponse* out) const {
-  const bool isGet = method == "GET";
-  QueryParams params(query);
-  // /api/v1/jobs/{job}/captures
-  if (seg.size() == 5 && seg[2] == "jobs" && seg[4] == "captures") {
-    if (Status s = params.checkAllowed({}); !s) {
-      *out = errorResponse(400, s.message());
-    } else if (isGet) {
-      *out = jobCaptures(seg[3]);
-    } else if (method == "POST") {
-      *out = startCapture(seg[3], body);
-    } else {
-      *out = notAllowed(method, path, "GET, POST");
-    }
-    return true;
-  }
-  // /api/v1/captures/{id}[/trace | /ranks/{rank}]
-  if (seg.size() < 4 || seg[2] != "captures") return false;
-  const bool one = seg.size() == 4;
-  const bool trace = seg.size() == 5 && seg[4] == "trace";
-  const bool rank = seg.size() == 6 && seg[4] == "ranks";
-  if (!one && !trace && !rank) return false;
-  if (!isGet) {
-    *out = notAllowed(method, path, "GET");
-  } else if (Status s = params.checkAllowed({}); !s) {
-    *out = errorResponse(400, s.message());
-  } else if (one) {
-    *out = getCapture(seg[3]);
-  } else {
-    *out =
-        captureFile(seg[3], rank ? std::optional<std::string>(seg[5]) : std::nullopt, acceptsGzip);
-  }
-  return true;
-}
-
 ApiResponse Api::startCapture(const std::string& job, std::string_view body) const {
   if (!options_.captures) return capturesOff();
   auto started = options_.captures->start(job, body);

@@ -28,63 +28,42 @@ ApiResponse fromReply(const ingest::ImportReply& reply) {
   return r;
 }
 
+ApiResponse importsOff() {
+  return errorResponse(503, "imports are off on this collector");
+}
+
 }  // namespace
 
-bool Api::routeImports(std::string_view method, const std::vector<std::string>& seg,
-                       const std::string& path,
-                       const std::vector<std::pair<std::string, std::string>>& query,
-                       std::string_view body, ApiResponse* out) const {
-  QueryParams params(query);
-  // /api/v1/jobs/{job}/imports
-  const bool open = seg.size() == 5 && seg[2] == "jobs" && seg[4] == "imports";
-  // /api/v1/imports/{id}, /api/v1/imports/{id}/commit, /api/v1/imports/{id}/files/{name}
-  const bool session = seg.size() >= 4 && seg[2] == "imports";
-  if (!open && !session) return false;
-  if (!options_.imports) {
-    *out = errorResponse(503, "imports are off on this collector");
-    return true;
+ApiResponse Api::openImport(const std::string& job, std::string_view body) const {
+  if (!options_.imports) return importsOff();
+  ingest::ImportReply reply = options_.imports->begin(job, body);
+  // Chunks must fit the request body limit; the client sizes its uploads from this.
+  if (reply.status < 400) reply.body["max_chunk_bytes"] = options_.maxBodyBytes;
+  ApiResponse r = fromReply(reply);
+  if (reply.status == 201) {
+    r.headers.emplace_back("Location",
+                           "/api/v1/imports/" + percentEncode(reply.body["id"].get<std::string>()));
   }
-  auto& imports = *options_.imports;
-  if (open) {
-    if (method != "POST") {
-      *out = notAllowed(method, path, "POST");
-    } else if (Status s = params.checkAllowed({}); !s) {
-      *out = errorResponse(400, s.message());
-    } else {
-      ingest::ImportReply reply = imports.begin(seg[3], body);
-      // Chunks must fit the request body limit; the client sizes its uploads from this.
-      if (reply.status < 400) reply.body["max_chunk_bytes"] = options_.maxBodyBytes;
-      *out = fromReply(reply);
-      if (reply.status == 201) {
-        out->headers.emplace_back(
-            "Location", "/api/v1/imports/" + percentEncode(reply.body["id"].get<std::string>()));
-      }
-    }
-    return true;
-  }
-  const std::string& id = seg[3];
-  if (seg.size() == 4) {
-    *out = method == "DELETE" ? fromReply(imports.abort(id)) : notAllowed(method, path, "DELETE");
-  } else if (seg.size() == 5 && seg[4] == "commit") {
-    *out =
-        method == "POST" ? fromReply(imports.commit(id, body)) : notAllowed(method, path, "POST");
-  } else if (seg.size() == 6 && seg[4] == "files") {
-    if (method != "PUT") {
-      *out = notAllowed(method, path, "PUT");
-    } else if (Status s = params.checkAllowed({"offset"}); !s) {
-      *out = errorResponse(400, s.message());
-    } else {
-      auto offset = params.unsignedInt("offset", UINT64_MAX);
-      if (!offset) {
-        *out = errorResponse(400, offset.message());
-      } else {
-        *out = fromReply(imports.put(id, seg[5], offset->value_or(0), body));
-      }
-    }
-  } else {
-    *out = errorResponse(404, "no route for " + std::string(method) + " " + path);
-  }
-  return true;
+  return r;
+}
+
+ApiResponse Api::putImportFile(const std::string& id, const std::string& name,
+                               const std::vector<std::pair<std::string, std::string>>& query,
+                               std::string_view body) const {
+  if (!options_.imports) return importsOff();
+  auto offset = QueryParams(query).unsignedInt("offset", UINT64_MAX);
+  if (!offset) return errorResponse(400, offset.message());
+  return fromReply(options_.imports->put(id, name, offset->value_or(0), body));
+}
+
+ApiResponse Api::commitImport(const std::string& id, std::string_view body) const {
+  if (!options_.imports) return importsOff();
+  return fromReply(options_.imports->commit(id, body));
+}
+
+ApiResponse Api::abortImport(const std::string& id) const {
+  if (!options_.imports) return importsOff();
+  return fromReply(options_.imports->abort(id));
 }
 
 }  // namespace trainscope::http

@@ -92,7 +92,7 @@ Result<RequestTarget> parseRequestTarget(std::string_view target) {
   return out;
 }
 
-Status QueryParams::checkAllowed(std::initializer_list<std::string_view> allowed) const {
+Status QueryParams::checkAllowed(std::span<const std::string_view> allowed) const {
   std::set<std::string_view> seen;
   for (const auto& [key, value] : query_) {
     bool known = false;

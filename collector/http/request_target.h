@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -37,7 +38,10 @@ class QueryParams {
       : query_(query) {}
 
   // Fails naming the first parameter that is not in `allowed`, or one given twice.
-  Status checkAllowed(std::initializer_list<std::string_view> allowed) const;
+  Status checkAllowed(std::span<const std::string_view> allowed) const;
+  Status checkAllowed(std::initializer_list<std::string_view> allowed) const {
+    return checkAllowed(std::span<const std::string_view>(allowed.begin(), allowed.size()));
+  }
 
   std::optional<std::string> raw(std::string_view name) const;
   // Absent -> nullopt. Present but not a non-negative integer (or above max) -> error.

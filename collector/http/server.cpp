@@ -18,13 +18,10 @@
 #include <boost/beast/websocket.hpp>
 
 #include "collector/http/api.h"
-#include "collector/http/json_writer.h"
 #include "collector/http/live.h"
 #include "collector/http/metrics.h"
 #include "collector/http/origin.h"
-#include "collector/http/request_target.h"
 #include "collector/http/source_body.h"
-#include "common/checked.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -40,8 +37,6 @@ using tcp = asio::ip::tcp;
 // Headers are small (GET targets with a few parameters); this bounds a slow-loris header.
 constexpr uint32_t kMaxHeaderBytes = 16 * 1024;
 constexpr const char* kServerName = "trainscope";
-constexpr std::string_view kJobsPrefix = "/api/v1/jobs/";
-constexpr std::string_view kHeatmapSuffix = "/heatmap";
 // How long stop() lets responses already being written finish before closing them anyway
 // (a client that stopped reading must not hold up the collector's shutdown).
 constexpr auto kStopGrace = std::chrono::seconds(2);
@@ -51,84 +46,6 @@ constexpr size_t kLiveWritePiece = 64 * 1024;
 std::string endpointText(const std::string& address, uint16_t port) {
   bool v6 = address.find(':') != std::string::npos;
   return (v6 ? "[" + address + "]" : address) + ":" + std::to_string(port);
-}
-
-// Most steps one heatmap request may cover, and most rank x step cells (values sent): a
-// 65,536-rank job can still be shown over 64 steps, and the response stays under ~40 MB.
-constexpr int64_t kMaxHeatmapSteps = 10000;
-constexpr int64_t kMaxHeatmapCells = int64_t{1} << 22;
-
-// GET /api/v1/jobs/{job}/heatmap?from=F&to=T: the dashboard heatmap's data in one compact
-// response, {"job","from","to","ranks":[rank ids],"compute_ns":[ranks x steps, rank-major, 0
-// where a rank did not report]}, about a twentieth of the /steps page it replaces (the browser
-// parsed 3.5 MB of step objects for a 64 x 250 heatmap). Reads the store; any thread. Every
-// size is computed with checked arithmetic: F and T are any int64 a client sends.
-ApiResponse heatmapResponse(storage::Store& store, const std::string& job,
-                            const std::vector<std::pair<std::string, std::string>>& query) {
-  QueryParams params(query);
-  if (Status s = params.checkAllowed({"from", "to"}); !s) return errorResponse(400, s.message());
-  auto from = params.signedInt("from");
-  if (!from) return errorResponse(400, from.message());
-  auto to = params.signedInt("to");
-  if (!to) return errorResponse(400, to.message());
-  if (!*from || !*to) return errorResponse(400, "parameters 'from' and 'to' are required");
-  if (**from > **to) {
-    return errorResponse(400, "parameter 'from' (" + std::to_string(**from) +
-                                  ") must not be greater than parameter 'to' (" +
-                                  std::to_string(**to) + ")");
-  }
-  const std::optional<int64_t> stepCount = inclusiveCount(**from, **to);
-  if (!stepCount || *stepCount > kMaxHeatmapSteps) {
-    return errorResponse(400, "the heatmap covers at most " + std::to_string(kMaxHeatmapSteps) +
-                                  " steps ('from' to 'to')");
-  }
-  auto exists = store.jobExists(job);
-  if (!exists) return errorResponse(500, exists.message());
-  if (!*exists) return errorResponse(404, "unknown job '" + job + "'");
-  auto ranks = store.ranks(job);
-  if (!ranks) return errorResponse(500, ranks.message());
-  const int64_t rankCount = std::max<int64_t>(1, static_cast<int64_t>(ranks->size()));
-  const std::optional<int64_t> cells = checkedMul(*stepCount, rankCount);
-  if (!cells || *cells > kMaxHeatmapCells) {
-    return errorResponse(400, "the heatmap covers at most " + std::to_string(kMaxHeatmapCells) +
-                                  " rank x step cells: job '" + job + "' has " +
-                                  std::to_string(rankCount) + " ranks, so at most " +
-                                  std::to_string(kMaxHeatmapCells / rankCount) + " steps");
-  }
-  storage::StepQuery q;
-  q.job = job;
-  q.fromStep = **from;
-  q.toStep = **to;
-  q.limit = static_cast<size_t>(*cells);
-  auto rows = store.steps(q);
-  if (!rows) return errorResponse(500, rows.message());
-  const auto steps = static_cast<size_t>(*stepCount);
-  std::unordered_map<uint32_t, size_t> index;
-  for (size_t i = 0; i < ranks->size(); ++i) index.emplace((*ranks)[i].rank, i);
-  std::vector<int64_t> values(ranks->size() * steps, 0);
-  for (const auto& row : *rows) {
-    auto it = index.find(row.rank);
-    // A store may return rows outside the range it was asked for; never index with them.
-    if (it == index.end() || row.step < **from || row.step > **to) continue;
-    values[it->second * steps + static_cast<size_t>(row.step - **from)] = row.computeNs;
-  }
-  ApiResponse r;
-  r.body.reserve(64 + values.size() * 10);
-  JsonWriter w(&r.body);
-  w.beginObject();
-  w.field("job", job);
-  w.field("from", **from);
-  w.field("to", **to);
-  w.key("ranks");
-  w.beginArray();
-  for (const auto& rank : *ranks) w.value(static_cast<uint64_t>(rank.rank));
-  w.endArray();
-  w.key("compute_ns");
-  w.beginArray();
-  for (int64_t v : values) w.value(v);
-  w.endArray();
-  w.endObject();
-  return r;
 }
 
 class Session;
@@ -154,7 +71,9 @@ bool changesSomething(bhttp::verb method) {
 // and the flags below are guarded by `mu`; the feed is used on `liveStrand` only.
 struct ServerCore {
   ServerCore(HttpOptions opts, storage::Store& store)
-      : options(std::move(opts)), store(store), api(options, store, clock), feed(store, clock) {}
+      : options(std::move(opts)), store(store), api(options, store, clock), feed(store, clock) {
+    api.setStatsSource([this] { return stats(); });
+  }
   HttpOptions options;
   storage::Store& store;
   SystemClock clock;
@@ -340,9 +259,12 @@ class Session : public std::enable_shared_from_this<Session> {
     auto target = req.target();
     std::string_view targetView(target.data(), target.size());
     std::string_view path = targetView.substr(0, targetView.find('?'));
-    if (changesSomething(req.method()) || (path == "/api/v1/live" && websocket::is_upgrade(req))) {
+    const bool upgrade = websocket::is_upgrade(req);
+    if (changesSomething(req.method()) || upgrade) {
       // Another web page the user visits must not start captures or read the live feed
       // (origin.h); checked before the token, which a browser would not send cross-origin.
+      // Every WebSocket request is checked, whatever its path: the live feed is the only
+      // route that takes one, and the route table (not this check) decides which path is it.
       auto host = req[bhttp::field::host];
       auto origin = req[bhttp::field::origin];
       if (Status s = checkOrigin(server_.originPolicy, std::string_view(host.data(), host.size()),
@@ -369,58 +291,24 @@ class Session : public std::enable_shared_from_this<Session> {
         return r;
       }
     }
-    if (path == "/metrics") return metrics(req.method());
-    if (path == "/api/v1/live") {
-      if (!websocket::is_upgrade(req)) {
-        return errorResponse(426, "/api/v1/live is a WebSocket: send an Upgrade request");
-      }
-      busy_ = false;
-      startLive();
-      return std::nullopt;
-    }
-    if (path.size() > kHeatmapSuffix.size() + kJobsPrefix.size() &&
-        path.substr(0, kJobsPrefix.size()) == kJobsPrefix &&
-        path.substr(path.size() - kHeatmapSuffix.size()) == kHeatmapSuffix) {
-      return heatmap(req.method(), targetView);
-    }
     auto acceptEncoding = req[bhttp::field::accept_encoding];
     bool acceptsGzip =
         std::string_view(acceptEncoding.data(), acceptEncoding.size()).find("gzip") !=
         std::string_view::npos;
     std::string_view methodView(method.data(), method.size());
+    ApiResponse r;
     if (changesSomething(req.method())) {
       std::lock_guard lock(server_.changeMu);
-      return server_.api.handle(methodView, targetView, req.body(), acceptsGzip);
+      r = server_.api.handle(methodView, targetView, req.body(), acceptsGzip, upgrade);
+    } else {
+      r = server_.api.handle(methodView, targetView, req.body(), acceptsGzip, upgrade);
     }
-    return server_.api.handle(methodView, targetView, req.body(), acceptsGzip);
-  }
-
-  ApiResponse metrics(bhttp::verb method) {
-    if (method != bhttp::verb::get) {
-      ApiResponse r = errorResponse(405, "method not allowed for /metrics (allowed: GET)");
-      r.headers.emplace_back("Allow", "GET");
-      return r;
+    if (r.liveFeed) {
+      busy_ = false;
+      startLive();
+      return std::nullopt;
     }
-    ApiResponse r;
-    r.contentType = "text/plain; version=0.0.4; charset=utf-8";
-    r.body = renderStoreMetrics(server_.store, server_.clock.nowNs(), server_.options.metrics);
-    r.body += httpMetricsText(server_.stats());
-    if (server_.options.extraMetrics) r.body += server_.options.extraMetrics();
     return r;
-  }
-
-  ApiResponse heatmap(bhttp::verb method, std::string_view target) {
-    auto parsed = parseRequestTarget(target);
-    if (!parsed) return errorResponse(400, parsed.message());
-    const auto& seg = parsed->segments;
-    if (seg.size() != 5) return errorResponse(404, "no route for " + parsed->rawPath);
-    if (method != bhttp::verb::get) {
-      ApiResponse r =
-          errorResponse(405, "method not allowed for " + parsed->rawPath + " (allowed: GET)");
-      r.headers.emplace_back("Allow", "GET");
-      return r;
-    }
-    return heatmapResponse(server_.store, seg[3], parsed->query);
   }
 
   void startLive();

@@ -108,6 +108,7 @@ bool documentedStatus(unsigned s) {
     case 405:
     case 409:
     case 413:
+    case 426:
     case 503:
       return true;
     default:
