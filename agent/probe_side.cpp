@@ -238,7 +238,7 @@ void ProbeSide::handleFrame(const std::string& rid, const zmq::message_t& frame,
   ++probeFrames_;
   auto decoded = wire::decode(frame.data(), frame.size());
   if (!decoded) {
-    reject(rid, wire::rejectReason(decoded.message()), decoded.message());
+    reject(rid, wire::rejectReason(decoded.status()), decoded.message());
     return;
   }
   wire::Envelope& env = *decoded;

@@ -92,19 +92,10 @@ class ManagerService final : public http::CaptureService {
  public:
   explicit ManagerService(capture::CaptureManager& manager) : manager_(manager) {}
 
-  Started start(const std::string& job, std::string_view body) override {
-    Started out;
+  Result<storage::CaptureRow> start(const std::string& job, std::string_view body) override {
     auto request = capture::parseCaptureRequest(body);
-    if (!request) {
-      out.status = 400;
-      out.error = request.message();
-      return out;
-    }
-    auto started = manager_.start(job, *request);
-    out.status = started.status;
-    out.error = std::move(started.error);
-    out.capture = std::move(started.capture);
-    return out;
+    if (!request) return Status::invalidArgument(request.message());
+    return manager_.start(job, *request);
   }
 
   Result<std::unique_ptr<ByteSource>> file(const std::string& id, const std::string& name,

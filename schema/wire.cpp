@@ -19,21 +19,25 @@ std::string encode(Envelope& env) {
 
 Result<Envelope> decode(const void* data, size_t size) {
   if (size > kMaxFrameBytes) {
-    return Result<Envelope>::error("oversized: frame of " + std::to_string(size) +
+    return Result<Envelope>::error(
+        StatusCode::kTooLarge, "oversized: frame of " + std::to_string(size) +
                                    " bytes exceeds the limit of " + std::to_string(kMaxFrameBytes));
   }
   Envelope env;
   if (!env.ParseFromArray(data, static_cast<int>(size))) {
-    return Result<Envelope>::error("malformed: not a trainscope Envelope (" + std::to_string(size) +
-                                   " bytes)");
+    return Result<Envelope>::error(
+        StatusCode::kMalformed,
+        "malformed: not a trainscope Envelope (" + std::to_string(size) + " bytes)");
   }
   if (env.schema_version() != kSchemaVersion) {
     return Result<Envelope>::error(
+        StatusCode::kUnsupported,
         "version: schema version " + std::to_string(env.schema_version()) +
-        " is not supported; this peer speaks version " + std::to_string(kSchemaVersion));
+            " is not supported; this peer speaks version " + std::to_string(kSchemaVersion));
   }
   if (env.body_case() == Envelope::BODY_NOT_SET) {
-    return Result<Envelope>::error("empty: envelope carries no message");
+    return Result<Envelope>::error(StatusCode::kInvalidArgument,
+                                   "empty: envelope carries no message");
   }
   return env;
 }
@@ -192,9 +196,19 @@ void routeProtobufLogs() {
       });
 }
 
-std::string rejectReason(const std::string& decodeMessage) {
-  auto colon = decodeMessage.find(':');
-  return colon == std::string::npos ? decodeMessage : decodeMessage.substr(0, colon);
+std::string rejectReason(const Status& decodeFailure) {
+  switch (decodeFailure.code()) {
+    case StatusCode::kTooLarge:
+      return "oversized";
+    case StatusCode::kMalformed:
+      return "malformed";
+    case StatusCode::kUnsupported:
+      return "version";
+    case StatusCode::kInvalidArgument:
+      return "empty";
+    default:
+      return "invalid";
+  }
 }
 
 Envelope errorReply(const std::string& reason, const std::string& detail) {

@@ -36,9 +36,9 @@ inline constexpr int64_t kMaxTimeNs = 4'102'444'800'000'000'000;
 std::string encode(Envelope& env);
 
 // Parses and checks one frame: size limit, protobuf well-formedness, schema version and
-// that a body is set. On failure the message starts with a short reason token
-// ("oversized", "malformed", "version", "empty") followed by ": " and details, so
-// receivers can count rejects by reason.
+// that a body is set. A failure's code says which (kTooLarge, kMalformed, kUnsupported,
+// kInvalidArgument), so receivers can count rejects by reason (rejectReason); its message
+// starts with that reason's token followed by ": " and details.
 Result<Envelope> decode(const void* data, size_t size);
 
 // A Batch frame taken apart without decoding its items: the collector's fast path, which decodes
@@ -66,8 +66,9 @@ std::string encodeBatchFrame(uint64_t seq, const std::vector<std::string>& items
 // returns true. False: the item holds something else or is malformed; decode it as an Envelope.
 bool stepItem(std::string_view item, uint32_t* version, std::string_view* step);
 
-// The reason token of a decode failure message ("malformed: ..." -> "malformed").
-std::string rejectReason(const std::string& decodeMessage);
+// The reason token of a decode failure, from its code: "oversized", "malformed", "version",
+// "empty" ("invalid" for a Status decode() does not return).
+std::string rejectReason(const Status& decodeFailure);
 
 // An ErrorReply envelope telling a peer why its frame was rejected.
 Envelope errorReply(const std::string& reason, const std::string& detail);

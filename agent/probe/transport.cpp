@@ -207,7 +207,7 @@ void Transport::receive(int64_t nowNs) {
     auto decoded = wire::decode(zmq_msg_data(&msg), zmq_msg_size(&msg));
     zmq_msg_close(&msg);
     if (!decoded) {
-      logOnce(LogLevel::kWarn, "probe", "bad-frame-" + wire::rejectReason(decoded.message()),
+      logOnce(LogLevel::kWarn, "probe", "bad-frame-" + wire::rejectReason(decoded.status()),
               "rejected a frame from the agent: " + decoded.message());
       continue;
     }

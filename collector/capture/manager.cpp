@@ -213,31 +213,31 @@ int64_t CaptureManager::medianStepNs(const std::string& job, int64_t latest) {
   return m > 0 ? m : options_.fallbackStepNs;
 }
 
-StartResult CaptureManager::start(const std::string& job, const CaptureRequest& request,
-                                  const std::optional<std::string>& anomalyId,
-                                  const std::string& trigger) {
-  StartResult out;
-  auto refuse = [&](unsigned status, std::string message) {
-    out.status = status;
-    out.error = std::move(message);
-    return out;
+Result<storage::CaptureRow> CaptureManager::start(const std::string& job,
+                                                  const CaptureRequest& request,
+                                                  const std::optional<std::string>& anomalyId,
+                                                  const std::string& trigger) {
+  auto refuse = [](StatusCode code, std::string message) {
+    return Status::error(code, std::move(message));
   };
   if (request.kind != "trace" && request.kind != "stacks") {
-    return refuse(400, "kind: must be \"trace\" or \"stacks\", got \"" + request.kind + "\"");
+    return refuse(StatusCode::kInvalidArgument,
+                  "kind: must be \"trace\" or \"stacks\", got \"" + request.kind + "\"");
   }
   if (request.kind == "trace" && (request.steps == 0 || request.steps > kMaxSteps)) {
-    return refuse(400, "steps: must be 1.." + std::to_string(kMaxSteps) + ", got " +
-                           std::to_string(request.steps));
+    return refuse(StatusCode::kInvalidArgument, "steps: must be 1.." + std::to_string(kMaxSteps) +
+                                                    ", got " + std::to_string(request.steps));
   }
   if (request.history > kMaxHistory) {
-    return refuse(400, "history: must be at most " + std::to_string(kMaxHistory) + ", got " +
-                           std::to_string(request.history));
+    return refuse(StatusCode::kInvalidArgument, "history: must be at most " +
+                                                    std::to_string(kMaxHistory) + ", got " +
+                                                    std::to_string(request.history));
   }
   auto exists = store_.jobExists(job);
-  if (!exists) return refuse(500, exists.message());
-  if (!*exists) return refuse(404, "unknown job '" + job + "'");
+  if (!exists) return refuse(StatusCode::kError, exists.message());
+  if (!*exists) return refuse(StatusCode::kNotFound, "unknown job '" + job + "'");
   auto rankRows = store_.ranks(job);
-  if (!rankRows) return refuse(500, rankRows.message());
+  if (!rankRows) return refuse(StatusCode::kError, rankRows.message());
   uint32_t worldSize = 0;
   int64_t latest = -1;
   std::map<uint32_t, const storage::RankRow*> byRank;
@@ -249,7 +249,7 @@ StartResult CaptureManager::start(const std::string& job, const CaptureRequest& 
     known.push_back(r.rank);
   }
   auto ranks = resolveRanks(request.ranks, worldSize, known);
-  if (!ranks) return refuse(400, ranks.message());
+  if (!ranks) return refuse(StatusCode::kInvalidArgument, ranks.message());
 
   const bool trace = request.kind == "trace";
   const int64_t now = clock_.nowNs();
@@ -272,9 +272,9 @@ StartResult CaptureManager::start(const std::string& job, const CaptureRequest& 
     const std::optional<int64_t> start =
         request.startStep ? request.startStep : checkedAdd(latest, leadSteps);
     if (!start || *start > wire::kMaxStep) {
-      return refuse(409, "the job's latest step " + std::to_string(latest) +
-                             " leaves no start step within the step limit " +
-                             std::to_string(wire::kMaxStep));
+      return refuse(StatusCode::kConflict, "the job's latest step " + std::to_string(latest) +
+                                               " leaves no start step within the step limit " +
+                                               std::to_string(wire::kMaxStep));
     }
     row.startStep = *start;
     row.steps = request.steps;
@@ -282,9 +282,10 @@ StartResult CaptureManager::start(const std::string& job, const CaptureRequest& 
     for (uint32_t r : *ranks) {
       auto it = byRank.find(r);
       if (it != byRank.end() && it->second->latestStep >= row.startStep) {
-        return refuse(409, "start step " + std::to_string(row.startStep) +
-                               " already passed: rank " + std::to_string(r) + " is at step " +
-                               std::to_string(it->second->latestStep));
+        return refuse(StatusCode::kConflict, "start step " + std::to_string(row.startStep) +
+                                                 " already passed: rank " + std::to_string(r) +
+                                                 " is at step " +
+                                                 std::to_string(it->second->latestStep));
       }
     }
     const int64_t ahead = row.startStep + row.steps - std::max<int64_t>(latest, 0);
@@ -316,7 +317,8 @@ StartResult CaptureManager::start(const std::string& job, const CaptureRequest& 
   }
   std::error_code ec;
   fs::create_directories(directory(row.id), ec);
-  if (ec) return refuse(500, "cannot create " + directory(row.id) + ": " + ec.message());
+  if (ec)
+    return refuse(StatusCode::kError, "cannot create " + directory(row.id) + ": " + ec.message());
 
   std::lock_guard lock(mu_);
   for (const auto& [id, a] : active_) {
@@ -325,13 +327,13 @@ StartResult CaptureManager::start(const std::string& job, const CaptureRequest& 
       if (isFinal(r.state)) continue;
       // row.ranks is sorted (resolveRanks): a capture of 65,536 ranks checks in O(n log n).
       if (std::binary_search(row.ranks.begin(), row.ranks.end(), r.rank)) {
-        return refuse(409, "capture " + id + " is already running on rank " +
-                               std::to_string(r.rank) + " of job " + job);
+        return refuse(StatusCode::kConflict, "capture " + id + " is already running on rank " +
+                                                 std::to_string(r.rank) + " of job " + job);
       }
     }
   }
   row.summary = captureSummary(row);
-  if (Status s = store_.writeCapture(row); !s) return refuse(500, s.message());
+  if (Status s = store_.writeCapture(row); !s) return refuse(StatusCode::kError, s.message());
 
   // One command per agent, naming that agent's selected ranks.
   std::map<std::string, std::vector<uint32_t>> byNode;
@@ -375,11 +377,10 @@ StartResult CaptureManager::start(const std::string& job, const CaptureRequest& 
                                         [](const auto& r) { return r.state == "done"; });
   if (allFinal(a.row) && nothingDone) {
     finalizeLocked(a, {}, std::nullopt);  // no rank can answer: failed at once
-    out.capture = a.row;
-    return out;
+    return a.row;
   }
   if (changed) persistLocked(a.row);
-  out.capture = a.row;
+  storage::CaptureRow out = a.row;
   active_.emplace(a.row.id, std::move(a));
   return out;
 }
@@ -437,13 +438,14 @@ std::optional<std::string> CaptureManager::startForAnomaly(const storage::Anomal
   req.reason = "anomaly " + anomaly.id + ": " + anomaly.kind;
   auto started = start(anomaly.job, req, anomaly.id, "anomaly");
   std::lock_guard lock(mu_);
-  if (!started.ok()) {
+  if (!started) {
     ++stats_.autoSkipped;
-    logWarn(kComponent, "no automatic capture for anomaly " + anomaly.id + ": " + started.error);
+    logWarn(kComponent,
+            "no automatic capture for anomaly " + anomaly.id + ": " + started.message());
     return std::nullopt;
   }
   lastAuto_[anomaly.job] = now;
-  return started.capture.id;
+  return started->id;
 }
 
 Result<storage::CaptureRow> CaptureManager::adoptImport(const storage::CaptureRow& row) {

@@ -66,13 +66,6 @@ struct CaptureManagerOptions {
 // connected). Called with the manager's mutex held; must not call back into the manager.
 using CommandSink = std::function<Status(const std::string& node, const wire::Command& command)>;
 
-struct StartResult {
-  unsigned status = 201;        // 201, or the HTTP status of the refusal (400, 404, 409, 500)
-  std::string error;            // why it was refused
-  storage::CaptureRow capture;  // the stored row when status is 201
-  bool ok() const { return status == 201; }
-};
-
 // Counters since start, for /metrics.
 struct CaptureStats {
   std::map<std::pair<std::string, std::string>, uint64_t> started;  // (kind, trigger) -> count
@@ -105,10 +98,13 @@ class CaptureManager {
   void recover();
 
   // Validates `request` against job `job` and, when it is acceptable, stores the capture and
-  // sends its commands. `trigger` is "request" or "anomaly" (for /metrics).
-  StartResult start(const std::string& job, const CaptureRequest& request,
-                    const std::optional<std::string>& anomalyId = std::nullopt,
-                    const std::string& trigger = "request");
+  // sends its commands; returns the stored row. `trigger` is "request" or "anomaly" (for
+  // /metrics). Refusals say why with their code: kInvalidArgument (a field or rank out of
+  // range), kNotFound (no such job), kConflict (the start step passed, or a capture is already
+  // running on a rank), kError (the store or the file system failed).
+  Result<storage::CaptureRow> start(const std::string& job, const CaptureRequest& request,
+                                    const std::optional<std::string>& anomalyId = std::nullopt,
+                                    const std::string& trigger = "request");
   // The automatic capture for a newly opened anomaly (docs/CAPTURE.md), unless automatic
   // captures are off or the job had one within the interval. Returns the capture id.
   std::optional<std::string> startForAnomaly(const storage::AnomalyRow& anomaly);

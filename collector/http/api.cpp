@@ -84,6 +84,32 @@ ApiResponse errorResponse(unsigned status, const std::string& message) {
   return r;
 }
 
+unsigned httpStatusOf(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kMalformed:
+    case StatusCode::kUnsupported:
+      return 400;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kConflict:
+      return 409;
+    case StatusCode::kTooLarge:
+      return 413;
+    case StatusCode::kUnavailable:
+      return 503;
+    case StatusCode::kError:
+      return 500;
+  }
+  return 500;
+}
+
+ApiResponse errorResponse(const Status& failure) {
+  return errorResponse(httpStatusOf(failure.code()), failure.message());
+}
+
 ApiResponse notAllowed(std::string_view method, const std::string& path, const char* allowed) {
   ApiResponse r = errorResponse(405, "method " + std::string(method) + " not allowed for " + path +
                                          " (allowed: " + allowed + ")");

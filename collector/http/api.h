@@ -46,14 +46,10 @@ struct ApiResponse {
 // Implementations must be safe from any thread.
 class CaptureService {
  public:
-  struct Started {
-    unsigned status = 201;        // 201, or the HTTP status of the refusal
-    std::string error;            // why it was refused
-    storage::CaptureRow capture;  // the stored capture when status is 201
-  };
   virtual ~CaptureService() = default;
-  // Starts a capture of `job` from a POST body (the request fields of docs/CAPTURE.md).
-  virtual Started start(const std::string& job, std::string_view body) = 0;
+  // Starts a capture of `job` from a POST body (the request fields of docs/CAPTURE.md) and
+  // returns the stored capture, or the refusal with its code (httpStatusOf maps it).
+  virtual Result<storage::CaptureRow> start(const std::string& job, std::string_view body) = 0;
   // A stored file of capture `id` ("trace.json.gz" or "rank-<R>.json.gz") as a stream: the
   // gzip bytes as stored when `gzip`, else decompressed (bounded) on the fly.
   virtual Result<std::unique_ptr<ByteSource>> file(const std::string& id, const std::string& name,
@@ -62,6 +58,12 @@ class CaptureService {
 
 // A JSON error body {"error": message} with the given status.
 ApiResponse errorResponse(unsigned status, const std::string& message);
+// The HTTP status of a failure's code: the one place the stages' codes become HTTP numbers
+// (kInvalidArgument, kMalformed and kUnsupported 400, kNotFound 404, kConflict 409, kTooLarge
+// 413, kUnavailable 503, kError 500).
+unsigned httpStatusOf(StatusCode code);
+// errorResponse(httpStatusOf(failure.code()), failure.message()).
+ApiResponse errorResponse(const Status& failure);
 // 405 for `method` on `path`, naming the `allowed` methods (also in the Allow header).
 ApiResponse notAllowed(std::string_view method, const std::string& path, const char* allowed);
 

@@ -50,9 +50,9 @@ json captureJson(const storage::CaptureRow& c) {
 ApiResponse Api::startCapture(const std::string& job, std::string_view body) const {
   if (!options_.captures) return capturesOff();
   auto started = options_.captures->start(job, body);
-  if (started.status != 201) return errorResponse(started.status, started.error);
-  ApiResponse r = jsonBody(201, captureJson(started.capture));
-  r.headers.emplace_back("Location", "/api/v1/captures/" + percentEncode(started.capture.id));
+  if (!started) return errorResponse(started.status());
+  ApiResponse r = jsonBody(201, captureJson(*started));
+  r.headers.emplace_back("Location", "/api/v1/captures/" + percentEncode(started->id));
   return r;
 }
 

@@ -12,18 +12,18 @@ namespace {
 using nlohmann::json;
 
 ApiResponse fromReply(const ingest::ImportReply& reply) {
-  if (reply.status >= 400) {
-    ApiResponse r = errorResponse(reply.status, reply.error);
+  if (!reply.status) {
+    ApiResponse r = errorResponse(reply.status);
     if (!reply.body.is_null()) {
       // The body of a refused chunk says where to resume: keep it beside the error.
       json body = reply.body;
-      body["error"] = reply.error;
+      body["error"] = reply.status.message();
       r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
     }
     return r;
   }
   ApiResponse r;
-  r.status = reply.status;
+  r.status = reply.created ? 201 : 200;
   r.body = reply.body.dump(-1, ' ', false, json::error_handler_t::replace);
   return r;
 }
@@ -38,9 +38,9 @@ ApiResponse Api::openImport(const std::string& job, std::string_view body) const
   if (!options_.imports) return importsOff();
   ingest::ImportReply reply = options_.imports->begin(job, body);
   // Chunks must fit the request body limit; the client sizes its uploads from this.
-  if (reply.status < 400) reply.body["max_chunk_bytes"] = options_.maxBodyBytes;
+  if (reply.status) reply.body["max_chunk_bytes"] = options_.maxBodyBytes;
   ApiResponse r = fromReply(reply);
-  if (reply.status == 201) {
+  if (reply.created) {
     r.headers.emplace_back("Location",
                            "/api/v1/imports/" + percentEncode(reply.body["id"].get<std::string>()));
   }

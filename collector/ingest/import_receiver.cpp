@@ -29,17 +29,21 @@ constexpr const char* kComponent = "import";
 constexpr const char* kStepsFile = "steps.pb";
 constexpr const char* kPart = ".part";
 
-ImportReply fail(unsigned status, std::string message) {
+ImportReply fail(StatusCode code, std::string message) {
   ImportReply r;
-  r.status = status;
-  r.error = std::move(message);
+  r.status = Status::error(code, std::move(message));
   return r;
 }
 
-ImportReply ok(unsigned status, json body) {
+ImportReply ok(json body) {
   ImportReply r;
-  r.status = status;
   r.body = std::move(body);
+  return r;
+}
+
+ImportReply created(json body) {
+  ImportReply r = ok(std::move(body));
+  r.created = true;
   return r;
 }
 
@@ -139,30 +143,35 @@ void ImportReceiver::expireLocked(int64_t nowNs) {
 
 ImportReply ImportReceiver::begin(const std::string& job, std::string_view body) {
   if (job.empty() || job.size() > options_.limits.maxJobBytes) {
-    return fail(400, "job: must be 1.." + std::to_string(options_.limits.maxJobBytes) + " bytes");
+    return fail(StatusCode::kInvalidArgument,
+                "job: must be 1.." + std::to_string(options_.limits.maxJobBytes) + " bytes");
   }
   json req = body.empty() ? json::object() : json::parse(body, nullptr, false);
-  if (req.is_discarded() || !req.is_object()) return fail(400, "the body must be a JSON object");
+  if (req.is_discarded() || !req.is_object())
+    return fail(StatusCode::kInvalidArgument, "the body must be a JSON object");
   Session s;
   s.job = job;
   for (const auto& [key, value] : req.items()) {
     if (key == "reason") {
-      if (!value.is_string()) return fail(400, "reason: must be a string");
+      if (!value.is_string()) return fail(StatusCode::kInvalidArgument, "reason: must be a string");
       s.reason = value.get<std::string>();
     } else if (key == "append") {
-      if (!value.is_boolean()) return fail(400, "append: must be true or false");
+      if (!value.is_boolean())
+        return fail(StatusCode::kInvalidArgument, "append: must be true or false");
       s.append = value.get<bool>();
     } else {
-      return fail(400, "unknown field '" + key + "' (known: reason, append)");
+      return fail(StatusCode::kInvalidArgument,
+                  "unknown field '" + key + "' (known: reason, append)");
     }
   }
   if (!s.append) {
     auto exists = store_.jobExists(job);
-    if (!exists) return fail(500, exists.message());
+    if (!exists) return fail(StatusCode::kError, exists.message());
     if (*exists) {
-      return fail(409, "job '" + job +
-                           "' exists already: import under another name (--job), or add to it "
-                           "(--append)");
+      return fail(StatusCode::kConflict,
+                  "job '" + job +
+                      "' exists already: import under another name (--job), or add to it "
+                      "(--append)");
     }
   }
   const int64_t now = clock_.nowNs();
@@ -172,61 +181,65 @@ ImportReply ImportReceiver::begin(const std::string& job, std::string_view body)
   s.touchedNs = now;
   std::error_code ec;
   fs::create_directories(directory(s.id), ec);
-  if (ec) return fail(500, "cannot create " + directory(s.id) + ": " + ec.message());
+  if (ec) return fail(StatusCode::kError, "cannot create " + directory(s.id) + ": " + ec.message());
   ++stats_.begun;
   const std::string id = s.id;
   sessions_.emplace(id, std::move(s));
-  return ok(201, json{{"id", id}, {"job", job}});
+  return created(json{{"id", id}, {"job", job}});
 }
 
 ImportReply ImportReceiver::put(const std::string& id, const std::string& name, uint64_t offset,
                                 std::string_view data) {
   const int64_t rank = rankOfFile(name);
   if (name != kStepsFile && rank < 0) {
-    return fail(400, "file name '" + name + "': must be steps.pb or rank-<R>.json.gz");
+    return fail(StatusCode::kInvalidArgument,
+                "file name '" + name + "': must be steps.pb or rank-<R>.json.gz");
   }
   const uint64_t limit = name == kStepsFile ? options_.maxStepsBytes : options_.maxTimelineBytes;
   std::lock_guard lock(mu_);
   expireLocked(clock_.nowNs());
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) return fail(404, "no import session '" + id + "'");
+  if (it == sessions_.end()) return fail(StatusCode::kNotFound, "no import session '" + id + "'");
   Session& s = it->second;
   if (rank >= 0 && s.files.count(name) == 0 && s.files.size() > options_.maxRanks) {
-    return fail(413, "an import holds at most " + std::to_string(options_.maxRanks) + " ranks");
+    return fail(StatusCode::kTooLarge,
+                "an import holds at most " + std::to_string(options_.maxRanks) + " ranks");
   }
   FileState& f = s.files[name];
   if (offset != f.bytes) {
-    ImportReply r = fail(409, name + " has " + std::to_string(f.bytes) + " bytes; a chunk at " +
-                                  std::to_string(offset) + " does not follow");
+    ImportReply r = fail(StatusCode::kConflict, name + " has " + std::to_string(f.bytes) +
+                                                    " bytes; a chunk at " + std::to_string(offset) +
+                                                    " does not follow");
     r.body = json{{"name", name}, {"bytes", f.bytes}};
     return r;
   }
   if (f.bytes + data.size() > limit) {
     dropLocked(id);
     ++stats_.aborted;
-    return fail(413, name + " is larger than the collector takes (" + std::to_string(limit) +
-                         " bytes): the import is dropped");
+    return fail(StatusCode::kTooLarge, name + " is larger than the collector takes (" +
+                                           std::to_string(limit) +
+                                           " bytes): the import is dropped");
   }
   const fs::path part = fs::path(directory(id)) / (name + kPart);
   {
     std::ofstream out(part, std::ios::binary | (offset == 0 ? std::ios::trunc : std::ios::app));
     out.write(data.data(), static_cast<std::streamsize>(data.size()));
     out.flush();
-    if (!out) return fail(500, "cannot write " + part.string());
+    if (!out) return fail(StatusCode::kError, "cannot write " + part.string());
   }
   f.bytes += data.size();
   stats_.bytes += data.size();
   s.touchedNs = clock_.nowNs();
-  return ok(200, json{{"name", name}, {"bytes", f.bytes}});
+  return ok(json{{"name", name}, {"bytes", f.bytes}});
 }
 
 ImportReply ImportReceiver::abort(const std::string& id) {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) return fail(404, "no import session '" + id + "'");
+  if (it == sessions_.end()) return fail(StatusCode::kNotFound, "no import session '" + id + "'");
   dropLocked(id);
   ++stats_.aborted;
-  return ok(200, json{{"id", id}});
+  return ok(json{{"id", id}});
 }
 
 ImportStats ImportReceiver::stats() const {
@@ -238,11 +251,11 @@ ImportReply ImportReceiver::commit(const std::string& id, std::string_view body)
   std::lock_guard lock(mu_);
   expireLocked(clock_.nowNs());
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) return fail(404, "no import session '" + id + "'");
+  if (it == sessions_.end()) return fail(StatusCode::kNotFound, "no import session '" + id + "'");
   ImportReply r = commitLocked(it->second, body);
-  if (r.status >= 400) {
+  if (!r.status) {
     ++stats_.failed;
-    logWarn(kComponent, "import " + id + " refused: " + r.error);
+    logWarn(kComponent, "import " + id + " refused: " + r.status.message());
     dropLocked(id);
   }
   return r;
@@ -254,7 +267,8 @@ ImportReply ImportReceiver::commitLocked(Session& s, std::string_view body) {
   json req = json::parse(body, nullptr, false);
   if (req.is_discarded() || !req.is_object() || !req.contains("files") ||
       !req["files"].is_array()) {
-    return fail(400, "the body must be a JSON object with a \"files\" list");
+    return fail(StatusCode::kInvalidArgument,
+                "the body must be a JSON object with a \"files\" list");
   }
 
   // The declared files must be exactly the uploaded ones, whole.
@@ -272,25 +286,31 @@ ImportReply ImportReceiver::commitLocked(Session& s, std::string_view body) {
     if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("bytes") ||
         !f["bytes"].is_number_unsigned() || !f.contains("crc32") ||
         !f["crc32"].is_number_unsigned()) {
-      return fail(400, "files: each needs \"name\" (text), \"bytes\" and \"crc32\" (numbers)");
+      return fail(StatusCode::kInvalidArgument,
+                  "files: each needs \"name\" (text), \"bytes\" and \"crc32\" (numbers)");
     }
     const std::string name = f["name"].get<std::string>();
     auto st = s.files.find(name);
-    if (st == s.files.end()) return fail(400, "files: " + name + " was never uploaded");
-    if (!declared.insert(name).second) return fail(400, "files: " + name + " is named twice");
+    if (st == s.files.end())
+      return fail(StatusCode::kInvalidArgument, "files: " + name + " was never uploaded");
+    if (!declared.insert(name).second)
+      return fail(StatusCode::kInvalidArgument, "files: " + name + " is named twice");
     const uint64_t bytes = f["bytes"].get<uint64_t>();
     if (st->second.bytes != bytes) {
-      return fail(400, name + ": " + std::to_string(st->second.bytes) +
-                           " bytes arrived, the client sent " + std::to_string(bytes));
+      return fail(StatusCode::kInvalidArgument, name + ": " + std::to_string(st->second.bytes) +
+                                                    " bytes arrived, the client sent " +
+                                                    std::to_string(bytes));
     }
     auto crc = fileCrc(dir / (name + kPart));
-    if (!crc) return fail(500, crc.message());
+    if (!crc) return fail(StatusCode::kError, crc.message());
     if (*crc != f["crc32"].get<uint64_t>()) {
-      return fail(400, name + ": its crc32 does not match what the client sent (corrupted)");
+      return fail(StatusCode::kInvalidArgument,
+                  name + ": its crc32 does not match what the client sent (corrupted)");
     }
     const int64_t rank = rankOfFile(name);
     if (rank >= 0) {
-      if (!startsWithGzipMagic(dir / (name + kPart))) return fail(400, name + ": not gzip data");
+      if (!startsWithGzipMagic(dir / (name + kPart)))
+        return fail(StatusCode::kInvalidArgument, name + ": not gzip data");
       RankFile rf;
       rf.rank = static_cast<uint32_t>(rank);
       rf.bytes = bytes;
@@ -307,16 +327,18 @@ ImportReply ImportReceiver::commitLocked(Session& s, std::string_view body) {
     }
   }
   for (const auto& [name, st] : s.files) {
-    if (declared.count(name) == 0) return fail(400, "files: " + name + " was uploaded, not named");
+    if (declared.count(name) == 0)
+      return fail(StatusCode::kInvalidArgument, "files: " + name + " was uploaded, not named");
   }
-  if (declared.count(kStepsFile) == 0) return fail(400, "files: steps.pb is missing");
+  if (declared.count(kStepsFile) == 0)
+    return fail(StatusCode::kInvalidArgument, "files: steps.pb is missing");
 
   // Every item, checked before anything is stored.
   storage::WriteBatch batch;
   {
     const fs::path steps = dir / (std::string(kStepsFile) + kPart);
     const int fd = ::open(steps.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(500, "cannot read " + steps.string());
+    if (fd < 0) return fail(StatusCode::kError, "cannot read " + steps.string());
     google::protobuf::io::FileInputStream in(fd);
     in.SetCloseOnDelete(true);
     for (size_t index = 0;; ++index) {
@@ -324,12 +346,13 @@ ImportReply ImportReceiver::commitLocked(Session& s, std::string_view body) {
       bool clean = false;
       if (!google::protobuf::util::ParseDelimitedFromZeroCopyStream(&env, &in, &clean)) {
         if (clean) break;
-        return fail(400, itemWhere(index) + ": not a length-prefixed Envelope (or cut short)");
+        return fail(StatusCode::kInvalidArgument,
+                    itemWhere(index) + ": not a length-prefixed Envelope (or cut short)");
       }
       if (env.schema_version() != wire::kSchemaVersion) {
-        return fail(400, itemWhere(index) + ": schema version " +
-                             std::to_string(env.schema_version()) + ", this collector speaks " +
-                             std::to_string(wire::kSchemaVersion));
+        return fail(StatusCode::kInvalidArgument,
+                    itemWhere(index) + ": schema version " + std::to_string(env.schema_version()) +
+                        ", this collector speaks " + std::to_string(wire::kSchemaVersion));
       }
       if (env.has_rank_hello()) {
         batch.ranks.push_back(env.rank_hello().rank());
@@ -338,62 +361,71 @@ ImportReply ImportReceiver::commitLocked(Session& s, std::string_view body) {
       } else if (env.has_rank_goodbye()) {
         batch.goodbyes.push_back(env.rank_goodbye());
       } else {
-        return fail(400, itemWhere(index) +
-                             ": only rank_hello, step and rank_goodbye items can be imported");
+        return fail(
+            StatusCode::kInvalidArgument,
+            itemWhere(index) + ": only rank_hello, step and rank_goodbye items can be imported");
       }
     }
   }
-  if (batch.ranks.empty()) return fail(400, "steps.pb names no rank (no rank_hello)");
+  if (batch.ranks.empty())
+    return fail(StatusCode::kInvalidArgument, "steps.pb names no rank (no rank_hello)");
   std::set<uint32_t> ranks;
   const uint32_t worldSize = batch.ranks.front().world_size();
   for (auto& info : batch.ranks) {
     if (auto rej = validateRankInfo(info, options_.limits)) {
-      return fail(400, "rank_hello: " + rej->detail);
+      return fail(StatusCode::kInvalidArgument, "rank_hello: " + rej->detail);
     }
     if (info.job() != s.job) {
-      return fail(400, "rank_hello of rank " + std::to_string(info.rank()) + " is for job '" +
-                           info.job() + "', not '" + s.job + "'");
+      return fail(StatusCode::kInvalidArgument, "rank_hello of rank " +
+                                                    std::to_string(info.rank()) + " is for job '" +
+                                                    info.job() + "', not '" + s.job + "'");
     }
     if (info.world_size() != worldSize) {
-      return fail(400, "rank_hello items disagree on world_size (" + std::to_string(worldSize) +
-                           " and " + std::to_string(info.world_size()) + ")");
+      return fail(StatusCode::kInvalidArgument, "rank_hello items disagree on world_size (" +
+                                                    std::to_string(worldSize) + " and " +
+                                                    std::to_string(info.world_size()) + ")");
     }
     info.set_node("import");  // imported ranks run on no agent's node
     ranks.insert(info.rank());
   }
   for (const auto& step : batch.steps) {
     if (auto rej = validateStep(step, worldSize, options_.limits)) {
-      return fail(400, "step: " + rej->detail);
+      return fail(StatusCode::kInvalidArgument, "step: " + rej->detail);
     }
     if (step.job() != s.job || ranks.count(step.rank()) == 0) {
-      return fail(400, "step " + std::to_string(step.step()) + " of rank " +
-                           std::to_string(step.rank()) + " is not for a rank of this import's job");
+      return fail(StatusCode::kInvalidArgument, "step " + std::to_string(step.step()) +
+                                                    " of rank " + std::to_string(step.rank()) +
+                                                    " is not for a rank of this import's job");
     }
   }
   for (const auto& bye : batch.goodbyes) {
     if (auto rej = validateGoodbye(bye, worldSize, options_.limits)) {
-      return fail(400, "rank_goodbye: " + rej->detail);
+      return fail(StatusCode::kInvalidArgument, "rank_goodbye: " + rej->detail);
     }
     if (bye.job() != s.job || ranks.count(bye.rank()) == 0) {
-      return fail(400, "rank_goodbye of rank " + std::to_string(bye.rank()) +
-                           " is not for a rank of this import's job");
+      return fail(StatusCode::kInvalidArgument, "rank_goodbye of rank " +
+                                                    std::to_string(bye.rank()) +
+                                                    " is not for a rank of this import's job");
     }
   }
   for (const auto& rf : rankFiles) {
     if (ranks.count(rf.rank) == 0) {
       return fail(
-          400, "rank-" + std::to_string(rf.rank) + ".json.gz is for a rank steps.pb does not name");
+          StatusCode::kInvalidArgument,
+          "rank-" + std::to_string(rf.rank) + ".json.gz is for a rank steps.pb does not name");
     }
   }
   if (!rankFiles.empty() && !options_.onTimeline) {
-    return fail(503,
+    return fail(StatusCode::kUnavailable,
                 "this collector takes no timelines (captures are off): import with "
                 "--no-timeline");
   }
   if (!s.append) {
     auto exists = store_.jobExists(s.job);
-    if (!exists) return fail(500, exists.message());
-    if (*exists) return fail(409, "job '" + s.job + "' was created while this import uploaded");
+    if (!exists) return fail(StatusCode::kError, exists.message());
+    if (*exists)
+      return fail(StatusCode::kConflict,
+                  "job '" + s.job + "' was created while this import uploaded");
   }
   // Steps in the order a live job's arrive (step, then rank): the detectors assemble steps.
   std::stable_sort(batch.steps.begin(), batch.steps.end(),
@@ -407,11 +439,12 @@ ImportReply ImportReceiver::commitLocked(Session& s, std::string_view body) {
   for (const auto& rf : rankFiles) {
     const std::string name = "rank-" + std::to_string(rf.rank) + ".json.gz";
     fs::rename(dir / (name + kPart), dir / name, ec);
-    if (ec) return fail(500, "cannot store " + name + ": " + ec.message());
+    if (ec) return fail(StatusCode::kError, "cannot store " + name + ": " + ec.message());
   }
   const int64_t now = clock_.nowNs();
   batch.receivedNs = now;
-  if (Status st = store_.write(batch); !st) return fail(500, "storing the import: " + st.message());
+  if (Status st = store_.write(batch); !st)
+    return fail(StatusCode::kError, "storing the import: " + st.message());
   fs::remove(dir / (std::string(kStepsFile) + kPart), ec);
   if (options_.onCommitted) options_.onCommitted(batch);
 
@@ -477,7 +510,7 @@ ImportReply ImportReceiver::commitLocked(Session& s, std::string_view body) {
   } else {
     dropLocked(id);
   }
-  return ok(201, out);
+  return created(out);
 }
 
 }  // namespace trainscope::ingest

@@ -49,11 +49,11 @@ struct ImportReceiverOptions {
   std::function<Result<storage::CaptureRow>(const storage::CaptureRow&)> onTimeline;
 };
 
-// An answer for the HTTP layer: a status and a JSON body, or an error message.
+// An answer for the HTTP layer, which maps the code to an HTTP status (http::httpStatusOf).
 struct ImportReply {
-  unsigned status = 200;
-  std::string error;    // set when status >= 400
-  nlohmann::json body;  // set otherwise
+  Status status;         // ok, or the refusal with its code and message
+  bool created = false;  // a new import session (HTTP 201)
+  nlohmann::json body;   // the answer; with a refused chunk, where to resume
 };
 
 struct ImportStats {

@@ -548,7 +548,7 @@ struct IngestServer::Impl {
     }
     auto env = wire::decode(payload.data(), payload.size());
     if (!env) {
-      rejectFrame(id, wire::rejectReason(env.message()), env.message());
+      rejectFrame(id, wire::rejectReason(env.status()), env.message());
       return;
     }
     switch (env->body_case()) {

@@ -113,7 +113,9 @@ Status SqliteStore::writeAnomalies(const std::vector<AnomalyRow>& rows) {
   }
   if (st) st = step(writeDb_, stmts_[kCommit], "storage: commit");
   if (!st) {
-    step(writeDb_, stmts_[kRollback], "storage: rollback");
+    // The failure that stopped the transaction is what the caller needs; a failed rollback
+    // leaves nothing more to do.
+    (void)step(writeDb_, stmts_[kRollback], "storage: rollback");
     return st;
   }
   ++transactions_;

@@ -562,7 +562,7 @@ Result<uint64_t> SqliteStore::applyRetention(int64_t nowNs) {
       }
       if (s) s = exec(writeDb_, "COMMIT", "storage: retention commit");
       if (!s) {
-        exec(writeDb_, "ROLLBACK", "storage: retention rollback");
+        (void)exec(writeDb_, "ROLLBACK", "storage: retention rollback");  // `s` says why
         return s;
       }
       ++transactions_;

@@ -330,7 +330,7 @@ Status SqliteStore::migrate() {
         exec(writeDb_, sql.c_str(), "storage: migration to version " + std::to_string(m.version));
     if (s) s = exec(writeDb_, "COMMIT", "storage: migration commit");
     if (!s) {
-      exec(writeDb_, "ROLLBACK", "storage: migration rollback");
+      (void)exec(writeDb_, "ROLLBACK", "storage: migration rollback");  // `s` says why
       return s;
     }
     logInfo(kComponent,
@@ -375,7 +375,7 @@ Status SqliteStore::write(const WriteBatch& batch) {
   Status s = writeLocked(batch, &inserted, &duplicates);
   if (s) s = step(writeDb_, stmts_[kCommit], "storage: commit");
   if (!s) {
-    step(writeDb_, stmts_[kRollback], "storage: rollback");
+    (void)step(writeDb_, stmts_[kRollback], "storage: rollback");  // `s` says why
     // Job ids inserted by the rolled-back transaction are gone again.
     jobIds_.clear();
     return s;

@@ -98,8 +98,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   req.history = in.ConsumeIntegralInRange<uint32_t>(0, 4);
   req.maxBytes = in.ConsumeIntegralInRange<uint64_t>(1, 1 << 16);
   auto started = f.manager->start("j", req);
-  check(started.ok());
-  const std::string id = started.capture.id;
+  check(started.isOk());
+  const std::string id = started->id;
 
   std::vector<std::string> files(5);  // what each rank (and one outside the job) has sent
   uint64_t sent = 0;

@@ -22,23 +22,34 @@ TEST_CASE("wire decode rejects by reason and accepts a stamped envelope") {
   std::string junk = "\xff\xff\xff\xff garbage";
   auto bad = wire::decode(junk.data(), junk.size());
   REQUIRE_FALSE(bad.isOk());
-  CHECK(wire::rejectReason(bad.message()) == "malformed");
+  CHECK(wire::rejectReason(bad.status()) == "malformed");
 
   env.set_schema_version(99);
   std::string other;
   env.SerializeToString(&other);
   auto version = wire::decode(other.data(), other.size());
   REQUIRE_FALSE(version.isOk());
-  CHECK(wire::rejectReason(version.message()) == "version");
+  CHECK(wire::rejectReason(version.status()) == "version");
 
   std::string big(wire::kMaxFrameBytes + 1, 'x');
   auto oversized = wire::decode(big.data(), big.size());
-  CHECK(wire::rejectReason(oversized.message()) == "oversized");
+  CHECK(wire::rejectReason(oversized.status()) == "oversized");
 
   wire::Envelope empty;
   std::string emptyFrame = wire::encode(empty);
   auto none = wire::decode(emptyFrame.data(), emptyFrame.size());
-  CHECK(wire::rejectReason(none.message()) == "empty");
+  CHECK(wire::rejectReason(none.status()) == "empty");
+  // The messages still open with the reason's token, for people reading logs.
+  CHECK(bad.message().rfind("malformed: ", 0) == 0);
+  CHECK(version.message().rfind("version: ", 0) == 0);
+  CHECK(oversized.message().rfind("oversized: ", 0) == 0);
+  CHECK(none.message().rfind("empty: ", 0) == 0);
+  // The reason comes from the code, never from the message's text.
+  CHECK(wire::rejectReason(trainscope::Status::error(trainscope::StatusCode::kMalformed,
+                                                     "version: looks like another reason")) ==
+        "malformed");
+  CHECK(wire::rejectReason(trainscope::Status::error("oversized: not a decode failure")) ==
+        "invalid");
 }
 
 namespace {

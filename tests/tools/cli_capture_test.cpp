@@ -285,20 +285,20 @@ TEST_CASE("cli capture --wait: partial exits 3, failed 1, timeout 1, API errors 
   s.states[1] = captureJson("failed", {rankStatus(0, "failed", "timed out in state recording"),
                                        rankStatus(5, "failed", "gone")});
   r = cli({"--server", api.url(), "capture", "j", "--wait", "--out", "/nonexistent/x.json"});
-  CHECK(r.code == 1);
+  CHECK(r.code == kExitCaptureFailed);
   CHECK(r.out.find("capture cap-1-abcd failed") != std::string::npos);
 
   s.polls = 0;
   s.states.resize(1);  // stays running
   r = cli({"--server", api.url(), "capture", "j", "--wait", "--timeout", "1"});
-  CHECK(r.code == 1);
+  CHECK(r.code == kExitCaptureFailed);
   CHECK_THAT(r.err, Catch::Contains("still running after --timeout"));
 
   FakeApi refusing([](const Request&) {
     return Reply{409, R"({"error":"start step 3 already passed: rank 0 is at step 9"})", ""};
   });
   r = cli({"--server", refusing.url(), "capture", "j", "--start-step", "3"});
-  CHECK(r.code == 1);
+  CHECK(r.code == kExitApiError);
   CHECK(r.err == "trainscope: start step 3 already passed: rank 0 is at step 9\n");
 }
 

@@ -144,14 +144,14 @@ TEST_CASE("cli detect --job --rank: one rank's step times", "[cli]") {
   CHECK(j["change_points"][0]["after"].get<double>() == Approx(180.0).epsilon(0.01));
 }
 
-TEST_CASE("cli detect --job: unknown job and empty ranks exit 1, unreachable 2, bad usage 2",
+TEST_CASE("cli detect --job: unknown job exits 1, no steps 6, unreachable 4, bad usage 2",
           "[cli]") {
   Collector c;
   auto missing = cli({"--server", c.url, "detect", "--job", "nope"});
   CHECK(missing.code == kExitApiError);
   CHECK(missing.err.find("unknown job 'nope'") != std::string::npos);
   auto empty = cli({"--server", c.url, "detect", "--job", "train", "--rank", "2"});
-  CHECK(empty.code == kExitApiError);
+  CHECK(empty.code == kExitLocalError);
   CHECK(empty.err.find("has no rank 2's step times") != std::string::npos);
   auto gone = cli({"--server", "http://127.0.0.1:1", "detect", "--job", "train"});
   CHECK(gone.code == kExitUnreachable);
@@ -329,21 +329,21 @@ TEST_CASE("cli detect: --help explains the method, the input and every option", 
   }
 }
 
-TEST_CASE("cli detect: bad input exits 1 naming the line; a missing file names the file", "[cli]") {
+TEST_CASE("cli detect: bad input exits 6 naming the line; a missing file names the file", "[cli]") {
   TempFile empty("");
   auto e = cli({"detect", "--input", empty.path});
-  CHECK(e.code == 1);
+  CHECK(e.code == kExitLocalError);
   CHECK(e.err.find("no values") != std::string::npos);
   TempFile word("1.0\n2.0\nabc\n");
   auto w = cli({"detect", "--input", word.path});
-  CHECK(w.code == 1);
+  CHECK(w.code == kExitLocalError);
   CHECK(w.err.find("line 3") != std::string::npos);
   TempFile nan("1.0\nnan\n");
   auto n = cli({"detect", "--input", nan.path});
-  CHECK(n.code == 1);
+  CHECK(n.code == kExitLocalError);
   CHECK(n.err.find("line 2") != std::string::npos);
   auto m = cli({"detect", "--input", "/nonexistent/series.txt"});
-  CHECK(m.code == 1);
+  CHECK(m.code == kExitLocalError);
   CHECK(m.err.find("/nonexistent/series.txt") != std::string::npos);
   auto noFlag = cli({"detect"});
   CHECK(noFlag.code != 0);

@@ -316,7 +316,7 @@ TEST_CASE("cli: keygen writes NAME.key 0600 and NAME.pub, keeps existing files w
   CHECK(r.out.find(first->publicKey) != std::string::npos);
 
   r = cli({"keygen", "--dir", dir.path(), "--name", "node7"});
-  CHECK(r.code == kExitApiError);
+  CHECK(r.code == kExitLocalError);
   CHECK(r.err.find("--force") != std::string::npos);
   CHECK(trainscope::readCurveSecretFile(dir.sub("node7.key"))->secretKey == first->secretKey);
   r = cli({"keygen", "--dir", dir.path(), "--name", "node7", "--force"});
@@ -327,7 +327,7 @@ TEST_CASE("cli: keygen writes NAME.key 0600 and NAME.pub, keeps existing files w
   CHECK(r.code == kExitUsage);
   CHECK(r.err.find("--name") != std::string::npos);
   r = cli({"keygen", "--dir", dir.sub("missing"), "--name", "n"});
-  CHECK(r.code == kExitApiError);
+  CHECK(r.code == kExitLocalError);
   CHECK(r.err.find(dir.sub("missing")) != std::string::npos);
   r = cli({"keygen", "--help"});
   CHECK(r.code == 0);

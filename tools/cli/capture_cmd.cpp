@@ -186,14 +186,14 @@ std::optional<size_t> downloadTrace(Context& ctx, const std::string& id, const s
     auto converted = gz ? gunzip(data) : gzipCompress(data);
     if (!converted) {
       ctx.err << "trainscope: merged trace of " << id << ": " << converted.message() << "\n";
-      *exitCode = kExitApiError;
+      *exitCode = kExitLocalError;
       return std::nullopt;
     }
     data = std::move(*converted);
   }
   if (Status st = writeFile(path, data); !st) {
     ctx.err << "trainscope: " << st.message() << "\n";
-    *exitCode = kExitApiError;
+    *exitCode = kExitLocalError;
     return std::nullopt;
   }
   return data.size();
@@ -230,7 +230,7 @@ std::optional<json> follow(Context& ctx, const CaptureArgs& args, json capture, 
                                     : std::string("its deadline"))
               << " (" << fieldText(capture, "summary") << "); it goes on in the collector: "
               << "trainscope captures " << args.job << "\n";
-      *exitCode = kExitApiError;
+      *exitCode = kExitCaptureFailed;
       return std::nullopt;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(args.pollMs));
@@ -244,7 +244,7 @@ int exitCodeOf(const json& capture) {
   const std::string state = textOr(capture, "state", "");
   if (state == "complete") return kExitOk;
   if (state == "partial") return kExitPartial;
-  return kExitApiError;
+  return kExitCaptureFailed;
 }
 
 }  // namespace
@@ -460,7 +460,7 @@ int runCapture(Context& ctx, const CaptureArgs& args) {
   progress(ctx) << "capture " << id << " " << textOr(capture, "state", "?") << ": "
                 << fieldText(capture, "summary") << "\n"
                 << std::flush;
-  if (result == kExitApiError) {  // failed: there is no merged file
+  if (result == kExitCaptureFailed) {  // failed: there is no merged file
     if (ctx.global.json) ctx.out << capture.dump(2) << "\n";
     return result;
   }
@@ -527,7 +527,7 @@ void addWaitFlags(CLI::App* sub, RawCapture* raw) {
                   "Why, stored with the capture (default: \"on request\")");
   sub->add_flag("--wait", raw->args.wait,
                 "Follow the capture until it ends, printing each rank's progress; exit 0 "
-                "complete, 3 partial, 1 failed or timed out");
+                "complete, 3 partial, 5 failed or timed out");
   sub->add_option("--timeout", raw->args.timeoutS,
                   "With --wait: give up after this many seconds (default 0: the capture's own "
                   "deadline plus 30 s)")

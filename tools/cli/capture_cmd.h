@@ -17,8 +17,6 @@
 
 namespace trainscope::cli {
 
-inline constexpr int kExitPartial = 3;  // the capture ended with some ranks failed
-
 struct CaptureArgs {
   std::string job;
   std::string kind = "trace";                  // "trace" or "stacks"

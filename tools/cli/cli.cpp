@@ -480,9 +480,10 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
       "request captures (capture, captures, stacks), find change points in a series offline\n"
       "(detect), import profiler traces as a job (import), run a training command with zero-code\n"
       "monitoring (run) and write CurveZMQ keys for agents and the collector (keygen).\n"
-      "Exit codes: 0 ok, 1 the collector answered with an error (or detect got bad input, or a\n"
-      "capture failed or timed out), 2 bad usage or the collector could not be reached, 3 a\n"
-      "capture finished partial (some ranks failed); run exits with its command's status.",
+      "Exit codes: 0 ok; 1 the collector answered with an error; 2 bad flags or arguments;\n"
+      "3 a capture finished partial (some ranks failed); 4 the collector could not be reached;\n"
+      "5 a capture failed or outlived --timeout; 6 an input that cannot be read or used, or an\n"
+      "output that cannot be written. `run` exits with its command's status.",
       "trainscope"};
   GlobalOptions global;
   app.add_option("--server", global.server,

@@ -20,10 +20,16 @@
 
 namespace trainscope::cli {
 
+// Exit codes, one meaning each (`trainscope --help` and the README list them; `run` exits
+// with its command's status instead). A message on stderr says more for every one but 0.
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitApiError = 1;     // the collector answered with an error
-inline constexpr int kExitUnreachable = 2;  // no answer from the collector at all
-inline constexpr int kExitUsage = 2;        // bad flags or arguments (message printed)
+inline constexpr int kExitApiError = 1;       // the collector answered with an error
+inline constexpr int kExitUsage = 2;          // bad flags or arguments
+inline constexpr int kExitPartial = 3;        // a capture ended with some ranks failed
+inline constexpr int kExitUnreachable = 4;    // no answer from the collector at all
+inline constexpr int kExitCaptureFailed = 5;  // a capture failed, or outlived --timeout
+inline constexpr int kExitLocalError = 6;     // an input that cannot be read or used, an
+                                              // output that cannot be written (files, keys)
 inline constexpr const char* kDefaultServer = "http://127.0.0.1:7600";
 
 struct GlobalOptions {

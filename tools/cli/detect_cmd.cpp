@@ -175,7 +175,7 @@ int runDetect(Context& ctx, const DetectArgs& args) {
     if (job->valuesMs.empty()) {
       ctx.err << "trainscope detect: job '" << args.job << "' has no " << what
               << " stored in the steps asked for\n";
-      return kExitApiError;
+      return kExitLocalError;
     }
     return printSegmentation(ctx, args.flags, job->valuesMs, &job->steps,
                              "job " + args.job + ", " + what + " (ms), steps " +
@@ -190,14 +190,14 @@ int runDetect(Context& ctx, const DetectArgs& args) {
     if (!file) {
       ctx.err << "trainscope detect: --input: cannot open '" << args.input
               << "': " << std::strerror(errno) << "\n";
-      return kExitApiError;
+      return kExitLocalError;
     }
     in = &file;
   }
   auto series = detect::parseSeries(*in);
   if (!series) {
     ctx.err << "trainscope detect: " << name << ": " << series.message() << "\n";
-    return kExitApiError;
+    return kExitLocalError;
   }
   return printSegmentation(ctx, args.flags, *series, nullptr, "");
 }

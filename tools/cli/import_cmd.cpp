@@ -159,7 +159,7 @@ Result<Uploaded> uploadFile(Context& ctx, const std::string& base, const fs::pat
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     ctx.err << "trainscope: cannot read " << path.string() << "\n";
-    *exitCode = kExitApiError;
+    *exitCode = kExitLocalError;
     return Status::error("cannot read");
   }
   Uploaded up;
@@ -274,7 +274,7 @@ int runImport(Context& ctx, const ImportArgs& args) {
     if (mkdtemp(pattern.data()) == nullptr) {
       ctx.err << "trainscope: cannot create a temporary directory under "
               << fs::path(pattern).parent_path().string() << "\n";
-      return kExitApiError;
+      return kExitLocalError;
     }
     dir = pattern;
     temporary = true;
@@ -294,7 +294,7 @@ int runImport(Context& ctx, const ImportArgs& args) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!result) {
     ctx.err << "trainscope: import failed, nothing was sent: " << result.message() << "\n";
-    return kExitApiError;
+    return kExitLocalError;
   }
   json report = resultJson(*result);
   report["seconds"] = seconds;

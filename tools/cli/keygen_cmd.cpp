@@ -15,7 +15,7 @@ int runKeygen(Context& ctx, const KeygenArgs& args) {
     char host[256] = {};
     if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') {
       ctx.err << "trainscope keygen: --name: not given and the hostname cannot be read\n";
-      return kExitApiError;
+      return kExitLocalError;
     }
     name = host;
   }
@@ -26,11 +26,11 @@ int runKeygen(Context& ctx, const KeygenArgs& args) {
   auto keys = generateCurveKeyPair();
   if (!keys) {
     ctx.err << "trainscope keygen: " << keys.message() << "\n";
-    return kExitApiError;
+    return kExitLocalError;
   }
   if (Status st = writeCurveKeyFiles(args.dir, name, *keys, args.force); !st) {
     ctx.err << "trainscope keygen: " << st.message() << "\n";
-    return kExitApiError;
+    return kExitLocalError;
   }
   const std::string base = args.dir + "/" + name;
   ctx.out << "wrote " << base << ".key (secret, mode 0600) and " << base << ".pub\n"

@@ -48,9 +48,9 @@ struct Harness {
     auto req = parseCaptureRequest(body);
     REQUIRE(req);
     auto r = manager->start("j", *req);
-    INFO(r.error);
-    REQUIRE(r.ok());
-    return r.capture;
+    INFO(r.message());
+    REQUIRE(r);
+    return *r;
   }
 
   storage::CaptureRow stored(const std::string& id) {
@@ -87,28 +87,28 @@ Result<std::string> readAllOf(Result<std::unique_ptr<ByteSource>> opened) {
   return readAll(**opened, 1ull << 30);
 }
 
-unsigned refusal(Harness& h, const std::string& job, const std::string& body,
-                 std::string* message) {
+StatusCode refusal(Harness& h, const std::string& job, const std::string& body,
+                   std::string* message) {
   auto req = parseCaptureRequest(body);
   REQUIRE(req);
   auto r = h.manager->start(job, *req);
-  *message = r.error;
-  return r.status;
+  *message = r.message();
+  return r.code();
 }
 
 }  // namespace
 
-TEST_CASE("requests the job cannot take are refused with their status") {
+TEST_CASE("requests the job cannot take are refused with their code") {
   Harness h;
   std::string msg;
-  CHECK(refusal(h, "nope", "{}", &msg) == 404);
+  CHECK(refusal(h, "nope", "{}", &msg) == StatusCode::kNotFound);
   CHECK(msg == "unknown job 'nope'");
-  CHECK(refusal(h, "j", R"({"ranks":"2-4"})", &msg) == 400);
+  CHECK(refusal(h, "j", R"({"ranks":"2-4"})", &msg) == StatusCode::kInvalidArgument);
   CHECK(msg == "ranks: rank 4 is outside 0..3 (world size 4)");
-  CHECK(refusal(h, "j", R"({"start_step":10})", &msg) == 409);
+  CHECK(refusal(h, "j", R"({"start_step":10})", &msg) == StatusCode::kConflict);
   CHECK(msg == "start step 10 already passed: rank 0 is at step 10");
   h.start(R"({"ranks":"1-2"})");
-  CHECK(refusal(h, "j", R"({"ranks":[2,3]})", &msg) == 409);
+  CHECK(refusal(h, "j", R"({"ranks":[2,3]})", &msg) == StatusCode::kConflict);
   CHECK_THAT(msg, Catch::Matchers::Contains("already running on rank 2 of job j"));
   // Disjoint ranks of the same job are fine.
   h.start(R"({"ranks":[0,3]})");
@@ -132,7 +132,7 @@ TEST_CASE(
   auto all = h.start(R"({"ranks":"all"})");
   CHECK(all.rankStatus.size() == wire::kMaxWorldSize);
   std::string msg;
-  CHECK(refusal(h, "j", R"({"ranks":"0-65535"})", &msg) == 409);
+  CHECK(refusal(h, "j", R"({"ranks":"0-65535"})", &msg) == StatusCode::kConflict);
   CHECK_THAT(msg, Catch::Matchers::Contains("already running on rank"));
 
   // A database written before the limit existed may hold a larger one: refused, not resolved.
@@ -140,7 +140,7 @@ TEST_CASE(
   info.set_world_size(1'000'000);
   b.ranks = {info};
   REQUIRE(h.store->write(b));
-  CHECK(refusal(h, "old", "{}", &msg) == 400);
+  CHECK(refusal(h, "old", "{}", &msg) == StatusCode::kInvalidArgument);
   CHECK(msg == "ranks: the job's world size 1000000 exceeds the limit of 65536");
 }
 
@@ -164,12 +164,12 @@ TEST_CASE("start steps: beyond the step limit refused; a stored INT64_MAX step c
   rep.set_duration_ns(1);
   b.steps.push_back(rep);
   REQUIRE(h.store->write(b));
-  CHECK(refusal(h, "j", "{}", &msg) == 409);
+  CHECK(refusal(h, "j", "{}", &msg) == StatusCode::kConflict);
   CHECK(msg ==
         "the job's latest step 9223372036854775807 leaves no start step within the step "
         "limit 1000000000000");
   // Naming a start step is still judged against each selected rank.
-  CHECK(refusal(h, "j", R"({"ranks":[0],"start_step":20})", &msg) == 409);
+  CHECK(refusal(h, "j", R"({"ranks":[0],"start_step":20})", &msg) == StatusCode::kConflict);
   CHECK_THAT(msg, Catch::Matchers::StartsWith("start step 20 already passed: rank 0 is at step"));
   auto ok = h.start(R"({"ranks":[1],"start_step":20})");
   CHECK(ok.startStep == 20);

@@ -113,8 +113,8 @@ struct Fixture {
 
   std::string begin(const std::string& job, const std::string& body = "") {
     auto r = receiver->begin(job, body);
-    INFO(r.error);
-    REQUIRE(r.status == 201);
+    INFO(r.status.message());
+    REQUIRE(r.created);
     return r.body["id"].get<std::string>();
   }
   // Uploads `data` as `name` in chunks of `chunk` bytes; returns the commit's entry for it.
@@ -122,8 +122,8 @@ struct Fixture {
               size_t chunk = 1000) {
     for (size_t off = 0; off < data.size(); off += chunk) {
       auto r = receiver->put(id, name, off, std::string_view(data).substr(off, chunk));
-      INFO(r.error);
-      REQUIRE(r.status == 200);
+      INFO(r.status.message());
+      REQUIRE(r.status.isOk());
     }
     return json{{"name", name}, {"bytes", data.size()}, {"crc32", crcOf(data)}};
   }
@@ -167,8 +167,8 @@ TEST_CASE("an uploaded bundle is stored in one commit and handed to the detector
   CHECK(f.storedSteps("job-a") == 0);  // nothing before the commit
 
   auto r = f.receiver->commit(id, json{{"files", files}}.dump());
-  INFO(r.error);
-  REQUIRE(r.status == 201);
+  INFO(r.status.message());
+  REQUIRE(r.created);
   CHECK(r.body["steps"] == 100);
   CHECK(r.body["ranks"] == json::array({0, 1}));
   CHECK(r.body["world_size"] == 2);
@@ -192,27 +192,29 @@ TEST_CASE("an uploaded bundle is stored in one commit and handed to the detector
   CHECK(fs::exists(f.dir.path() + "/captures/" + id + "/rank-1.json.gz"));
   CHECK_FALSE(fs::exists(f.dir.path() + "/captures/" + id + "/steps.pb.part"));
   // The session is closed.
-  CHECK(f.receiver->commit(id, json{{"files", files}}.dump()).status == 404);
+  CHECK(f.receiver->commit(id, json{{"files", files}}.dump()).status.code() ==
+        StatusCode::kNotFound);
 
   SECTION("the job exists now: a second import needs append") {
     auto again = f.receiver->begin("job-a", "");
-    CHECK(again.status == 409);
-    CHECK(again.error.find("exists already") != std::string::npos);
-    CHECK(f.receiver->begin("job-a", R"({"append": true})").status == 201);
+    CHECK(again.status.code() == StatusCode::kConflict);
+    CHECK(again.status.message().find("exists already") != std::string::npos);
+    CHECK(f.receiver->begin("job-a", R"({"append": true})").created);
   }
 }
 
 TEST_CASE("a chunk that does not follow says where to resume") {
   Fixture f;
   const std::string id = f.begin("job-b");
-  CHECK(f.receiver->put(id, "steps.pb", 0, "abcd").status == 200);
+  CHECK(f.receiver->put(id, "steps.pb", 0, "abcd").status.isOk());
   auto r = f.receiver->put(id, "steps.pb", 10, "efgh");
-  CHECK(r.status == 409);
+  CHECK(r.status.code() == StatusCode::kConflict);
   CHECK(r.body["bytes"] == 4);
   CHECK(f.receiver->put(id, "steps.pb", 4, "efgh").body["bytes"] == 8);
-  CHECK(f.receiver->put(id, "notes.txt", 0, "x").status == 400);
-  CHECK(f.receiver->put("imp-nope", "steps.pb", 0, "x").status == 404);
-  CHECK(f.receiver->begin("job-b", R"({"colour": 1})").status == 400);
+  CHECK(f.receiver->put(id, "notes.txt", 0, "x").status.code() == StatusCode::kInvalidArgument);
+  CHECK(f.receiver->put("imp-nope", "steps.pb", 0, "x").status.code() == StatusCode::kNotFound);
+  CHECK(f.receiver->begin("job-b", R"({"colour": 1})").status.code() ==
+        StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("a bad commit stores nothing, names what is wrong and leaves no files") {
@@ -257,9 +259,9 @@ TEST_CASE("a bad commit stores nothing, names what is wrong and leaves no files"
     want = "rank-0.json.gz was uploaded, not named";
   }
   auto r = f.receiver->commit(id, json{{"files", files}}.dump());
-  INFO(r.error);
-  CHECK(r.status == 400);
-  CHECK(r.error.find(want) != std::string::npos);
+  INFO(r.status.message());
+  CHECK(r.status.code() == StatusCode::kInvalidArgument);
+  CHECK(r.status.message().find(want) != std::string::npos);
   CHECK(f.storedSteps("job-c") == 0);
   CHECK(f.committedSteps == 0);
   CHECK(f.timelines.empty());
@@ -270,10 +272,10 @@ TEST_CASE("a bad commit stores nothing, names what is wrong and leaves no files"
 TEST_CASE("sessions idle past the timeout are dropped with their files") {
   Fixture f;
   const std::string id = f.begin("job-d");
-  CHECK(f.receiver->put(id, "steps.pb", 0, "abcd").status == 200);
+  CHECK(f.receiver->put(id, "steps.pb", 0, "abcd").status.isOk());
   CHECK(f.stagedDirs() == 1);
   f.clock.advance(601'000'000'000);
-  CHECK(f.receiver->put(id, "steps.pb", 4, "efgh").status == 404);
+  CHECK(f.receiver->put(id, "steps.pb", 4, "efgh").status.code() == StatusCode::kNotFound);
   CHECK(f.stagedDirs() == 0);
   CHECK(f.receiver->stats().aborted == 1);
 }
