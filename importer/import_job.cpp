@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <filesystem>
@@ -10,7 +11,9 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <thread>
 
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/util/delimited_message_util.h>
 #include <nlohmann/json.hpp>
 
@@ -89,6 +92,73 @@ class WriterSink final : public TimelineSink {
   std::map<uint32_t, std::unique_ptr<TimelineWriter>>* writers_;
 };
 
+// Runs fn(i) for every i < n on up to `threads` threads (0: one per core). fn touches only what
+// belongs to its index.
+void forEachFile(size_t n, unsigned threads, const std::function<void(size_t)>& fn) {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  const size_t workers = std::min<size_t>(threads, n);
+  if (workers <= 1) {
+    for (size_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  pool.reserve(workers);
+  for (size_t w = 0; w < workers; ++w) {
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < n; i = next++) fn(i);
+    });
+  }
+  for (auto& t : pool) t.join();
+}
+
+// What pass 2 made of one file: its ranks' folds and open timeline writers, and its step
+// reports as length-delimited envelopes, ready to append to steps.pb.
+struct FileFold {
+  std::vector<RankFold> folds;
+  std::map<uint32_t, std::unique_ptr<TimelineWriter>> writers;
+  std::string reports;
+  uint64_t reportCount = 0;
+  std::string error;  // "" = folded
+};
+
+FileFold foldFile(const std::string& file, const TraceFacts& facts, const FoldOptions& fo,
+                  const std::string& dir, const ImportOptions& options) {
+  FileFold out;
+  if (options.timeline) {
+    for (const auto& r : facts.ranks) {
+      auto w = std::make_unique<TimelineWriter>();
+      const fs::path path = fs::path(dir) / rankFileName(r.rank);
+      if (Status s = w->open(path.string(), r.rank, options.timelineMaxBytes); !s) {
+        out.error = s.message();
+        return out;
+      }
+      out.writers[r.rank] = std::move(w);
+    }
+  }
+  WriterSink sink(&out.writers);
+  google::protobuf::io::StringOutputStream buffer(&out.reports);
+  auto folded =
+      foldTrace([&] { return openFileSource(file); }, facts, fo,
+                [&](wire::StepReport&& rep) {
+                  wire::Envelope env;
+                  env.set_schema_version(wire::kSchemaVersion);
+                  *env.mutable_step() = std::move(rep);
+                  ++out.reportCount;
+                  if (!google::protobuf::util::SerializeDelimitedToZeroCopyStream(env, &buffer)) {
+                    return Status::error(file + ": cannot encode a step report");
+                  }
+                  return Status::ok();
+                },
+                options.timeline ? &sink : nullptr);
+  if (!folded) {
+    out.error = file + ": " + folded.message();
+    return out;
+  }
+  out.folds = std::move(*folded);
+  return out;
+}
+
 // Removes what an import created when it fails.
 class Cleanup {
  public:
@@ -138,15 +208,27 @@ Result<ImportResult> importTraces(const std::vector<std::string>& files, const s
   ImportResult result;
 
   // Pass 1 over every file: nothing is written until all of them read well.
-  std::vector<TraceFacts> facts;
+  // Files are independent: each is read on a thread of its own (up to options.threads).
+  std::vector<TraceFacts> facts(files.size());
+  std::vector<std::string> errors(files.size());
   ScanOptions so;
   so.stepEvent = options.stepEvent;
-  for (const auto& path : files) {
-    auto src = openFileSource(path);
-    if (!src) return R::error(src.message());
+  forEachFile(files.size(), options.threads, [&](size_t i) {
+    auto src = openFileSource(files[i]);
+    if (!src) {
+      errors[i] = src.message();
+      return;
+    }
     auto f = scanTrace(**src, so);
-    if (!f) return R::error(path + ": " + f.message());
-    facts.push_back(std::move(*f));
+    if (!f) {
+      errors[i] = files[i] + ": " + f.message();
+      return;
+    }
+    facts[i] = std::move(*f);
+  });
+  // The first bad file in the order given, whatever thread finished first.
+  for (const std::string& e : errors) {
+    if (!e.empty()) return R::error(e);
   }
 
   // Ranks: from --ranks, else from inside the file, else its name, else (one file) 0.
@@ -296,32 +378,25 @@ Result<ImportResult> importTraces(const std::vector<std::string>& files, const s
   std::map<uint32_t, RankFold> folds;
   std::map<uint32_t, std::pair<uint64_t, bool>> timelineStats;  // events, truncated
   std::map<uint32_t, uint64_t> timelineBytes;
+  // Each file is folded on a thread of its own into its own timeline files and a buffer of its
+  // step reports; the buffers go into steps.pb in the order of the files, as one thread would.
+  std::vector<FileFold> fileFolds(files.size());
+  if (options.timeline) {
+    for (const auto& [rank, o] : owners) cleanup.add(fs::path(dir) / rankFileName(rank));
+  }
+  forEachFile(files.size(), options.threads,
+              [&](size_t i) { fileFolds[i] = foldFile(files[i], facts[i], fo, dir, options); });
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (!fileFolds[i].error.empty()) return R::error(fileFolds[i].error);
+  }
   for (size_t i = 0; i < files.size(); ++i) {
     const TraceFacts& f = facts[i];
-    std::map<uint32_t, std::unique_ptr<TimelineWriter>> writers;
-    if (options.timeline) {
-      for (const auto& r : f.ranks) {
-        auto w = std::make_unique<TimelineWriter>();
-        const fs::path path = fs::path(dir) / rankFileName(r.rank);
-        if (Status s = w->open(path.string(), r.rank, options.timelineMaxBytes); !s) {
-          return R::error(s.message());
-        }
-        cleanup.add(path);
-        writers[r.rank] = std::move(w);
-      }
-    }
-    WriterSink sink(&writers);
-    auto folded = foldTrace([&] { return openFileSource(files[i]); }, f, fo,
-                            [&](wire::StepReport&& rep) {
-                              wire::Envelope env;
-                              *env.mutable_step() = std::move(rep);
-                              ++result.reports;
-                              return writeEnvelope(env);
-                            },
-                            options.timeline ? &sink : nullptr);
-    if (!folded) return R::error(files[i] + ": " + folded.message());
-    for (const auto& rf : *folded) folds[rf.rank] = rf;
-    for (auto& [rank, w] : writers) {
+    FileFold& ff = fileFolds[i];
+    steps.write(ff.reports.data(), static_cast<std::streamsize>(ff.reports.size()));
+    if (!steps) return R::error("cannot write " + result.stepsFile);
+    result.reports += ff.reportCount;
+    for (const auto& rf : ff.folds) folds[rf.rank] = rf;
+    for (auto& [rank, w] : ff.writers) {
       const RankFold& rf = folds[rank];
       nlohmann::json meta = {{"kind", "import"},
                              {"job", result.job},

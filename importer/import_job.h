@@ -7,7 +7,8 @@
 // Every file is read once to learn its rank and steps before anything is written, so a bad or
 // truncated file fails the import with its name and where it is wrong, and leaves no bundle.
 // Then the ranks' clocks are aligned on their step boundaries and every file is read again and
-// folded. Single-threaded; call from one thread.
+// folded. The files are read in parallel (ImportOptions::threads); the result is the same as
+// reading them one after the other. One call at a time per bundle directory.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,9 @@ struct ImportOptions {
   // Memory bound of one file's fold (see FoldOptions::maxUnits).
   uint64_t maxUnits = uint64_t{32} << 20;
   int64_t nowNs = 0;  // time stamped on the goodbyes; 0 = the wall clock
+  // Files read at once, each on its own thread (both passes); 0 = one per core. Memory grows
+  // with it: each file being folded holds its steps' accumulators and its step reports.
+  unsigned threads = 0;
 };
 
 // One imported rank and what was found in its file.

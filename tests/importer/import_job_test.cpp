@@ -6,6 +6,8 @@
 #include "importer/import_job.h"
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -285,6 +287,50 @@ TEST_CASE("a small memory bound folds a window of steps at a time, to the same r
     auto r = importTraces(files, b.sub("tiny"), tiny);
     REQUIRE_FALSE(r);
     CHECK(r.message().find("one step holds more than 5") != std::string::npos);
+  }
+}
+
+TEST_CASE("files read on several threads make the same bundle as one thread, byte for byte") {
+  TempDir a;
+  TempDir b;
+  const std::vector<std::string> files = {
+      data("kineto_gpu/rank-0.json"), data("kineto_gpu/rank-1.json.gz"),
+      data("kineto_cpu/rank-0.json"), data("kineto_cpu/rank-1.json")};
+  ImportOptions one;
+  one.threads = 1;
+  one.nowNs = 1'700'000'000'000'000'000;
+  one.ranks = {0, 1, 2, 3};
+  ImportOptions four = one;
+  four.threads = 4;
+  auto x = importTraces(files, a.path(), one);
+  auto y = importTraces(files, b.path(), four);
+  REQUIRE(x);
+  REQUIRE(y);
+  CHECK(x->reports == y->reports);
+  CHECK(x->reports > 0);
+  auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  CHECK(bytes(x->stepsFile) == bytes(y->stepsFile));
+  for (uint32_t rank = 0; rank < 4; ++rank) {
+    const std::string name = "rank-" + std::to_string(rank) + ".json.gz";
+    INFO(name);
+    CHECK(readJsonGz(a.sub(name)) == readJsonGz(b.sub(name)));
+  }
+
+  SECTION("a bad file is reported in the order given, whichever thread reads it first") {
+    const std::vector<std::string> bad = {data("kineto_gpu/rank-0.json"),
+                                          data("bad/not_a_trace.json"),
+                                          data("bad/truncated.json.gz")};
+    for (unsigned threads : {1u, 3u}) {
+      ImportOptions o;
+      o.threads = threads;
+      auto r = importTraces(bad, b.sub("bad-" + std::to_string(threads)), o);
+      REQUIRE_FALSE(r);
+      CHECK(r.message().find("not_a_trace.json") != std::string::npos);
+      CHECK_FALSE(fs::exists(b.sub("bad-" + std::to_string(threads))));
+    }
   }
 }
 

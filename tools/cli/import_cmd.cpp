@@ -351,6 +351,11 @@ void addImportCommand(CLI::App& app, Action* action) {
   sub->add_option("--top-ops", args->options.topOps, "Operators kept per step report")
       ->capture_default_str()
       ->check(CLI::Range(uint32_t{1}, uint32_t{1000}));
+  sub->add_option("--threads", args->options.threads,
+                  "Files read at once, one thread each (0: one per core); each file being read "
+                  "holds its step reports in memory")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 256u));
   sub->add_option("--out", args->out,
                   "Keep the converted bundle (steps.pb, rank-R.json.gz) in this directory");
   sub->add_flag("--dry-run", args->dryRun,
