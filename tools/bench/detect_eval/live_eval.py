@@ -145,6 +145,32 @@ def sample(quick):
     return out
 
 
+def healthy_soak(job_steps, steps_per_job):
+    """Healthy --fast jobs of 8 to 64 ranks, flat and parallel layouts (one unbalanced by
+    design), ends staggered or one process per rank, until they hold `job_steps` steps in all:
+    the false-alarm rate of the live product over many steps."""
+    shapes = [  # ranks, procs, stagger_ms, parallel, edge
+        (8, 1, 200.0, "", 0.0),
+        (16, 2, 0.0, "", 0.0),
+        (8, 8, 0.0, "", 0.0),
+        (16, 1, 100.0, "tp=2,pp=4,dp=2", 0.05),
+        (32, 4, 0.0, "", 0.0),
+        (8, 2, 0.0, "tp=2,pp=2,dp=2", 0.0),
+        (64, 4, 100.0, "", 0.0),
+    ]
+    out, total, i = [], 0, 0
+    while total < job_steps:
+        ranks, procs, stagger, parallel, edge = shapes[i % len(shapes)]
+        steps = min(steps_per_job, job_steps - total)
+        name = f"soak healthy {ranks}r {parallel or 'flat'} #{i}"
+        out.append(dict(name=name, group="healthy", label="healthy", magnitude=1.0, ranks=ranks,
+                        steps=steps, inject=[CKPT], fast=True, procs=procs, stagger_ms=stagger,
+                        step_ms=100.0, seed=100 + i, parallel=parallel, edge=edge))
+        total += steps
+        i += 1
+    return out
+
+
 def sim_argv(a, sc, job, first, ranks, truth, agents):
     argv = [a.simtrain, "--job", job, "--ranks", str(ranks), "--first-rank", str(first),
             "--world-size", str(sc["ranks"]), "--steps", str(sc["steps"]), "--seed",
@@ -187,6 +213,11 @@ def main():
                     help="no busy-loop process beside the collector")
     ap.add_argument("--quick", action="store_true", help="the small jobs only (18 jobs)")
     ap.add_argument("--only", default="", help="only the jobs whose name contains this text")
+    ap.add_argument("--healthy-job-steps", type=int, default=0,
+                    help="instead of the sample: healthy --fast jobs (8-64 ranks, flat and "
+                    "parallel) holding this many steps in all, for the false-alarm rate")
+    ap.add_argument("--steps-per-job", type=int, default=5000,
+                    help="steps of each job of --healthy-job-steps")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     a = ap.parse_args()
     a.collector = os.path.join(a.build, "collector/trainscope-collector")
@@ -222,7 +253,9 @@ def main():
     if not a.no_busy_loop:
         start([sys.executable, "-c", "while True: pass"], os.path.join(work, "busy.log"))
 
-    scenarios = [sc for sc in sample(a.quick) if a.only in sc["name"]]
+    chosen = (healthy_soak(a.healthy_job_steps, a.steps_per_job) if a.healthy_job_steps > 0
+              else sample(a.quick))
+    scenarios = [sc for sc in chosen if a.only in sc["name"]]
     pending = list(scenarios)
     running = []  # (scenario, job, [procs], started, hang_seen_at)
     done = []
