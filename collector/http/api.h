@@ -70,6 +70,15 @@ ApiResponse notAllowed(std::string_view method, const std::string& path, const c
 class Router;
 struct RouteRequest;
 
+// The step range of a compact rank x step route (/heatmap, /parallel) with the job's ranks,
+// as Api::stepWindow checked it.
+struct StepWindow {
+  int64_t from = 0;
+  int64_t to = 0;
+  size_t steps = 0;                     // to - from + 1
+  std::vector<storage::RankRow> ranks;  // the rows, in the store's rank order
+};
+
 // The live feed's path: a WebSocket the transport takes over (ApiResponse::liveFeed).
 inline constexpr std::string_view kLivePath = "/api/v1/live";
 
@@ -114,6 +123,16 @@ class Api {
   // The dashboard heatmap's data in one compact response (api.cpp says more).
   ApiResponse heatmap(const std::string& job,
                       const std::vector<std::pair<std::string, std::string>>& query) const;
+  // Bubble, overlap, MFU/HFU and all-to-all share per rank and step, and the bubble per
+  // pipeline stage and step, compact (the dashboard's parallel panel; api.cpp says more).
+  ApiResponse parallel(const std::string& job,
+                       const std::vector<std::pair<std::string, std::string>>& query) const;
+  // Reads from= and to= (required, at most 10,000 steps) and the job's ranks, and checks that
+  // the window holds at most `maxCells` rank x step cells. False with *failure set (400 naming
+  // the parameter or the limit, 404 unknown job, 500 store error) otherwise.
+  bool stepWindow(const std::string& job,
+                  const std::vector<std::pair<std::string, std::string>>& query, int64_t maxCells,
+                  StepWindow* out, ApiResponse* failure) const;
   ApiResponse jobAnomalies(const std::string& job) const;
   ApiResponse anomaliesSince(const std::vector<std::pair<std::string, std::string>>& query) const;
   // The capture routes (capture_api.cpp).

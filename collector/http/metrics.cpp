@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "collector/http/parallel_metrics.h"
 #include "schema/wire.h"
 
 namespace trainscope::http {
@@ -64,6 +65,7 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const Metri
   std::map<std::string, std::map<uint32_t, RankLatest>> perJob;
   // (job, op) -> {bytes moved, seconds spent} over each rank's latest step.
   std::map<std::pair<std::string, std::string>, std::pair<double, double>> bandwidth;
+  ParallelMetrics parallel;  // bubble, overlap, MFU/HFU, all-to-all from the same detail rows
   for (const auto& job : jobRows) {
     if (job.latestStep < 0) continue;
     storage::StepQuery q;
@@ -99,6 +101,7 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const Metri
         bw.second += seconds(c.total_ns());
       }
     }
+    errors += parallel.add(store, job.job, latest);
   }
 
   m.family("trainscope_job_world_size", "gauge", "Ranks the job was started with.");
@@ -153,6 +156,7 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const Metri
     if (bw.second > 0)
       m.sample({{"training_job", key.first}, {"op", key.second}}, bw.first / bw.second);
   }
+  parallel.write(m);
 
   // Open anomalies by kind; a store without anomaly support refuses and the family stays empty.
   m.family("trainscope_anomalies_open", "gauge", "Anomalies currently open, by job and kind.");

@@ -39,6 +39,12 @@ const Router& Api::router() {
           {"GET", "/api/v1/jobs/{job}/heatmap", Q{"from", "to"},
            [](const Api& a, const RouteRequest& r) { return a.heatmap(r.param("job"), r.query()); },
            "compute time per rank and step, compact (the dashboard's heatmap)"},
+          {"GET", "/api/v1/jobs/{job}/parallel", Q{"from", "to"},
+           [](const Api& a, const RouteRequest& r) {
+             return a.parallel(r.param("job"), r.query());
+           },
+           "pipeline bubble, communication overlap, MFU/HFU and all-to-all share per rank and "
+           "step, bubble per stage, compact"},
           {"GET", "/api/v1/jobs/{job}/anomalies", Q{},
            [](const Api& a, const RouteRequest& r) { return a.jobAnomalies(r.param("job")); },
            "a job's anomalies (kinds `step_shift`, `straggler`, `slow_comm`, `op_regression`, "

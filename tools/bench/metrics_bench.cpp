@@ -31,6 +31,9 @@ struct Options {
   uint32_t ranks = 4;
   int steps = 5;
   int scrapes = 10;
+  // Every job a 2-stage pipeline (pp groups declared, p2p, bubble and FLOPs in every step), so
+  // the scrape also writes the parallel figures and reads each running job's groups.
+  bool pipeline = false;
   std::string keepDir;  // "" = a temp dir removed at exit; else the database is left there
 };
 
@@ -64,8 +67,28 @@ Status fill(storage::Store& store, const Options& o) {
       batch.ranks.push_back(info);
       for (int s = 0; s < o.steps; ++s) {
         auto report = bench::syntheticReport(f, r, s, at - (o.steps - s) * 100'000'000LL);
+        if (o.pipeline) {
+          report.set_p2p_ns(report.duration_ns() / 4);
+          report.set_bubble_ns(report.duration_ns() / (8 + r % 3));
+          report.set_model_flops(1e12);
+          report.set_peak_flops(1e15);
+        }
         batch.stepDetails.push_back(report.SerializeAsString());
         batch.steps.push_back(std::move(report));
+      }
+      if (o.pipeline) {
+        // rank = stage * (ranks / 2) + replica: stage 0 the first half.
+        const uint32_t half = std::max(1u, o.ranks / 2);
+        storage::GroupsUpdate u;
+        u.job = f.job;
+        u.groups.rank = r;
+        u.groups.declaredNs = at;
+        wire::ProcessGroup g;
+        g.set_name("pp");
+        g.set_kind(wire::GROUP_PP);
+        for (uint32_t m = r % half; m < o.ranks; m += half) g.add_ranks(m);
+        u.groups.groups.push_back(g);
+        batch.groups.push_back(u);
       }
       if (!running) {
         wire::RankGoodbye bye;
@@ -109,8 +132,8 @@ int run(const Options& o) {
       std::fprintf(stderr, "fill: %s\n", s.message().c_str());
       return 1;
     }
-    std::printf("filled %d jobs (%d running) x %u ranks x %d steps in %.1f s\n", o.jobs, o.running,
-                o.ranks, o.steps,
+    std::printf("filled %d %sjobs (%d running) x %u ranks x %d steps in %.1f s\n", o.jobs,
+                o.pipeline ? "pipeline " : "", o.running, o.ranks, o.steps,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     http::HttpOptions ho;
     ho.port = 0;
@@ -159,6 +182,8 @@ int main(int argc, char** argv) {
   app.add_option("--ranks", o.ranks, "ranks per job")->capture_default_str();
   app.add_option("--steps", o.steps, "steps per rank")->capture_default_str();
   app.add_option("--scrapes", o.scrapes, "scrapes timed")->capture_default_str();
+  app.add_flag("--pipeline", o.pipeline,
+               "every job a 2-stage pipeline with p2p, bubble and FLOPs (default: data parallel)");
   app.add_option("--keep-dir", o.keepDir,
                  "fill DIR/trainscope.db and leave it there (e.g. to start a collector on it); "
                  "default: a temp dir, removed");
