@@ -30,10 +30,25 @@ export const captureHref = (job, id) => capturesHref(job) + '/' + enc(id);
 
 // A table of `rows` that sorts by a clicked column (click again: reverse).
 // columns: [{key, label, num, get(row) -> sort value, render(row) -> node/text}]
-// The returned table has update(newRows), which keeps the current sort.
+// The returned table has update(newRows), which keeps the current sort, and setGrouping(g):
+// g = {of(row) -> {key (number, sorts the groups), label}, summary(rows of a group) -> text}
+// keeps the rows of a group together under a header row (sorted within it); null: no groups.
 export function sortableTable(columns, rows, initialKey, initialDesc = false) {
-  let key = initialKey, desc = initialDesc;
+  let key = initialKey, desc = initialDesc, grouping = null;
   const table = el('table');
+  const bodyRows = (sorted) => {
+    if (!grouping) return sorted.map((r) => dataRow(columns, r));
+    const groups = new Map();
+    for (const r of sorted) {
+      const g = grouping.of(r);
+      if (!groups.has(g.key)) groups.set(g.key, { label: g.label, rows: [] });
+      groups.get(g.key).rows.push(r);
+    }
+    return [...groups.entries()].sort((a, b) => a[0] - b[0]).flatMap(([, g]) => [
+      el('tr', { class: 'group-row' }, el('td', { colspan: String(columns.length) },
+        el('strong', {}, g.label), ' — ', grouping.summary(g.rows))),
+      ...g.rows.map((r) => dataRow(columns, r))]);
+  };
   const draw = () => {
     const col = columns.find((c) => c.key === key) || columns[0];
     const sorted = [...rows].sort((a, b) => {
@@ -47,12 +62,16 @@ export function sortableTable(columns, rows, initialKey, initialDesc = false) {
         dataset: { key: c.key },
         onclick: () => { if (key === c.key) desc = !desc; else { key = c.key; desc = false; } draw(); },
       }, c.label)))),
-      el('tbody', {}, sorted.map((r) => el('tr', {}, columns.map((c) =>
-        el('td', { class: c.num ? 'num' : '' }, c.render ? c.render(r) : c.get(r)))))));
+      el('tbody', {}, bodyRows(sorted)));
   };
   draw();
   table.update = (newRows) => { rows = newRows; draw(); };
+  table.setGrouping = (g) => { grouping = g; draw(); };
   return table;
+}
+
+function dataRow(columns, r) {
+  return el('tr', {}, columns.map((c) => el('td', { class: c.num ? 'num' : '' }, c.render ? c.render(r) : c.get(r))));
 }
 
 // A plain table: a header row of labels over the given <tr> rows.

@@ -58,8 +58,29 @@ function median(a, n) {
   return a[want];
 }
 
+// Separating lines between groups of rows (groups: [{label, start, count}] in row order, from
+// layout.js groupRanks) and each group's label at its top left, over the cells.
+function drawGroups(ctx, d, cv, dpr) {
+  if (!d.groups || d.groups.length < 2) return;
+  ctx.font = `${Math.round(11 * dpr)}px sans-serif`;
+  ctx.textBaseline = 'top';
+  for (const g of d.groups) {
+    const y = Math.round((g.start / d.ranks) * cv.height);
+    if (g.start > 0) {
+      ctx.fillStyle = '#e8eef5';
+      ctx.fillRect(0, y - Math.floor(dpr), cv.width, Math.max(1, Math.round(dpr)));
+    }
+    const w = ctx.measureText(g.label).width + 6 * dpr;
+    ctx.fillStyle = 'rgba(0,0,0,0.65)';
+    ctx.fillRect(2 * dpr, y + 2 * dpr, w, 14 * dpr);
+    ctx.fillStyle = '#e8eef5';
+    ctx.fillText(g.label, 5 * dpr, y + 3 * dpr);
+  }
+}
+
 // Data: ranks (R), firstStep, steps (S), values: Float64Array(R * S) row-major by rank,
-// compute ns, 0 for a missing cell.
+// compute ns, 0 for a missing cell; optional rankIds (the rank of each row), rowLabels (its
+// coordinates, for the tooltip) and groups (bands drawn separated and labelled).
 export class Heatmap {
   constructor(canvas, onSelect) {
     this.canvas = canvas;
@@ -125,6 +146,7 @@ export class Heatmap {
     octx.putImageData(img, 0, 0);
     ctx.imageSmoothingEnabled = false;
     ctx.drawImage(this.off, 0, 0, S, R, 0, 0, cv.width, cv.height);
+    drawGroups(ctx, d, cv, dpr);
     let best = -1, bestMean = -Infinity;
     for (let r = 0; r < R; r++) {
       if (rowN[r] === 0) continue;
@@ -140,6 +162,8 @@ export class Heatmap {
     cv.dataset.ranks = String(R);
     cv.dataset.steps = String(S);
     cv.dataset.firstStep = String(d.firstStep);
+    cv.dataset.rowOrder = d.rankIds ? d.rankIds.join(',') : '';
+    cv.dataset.groups = JSON.stringify((d.groups || []).map((g) => [g.label, g.count]));
     return ms;
   }
 
@@ -168,7 +192,8 @@ export class Heatmap {
       const x = d.values[c.r * d.steps + c.s];
       const m = this.medians ? this.medians[c.s] : 0;
       const rank = d.rankIds ? d.rankIds[c.r] : c.r;
-      this.tip.textContent = `rank ${rank}, step ${d.firstStep + c.s}: compute ${(x / 1e6).toFixed(2)} ms` +
+      const where = d.rowLabels && d.rowLabels[c.r] ? ` (${d.rowLabels[c.r]})` : '';
+      this.tip.textContent = `rank ${rank}${where}, step ${d.firstStep + c.s}: compute ${(x / 1e6).toFixed(2)} ms` +
         (m > 0 ? ` (${(x / m).toFixed(2)}x median)` : '');
       Object.assign(this.tip.style, { display: 'block', left: ev.clientX + 12 + 'px', top: ev.clientY + 12 + 'px' });
     });
@@ -207,4 +232,15 @@ export function heatmapFromRows(rows, rankIds, fromStep, toStep) {
 export function heatmapFromCompact(r) {
   const S = Math.max(0, r.to - r.from + 1);
   return { ranks: r.ranks.length, steps: S, firstStep: r.from, values: Float64Array.from(r.compute_ns), rankIds: r.ranks };
+}
+
+// The same heatmap data with its rows in another order: order[k] is the index of the row shown
+// k-th; groups and rowLabels (one per original row) come along (see layout.js groupRanks).
+export function withRowOrder(data, order, groups, rowLabels) {
+  const S = data.steps;
+  const values = new Float64Array(data.values.length);
+  order.forEach((src, k) => values.set(data.values.subarray(src * S, (src + 1) * S), k * S));
+  const ids = data.rankIds || order.map((_, i) => i);
+  return { ...data, values, rankIds: order.map((i) => ids[i]), groups,
+           rowLabels: rowLabels ? order.map((i) => rowLabels[i]) : null };
 }

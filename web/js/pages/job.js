@@ -1,13 +1,17 @@
 // The job page (#/jobs/JOB, #/jobs/JOB/anomalies/ID): lays out the panels (panels/*.js), loads
 // them in the order that makes the page usable soonest, and keeps them current from the live
-// feed. The panels share only the job name and the rank list, which this page owns.
+// feed. The panels share only the job name, the rank list and how its rows are grouped (by
+// rank, or by stage / replica / tp index when the job declared its parallel layout), which
+// this page owns.
 import { get, enc } from '../api.js';
 import { el, capturesHref, showError } from '../dom.js';
+import { groupingsFor } from '../layout.js';
 import { state, subscribe, jobStatus, openAnomalies } from '../state.js';
 import { AnomaliesPanel } from '../panels/anomalies_panel.js';
 import { BandwidthPanel } from '../panels/bandwidth_panel.js';
 import { HeatmapPanel } from '../panels/heatmap_panel.js';
 import { NodesPanel } from '../panels/nodes_panel.js';
+import { ParallelPanel } from '../panels/parallel_panel.js';
 import { RanksPanel } from '../panels/ranks_panel.js';
 import { StepChart } from '../panels/step_chart.js';
 
@@ -28,10 +32,26 @@ export function jobPage(app, job, anomalyId) {
   const bandwidth = new BandwidthPanel(job);
   const anomalies = new AnomaliesPanel(job, anomalyId);
   const nodes = new NodesPanel();
+  const parallel = new ParallelPanel(job);
+  const groupBy = el('select', { id: 'group-by', onchange: () => { heatmap.setGroupBy(groupBy.value); ranksPanel.setGroupBy(groupBy.value); } });
+  const groupBox = el('p', { class: 'controls', id: 'group-box', style: 'display:none' }, 'group ranks by ', groupBy);
+  // The choices follow the layout the ranks declared; a pipeline job starts as stage x replica.
+  const drawGrouping = () => {
+    const choices = groupingsFor(ranks);
+    const keys = choices.map((g) => g.key).join(',');
+    if (groupBy.dataset.keys === keys) return;
+    groupBy.dataset.keys = keys;
+    groupBox.style.display = choices.length > 1 ? '' : 'none';
+    const current = choices.some((g) => g.key === groupBy.value) ? groupBy.value : (choices.some((g) => g.key === 'pp') ? 'pp' : 'rank');
+    groupBy.replaceChildren(...choices.map((g) => el('option', { value: g.key }, g.label)));
+    groupBy.value = current;
+    heatmap.setGroupBy(current);
+    ranksPanel.setGroupBy(current);
+  };
   app.replaceChildren(
     el('p', {}, el('a', { href: '#/' }, '← all jobs'), ' · ', el('a', { href: capturesHref(job), id: 'captures-link' }, 'captures')),
-    el('h1', {}, 'Job ', el('span', { id: 'job-name' }, job), ' ', status), meta,
-    chart.section, heatmap.section, ranksPanel.ranksSection,
+    el('h1', {}, 'Job ', el('span', { id: 'job-name' }, job), ' ', status), meta, groupBox,
+    chart.section, heatmap.section, ranksPanel.ranksSection, parallel.section,
     el('div', { class: 'grid' }, bandwidth.section, ranksPanel.opsSection),
     anomalies.section, nodes.section);
 
@@ -43,7 +63,10 @@ export function jobPage(app, job, anomalyId) {
     status.className = 'state-' + st;
     meta.textContent = `world size ${jr.world_size}, ${jr.ranks_seen - jr.ranks_ended} ranks reporting, latest step ${jr.latest_step}, ${openAnomalies(job)} open anomalies`;
   };
-  const loadRankList = async () => { ranks = (await get(`/api/v1/jobs/${enc(job)}/ranks`)).ranks; };
+  const loadRankList = async () => {
+    ranks = (await get(`/api/v1/jobs/${enc(job)}/ranks`)).ranks;
+    drawGrouping();
+  };
 
   // First load: what makes the page usable first, then what is below the fold. The timings
   // land in app.dataset for the load benchmark.
@@ -64,6 +87,8 @@ export function jobPage(app, job, anomalyId) {
     app.dataset.timings = JSON.stringify(timings);
     app.dataset.ready = '1';
     // Below the fold, and the collector answers one request at a time: after the rest.
+    await timed('parallel', parallel.load(ranks));
+    app.dataset.parallelReady = '1';
     await timed('bandwidth', bandwidth.load(ranks));
     app.dataset.timings = JSON.stringify(timings);
     if (chart.olderFrom > 0) {
@@ -84,6 +109,7 @@ export function jobPage(app, job, anomalyId) {
       if (heatmap.wantsRefresh() && started - lastHeatmap >= kHeatmapRefreshMs) {
         lastHeatmap = started;
         await heatmap.load(null, null, true);
+        await parallel.load(ranks);
       }
     } catch (e) { console.warn(e); }
     // Spaced out: deltas come every half second, the tables need not.

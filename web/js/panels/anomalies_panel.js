@@ -1,16 +1,28 @@
-// Job page panel: the job's anomalies, newest first, with their evidence and capture; the one
-// named in the URL (#/jobs/JOB/anomalies/ID) highlighted and scrolled to.
+// Job page panel: the job's anomalies, the one whose fix would save the most step time first
+// (evidence.estimated_gain; those without one after, newest first), with their place in the
+// parallel layout (labels.coords, labels.stage), evidence and capture; the one named in the URL
+// (#/jobs/JOB/anomalies/ID) highlighted and scrolled to.
 import { el, anomalyHref, captureHref, simpleTable } from '../dom.js';
 import { captureLabel } from '../captures_common.js';
+import { anomalyGain, byGain, coordLabel, pct } from '../layout.js';
 import { jobAnomalies } from '../state.js';
 
-const kHeaders = ['kind', 'state', 'ranks', 'nodes', 'onset step', 'size', 'summary', 'evidence', 'capture'];
+const kHeaders = ['kind', 'state', 'ranks', 'where', 'est. gain %', 'nodes', 'onset step', 'size', 'summary', 'evidence', 'capture'];
+
+// Where in the layout: the coordinates the detector named ({"pp": 0, "dp": 1}), else the stage.
+function whereOf(a) {
+  const labels = a.labels || {};
+  if (labels.coords && typeof labels.coords === 'object') return coordLabel(labels.coords);
+  return labels.stage !== undefined ? `stage ${labels.stage}` : '';
+}
 
 function anomalyRow(a, selected) {
   return el('tr', { class: 'anomaly' + (selected ? ' selected' : ''), id: 'anomaly-' + a.id, dataset: { id: a.id } },
     el('td', {}, el('a', { href: anomalyHref(a) }, a.kind)),
     el('td', { class: a.state === 'open' ? 'state-stale' : 'state-ended' }, a.state),
     el('td', {}, (a.ranks || []).join(', ')),
+    el('td', { class: 'where' }, whereOf(a)),
+    el('td', { class: 'num gain' }, pct(anomalyGain(a))),
     el('td', {}, (a.nodes || []).join(', ')),
     el('td', { class: 'num' }, a.onset_step),
     el('td', { class: 'num' }, `${Number(a.magnitude).toFixed(2)}×`),
@@ -28,7 +40,7 @@ export class AnomaliesPanel {
   }
 
   draw() {
-    const list = jobAnomalies(this.job).sort((a, b) => b.detected_ns - a.detected_ns);
+    const list = jobAnomalies(this.job).sort(byGain);
     if (!list.length) { this.box.replaceChildren(el('p', { class: 'muted' }, 'None detected.')); return; }
     this.box.replaceChildren(simpleTable({}, kHeaders, list.map((a) => anomalyRow(a, a.id === this.selectedId))));
     if (this.selectedId) {

@@ -1,9 +1,10 @@
 // Job page panel: the rank × step heatmap of compute time relative to each step's median, with
-// its range controls. Follows the latest steps ("follow live") until the user picks a range,
+// its range controls; rows in rank order or grouped by the job's parallel layout (setGroupBy). Follows the latest steps ("follow live") until the user picks a range,
 // by typing it, zooming on the heatmap or selecting on the step chart (show()).
 import { get, enc } from '../api.js';
 import { el } from '../dom.js';
-import { Heatmap, heatmapFromCompact, legendGradient } from '../heatmap.js';
+import { Heatmap, heatmapFromCompact, legendGradient, withRowOrder } from '../heatmap.js';
+import { coordLabel, groupRanks } from '../layout.js';
 import { state } from '../state.js';
 
 // The heatmap's window when following: at most this many rank x step cells.
@@ -25,6 +26,8 @@ export class HeatmapPanel {
     this.info = el('span', { class: 'muted', id: 'hm-info' });
     this.followBox = el('input', { type: 'checkbox', id: 'hm-follow', checked: '' });
     this.view = { from: 0, to: -1, follow: true, loading: false };
+    this.groupBy = 'rank';
+    this.raw = null;  // the last response, in rank order
     this.section = el('section', { class: 'panel' },
       el('h2', {}, 'Compute time relative to the step\'s median, rank × step (a straggler is a bright row)'),
       el('div', { class: 'controls' }, 'steps', this.fromIn, '–', this.toIn,
@@ -42,6 +45,20 @@ export class HeatmapPanel {
   show(from, to) {
     this.followBox.checked = false;
     this.load(from, to, false);
+  }
+
+  // Rows grouped by 'rank' (none), 'pp', 'dp' or 'tp' (layout.js kGroupings); redraws.
+  setGroupBy(by) {
+    this.groupBy = by;
+    if (this.raw) this.draw();
+  }
+
+  draw() {
+    const byId = new Map(this.ranks().map((r) => [r.rank, r]));
+    const entries = this.raw.rankIds.map((id) => byId.get(id) || { rank: id });
+    const { order, groups } = groupRanks(entries, this.groupBy);
+    const labels = entries.map((e) => coordLabel(e.coords));
+    this.heatmap.set(withRowOrder(this.raw, order, groups, labels));
   }
 
   // Whether a live refresh should re-read the latest window now.
@@ -70,7 +87,8 @@ export class HeatmapPanel {
     const t0 = performance.now();
     const r = await get(`/api/v1/jobs/${enc(this.job)}/heatmap?from=${from}&to=${to}`);
     const t1 = performance.now();
-    this.heatmap.set(heatmapFromCompact(r));
+    this.raw = heatmapFromCompact(r);
+    this.draw();
     this.view.loading = false;
     const d = this.canvas.dataset;
     this.info.textContent = `${rankCount} ranks × ${to - from + 1} steps; fetched in ${(t1 - t0).toFixed(0)} ms, drawn in ${d.renderMs} ms; brightest row: rank ${d.brightestRow} (${d.brightestRatio}× median)`;

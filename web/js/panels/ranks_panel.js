@@ -1,7 +1,9 @@
-// Job page panels from each rank's latest step: the ranks table (sortable) and the top
-// operators summed over ranks.
+// Job page panels from each rank's latest step: the ranks table (sortable; with the job's
+// parallel layout, its coordinates, pipeline bubble, communication overlap, MFU and all-to-all
+// share, and grouped by stage, replica or tp index) and the top operators summed over ranks.
 import { get, enc } from '../api.js';
 import { el, ms, sortableTable } from '../dom.js';
+import { groupRanks, kGroupings, layoutAxes, pct } from '../layout.js';
 import { state } from '../state.js';
 
 const kTopOps = 12;
@@ -17,14 +19,47 @@ const columns = [
   { key: 'top', label: 'top operator', get: (r) => r.top, render: (r) => r.top ? `${r.top} (${ms(r.topNs)} ms)` : '' },
 ];
 
+// Columns of the parallel layout: one per axis some rank has, and one per figure some rank's
+// latest step has (a flat data-parallel job gets none of them).
+const kFigures = [
+  { key: 'bubble', label: 'bubble %', field: 'bubble_ratio' },
+  { key: 'overlap', label: 'comm overlap %', field: 'comm_overlap_ratio' },
+  { key: 'mfu', label: 'MFU %', field: 'mfu' },
+  { key: 'hfu', label: 'HFU %', field: 'hfu' },
+  { key: 'a2a', label: 'all-to-all %', field: 'all_to_all_share' },
+];
+const orNeg = (x) => (x === null || x === undefined ? -1 : x);
+
+function columnsFor(ranks, table) {
+  const axes = layoutAxes(ranks).map((a) => ({ key: a, label: a, num: true,
+    get: (r) => orNeg(r.coords[a]), render: (r) => (r.coords[a] === undefined ? '' : r.coords[a]) }));
+  const figures = kFigures.filter((f) => table.some((r) => r[f.key] !== null && r[f.key] !== undefined))
+    .map((f) => ({ key: f.key, label: f.label, num: true, get: (r) => orNeg(r[f.key]), render: (r) => pct(r[f.key]) }));
+  return [columns[0], ...axes, ...columns.slice(1, -1), ...figures, columns[columns.length - 1]];
+}
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[s.length >> 1] : 0;
+};
+
+// A group's header: its size, median step time, and its bubble where its ranks have one.
+function groupSummary(rows) {
+  const bubbles = rows.map((r) => r.bubble).filter((b) => b !== null && b !== undefined);
+  const bubble = bubbles.length ? `, bubble ${pct(bubbles.reduce((a, b) => a + b, 0) / bubbles.length)}%` : '';
+  return `${rows.length} ranks, median step ${ms(median(rows.map((r) => r.duration)))} ms${bubble}`;
+}
+
 // One table row per rank: its newest step row `s` (may be missing) and its rank entry `r`.
 function rankRow(r, s) {
   let top = null;
   for (const op of (s && s.ops) || []) if (!top || op.total_ns > top.total_ns) top = op;
-  return { rank: r.rank, node: r.node || r.host, step: s ? s.step : r.latest_step,
-           duration: s ? s.duration_ns : 0, compute: s ? s.compute_ns : 0,
-           comm: s ? s.exposed_comm_ns : 0, data: s ? s.data_ns : 0,
-           top: top ? top.name : '', topNs: top ? top.total_ns : 0, ended: r.ended };
+  const row = { rank: r.rank, node: r.node || r.host, step: s ? s.step : r.latest_step,
+                duration: s ? s.duration_ns : 0, compute: s ? s.compute_ns : 0,
+                comm: s ? s.exposed_comm_ns : 0, data: s ? s.data_ns : 0,
+                top: top ? top.name : '', topNs: top ? top.total_ns : 0, ended: r.ended, coords: r.coords || {} };
+  for (const f of kFigures) row[f.key] = s && s[f.field] !== undefined ? s[f.field] : null;
+  return row;
 }
 
 function topOperators(steps) {
@@ -42,8 +77,29 @@ export class RanksPanel {
     this.ranksBox = el('div', { id: 'ranks' }, el('p', { class: 'muted' }, 'loading…'));
     this.opsBox = el('div', { id: 'top-ops' });
     this.table = null;
+    this.columnKeys = '';
+    this.groupBy = 'rank';
     this.ranksSection = el('section', { class: 'panel' }, el('h2', {}, 'Ranks (latest step; click a column to sort)'), this.ranksBox);
     this.opsSection = el('section', { class: 'panel' }, el('h2', {}, 'Top operators (latest step, summed over ranks)'), this.opsBox);
+  }
+
+  // Rows grouped by 'rank' (none), 'pp', 'dp' or 'tp': each group under a header row.
+  setGroupBy(by) {
+    this.groupBy = by;
+    this.applyGrouping();
+  }
+
+  applyGrouping() {
+    if (!this.table) return;
+    const g = kGroupings.find((x) => x.key === this.groupBy);
+    if (!g || !g.order) { this.table.setGrouping(null); return; }
+    this.table.setGrouping({
+      of: (r) => {
+        const group = groupRanks([r], this.groupBy).groups[0];
+        return { key: group.value, label: group.label };
+      },
+      summary: groupSummary,
+    });
   }
 
   async load(ranks) {
@@ -54,8 +110,15 @@ export class RanksPanel {
     const byRank = new Map();
     for (const s of rows.steps) byRank.set(s.rank, s);
     const table = ranks.map((r) => rankRow(r, byRank.get(r.rank)));
-    if (this.table) this.table.update(table);
-    else this.ranksBox.replaceChildren(this.table = sortableTable(columns, table, 'rank'));
+    // The columns follow what the job reports (a layout declared late adds its columns).
+    const cols = columnsFor(ranks, table);
+    const keys = cols.map((c) => c.key).join(',');
+    if (this.table && keys === this.columnKeys) this.table.update(table);
+    else {
+      this.columnKeys = keys;
+      this.ranksBox.replaceChildren(this.table = sortableTable(cols, table, 'rank'));
+      this.applyGrouping();
+    }
     const top = topOperators(byRank.values());
     if (!top.length) { this.opsBox.replaceChildren(el('p', { class: 'muted' }, 'No operator timings reported.')); return; }
     this.opsBox.replaceChildren(el('table', {},
