@@ -1,6 +1,8 @@
 // Whole-system runs with real PyTorch: two CPU ranks of DistributedDataParallel (gloo) report
-// through the probe's Python package (tests/e2e/ddp_train.py). Their step rows must separate
-// compute from comm and carry the ATen operators the torch integration
+// through the probe's Python package (tests/e2e/ddp_train.py); and eight ranks of a tensor x
+// pipeline x data parallel job written by hand (tests/e2e/par3d_train.py) declare their
+// process groups, whose layout, coordinates, pipeline peers and all-reduces must arrive. Their step
+// rows must separate compute from comm and carry the ATen operators the torch integration
 // (libtrainscope_torch.so) recorded; and a capture asked of the collector's API must come back
 // as one merged trace of both ranks, with aten:: operator events and the gradient all_reduce
 // collectives inside each rank's ProfilerStep#N events (docs/CAPTURE.md).
@@ -39,6 +41,7 @@ struct DdpSetup {
   std::string torchLib;  // "" when not built
   std::string pythonPath;
   std::string script;
+  int world = 2;  // ranks to start
 };
 
 DdpSetup ddpSetup() {
@@ -56,7 +59,7 @@ DdpSetup ddpSetup() {
   return s;
 }
 
-// Starts the two ranks of `job` with ddp_train.py `args`, reporting to the agent at
+// Starts the s.world ranks of `job` with s.script `args`, reporting to the agent at
 // `endpoint`; `extraEnv` is added to each rank's environment.
 std::vector<std::unique_ptr<Process>> startDdpRanks(const TempDir& dir, const DdpSetup& s,
                                                     const std::string& job,
@@ -65,12 +68,14 @@ std::vector<std::unique_ptr<Process>> startDdpRanks(const TempDir& dir, const Dd
                                                     const std::vector<std::string>& extraEnv = {}) {
   const std::string masterPort = std::to_string(freePort());
   std::vector<std::unique_ptr<Process>> ranks;
-  for (int r = 0; r < 2; ++r) {
+  const std::string stem =
+      s.script.substr(s.script.rfind('/') + 1, s.script.rfind('.') - s.script.rfind('/') - 1);
+  for (int r = 0; r < s.world; ++r) {
     std::vector<std::string> argv{"/usr/bin/python3", s.script};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<std::string> env{"RANK=" + std::to_string(r),
                                  "LOCAL_RANK=" + std::to_string(r),
-                                 "WORLD_SIZE=2",
+                                 "WORLD_SIZE=" + std::to_string(s.world),
                                  "MASTER_ADDR=127.0.0.1",
                                  "MASTER_PORT=" + masterPort,
                                  "TRAINSCOPE_JOB=" + job,
@@ -85,9 +90,8 @@ std::vector<std::unique_ptr<Process>> startDdpRanks(const TempDir& dir, const Dd
       env.push_back(std::string("LD_PRELOAD=") + preload);
       env.push_back("ASAN_OPTIONS=detect_leaks=0");
     }
-    ranks.push_back(std::make_unique<Process>("ddp-rank" + std::to_string(r), argv,
-                                              dir / ("ddp-rank" + std::to_string(r) + ".log"),
-                                              env));
+    const std::string name = stem + "-rank" + std::to_string(r);
+    ranks.push_back(std::make_unique<Process>(name, argv, dir / (name + ".log"), env));
   }
   return ranks;
 }
@@ -288,4 +292,140 @@ TEST_CASE(
   CHECK(named == std::set<int>{0, 1});
 
   expectCleanExits(ranks, 120s);
+}
+
+TEST_CASE(
+    "e2e: a real tp2 x pp2 x dp2 job of 8 CPU ranks trains like the unsharded model and its "
+    "groups and coordinates and pipeline peers and all-reduces and bubble and MFU reach the "
+    "collector") {
+  DdpSetup setup = ddpSetup();
+  setup.script = setup.script.substr(0, setup.script.rfind('/') + 1) + "par3d_train.py";
+  setup.world = 8;
+  TempDir dir;
+  CollectorSpec cs;
+  cs.dataDir = dir / "data";
+  cs.ingestPort = freePort();
+  cs.httpPort = freePort();
+  auto collector = startCollector(dir, cs);
+  const AgentSpec as{"node0", "ipc://" + (dir / "node0.sock"), dir / "spool-node0", cs.ingest()};
+  auto agent = startAgent(dir, as, "agent-node0");
+
+  // The same model unsharded in one process: the job must train exactly like it.
+  const int steps = 8;
+  const std::vector<std::string> args{
+      "--steps", std::to_string(steps), "--microbatches", "2", "--batch", "8"};
+  std::vector<std::string> refArgv{"/usr/bin/python3", setup.script, "--reference"};
+  refArgv.insert(refArgv.end(), args.begin(), args.end());
+  Process reference("reference", refArgv, dir / "reference.log", {"OMP_NUM_THREADS=1"});
+  const std::string job = "e2e-3d";
+  auto ranks = startDdpRanks(dir, setup, job, as.endpoint, args);
+  expectCleanExits(ranks, 240s);
+  REQUIRE(reference.wait(60s) == std::optional<int>(0));
+  const std::string refLog = reference.log();
+  const auto lossAt = refLog.find("done, loss ");
+  REQUIRE(lossAt != std::string::npos);
+  const std::string refLoss = refLog.substr(lossAt + 11, refLog.find('\n', lossAt) - (lossAt + 11));
+  for (int r = 4; r < 8; ++r) {  // stage 1 ranks hold the loss
+    INFO(ranks[r]->log() << "\nreference: " << refLog);
+    CHECK(ranks[r]->log().find(": done, loss " + refLoss) != std::string::npos);
+  }
+
+  const bool all = waitFor([&] { return jobStepRows(cs.httpPort, job) >= 8 * steps; }, 30s, 100ms);
+  INFO("step rows: " << jobStepRows(cs.httpPort, job));
+  REQUIRE(all);
+
+  // The layout and every rank's coordinates (rank = pp * 4 + dp * 2 + tp), from the groups
+  // the ranks declared: 4 groups of each kind with the script's members.
+  const auto t = httpGet(cs.httpPort, "/api/v1/jobs/" + job + "/topology", 10s).json();
+  INFO("topology: " << t.dump());
+  CHECK(t["declared"] == true);
+  CHECK(t["ranks_declared"] == 8);
+  CHECK(t["layout"] == nlohmann::json{{"pp", 2}, {"dp", 2}, {"tp", 2}});
+  CHECK(t["problems"].empty());
+  REQUIRE(t["ranks"].size() == 8);
+  for (int r = 0; r < 8; ++r) {
+    CHECK(t["ranks"][r]["coords"] ==
+          nlohmann::json{{"pp", r / 4}, {"dp", (r / 2) % 2}, {"tp", r % 2}});
+  }
+  std::set<std::pair<std::string, std::vector<int>>> groups;
+  std::map<std::pair<std::string, int>, std::string> nameOf;  // (kind, rank) -> group name
+  for (const auto& g : t["groups"]) {
+    const auto kind = g["kind"].get<std::string>();
+    groups.insert({kind, g["ranks"].get<std::vector<int>>()});
+    for (int r : g["ranks"]) nameOf[{kind, r}] = g["name"].get<std::string>();
+  }
+  const std::set<std::pair<std::string, std::vector<int>>> want{
+      {"tp", {0, 1}}, {"tp", {2, 3}}, {"tp", {4, 5}}, {"tp", {6, 7}},
+      {"dp", {0, 2}}, {"dp", {1, 3}}, {"dp", {4, 6}}, {"dp", {5, 7}},
+      {"pp", {0, 4}}, {"pp", {1, 5}}, {"pp", {2, 6}}, {"pp", {3, 7}}};
+  CHECK(groups == want);
+
+  // Every step of every rank: both microbatches' activations (8 x 32 floats each) sent to the
+  // other stage's rank of the same replica and tp index, gradients back, in its pp group; the
+  // tp all-reduces (forward, and on stage 1 backward too) and one dp all-reduce; a bubble; MFU
+  // from the FLOPs the script stated.
+  const auto rows = stepRows(cs.httpPort, job, true);
+  REQUIRE(rows.size() == 8u * steps);
+  int good = 0;
+  for (const auto& row : rows) {
+    const int rank = row.at("rank").get<int>();
+    INFO("row: " << row.dump());
+    const int peer = rank < 4 ? rank + 4 : rank - 4;
+    std::set<std::string> ops;
+    for (const auto& p : row.at("p2p")) {
+      CHECK(p.at("peer") == peer);
+      CHECK(p.at("group") == nameOf[{"pp", rank}]);
+      CHECK(p.at("count") == 2);
+      CHECK(p.at("bytes") == 2 * 8 * 32 * 4);
+      ops.insert(p.at("op").get<std::string>());
+    }
+    CHECK(ops == std::set<std::string>{"send", "recv"});
+    uint64_t tpCalls = 0;
+    uint64_t dpCalls = 0;
+    for (const auto& c : row.at("collectives")) {
+      if (c.at("op") != "all_reduce") continue;
+      if (c.at("group") == nameOf[{"tp", rank}]) tpCalls += c.at("count").get<uint64_t>();
+      if (c.at("group") == nameOf[{"dp", rank}]) dpCalls += c.at("count").get<uint64_t>();
+    }
+    CHECK(tpCalls == (rank < 4 ? 2u : 4u));
+    CHECK(dpCalls == 1u);
+    REQUIRE(row.at("bubble_ratio").is_number());
+    CHECK(row.at("bubble_ratio").get<double>() >= 0.0);
+    CHECK(row.at("bubble_ratio").get<double>() <= 1.0);
+    // 2 x 3 x (32 x 64 + 64 x 32) FLOPs per sample and stage, / tp 2, x 8 samples x 2
+    // microbatches; the stated peak is 1e11 FLOP/s.
+    const double flops = 2.0 * 3 * (32 * 64 + 64 * 32) / 2 * 8 * 2;
+    REQUIRE(row.at("mfu").is_number());
+    CHECK(row.at("mfu").get<double>() ==
+          Approx(flops * 1e9 / (row.at("duration_ns").get<double>() * 1e11)));
+    if (!row.at("p2p").empty() && tpCalls > 0 && dpCalls == 1) ++good;
+  }
+  CHECK(good == 8 * steps);
+
+  // The stages as the /parallel route and /metrics give them.
+  const auto p =
+      httpGet(cs.httpPort,
+              "/api/v1/jobs/" + job + "/parallel?from=0&to=" + std::to_string(steps - 1), 10s)
+          .json();
+  REQUIRE(p["stages"].size() == 2);
+  CHECK(p["stages"][0]["ranks"] == nlohmann::json::array({0, 1, 2, 3}));
+  CHECK(p["stages"][1]["ranks"] == nlohmann::json::array({4, 5, 6, 7}));
+  for (const auto& stage : p["stages"]) {
+    double sum = 0;
+    for (const auto& v : stage["bubble_ratio"]) {
+      CHECK(v.is_number());
+      sum += v.is_number() ? v.get<double>() : 0.0;
+    }
+    std::fprintf(stderr, "e2e: stage %d bubble, mean over %d steps: %.3f\n",
+                 stage["stage"].get<int>(), steps, sum / steps);
+  }
+  const std::string metrics = httpGet(cs.httpPort, "/metrics", 10s).body;
+  for (int stage = 0; stage < 2; ++stage) {
+    CHECK(metrics.find("trainscope_stage_bubble_ratio{training_job=\"" + job + "\",stage=\"" +
+                       std::to_string(stage) + "\"}") != std::string::npos);
+  }
+  for (int r = 0; r < 8; ++r) {
+    CHECK(metrics.find("trainscope_step_last_mfu{training_job=\"" + job + "\",rank=\"" +
+                       std::to_string(r) + "\"}") != std::string::npos);
+  }
 }

@@ -431,8 +431,11 @@ std::unique_ptr<Process> startSim(const TempDir& dir, const std::vector<std::str
   return std::make_unique<Process>(name, argv, dir / (name + ".log"));
 }
 
-nlohmann::json stepRows(uint16_t httpPort, const std::string& job) {
-  auto r = httpGet(httpPort, "/api/v1/jobs/" + percentEncode(job) + "/steps?limit=100000", 30s);
+nlohmann::json stepRows(uint16_t httpPort, const std::string& job, bool detail) {
+  auto r = httpGet(
+      httpPort,
+      "/api/v1/jobs/" + percentEncode(job) + "/steps?limit=100000" + (detail ? "&detail=1" : ""),
+      30s);
   if (r.status != 200) return nlohmann::json::array();
   auto j = nlohmann::json::parse(r.body, nullptr, false);
   if (j.is_discarded() || !j.contains("steps")) return nlohmann::json::array();

@@ -123,9 +123,9 @@ std::unique_ptr<Process> startAgent(const TempDir& dir, const AgentSpec& spec,
 std::unique_ptr<Process> startSim(const TempDir& dir, const std::vector<std::string>& args,
                                   const std::string& name = "simtrain");
 
-// GET /api/v1/jobs/{job}/steps with limit=100000 (optionally one rank); the rows, or an
-// empty array when the request fails.
-nlohmann::json stepRows(uint16_t httpPort, const std::string& job);
+// GET /api/v1/jobs/{job}/steps with limit=100000 (`detail`: with detail=1, operators,
+// collectives and the parallel detail); the rows, or an empty array when the request fails.
+nlohmann::json stepRows(uint16_t httpPort, const std::string& job, bool detail = false);
 
 // Number of step rows the collector reports for `job` (from /api/v1/jobs), -1 on error.
 int64_t jobStepRows(uint16_t httpPort, const std::string& job);

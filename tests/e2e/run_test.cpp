@@ -118,14 +118,6 @@ Daemons startDaemons(const TempDir& dir) {
   return d;
 }
 
-// The step rows of `job` with detail (operators, collectives).
-nlohmann::json detailRows(uint16_t port, const std::string& job) {
-  const auto r =
-      httpGet(port, "/api/v1/jobs/" + percentEncode(job) + "/steps?limit=100000&detail=true", 30s);
-  REQUIRE(r.status == 200);
-  return r.json().at("steps");
-}
-
 }  // namespace
 
 TEST_CASE(
@@ -166,7 +158,7 @@ TEST_CASE(
   const bool all = waitFor([&] { return jobStepRows(d.cs.httpPort, job) >= want; }, 30s, 100ms);
   INFO("step rows: " << jobStepRows(d.cs.httpPort, job));
   CHECK(all);
-  const auto rows = detailRows(d.cs.httpPort, job);
+  const auto rows = stepRows(d.cs.httpPort, job, true);
   std::set<int> ranksSeen;
   std::set<int64_t> stepsSeen;
   int complete = 0;
@@ -289,7 +281,7 @@ TEST_CASE(
   const bool all = waitFor([&] { return jobStepRows(d.cs.httpPort, job) >= want; }, 30s, 100ms);
   INFO("step rows: " << jobStepRows(d.cs.httpPort, job));
   CHECK(all);
-  const auto rows = detailRows(d.cs.httpPort, job);
+  const auto rows = stepRows(d.cs.httpPort, job, true);
   INFO("rows: " << rows.dump().substr(0, 4000));
   CHECK(static_cast<int>(rows.size()) == want);
   int both = 0;
@@ -345,7 +337,7 @@ TEST_CASE(
 
   // Every step of each rank carries its transfers with the other stage: rank 0 sends the
   // activations (32 x 128 floats) to rank 1 and receives their gradient from it.
-  const auto rows = detailRows(d.cs.httpPort, job);
+  const auto rows = stepRows(d.cs.httpPort, job, true);
   int withP2p = 0;
   for (const auto& row : rows) {
     const int rank = row.at("rank").get<int>();
