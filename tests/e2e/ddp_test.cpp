@@ -119,13 +119,7 @@ TEST_CASE(
   const std::string& torchLib = setup.torchLib;
 
   TempDir dir;
-  CollectorSpec cs;
-  cs.dataDir = dir / "data";
-  cs.ingestPort = freePort();
-  cs.httpPort = freePort();
-  auto collector = startCollector(dir, cs);
-  const AgentSpec as{"node0", "ipc://" + (dir / "node0.sock"), dir / "spool-node0", cs.ingest()};
-  auto agent = startAgent(dir, as, "agent-node0");
+  auto [cs, as, collector, agent] = startOneNode(dir);
 
   const std::string job = "e2e-ddp";
   auto ranks = startDdpRanks(dir, setup, job, as.endpoint,
@@ -302,13 +296,7 @@ TEST_CASE(
   setup.script = setup.script.substr(0, setup.script.rfind('/') + 1) + "par3d_train.py";
   setup.world = 8;
   TempDir dir;
-  CollectorSpec cs;
-  cs.dataDir = dir / "data";
-  cs.ingestPort = freePort();
-  cs.httpPort = freePort();
-  auto collector = startCollector(dir, cs);
-  const AgentSpec as{"node0", "ipc://" + (dir / "node0.sock"), dir / "spool-node0", cs.ingest()};
-  auto agent = startAgent(dir, as, "agent-node0");
+  auto [cs, as, collector, agent] = startOneNode(dir);
 
   // The same model unsharded in one process: the job must train exactly like it.
   const int steps = 8;

@@ -424,6 +424,17 @@ std::unique_ptr<Process> startAgent(const TempDir& dir, const AgentSpec& spec,
   return p;
 }
 
+OneNode startOneNode(const TempDir& dir, const std::vector<std::string>& agentArgs) {
+  OneNode n;
+  n.cs.dataDir = dir / "data";
+  n.cs.ingestPort = freePort();
+  n.cs.httpPort = freePort();
+  n.collector = startCollector(dir, n.cs);
+  n.as = AgentSpec{"node0", "ipc://" + (dir / "node0.sock"), dir / "spool-node0", n.cs.ingest()};
+  n.agent = startAgent(dir, n.as, "agent-node0", agentArgs);
+  return n;
+}
+
 std::unique_ptr<Process> startSim(const TempDir& dir, const std::vector<std::string>& args,
                                   const std::string& name) {
   std::vector<std::string> argv{binaryFromEnv("TRAINSCOPE_SIMTRAIN_BIN")};

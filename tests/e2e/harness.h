@@ -119,6 +119,17 @@ std::unique_ptr<Process> startAgent(const TempDir& dir, const AgentSpec& spec,
                                     const std::string& name,
                                     const std::vector<std::string>& extraArgs = {});
 
+// A collector on free ports (data in <dir>/data) and one agent, node "node0" at
+// ipc://<dir>/node0.sock (with `agentArgs` after its own), both started and ready: what most
+// whole-system tests begin with.
+struct OneNode {
+  CollectorSpec cs;
+  AgentSpec as;
+  std::unique_ptr<Process> collector;
+  std::unique_ptr<Process> agent;  // named "agent-node0"
+};
+OneNode startOneNode(const TempDir& dir, const std::vector<std::string>& agentArgs = {});
+
 // Starts trainscope-simtrain with `args`; its log is <dir>/<name>.log.
 std::unique_ptr<Process> startSim(const TempDir& dir, const std::vector<std::string>& args,
                                   const std::string& name = "simtrain");

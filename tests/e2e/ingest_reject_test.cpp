@@ -51,13 +51,7 @@ std::string validBatchFrame() {
 
 TEST_CASE("e2e: bad frames to the ingest port are rejected and counted") {
   TempDir dir;
-  CollectorSpec cs;
-  cs.dataDir = dir / "data";
-  cs.ingestPort = freePort();
-  cs.httpPort = freePort();
-  auto collector = startCollector(dir, cs);
-  const AgentSpec as{"node0", "ipc://" + (dir / "node0.sock"), dir / "spool-node0", cs.ingest()};
-  auto agent = startAgent(dir, as, "agent-node0");
+  auto [cs, as, collector, agent] = startOneNode(dir);
 
   runSmallJob(dir, cs.httpPort, as.endpoint, "e2e-before-bad");
 

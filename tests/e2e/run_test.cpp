@@ -102,19 +102,12 @@ struct Daemons {
 
 Daemons startDaemons(const TempDir& dir) {
   Daemons d;
-  d.cs.dataDir = dir / "data";
-  d.cs.ingestPort = freePort();
-  d.cs.httpPort = freePort();
-  d.collector = startCollector(dir, d.cs);
-  d.endpoint = "ipc://" + (dir / "node0.sock");
   d.captureDir = dir / "captures";
-  d.agent = std::make_unique<Process>(
-      "agent-node0",
-      std::vector<std::string>{binaryFromEnv("TRAINSCOPE_AGENT_BIN"), "--collector", d.cs.ingest(),
-                               "--endpoint", d.endpoint, "--node", "node0", "--spool-dir",
-                               dir / "spool-node0", "--capture-dir", d.captureDir},
-      dir / "agent-node0.log");
-  REQUIRE(waitFor([&] { return ::access((dir / "node0.sock").c_str(), F_OK) == 0; }, 10s));
+  OneNode node = startOneNode(dir, {"--capture-dir", d.captureDir});
+  d.cs = node.cs;
+  d.endpoint = node.as.endpoint;
+  d.collector = std::move(node.collector);
+  d.agent = std::move(node.agent);
   return d;
 }
 

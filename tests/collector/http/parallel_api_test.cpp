@@ -12,33 +12,19 @@
 #include "collector/http/server.h"
 #include "collector/storage/store.h"
 #include "common/clock.h"
+#include "tests/collector/http/layout_fixture.h"
 #include "tests/collector/http/test_client.h"
 
 using nlohmann::json;
 namespace storage = trainscope::storage;
 namespace wire = trainscope::wire;
 
+using trainscope::testing::addRank;
+using trainscope::testing::group;
+
 namespace {
 
 constexpr int64_t kStepNs = 1'000'000;
-
-wire::ProcessGroup group(const char* name, wire::GroupKind kind, std::vector<uint32_t> ranks) {
-  wire::ProcessGroup g;
-  g.set_name(name);
-  g.set_kind(kind);
-  for (uint32_t r : ranks) g.add_ranks(r);
-  return g;
-}
-
-void addRank(storage::WriteBatch& b, const std::string& job, uint32_t rank, uint32_t world) {
-  wire::RankInfo info;
-  info.set_job(job);
-  info.set_rank(rank);
-  info.set_world_size(world);
-  info.set_node("n");
-  info.set_host("h");
-  b.ranks.push_back(info);
-}
 
 // Rank r's step s: 1 ms, 0.4 ms of p2p of which (r + 1) x 100 us + s x 10 us idle (bubble),
 // 0.2 ms of collectives of which 0.05 ms exposed (overlap 0.75).
@@ -62,17 +48,14 @@ wire::StepReport step(const std::string& job, uint32_t rank, int64_t s, bool p2p
 }  // namespace
 
 TEST_CASE("parallel figures: step detail, the /parallel route and /metrics per rank and stage") {
-  storage::SqliteOptions so;
-  so.path = ":memory:";
-  auto opened = storage::openSqliteStore(so);
-  REQUIRE(opened.isOk());
-  storage::Store& store = **opened;
+  auto owned = trainscope::testing::memoryStore();
+  storage::Store& store = *owned;
 
   storage::WriteBatch b;
   b.receivedNs = trainscope::wallNowNs();
   // rank = pp * 2 + dp: stage 0 holds ranks 0 and 1, stage 1 ranks 2 and 3.
   for (uint32_t r = 0; r < 4; ++r) {
-    addRank(b, "pipe", r, 4);
+    addRank(b, "pipe", r, 4, "n");
     const uint32_t pp = r / 2, dp = r % 2;
     storage::GroupsUpdate u;
     u.job = "pipe";
@@ -93,7 +76,7 @@ TEST_CASE("parallel figures: step detail, the /parallel route and /metrics per r
       b.steps.push_back(rep);
     }
   }
-  addRank(b, "flat", 0, 1);
+  addRank(b, "flat", 0, 1, "n");
   b.steps.push_back(step("flat", 0, 0, false));
   REQUIRE(store.write(b).isOk());
 

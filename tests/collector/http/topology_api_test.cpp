@@ -7,40 +7,27 @@
 #include "collector/http/server.h"
 #include "collector/storage/store.h"
 #include "common/clock.h"
+#include "tests/collector/http/layout_fixture.h"
 #include "tests/collector/http/test_client.h"
 
 using nlohmann::json;
 namespace storage = trainscope::storage;
 namespace wire = trainscope::wire;
 
+using trainscope::testing::group;
+
 namespace {
 
-wire::ProcessGroup group(const char* name, wire::GroupKind kind, std::vector<uint32_t> ranks) {
-  wire::ProcessGroup g;
-  g.set_name(name);
-  g.set_kind(kind);
-  for (uint32_t r : ranks) g.add_ranks(r);
-  return g;
-}
-
+// Ranks 0-3 on node-0, 4-7 on node-1.
 void addRank(storage::WriteBatch& b, const std::string& job, uint32_t rank, uint32_t world) {
-  wire::RankInfo info;
-  info.set_job(job);
-  info.set_rank(rank);
-  info.set_world_size(world);
-  info.set_node("node-" + std::to_string(rank / 4));
-  info.set_host("h");
-  b.ranks.push_back(info);
+  trainscope::testing::addRank(b, job, rank, world, "node-" + std::to_string(rank / 4));
 }
 
 }  // namespace
 
 TEST_CASE("topology API: coordinates of a tp2 x pp2 x dp2 job; undeclared jobs as before") {
-  storage::SqliteOptions so;
-  so.path = ":memory:";
-  auto opened = storage::openSqliteStore(so);
-  REQUIRE(opened.isOk());
-  storage::Store& store = **opened;
+  auto owned = trainscope::testing::memoryStore();
+  storage::Store& store = *owned;
 
   storage::WriteBatch b;
   b.receivedNs = trainscope::wallNowNs();

@@ -5,19 +5,13 @@
 #include <vector>
 
 #include "collector/topology/topology.h"
+#include "tests/collector/topology/group_fixture.h"
 
 using namespace trainscope;
 using topology::RankGroups;
+using trainscope::testing::group;
 
 namespace {
-
-wire::ProcessGroup group(const char* name, wire::GroupKind kind, std::vector<uint32_t> ranks) {
-  wire::ProcessGroup g;
-  g.set_name(name);
-  g.set_kind(kind);
-  for (uint32_t r : ranks) g.add_ranks(r);
-  return g;
-}
 
 // Megatron's order for tp2 x pp2 x dp2: rank = pp * 4 + dp * 2 + tp.
 std::vector<RankGroups> megatron(uint32_t skipRank = 99) {

@@ -112,10 +112,7 @@ try {
   console.log('PASS');
 } catch (e) {
   failed = true;
-  console.error('FAIL: ' + (e.stack || e));
-  for (const n of ['collector', 'agent-node-a', 'simtrain']) console.error(`--- ${n} log tail ---\n` + stack.log(n).slice(-2000));
+  stack.reportFailure(e, ['collector', 'agent-node-a', 'simtrain']);
 } finally {
-  if (browser) await browser.close();
-  stack.cleanup();
+  await stack.finish(browser, failed);
 }
-process.exit(failed ? 1 : 0);

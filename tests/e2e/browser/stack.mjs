@@ -113,6 +113,19 @@ export class Stack {
     return this.run('simtrain', [binary('TRAINSCOPE_SIMTRAIN_BIN'), '--agent', this.agentEndpoint, '--quiet', ...args]);
   }
 
+  // A test's failure: FAIL with the error, then the tail of each named process's log.
+  reportFailure(e, names) {
+    console.error('FAIL: ' + (e.stack || e));
+    for (const n of names) console.error(`--- ${n} log tail ---\n` + this.log(n).slice(-2000));
+  }
+
+  // The end of a test: closes its browser (if it opened one), cleans up, exits 0 or 1.
+  async finish(browser, failed) {
+    if (browser) await browser.close();
+    this.cleanup();
+    process.exit(failed ? 1 : 0);
+  }
+
   cleanup() {
     killAll();
     if (!process.env.TRAINSCOPE_E2E_KEEP) fs.rmSync(this.dir, { recursive: true, force: true });
