@@ -561,8 +561,8 @@ ApiResponse Api::summary(const std::string& job, const Query& query) const {
 // 65,536-rank job can still be shown over 64 steps, and the response stays under ~40 MB.
 constexpr int64_t kMaxHeatmapSteps = 10000;
 constexpr int64_t kMaxHeatmapCells = int64_t{1} << 22;
-// /parallel parses each cell's stored detail (operators included): a quarter of the heatmap's
-// cells keeps a request under about a second here.
+// /parallel parses each cell's stored detail (operators included), which the heatmap's
+// compute-only read does not: it gets a quarter of the heatmap's cells (not measured at the cap).
 constexpr int64_t kMaxParallelCells = int64_t{1} << 20;
 
 bool Api::stepWindow(const std::string& job, const Query& query, int64_t maxCells, StepWindow* out,
