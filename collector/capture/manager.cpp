@@ -79,6 +79,53 @@ bool safeFileName(const std::string& name) {
   return digits.find_first_not_of("0123456789") == std::string::npos;
 }
 
+// The request's own fields, before the job is looked at.
+Status checkRequest(const CaptureRequest& request) {
+  if (request.kind != "trace" && request.kind != "stacks") {
+    return Status::error(StatusCode::kInvalidArgument,
+                         "kind: must be \"trace\" or \"stacks\", got \"" + request.kind + "\"");
+  }
+  if (request.kind == "trace" && (request.steps == 0 || request.steps > kMaxSteps)) {
+    return Status::error(StatusCode::kInvalidArgument, "steps: must be 1.." +
+                                                           std::to_string(kMaxSteps) + ", got " +
+                                                           std::to_string(request.steps));
+  }
+  if (request.history > kMaxHistory) {
+    return Status::error(StatusCode::kInvalidArgument, "history: must be at most " +
+                                                           std::to_string(kMaxHistory) + ", got " +
+                                                           std::to_string(request.history));
+  }
+  return Status::ok();
+}
+
+// Every selected rank starts pending, or failed when it cannot answer: never registered,
+// ended, or on no known node.
+std::vector<storage::CaptureRankRow> initialRankStatus(
+    const std::vector<uint32_t>& ranks, const std::map<uint32_t, const storage::RankRow*>& byRank,
+    int64_t nowNs) {
+  std::vector<storage::CaptureRankRow> out;
+  for (uint32_t r : ranks) {
+    storage::CaptureRankRow rs;
+    rs.rank = r;
+    rs.updatedNs = nowNs;
+    auto it = byRank.find(r);
+    if (it != byRank.end()) rs.node = it->second->node;
+    if (it == byRank.end()) {
+      rs.state = "failed";
+      rs.detail = "rank " + std::to_string(r) + " never registered with the collector";
+    } else if (it->second->ended) {
+      rs.state = "failed";
+      rs.detail =
+          "rank " + std::to_string(r) + " ended at step " + std::to_string(it->second->endedStep);
+    } else if (rs.node.empty()) {
+      rs.state = "failed";
+      rs.detail = "rank " + std::to_string(r) + " has no known node";
+    }
+    out.push_back(std::move(rs));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string captureSummary(const storage::CaptureRow& row) {
@@ -217,39 +264,12 @@ Result<storage::CaptureRow> CaptureManager::start(const std::string& job,
                                                   const CaptureRequest& request,
                                                   const std::optional<std::string>& anomalyId,
                                                   const std::string& trigger) {
-  auto refuse = [](StatusCode code, std::string message) {
-    return Status::error(code, std::move(message));
-  };
-  if (request.kind != "trace" && request.kind != "stacks") {
-    return refuse(StatusCode::kInvalidArgument,
-                  "kind: must be \"trace\" or \"stacks\", got \"" + request.kind + "\"");
-  }
-  if (request.kind == "trace" && (request.steps == 0 || request.steps > kMaxSteps)) {
-    return refuse(StatusCode::kInvalidArgument, "steps: must be 1.." + std::to_string(kMaxSteps) +
-                                                    ", got " + std::to_string(request.steps));
-  }
-  if (request.history > kMaxHistory) {
-    return refuse(StatusCode::kInvalidArgument, "history: must be at most " +
-                                                    std::to_string(kMaxHistory) + ", got " +
-                                                    std::to_string(request.history));
-  }
-  auto exists = store_.jobExists(job);
-  if (!exists) return refuse(StatusCode::kError, exists.message());
-  if (!*exists) return refuse(StatusCode::kNotFound, "unknown job '" + job + "'");
-  auto rankRows = store_.ranks(job);
-  if (!rankRows) return refuse(StatusCode::kError, rankRows.message());
-  uint32_t worldSize = 0;
-  int64_t latest = -1;
-  std::map<uint32_t, const storage::RankRow*> byRank;
-  std::vector<uint32_t> known;
-  for (const auto& r : *rankRows) {
-    worldSize = std::max(worldSize, r.worldSize);
-    latest = std::max(latest, r.latestStep);
-    byRank[r.rank] = &r;
-    known.push_back(r.rank);
-  }
-  auto ranks = resolveRanks(request.ranks, worldSize, known);
-  if (!ranks) return refuse(StatusCode::kInvalidArgument, ranks.message());
+  if (Status s = checkRequest(request); !s) return s;
+  auto found = jobRanks(job);
+  if (!found) return found.status();
+  const JobRanks& jr = *found;
+  auto ranks = resolveRanks(request.ranks, jr.worldSize, jr.known);
+  if (!ranks) return Status::error(StatusCode::kInvalidArgument, ranks.message());
 
   const bool trace = request.kind == "trace";
   const int64_t now = clock_.nowNs();
@@ -265,88 +285,124 @@ Result<storage::CaptureRow> CaptureManager::start(const std::string& job,
   row.createdNs = now;
   row.updatedNs = now;
   if (trace) {
-    const int64_t stepNs = medianStepNs(job, latest);
-    const int64_t leadSteps =
-        std::max<int64_t>(2, (options_.minLeadNs + stepNs - 1) / std::max<int64_t>(stepNs, 1) + 1);
-    // Checked: a database from before the step limit may hold a latest step near INT64_MAX.
-    const std::optional<int64_t> start =
-        request.startStep ? request.startStep : checkedAdd(latest, leadSteps);
-    if (!start || *start > wire::kMaxStep) {
-      return refuse(StatusCode::kConflict, "the job's latest step " + std::to_string(latest) +
-                                               " leaves no start step within the step limit " +
-                                               std::to_string(wire::kMaxStep));
-    }
-    row.startStep = *start;
-    row.steps = request.steps;
-    row.history = request.history;
-    for (uint32_t r : *ranks) {
-      auto it = byRank.find(r);
-      if (it != byRank.end() && it->second->latestStep >= row.startStep) {
-        return refuse(StatusCode::kConflict, "start step " + std::to_string(row.startStep) +
-                                                 " already passed: rank " + std::to_string(r) +
-                                                 " is at step " +
-                                                 std::to_string(it->second->latestStep));
-      }
-    }
-    const int64_t ahead = row.startStep + row.steps - std::max<int64_t>(latest, 0);
-    const double waitNs =
-        static_cast<double>(std::max<int64_t>(ahead, 1)) * static_cast<double>(stepNs) * 3.0;
-    // A start step far ahead still gets a finite deadline (about 100 years at most).
-    row.deadlineNs = now + static_cast<int64_t>(std::min(waitNs, 3e18)) + options_.deadlineSlackNs;
+    if (Status s = scheduleTrace(request, jr, now, &row); !s) return s;
   } else {
     row.deadlineNs = now + options_.stacksDeadlineNs;
   }
-  for (uint32_t r : *ranks) {
-    storage::CaptureRankRow rs;
-    rs.rank = r;
-    rs.updatedNs = now;
-    auto it = byRank.find(r);
-    if (it != byRank.end()) rs.node = it->second->node;
-    if (it == byRank.end()) {
-      rs.state = "failed";
-      rs.detail = "rank " + std::to_string(r) + " never registered with the collector";
-    } else if (it->second->ended) {
-      rs.state = "failed";
-      rs.detail =
-          "rank " + std::to_string(r) + " ended at step " + std::to_string(it->second->endedStep);
-    } else if (rs.node.empty()) {
-      rs.state = "failed";
-      rs.detail = "rank " + std::to_string(r) + " has no known node";
-    }
-    row.rankStatus.push_back(std::move(rs));
-  }
+  row.rankStatus = initialRankStatus(*ranks, jr.byRank, now);
   std::error_code ec;
   fs::create_directories(directory(row.id), ec);
-  if (ec)
-    return refuse(StatusCode::kError, "cannot create " + directory(row.id) + ": " + ec.message());
+  if (ec) {
+    return Status::error(StatusCode::kError,
+                         "cannot create " + directory(row.id) + ": " + ec.message());
+  }
 
   std::lock_guard lock(mu_);
+  if (Status s = overlapLocked(row); !s) return s;
+  row.summary = captureSummary(row);
+  if (Status s = store_.writeCapture(row); !s)
+    return Status::error(StatusCode::kError, s.message());
+
+  Active a;
+  a.row = std::move(row);
+  const bool changed = sendCommandsLocked(a);
+  ++stats_.started[{a.row.kind, trigger}];
+  logInfo(kComponent, "capture " + a.row.id + " of job " + job + " started (" + a.row.kind + ", " +
+                          std::to_string(a.row.ranks.size()) + " ranks" +
+                          (trace ? ", steps " + std::to_string(a.row.startStep) + ".." +
+                                       std::to_string(a.row.startStep + a.row.steps - 1)
+                                 : std::string()) +
+                          "): " + a.row.reason);
+  const bool nothingDone = std::none_of(a.row.rankStatus.begin(), a.row.rankStatus.end(),
+                                        [](const auto& r) { return r.state == "done"; });
+  if (allFinal(a.row) && nothingDone) {
+    finalizeLocked(a, {}, std::nullopt);  // no rank can answer: failed at once
+    return a.row;
+  }
+  if (changed) persistLocked(a.row);
+  storage::CaptureRow out = a.row;
+  active_.emplace(a.row.id, std::move(a));
+  return out;
+}
+
+Result<CaptureManager::JobRanks> CaptureManager::jobRanks(const std::string& job) {
+  auto exists = store_.jobExists(job);
+  if (!exists) return Status::error(StatusCode::kError, exists.message());
+  if (!*exists) return Status::error(StatusCode::kNotFound, "unknown job '" + job + "'");
+  auto rankRows = store_.ranks(job);
+  if (!rankRows) return Status::error(StatusCode::kError, rankRows.message());
+  JobRanks jr;
+  jr.rows = std::move(*rankRows);
+  for (const auto& r : jr.rows) {
+    jr.worldSize = std::max(jr.worldSize, r.worldSize);
+    jr.latest = std::max(jr.latest, r.latestStep);
+    jr.byRank[r.rank] = &r;
+    jr.known.push_back(r.rank);
+  }
+  return Result<JobRanks>(std::move(jr));  // moved: byRank points into rows
+}
+
+Status CaptureManager::scheduleTrace(const CaptureRequest& request, const JobRanks& jr,
+                                     int64_t nowNs, storage::CaptureRow* row) {
+  const int64_t latest = jr.latest;
+  const int64_t stepNs = medianStepNs(row->job, latest);
+  const int64_t leadSteps =
+      std::max<int64_t>(2, (options_.minLeadNs + stepNs - 1) / std::max<int64_t>(stepNs, 1) + 1);
+  // Checked: a database from before the step limit may hold a latest step near INT64_MAX.
+  const std::optional<int64_t> start =
+      request.startStep ? request.startStep : checkedAdd(latest, leadSteps);
+  if (!start || *start > wire::kMaxStep) {
+    return Status::error(StatusCode::kConflict, "the job's latest step " + std::to_string(latest) +
+                                                    " leaves no start step within the step limit " +
+                                                    std::to_string(wire::kMaxStep));
+  }
+  row->startStep = *start;
+  row->steps = request.steps;
+  row->history = request.history;
+  for (uint32_t r : row->ranks) {
+    auto it = jr.byRank.find(r);
+    if (it != jr.byRank.end() && it->second->latestStep >= row->startStep) {
+      return Status::error(StatusCode::kConflict, "start step " + std::to_string(row->startStep) +
+                                                      " already passed: rank " + std::to_string(r) +
+                                                      " is at step " +
+                                                      std::to_string(it->second->latestStep));
+    }
+  }
+  const int64_t ahead = row->startStep + row->steps - std::max<int64_t>(latest, 0);
+  const double waitNs =
+      static_cast<double>(std::max<int64_t>(ahead, 1)) * static_cast<double>(stepNs) * 3.0;
+  // A start step far ahead still gets a finite deadline (about 100 years at most).
+  row->deadlineNs = nowNs + static_cast<int64_t>(std::min(waitNs, 3e18)) + options_.deadlineSlackNs;
+  return Status::ok();
+}
+
+Status CaptureManager::overlapLocked(const storage::CaptureRow& row) const {
   for (const auto& [id, a] : active_) {
-    if (a.row.job != job || allFinal(a.row)) continue;
+    if (a.row.job != row.job || allFinal(a.row)) continue;
     for (const auto& r : a.row.rankStatus) {
       if (isFinal(r.state)) continue;
       // row.ranks is sorted (resolveRanks): a capture of 65,536 ranks checks in O(n log n).
       if (std::binary_search(row.ranks.begin(), row.ranks.end(), r.rank)) {
-        return refuse(StatusCode::kConflict, "capture " + id + " is already running on rank " +
-                                                 std::to_string(r.rank) + " of job " + job);
+        return Status::error(StatusCode::kConflict,
+                             "capture " + id + " is already running on rank " +
+                                 std::to_string(r.rank) + " of job " + row.job);
       }
     }
   }
-  row.summary = captureSummary(row);
-  if (Status s = store_.writeCapture(row); !s) return refuse(StatusCode::kError, s.message());
+  return Status::ok();
+}
 
-  // One command per agent, naming that agent's selected ranks.
+bool CaptureManager::sendCommandsLocked(Active& a) {
   std::map<std::string, std::vector<uint32_t>> byNode;
-  for (const auto& r : row.rankStatus) {
+  for (const auto& r : a.row.rankStatus) {
     if (!isFinal(r.state)) byNode[r.node].push_back(r.rank);
   }
-  Active a;
-  a.row = std::move(row);
+  const bool trace = a.row.kind == "trace";
   bool changed = false;
   for (const auto& [node, nodeRanks] : byNode) {
     wire::Command cmd;
     cmd.set_id(a.row.id);
-    cmd.set_job(job);
+    cmd.set_job(a.row.job);
     for (uint32_t r : nodeRanks) cmd.add_ranks(r);
     if (trace) {
       auto* c = cmd.mutable_capture();
@@ -366,23 +422,7 @@ Result<storage::CaptureRow> CaptureManager::start(const std::string& job,
       changed = true;
     }
   }
-  ++stats_.started[{a.row.kind, trigger}];
-  logInfo(kComponent, "capture " + a.row.id + " of job " + job + " started (" + a.row.kind + ", " +
-                          std::to_string(a.row.ranks.size()) + " ranks" +
-                          (trace ? ", steps " + std::to_string(a.row.startStep) + ".." +
-                                       std::to_string(a.row.startStep + a.row.steps - 1)
-                                 : std::string()) +
-                          "): " + a.row.reason);
-  const bool nothingDone = std::none_of(a.row.rankStatus.begin(), a.row.rankStatus.end(),
-                                        [](const auto& r) { return r.state == "done"; });
-  if (allFinal(a.row) && nothingDone) {
-    finalizeLocked(a, {}, std::nullopt);  // no rank can answer: failed at once
-    return a.row;
-  }
-  if (changed) persistLocked(a.row);
-  storage::CaptureRow out = a.row;
-  active_.emplace(a.row.id, std::move(a));
-  return out;
+  return changed;
 }
 
 std::optional<std::string> CaptureManager::startForAnomaly(const storage::AnomalyRow& anomaly) {

@@ -139,6 +139,27 @@ class CaptureManager {
     bool merging = false;                  // handed to tick()'s merge
   };
 
+  // The job's ranks as stored, for start.
+  struct JobRanks {
+    std::vector<storage::RankRow> rows;
+    std::map<uint32_t, const storage::RankRow*> byRank;  // into rows
+    std::vector<uint32_t> known;
+    uint32_t worldSize = 0;
+    int64_t latest = -1;  // the highest step stored
+  };
+  // start, in order: the job's ranks, the row (its trace schedule), no overlap with a running
+  // capture, the commands.
+  Result<JobRanks> jobRanks(const std::string& job);
+  // Sets the row's start step, steps, history and deadline; kConflict when the start step
+  // is out of reach or a rank already passed it.
+  Status scheduleTrace(const CaptureRequest& request, const JobRanks& ranks, int64_t nowNs,
+                       storage::CaptureRow* row);
+  // kConflict when a running capture of the job holds one of the row's ranks.
+  Status overlapLocked(const storage::CaptureRow& row) const;
+  // One command per agent, naming that agent's selected ranks; the ranks of an agent it cannot
+  // reach fail. Returns whether any rank failed.
+  bool sendCommandsLocked(Active& a);
+
   storage::CaptureRankRow* rankOf(Active& a, uint32_t rank);
   void failRankLocked(Active& a, storage::CaptureRankRow& r, const std::string& detail);
   void persistLocked(storage::CaptureRow& row);

@@ -12,6 +12,28 @@ std::string seconds(int64_t ns) {
   std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ns) / 1e9);
   return buf;
 }
+
+// The smallest and largest f(rank) over the ranks of `v` (not empty), and the ranks kept.
+template <typename F>
+auto minOf(const std::vector<uint32_t>& v, F&& f) {
+  auto best = f(v.front());
+  for (uint32_t r : v) best = std::min(best, f(r));
+  return best;
+}
+template <typename F>
+auto maxOf(const std::vector<uint32_t>& v, F&& f) {
+  auto best = f(v.front());
+  for (uint32_t r : v) best = std::max(best, f(r));
+  return best;
+}
+template <typename Keep>
+std::vector<uint32_t> select(const std::vector<uint32_t>& v, Keep&& keep) {
+  std::vector<uint32_t> out;
+  for (uint32_t r : v) {
+    if (keep(r)) out.push_back(r);
+  }
+  return out;
+}
 }  // namespace
 
 HangDetector::HangDetector(std::string job, const HangOptions& options, EventLog* log)
@@ -154,9 +176,25 @@ bool HangDetector::finishingRank(const RankState& st, int64_t nowNs) const {
 
 void HangDetector::tick(int64_t nowNs, const NodeClock* nodes) {
   if (hangOpen_) return;
-  // Silence of a rank on its node's delivery clock (see the header).
-  std::map<uint32_t, int64_t> quiet;
-  auto silenceOf = [&](uint32_t rank, const RankState& st) {
+  Stall s;
+  if (!measureSilence(nowNs, nodes, &s)) return;
+  if (s.silent.empty()) {
+    hangDueNs_ = 0;
+    return;
+  }
+  if (hangDueNs_ == 0) hangDueNs_ = nowNs;
+  sortStalled(nowNs, &s);
+  if (s.waitForHello && nowNs - hangDueNs_ < o_.progressWaitNs) return;
+  openHang(s, nameCulprits(s, nowNs), nowNs);
+}
+
+bool HangDetector::measureSilence(int64_t nowNs, const NodeClock* nodes, Stall* s) const {
+  for (const auto& [rank, st] : ranks_) {
+    if (st.goneOpen) return false;  // a dead peer explains the others' silence
+    if (st.ended || st.gone || st.lastActivityNs == 0) continue;
+    if (finishingRank(st, nowNs)) continue;
+    s->live.push_back(rank);
+    // Silence of a rank on its node's delivery clock (see the header).
     int64_t now = nowNs;
     if (nodes != nullptr) {
       auto it = nodes->find(st.node);
@@ -165,129 +203,120 @@ void HangDetector::tick(int64_t nowNs, const NodeClock* nodes) {
     // Peers reported steps it cannot have missed: in a synchronous job no rank runs two
     // steps ahead of a stuck one (it blocks in the next collective), so its reports are in
     // transit (a probe's queue behind its agent), not stopped.
-    quiet[rank] = maxStep_ >= st.lastStep + 2 ? 0 : now - st.lastActivityNs;
-  };
-  std::vector<uint32_t> live, silent;
-  for (const auto& [rank, st] : ranks_) {
-    if (st.goneOpen) return;  // a dead peer explains the others' silence
-    if (st.ended || st.gone || st.lastActivityNs == 0) continue;
-    if (finishingRank(st, nowNs)) continue;
-    live.push_back(rank);
-    silenceOf(rank, st);
-    if (quiet[rank] > threshold(st)) silent.push_back(rank);
+    const int64_t quiet = maxStep_ >= st.lastStep + 2 ? 0 : now - st.lastActivityNs;
+    s->quiet[rank] = quiet;
+    if (quiet > threshold(st)) s->silent.push_back(rank);
   }
-  if (silent.empty()) {
-    hangDueNs_ = 0;
-    return;
-  }
-  if (hangDueNs_ == 0) hangDueNs_ = nowNs;
+  return true;
+}
+
+void HangDetector::sortStalled(int64_t nowNs, Stall* s) const {
   // Stalled: silent, or silent for over half the threshold (stopped with the silent ones; its
   // last report merely arrived a little later).
-  std::vector<uint32_t> stalled;
-  for (uint32_t r : live) {
-    if (2 * quiet[r] > threshold(ranks_.at(r))) stalled.push_back(r);
+  for (uint32_t r : s->live) {
+    if (2 * s->quiet.at(r) > threshold(ranks_.at(r))) s->stalled.push_back(r);
   }
   // A stalled rank that sends progress but none from its silence yet: wait for its next hello.
-  bool waitForHello = false;
-  std::vector<uint32_t> waiting, notWaiting, noProgress;
-  for (uint32_t r : stalled) {
+  for (uint32_t r : s->stalled) {
     const RankState& st = ranks_.at(r);
     if (!progressCounts(st, nowNs)) {
-      noProgress.push_back(r);
-      if (st.progress.known) waitForHello = true;
+      s->noProgress.push_back(r);
+      if (st.progress.known) s->waitForHello = true;
     } else if (st.progress.collectiveSinceNs != 0) {
-      waiting.push_back(r);
+      s->waiting.push_back(r);
     } else {
-      notWaiting.push_back(r);
+      s->notWaiting.push_back(r);
     }
   }
-  if (waitForHello && nowNs - hangDueNs_ < o_.progressWaitNs) return;
+}
 
-  // The step a rank reached: its reports', or its progress's when that is newer.
-  auto reached = [&](uint32_t r) {
-    const RankState& st = ranks_.at(r);
-    return progressCounts(st, nowNs) ? std::max(st.lastStep, st.progress.lastStep) : st.lastStep;
-  };
-  auto minOf = [](const std::vector<uint32_t>& v, auto&& f) {
-    auto best = f(v.front());
-    for (uint32_t r : v) best = std::min(best, f(r));
-    return best;
-  };
-  auto maxOf = [](const std::vector<uint32_t>& v, auto&& f) {
-    auto best = f(v.front());
-    for (uint32_t r : v) best = std::max(best, f(r));
-    return best;
-  };
-  auto select = [](const std::vector<uint32_t>& v, auto&& keep) {
-    std::vector<uint32_t> out;
-    for (uint32_t r : v) {
-      if (keep(r)) out.push_back(r);
-    }
-    return out;
-  };
-  const bool jobStalled = stalled.size() == live.size();
-  std::vector<uint32_t> culprits;
-  std::string culprit;  // labels["culprit"]
-  bool jobWide = false;
-  if (!waiting.empty() && (!notWaiting.empty() || !noProgress.empty())) {
-    // The stuck rank never reached the collective its peers wait in.
-    const int64_t waitStep = minOf(waiting, [&](uint32_t r) {
-      const Progress& g = ranks_.at(r).progress;
-      return g.openStep >= 0 ? g.openStep : std::max(ranks_.at(r).lastStep, g.lastStep) + 1;
-    });
-    culprits = notWaiting.empty() ? noProgress : notWaiting;
-    culprit = std::string(notWaiting.empty() ? "no progress" : "not in a collective") + " while " +
-              std::to_string(waiting.size()) + " peer" + (waiting.size() == 1 ? "" : "s") +
-              " wait in one since step " + std::to_string(waitStep);
-  } else if (noProgress.empty() && jobStalled) {
-    // Every rank's progress is known and alike: all wait in a collective, or none does.
-    const bool allWait = notWaiting.empty();
-    const int64_t low = minOf(stalled, reached);
-    const int64_t high = maxOf(stalled, reached);
-    auto begun = [&](uint32_t r) { return ranks_.at(r).progress.collectivesBegun; };
-    const uint64_t fewest = minOf(stalled, begun);
-    const uint64_t most = maxOf(stalled, begun);
-    std::vector<uint32_t> behind = select(stalled, [&](uint32_t r) { return begun(r) == fewest; });
-    if (low < high) {
-      culprits = select(stalled, [&](uint32_t r) { return reached(r) == low; });
-      culprit = "stopped at step " + std::to_string(low) + " while " +
-                std::to_string(stalled.size() - culprits.size()) + " peers reached step " +
-                std::to_string(high);
-    } else if (allWait && fewest < most && 2 * behind.size() < stalled.size()) {
-      culprits = behind;
-      culprit = "entered " + std::to_string(fewest) + " collectives while " +
-                std::to_string(stalled.size() - behind.size()) + " peers entered up to " +
-                std::to_string(most) + " (waits in an earlier one)";
-    } else {
-      culprits = stalled;
-      jobWide = true;
-      culprit = allWait ? "job-wide: every rank waits in a collective since step " +
-                              std::to_string(low + 1) + " (none stuck in its own code)"
-                        : "job-wide: no rank waits in a collective (all stuck in their own "
-                          "code since step " +
-                              std::to_string(low + 1) + ")";
-    }
+int64_t HangDetector::reachedStep(uint32_t rank, int64_t nowNs) const {
+  const RankState& st = ranks_.at(rank);
+  return progressCounts(st, nowNs) ? std::max(st.lastStep, st.progress.lastStep) : st.lastStep;
+}
+
+HangDetector::Culprits HangDetector::nameCulprits(const Stall& s, int64_t nowNs) const {
+  const bool jobStalled = s.stalled.size() == s.live.size();
+  if (!s.waiting.empty() && (!s.notWaiting.empty() || !s.noProgress.empty())) {
+    return outsideCollective(s);
+  }
+  if (s.noProgress.empty() && jobStalled) return behindInStalledJob(s, nowNs);
+  return stoppedFirst(s);
+}
+
+HangDetector::Culprits HangDetector::outsideCollective(const Stall& s) const {
+  // The stuck rank never reached the collective its peers wait in.
+  const int64_t waitStep = minOf(s.waiting, [&](uint32_t r) {
+    const Progress& g = ranks_.at(r).progress;
+    return g.openStep >= 0 ? g.openStep : std::max(ranks_.at(r).lastStep, g.lastStep) + 1;
+  });
+  Culprits c;
+  c.ranks = s.notWaiting.empty() ? s.noProgress : s.notWaiting;
+  c.label = std::string(s.notWaiting.empty() ? "no progress" : "not in a collective") + " while " +
+            std::to_string(s.waiting.size()) + " peer" + (s.waiting.size() == 1 ? "" : "s") +
+            " wait in one since step " + std::to_string(waitStep);
+  return c;
+}
+
+HangDetector::Culprits HangDetector::behindInStalledJob(const Stall& s, int64_t nowNs) const {
+  // Every rank's progress is known and alike: all wait in a collective, or none does.
+  const std::vector<uint32_t>& stalled = s.stalled;
+  auto reached = [&](uint32_t r) { return reachedStep(r, nowNs); };
+  const bool allWait = s.notWaiting.empty();
+  const int64_t low = minOf(stalled, reached);
+  const int64_t high = maxOf(stalled, reached);
+  auto begun = [&](uint32_t r) { return ranks_.at(r).progress.collectivesBegun; };
+  const uint64_t fewest = minOf(stalled, begun);
+  const uint64_t most = maxOf(stalled, begun);
+  std::vector<uint32_t> behind = select(stalled, [&](uint32_t r) { return begun(r) == fewest; });
+  Culprits c;
+  if (low < high) {
+    c.ranks = select(stalled, [&](uint32_t r) { return reached(r) == low; });
+    c.label = "stopped at step " + std::to_string(low) + " while " +
+              std::to_string(stalled.size() - c.ranks.size()) + " peers reached step " +
+              std::to_string(high);
+  } else if (allWait && fewest < most && 2 * behind.size() < stalled.size()) {
+    c.ranks = behind;
+    c.label = "entered " + std::to_string(fewest) + " collectives while " +
+              std::to_string(stalled.size() - behind.size()) + " peers entered up to " +
+              std::to_string(most) + " (waits in an earlier one)";
   } else {
-    // No progress to tell them apart (older probes): the ones that stopped first.
-    const int64_t minStep = minOf(stalled, [&](uint32_t r) { return ranks_.at(r).lastStep; });
-    culprits = select(stalled, [&](uint32_t r) { return ranks_.at(r).lastStep == minStep; });
-    // All stopped after the same step: on a synchronous job the stuck rank and the ranks
-    // waiting for it in the next collective look alike in the step reports.
-    culprit = culprits.size() > 1 && culprits.size() == stalled.size() ? "unknown"
-                                                                       : rankSubject(culprits);
+    c.ranks = stalled;
+    c.jobWide = true;
+    c.label = allWait ? "job-wide: every rank waits in a collective since step " +
+                            std::to_string(low + 1) + " (none stuck in its own code)"
+                      : "job-wide: no rank waits in a collective (all stuck in their own "
+                        "code since step " +
+                            std::to_string(low + 1) + ")";
   }
+  return c;
+}
 
+HangDetector::Culprits HangDetector::stoppedFirst(const Stall& s) const {
+  // No progress to tell them apart (older probes): the ones that stopped first.
+  const int64_t minStep = minOf(s.stalled, [&](uint32_t r) { return ranks_.at(r).lastStep; });
+  Culprits c;
+  c.ranks = select(s.stalled, [&](uint32_t r) { return ranks_.at(r).lastStep == minStep; });
+  // All stopped after the same step: on a synchronous job the stuck rank and the ranks
+  // waiting for it in the next collective look alike in the step reports.
+  c.label =
+      c.ranks.size() > 1 && c.ranks.size() == s.stalled.size() ? "unknown" : rankSubject(c.ranks);
+  return c;
+}
+
+void HangDetector::openHang(const Stall& s, const Culprits& c, int64_t nowNs) {
+  const std::vector<uint32_t>& culprits = c.ranks;
   int64_t onset = INT64_MAX;
-  for (uint32_t r : culprits) onset = std::min(onset, reached(r) + 1);
+  for (uint32_t r : culprits) onset = std::min(onset, reachedStep(r, nowNs) + 1);
   int64_t maxStep = onset - 1;
-  for (uint32_t r : live) maxStep = std::max(maxStep, ranks_.at(r).lastStep);
+  for (uint32_t r : s.live) maxStep = std::max(maxStep, ranks_.at(r).lastStep);
   // The hang's age: the longest silence among the stalled ranks.
-  uint32_t longest = stalled.front();
-  for (uint32_t r : stalled) {
-    if (quiet[r] > quiet[longest]) longest = r;
+  uint32_t longest = s.stalled.front();
+  for (uint32_t r : s.stalled) {
+    if (s.quiet.at(r) > s.quiet.at(longest)) longest = r;
   }
   const RankState& first = ranks_.at(longest);
-  const int64_t silence = quiet[longest];
+  const int64_t silence = s.quiet.at(longest);
   const int64_t thr = threshold(first);
   const RankState& lead = ranks_.at(culprits.front());
   Anomaly a;
@@ -304,20 +333,20 @@ void HangDetector::tick(int64_t nowNs, const NodeClock* nodes) {
                 {"threshold_s", static_cast<double>(thr) / 1e9},
                 {"typical_step_ms", first.typical / 1e6},
                 {"last_step", static_cast<double>(onset - 1)},
-                {"ranks_silent", static_cast<double>(silent.size())},
-                {"ranks_stalled", static_cast<double>(stalled.size())},
-                {"ranks_live", static_cast<double>(live.size())},
-                {"job_stalled", jobStalled ? 1.0 : 0.0},
+                {"ranks_silent", static_cast<double>(s.silent.size())},
+                {"ranks_stalled", static_cast<double>(s.stalled.size())},
+                {"ranks_live", static_cast<double>(s.live.size())},
+                {"job_stalled", s.stalled.size() == s.live.size() ? 1.0 : 0.0},
                 {"process_gone", 0.0},
-                {"ranks_waiting", static_cast<double>(waiting.size())},
-                {"ranks_not_waiting", static_cast<double>(notWaiting.size())},
-                {"ranks_no_progress", static_cast<double>(noProgress.size())}};
-  if (!waiting.empty()) {
+                {"ranks_waiting", static_cast<double>(s.waiting.size())},
+                {"ranks_not_waiting", static_cast<double>(s.notWaiting.size())},
+                {"ranks_no_progress", static_cast<double>(s.noProgress.size())}};
+  if (!s.waiting.empty()) {
     const int64_t since =
-        minOf(waiting, [&](uint32_t r) { return ranks_.at(r).progress.collectiveSinceNs; });
+        minOf(s.waiting, [&](uint32_t r) { return ranks_.at(r).progress.collectiveSinceNs; });
     a.evidence["wait_s"] = static_cast<double>(nowNs - since) / 1e9;
     a.evidence["peers_collectives_begun"] = static_cast<double>(
-        maxOf(waiting, [&](uint32_t r) { return ranks_.at(r).progress.collectivesBegun; }));
+        maxOf(s.waiting, [&](uint32_t r) { return ranks_.at(r).progress.collectivesBegun; }));
   }
   if (progressCounts(lead, nowNs)) {
     if (lead.progress.lastRecordNs != 0) {
@@ -325,19 +354,19 @@ void HangDetector::tick(int64_t nowNs, const NodeClock* nodes) {
     }
     a.evidence["culprit_collectives_begun"] = static_cast<double>(lead.progress.collectivesBegun);
   }
-  a.labels["culprit"] = culprit;
-  a.labels["scope"] = jobWide ? "job" : "rank";
+  a.labels["culprit"] = c.label;
+  a.labels["scope"] = c.jobWide ? "job" : "rank";
   std::string who = culprits.size() == 1 ? "rank " + std::to_string(culprits.front()) +
                                                (lead.node.empty() ? "" : " (" + lead.node + ")")
                                          : "ranks " + rankSubject(culprits);
-  if (jobWide) who = "job-wide hang: " + who;
+  if (c.jobWide) who = "job-wide hang: " + who;
   a.summary = who + " stopped after step " + std::to_string(onset - 1) + ": silent " +
               seconds(silence) + " (threshold " + seconds(thr) + "); " +
-              std::to_string(stalled.size()) + " of " + std::to_string(live.size()) +
+              std::to_string(s.stalled.size()) + " of " + std::to_string(s.live.size()) +
               " ranks stalled";
-  if (culprit != "unknown" && culprit != rankSubject(culprits)) a.summary += "; " + culprit;
+  if (c.label != "unknown" && c.label != rankSubject(culprits)) a.summary += "; " + c.label;
   culpritSteps_.clear();
-  for (uint32_t r : culprits) culpritSteps_[r] = reached(r);
+  for (uint32_t r : culprits) culpritSteps_[r] = reachedStep(r, nowNs);
   hang_ = log_->open(std::move(a), rankSubject(culprits));
   hangOpen_ = true;
   hangDueNs_ = 0;

@@ -113,6 +113,34 @@ class HangDetector {
     Anomaly goneAnomaly;
     Progress progress;
   };
+  // What a tick found: the ranks judged and how long each has been quiet.
+  struct Stall {
+    std::map<uint32_t, int64_t> quiet;  // live rank -> silence on its node's clock (0: in transit)
+    std::vector<uint32_t> live;         // not ended, gone or finishing
+    std::vector<uint32_t> silent;       // quiet past their threshold
+    std::vector<uint32_t> stalled;      // quiet past half of it
+    // The stalled ranks by their progress (see the header).
+    std::vector<uint32_t> waiting, notWaiting, noProgress;
+    bool waitForHello = false;  // a stalled rank sends progress but none counts yet
+  };
+  // Who the hang names (see the header).
+  struct Culprits {
+    std::vector<uint32_t> ranks;
+    std::string label;  // labels["culprit"]
+    bool jobWide = false;
+  };
+  // tick, in order: measure silences (false: a dead peer explains them), sort the stalled
+  // ranks by progress, name the culprits, open the hang.
+  bool measureSilence(int64_t nowNs, const NodeClock* nodes, Stall* s) const;
+  void sortStalled(int64_t nowNs, Stall* s) const;
+  Culprits nameCulprits(const Stall& s, int64_t nowNs) const;
+  Culprits outsideCollective(const Stall& s) const;
+  Culprits behindInStalledJob(const Stall& s, int64_t nowNs) const;
+  Culprits stoppedFirst(const Stall& s) const;
+  void openHang(const Stall& s, const Culprits& c, int64_t nowNs);
+  // The step a rank reached: its reports', or its progress's when that is newer.
+  int64_t reachedStep(uint32_t rank, int64_t nowNs) const;
+
   int64_t threshold(const RankState& st) const;
   RankState& state(uint32_t rank);
   // Whether the rank's progress describes its silence at `nowNs` (see above).

@@ -43,6 +43,12 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
   touched_.clear();
   ++serial_;
   const double medianCompute = medianComputeNs(step, &scratch_);
+  gatherSamples(step, medianCompute);
+  for (OpState* op : touched_) judgeOp(*op, step, medianCompute);
+  if (step.step % 64 == 0 || ops_.size() > o_.maxOpsPerJob) evict(step.step);
+}
+
+void OpRegressionDetector::gatherSamples(const AssembledStep& step, double medianCompute) {
   for (const RankStep& r : step.ranks) {
     // How much slower this rank computes than its peers this step: a straggler's ops all carry
     // it, so it is divided out of the rank's op series.
@@ -55,17 +61,7 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
       if (op.count() == 0 || op.total_ns() <= 0) continue;
       double perCall = static_cast<double>(op.total_ns()) / static_cast<double>(op.count());
       if (perCall < static_cast<double>(o_.minCallNs)) continue;
-      OpState* st = at < byPosition_.size() ? byPosition_[at] : nullptr;
-      if (st == nullptr || *st->name != op.name()) {
-        auto it = ops_.find(std::string_view(op.name()));
-        if (it == ops_.end()) {
-          it = ops_.emplace(op.name(), OpState(o_.persistence)).first;
-          it->second.name = &it->first;
-        }
-        st = &it->second;
-        if (byPosition_.size() <= at) byPosition_.resize(at + 1, nullptr);
-        byPosition_[at] = st;
-      }
+      OpState* st = &opAt(at, op.name());
       if (st->sampledIn != serial_) {
         st->sampledIn = serial_;
         st->lastSeenStep = step.step;
@@ -76,166 +72,184 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
           {r.report.rank(), perCall, static_cast<double>(op.count()), rankFactor, &r.ctx.node});
     }
   }
-  // Every rank and node, for job-wide anomalies; built only when one opens.
-  auto allRanks = [&] {
-    std::vector<uint32_t> v;
-    for (uint32_t i = 0; i < std::max<uint32_t>(step.worldSize, 1); ++i) v.push_back(i);
-    return v;
-  };
-  auto allNodes = [&] {
-    std::vector<std::string> v;
-    for (const RankStep& r : step.ranks) v.push_back(r.ctx.node);
-    return v;
-  };
+}
 
-  for (OpState* opp : touched_) {
-    OpState& op = *opp;
-    const std::vector<Sample>& list = op.samples;
-    const std::string& name = *op.name;
+OpRegressionDetector::OpState& OpRegressionDetector::opAt(size_t at, const std::string& name) {
+  OpState* st = at < byPosition_.size() ? byPosition_[at] : nullptr;
+  if (st != nullptr && *st->name == name) return *st;
+  auto it = ops_.find(std::string_view(name));
+  if (it == ops_.end()) {
+    it = ops_.emplace(name, OpState(o_.persistence)).first;
+    it->second.name = &it->first;
+  }
+  if (byPosition_.size() <= at) byPosition_.resize(at + 1, nullptr);
+  byPosition_[at] = &it->second;
+  return it->second;
+}
 
-    std::vector<uint32_t> opened;
-    std::vector<double>& values = scratch_;
-    values.clear();
-    for (const Sample& s : list) values.push_back(s.perCall);
-    const double medianCall = medianInPlace(values);
-    // A 1,024-rank job has ~25,000 of these series, far more than the cache holds, and each
-    // push reads its series and writes two of its rings: cache misses were most of the cost.
-    // The series a few samples ahead are prefetched (series first, then its ring slots) so the
-    // misses overlap instead of following one another.
-    auto series = [&](size_t i) -> const RankSeries* {
-      const uint32_t r = list[i].rank;
-      return r < op.ranks.size() ? op.ranks[r].get() : nullptr;
-    };
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (i + 8 < list.size()) {
-        if (const RankSeries* ahead = series(i + 8)) {
-          // Every line of it: the tracker's fields, its rings' pointers and the node span
-          // several (the anomaly kept for resolution is at the end and is left out).
-          const char* p = reinterpret_cast<const char*>(ahead);
-          const char* end = reinterpret_cast<const char*>(&ahead->anomaly);
-          for (; p < end; p += 64) __builtin_prefetch(p);
-        }
-      }
-      if (i + 4 < list.size()) {
-        if (const RankSeries* ahead = series(i + 4)) ahead->tracker.prefetch();
-      }
-      const Sample& s = list[i];
-      if (op.ranks.size() <= s.rank) op.ranks.resize(s.rank + 1);
-      if (!op.ranks[s.rank]) {
-        op.ranks[s.rank] = std::make_unique<RankSeries>(o_.persistence);
-        ++op.rankCount;
-      }
-      RankSeries& rsr = *op.ranks[s.rank];
-      if (rsr.node != *s.node) rsr.node = *s.node;
-      rsr.lastPerCall = s.perCall;
-      rsr.lastCount = s.count;
-      // Relative to the same op on the other ranks this step (which carries job-wide changes)
-      // and to how much slower this rank computes than its peers (which carries a straggler).
-      double rel = medianCall > 0.0 ? s.perCall / medianCall / s.rankFactor : s.perCall;
-      auto t = rsr.tracker.push(step.step, rel);
-      if (t == PersistenceTracker::Transition::kOpened) {
-        opened.push_back(s.rank);
-      } else if (t == PersistenceTracker::Transition::kResolved && rsr.open) {
-        log_->resolve(rsr.anomaly, rsr.tracker.resolvedStep(), step.nowNs);
-        rsr.open = false;
-      }
-    }
-    op.perCall.push(medianCall);
-    // Job level: the op's median per-call time relative to the job's median compute, so a
-    // job-wide step-time shift (every op slower alike) is not an op regression.
-    auto jt = op.job.push(
-        step.step, medianCompute > 0.0 ? medianCall / medianCompute * kShareScale : medianCall);
+void OpRegressionDetector::judgeOp(OpState& op, const AssembledStep& step, double medianCompute) {
+  std::vector<double>& values = scratch_;
+  values.clear();
+  for (const Sample& s : op.samples) values.push_back(s.perCall);
+  const double medianCall = medianInPlace(values);
+  const std::vector<uint32_t> opened = pushRankSeries(op, medianCall, step);
+  op.perCall.push(medianCall);
+  // Job level: the op's median per-call time relative to the job's median compute, so a
+  // job-wide step-time shift (every op slower alike) is not an op regression.
+  const auto jt = op.job.push(
+      step.step, medianCompute > 0.0 ? medianCall / medianCompute * kShareScale : medianCall);
+  // Ranks trending up together make this a job-wide regression; the per-rank trackers stay
+  // silent and the job-level tracker reports it once. Counted only when a rank opened.
+  const bool jobWide = !opened.empty() && isJobWide(op, jt);
 
-    // Ranks trending up together make this a job-wide regression; the per-rank trackers stay
-    // silent and the job-level tracker reports it once. Counted only when a rank opened.
-    auto isJobWide = [&] {
-      if (op.rankCount < 2) return jt == PersistenceTracker::Transition::kOpened || op.jobOpen;
-      if (op.jobOpen || jt == PersistenceTracker::Transition::kOpened) return true;
-      size_t trending = 0;
-      for (const auto& rsr : op.ranks) {
-        if (rsr && (rsr->tracker.active() || rsr->tracker.cusum() >= o_.persistence.cusumH / 3)) {
-          ++trending;
-        }
-      }
-      return static_cast<double>(trending) >=
-             o_.jobWideFraction * static_cast<double>(std::max<size_t>(op.rankCount, 1));
-    };
-    const bool jobWide = !opened.empty() && isJobWide();
+  if (jt == PersistenceTracker::Transition::kOpened) {
+    openJobWide(op, step);
+  } else if (jt == PersistenceTracker::Transition::kResolved && op.jobOpen) {
+    log_->resolve(op.jobAnomaly, op.job.resolvedStep(), step.nowNs);
+    op.jobOpen = false;
+  }
 
-    if (jt == PersistenceTracker::Transition::kOpened) {
-      Anomaly a;
-      a.job = job_;
-      a.kind = AnomalyKind::kOpRegression;
-      a.ranks = allRanks();
-      a.nodes = allNodes();
-      a.onsetStep = op.job.onsetStep();
-      a.detectedStep = step.step;
-      a.detectedNs = step.nowNs;
-      a.magnitude = op.job.baseline() > 0 ? op.job.level() / op.job.baseline() : 1.0;
-      a.confidence = op.job.confidence();
-      double currentNs = recentMedian(op.perCall, step.step - a.onsetStep + 1);
-      double baseNs = a.magnitude > 0 ? currentNs / a.magnitude : currentNs;
-      std::vector<double> counts;
-      for (const Sample& s : list) counts.push_back(s.count);
-      const double calls = median(std::move(counts));
-      a.evidence = {{"baseline_us", baseNs / 1e3},
-                    {"current_us", currentNs / 1e3},
-                    {"ratio", a.magnitude},
-                    {"noise_sigma", op.job.relSigma()},
-                    {"ranks_reporting", static_cast<double>(list.size())},
-                    {"calls_per_step", calls},
-                    {"added_ms_per_step", (currentNs - baseNs) * calls / 1e6}};
-      a.labels = {{"op", name}, {"scope", "all_ranks"}};
-      a.summary = "op " + name + " slowed on all ranks: " + formatRatio(a.magnitude) +
-                  " per call (" + formatMs(baseNs) + " -> " + formatMs(currentNs) + ") from step " +
-                  std::to_string(a.onsetStep);
-      op.jobAnomaly = log_->open(std::move(a), name + "/all");
-      op.jobOpen = true;
-    } else if (jt == PersistenceTracker::Transition::kResolved && op.jobOpen) {
-      log_->resolve(op.jobAnomaly, op.job.resolvedStep(), step.nowNs);
-      op.jobOpen = false;
-    }
-
-    for (uint32_t rank : opened) {
-      RankSeries& rsr = *op.ranks.at(rank);
-      if (jobWide) {
-        rsr.tracker.forgetEpisode();
-        continue;
-      }
-      const PersistenceTracker& t = rsr.tracker;
-      Anomaly a;
-      a.job = job_;
-      a.kind = AnomalyKind::kOpRegression;
-      a.ranks = {rank};
-      a.nodes = {rsr.node};
-      a.onsetStep = t.onsetStep();
-      a.detectedStep = step.step;
-      a.detectedNs = step.nowNs;
-      a.magnitude = t.baseline() > 0 ? t.level() / t.baseline() : 1.0;
-      a.confidence = t.confidence();
-      double currentNs = rsr.lastPerCall;  // this step's; the magnitude is the robust figure
-      double baseNs = a.magnitude > 0 ? currentNs / a.magnitude : currentNs;
-      // The time this adds per step, against what the rank's peers take now (times its usual
-      // ratio to them): the series itself is divided by the rank's compute ratio, which this
-      // op's own rise is part of, so its level understates a large op's rise.
-      const double addedNs = std::max(0.0, currentNs - medianCall * t.baseline());
-      a.evidence = {{"baseline_us", baseNs / 1e3},
-                    {"current_us", currentNs / 1e3},
-                    {"ratio", a.magnitude},
-                    {"noise_sigma", t.relSigma()},
-                    {"peer_median_us", medianCall / 1e3},
-                    {"calls_per_step", rsr.lastCount},
-                    {"added_ms_per_step", addedNs * rsr.lastCount / 1e6}};
-      a.labels = {{"op", name}, {"scope", "rank"}};
-      a.summary = "op " + name + " slowed on rank " + std::to_string(rank) +
-                  (rsr.node.empty() ? "" : " (" + rsr.node + ")") + ": " +
-                  formatRatio(a.magnitude) + " per call (" + formatMs(baseNs) + " -> " +
-                  formatMs(currentNs) + ") from step " + std::to_string(a.onsetStep);
-      rsr.anomaly = log_->open(std::move(a), name + "/" + rankSubject({rank}));
-      rsr.open = true;
+  for (uint32_t rank : opened) {
+    if (jobWide) {
+      op.ranks.at(rank)->tracker.forgetEpisode();
+    } else {
+      openRank(op, rank, medianCall, step);
     }
   }
-  if (step.step % 64 == 0 || ops_.size() > o_.maxOpsPerJob) evict(step.step);
+}
+
+std::vector<uint32_t> OpRegressionDetector::pushRankSeries(OpState& op, double medianCall,
+                                                           const AssembledStep& step) {
+  std::vector<uint32_t> opened;
+  const std::vector<Sample>& list = op.samples;
+  // A 1,024-rank job has ~25,000 of these series, far more than the cache holds, and each
+  // push reads its series and writes two of its rings: cache misses were most of the cost.
+  // The series a few samples ahead are prefetched (series first, then its ring slots) so the
+  // misses overlap instead of following one another.
+  auto series = [&](size_t i) -> const RankSeries* {
+    const uint32_t r = list[i].rank;
+    return r < op.ranks.size() ? op.ranks[r].get() : nullptr;
+  };
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (i + 8 < list.size()) {
+      if (const RankSeries* ahead = series(i + 8)) {
+        // Every line of it: the tracker's fields, its rings' pointers and the node span
+        // several (the anomaly kept for resolution is at the end and is left out).
+        const char* p = reinterpret_cast<const char*>(ahead);
+        const char* end = reinterpret_cast<const char*>(&ahead->anomaly);
+        for (; p < end; p += 64) __builtin_prefetch(p);
+      }
+    }
+    if (i + 4 < list.size()) {
+      if (const RankSeries* ahead = series(i + 4)) ahead->tracker.prefetch();
+    }
+    const Sample& s = list[i];
+    if (op.ranks.size() <= s.rank) op.ranks.resize(s.rank + 1);
+    if (!op.ranks[s.rank]) {
+      op.ranks[s.rank] = std::make_unique<RankSeries>(o_.persistence);
+      ++op.rankCount;
+    }
+    RankSeries& rsr = *op.ranks[s.rank];
+    if (rsr.node != *s.node) rsr.node = *s.node;
+    rsr.lastPerCall = s.perCall;
+    rsr.lastCount = s.count;
+    // Relative to the same op on the other ranks this step (which carries job-wide changes)
+    // and to how much slower this rank computes than its peers (which carries a straggler).
+    double rel = medianCall > 0.0 ? s.perCall / medianCall / s.rankFactor : s.perCall;
+    auto t = rsr.tracker.push(step.step, rel);
+    if (t == PersistenceTracker::Transition::kOpened) {
+      opened.push_back(s.rank);
+    } else if (t == PersistenceTracker::Transition::kResolved && rsr.open) {
+      log_->resolve(rsr.anomaly, rsr.tracker.resolvedStep(), step.nowNs);
+      rsr.open = false;
+    }
+  }
+  return opened;
+}
+
+bool OpRegressionDetector::isJobWide(const OpState& op,
+                                     PersistenceTracker::Transition jobTransition) const {
+  const bool jobOpened = jobTransition == PersistenceTracker::Transition::kOpened;
+  if (op.rankCount < 2) return jobOpened || op.jobOpen;
+  if (op.jobOpen || jobOpened) return true;
+  size_t trending = 0;
+  for (const auto& rsr : op.ranks) {
+    if (rsr && (rsr->tracker.active() || rsr->tracker.cusum() >= o_.persistence.cusumH / 3)) {
+      ++trending;
+    }
+  }
+  return static_cast<double>(trending) >=
+         o_.jobWideFraction * static_cast<double>(std::max<size_t>(op.rankCount, 1));
+}
+
+void OpRegressionDetector::openJobWide(OpState& op, const AssembledStep& step) {
+  const std::string& name = *op.name;
+  Anomaly a;
+  a.job = job_;
+  a.kind = AnomalyKind::kOpRegression;
+  // Every rank and node.
+  for (uint32_t i = 0; i < std::max<uint32_t>(step.worldSize, 1); ++i) a.ranks.push_back(i);
+  for (const RankStep& r : step.ranks) a.nodes.push_back(r.ctx.node);
+  a.onsetStep = op.job.onsetStep();
+  a.detectedStep = step.step;
+  a.detectedNs = step.nowNs;
+  a.magnitude = op.job.baseline() > 0 ? op.job.level() / op.job.baseline() : 1.0;
+  a.confidence = op.job.confidence();
+  double currentNs = recentMedian(op.perCall, step.step - a.onsetStep + 1);
+  double baseNs = a.magnitude > 0 ? currentNs / a.magnitude : currentNs;
+  std::vector<double> counts;
+  for (const Sample& s : op.samples) counts.push_back(s.count);
+  const double calls = median(std::move(counts));
+  a.evidence = {{"baseline_us", baseNs / 1e3},
+                {"current_us", currentNs / 1e3},
+                {"ratio", a.magnitude},
+                {"noise_sigma", op.job.relSigma()},
+                {"ranks_reporting", static_cast<double>(op.samples.size())},
+                {"calls_per_step", calls},
+                {"added_ms_per_step", (currentNs - baseNs) * calls / 1e6}};
+  a.labels = {{"op", name}, {"scope", "all_ranks"}};
+  a.summary = "op " + name + " slowed on all ranks: " + formatRatio(a.magnitude) + " per call (" +
+              formatMs(baseNs) + " -> " + formatMs(currentNs) + ") from step " +
+              std::to_string(a.onsetStep);
+  op.jobAnomaly = log_->open(std::move(a), name + "/all");
+  op.jobOpen = true;
+}
+
+void OpRegressionDetector::openRank(OpState& op, uint32_t rank, double medianCall,
+                                    const AssembledStep& step) {
+  const std::string& name = *op.name;
+  RankSeries& rsr = *op.ranks.at(rank);
+  const PersistenceTracker& t = rsr.tracker;
+  Anomaly a;
+  a.job = job_;
+  a.kind = AnomalyKind::kOpRegression;
+  a.ranks = {rank};
+  a.nodes = {rsr.node};
+  a.onsetStep = t.onsetStep();
+  a.detectedStep = step.step;
+  a.detectedNs = step.nowNs;
+  a.magnitude = t.baseline() > 0 ? t.level() / t.baseline() : 1.0;
+  a.confidence = t.confidence();
+  double currentNs = rsr.lastPerCall;  // this step's; the magnitude is the robust figure
+  double baseNs = a.magnitude > 0 ? currentNs / a.magnitude : currentNs;
+  // The time this adds per step, against what the rank's peers take now (times its usual
+  // ratio to them): the series itself is divided by the rank's compute ratio, which this
+  // op's own rise is part of, so its level understates a large op's rise.
+  const double addedNs = std::max(0.0, currentNs - medianCall * t.baseline());
+  a.evidence = {{"baseline_us", baseNs / 1e3},
+                {"current_us", currentNs / 1e3},
+                {"ratio", a.magnitude},
+                {"noise_sigma", t.relSigma()},
+                {"peer_median_us", medianCall / 1e3},
+                {"calls_per_step", rsr.lastCount},
+                {"added_ms_per_step", addedNs * rsr.lastCount / 1e6}};
+  a.labels = {{"op", name}, {"scope", "rank"}};
+  a.summary = "op " + name + " slowed on rank " + std::to_string(rank) +
+              (rsr.node.empty() ? "" : " (" + rsr.node + ")") + ": " + formatRatio(a.magnitude) +
+              " per call (" + formatMs(baseNs) + " -> " + formatMs(currentNs) + ") from step " +
+              std::to_string(a.onsetStep);
+  rsr.anomaly = log_->open(std::move(a), name + "/" + rankSubject({rank}));
+  rsr.open = true;
 }
 
 }  // namespace trainscope::detect

@@ -65,6 +65,18 @@ class OpRegressionDetector {
     std::vector<Sample> samples;        // this step's, capacity kept
   };
 
+  // onStep, in order: every rank's ops into their OpState's samples, then each op judged.
+  void gatherSamples(const AssembledStep& step, double medianCompute);
+  // The op at position `at` of a report (see byPosition_), made on first sight.
+  OpState& opAt(size_t at, const std::string& name);
+  void judgeOp(OpState& op, const AssembledStep& step, double medianCompute);
+  // Pushes each rank's sample into its series; returns the ranks whose series opened.
+  std::vector<uint32_t> pushRankSeries(OpState& op, double medianCall, const AssembledStep& step);
+  // Whether the ranks' rise is job-wide (reported once, by the job-level tracker).
+  bool isJobWide(const OpState& op, PersistenceTracker::Transition jobTransition) const;
+  void openJobWide(OpState& op, const AssembledStep& step);
+  void openRank(OpState& op, uint32_t rank, double medianCall, const AssembledStep& step);
+
   void evict(int64_t step);
   std::vector<double> scratch_;  // per-step medians, capacity kept
 

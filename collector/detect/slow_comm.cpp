@@ -29,6 +29,15 @@ double gbps(double nsPerByte) {
   return nsPerByte > 0 ? 8.0 / nsPerByte : 0.0;
 }
 
+// A group's name in summaries.
+std::string groupName(const std::string& group) {
+  return group.empty() ? "(default)" : group;
+}
+
+bool isPointToPoint(int op) {
+  return op == wire::SEND || op == wire::RECV;
+}
+
 std::string formatGbps(double g) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.1f Gb/s", g);
@@ -333,6 +342,26 @@ void SlowCommDetector::evict(int64_t step) {
 }
 
 void SlowCommDetector::onStep(const AssembledStep& step) {
+  rememberNodes(step);
+  if (const double c = medianComputeNs(step, &computes_); c > 0) compute_.push(c);
+  observeLinks(step);
+  for (auto& [tuple, g] : collectivesByKey(step)) {
+    const wire::CollectiveTotal& c = *g.proto;
+    const std::string key = std::string(wire::collectiveOpName(c.op())) + "|" + c.group() + "|" +
+                            std::to_string(c.bytes());
+    KeyState& ks = keyFor(key, c, step.step);
+    if (!takesSample(ks, g.list.size(), step)) continue;
+    const auto t = ks.tracker.push(step.step, transferTime(ks, g.list));
+    if (t == PersistenceTracker::Transition::kResolved && ks.open) {
+      resolveKey(ks, step);
+    } else if (t == PersistenceTracker::Transition::kOpened) {
+      onKeyOpened(ks, key, g.list, step);
+    }
+  }
+  if (step.step % 64 == 0 || keys_.size() > o_.maxKeysPerJob) evict(step.step);
+}
+
+void SlowCommDetector::rememberNodes(const AssembledStep& step) {
   for (const RankStep& r : step.ranks) {
     // Node names per rank, assigned only when they change (no string copy per report).
     const uint32_t rank = r.report.rank();
@@ -341,29 +370,17 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
       if (nodes_[rank] != r.ctx.node) nodes_[rank] = r.ctx.node;
     }
   }
-  if (const double c = medianComputeNs(step, &computes_); c > 0) compute_.push(c);
+}
 
-  observeLinks(step);
-
-  struct Sample {
-    uint32_t rank;
-    double perCall;
-    double count;
-    double arrival;
-    double completion;
-  };
+SlowCommDetector::StepKeys SlowCommDetector::collectivesByKey(const AssembledStep& step) {
   // Grouped by (op, group, bytes) without building the string key per report; the key is
   // built once per distinct collective per step.
-  struct Group {
-    std::vector<Sample> list;
-    const wire::CollectiveTotal* proto = nullptr;
-  };
-  std::map<std::tuple<int, std::string_view, uint64_t>, Group> byKey;
+  StepKeys byKey;
   for (const RankStep& r : step.ranks) {
     for (const auto& c : r.report.collectives()) {
       if (c.count() == 0 || c.total_ns() <= 0) continue;
       double off = static_cast<double>(r.ctx.clockOffsetNs);
-      Group& g = byKey[{c.op(), std::string_view(c.group()), c.bytes()}];
+      KeySamples& g = byKey[{c.op(), std::string_view(c.group()), c.bytes()}];
       if (g.proto == nullptr) {
         g.proto = &c;
         g.list.reserve(step.ranks.size());
@@ -374,226 +391,251 @@ void SlowCommDetector::onStep(const AssembledStep& step) {
            static_cast<double>(c.last_completion_ns()) + off});
     }
   }
+  return byKey;
+}
 
-  for (auto& [tuple, g] : byKey) {
-    std::vector<Sample>& list = g.list;
-    const wire::CollectiveTotal* c = g.proto;
-    std::string key = std::string(wire::collectiveOpName(c->op())) + "|" + c->group() + "|" +
-                      std::to_string(c->bytes());
-    auto it = keys_.find(key);
-    if (it == keys_.end()) {
-      it = keys_.emplace(key, KeyState(o_)).first;
-      it->second.op = c->op();
-      it->second.group = c->group();
-      it->second.bytes = c->bytes();
-    }
-    KeyState& ks = it->second;
-    ks.lastSeenStep = step.step;
-    // The transfer time is the minimum over the participants; without some of them (a step
-    // judged while one agent's reports lagged) it is the time of one that waited for a
-    // missing one, which reads as a slower collective on the others. A step judged without
-    // some of the job's ranks is never sampled (an agent can lag for hundreds of steps); on a
-    // full step, fewer participants than before are taken as the group's size only once they
-    // have been the rule for a while (the group shrank).
-    if (step.partial()) continue;
-    if (list.size() < ks.participants) {
-      if (++ks.fewerInARow < kShrinkAfterSteps) continue;
-    }
-    ks.participants = list.size();
-    ks.fewerInARow = 0;
-    double transfer = list.front().perCall;
-    double lastArrival = list.front().arrival;
-    for (const Sample& s : list) {
-      transfer = std::min(transfer, s.perCall);
-      lastArrival = std::max(lastArrival, s.arrival);
-    }
-    if (list.size() >= 2 && transfer > 0) {
-      std::vector<double> post;
-      post.reserve(list.size());
-      for (const Sample& s : list) post.push_back(s.completion - lastArrival);
-      double medPost = median(post);
-      // A sorted flat map (binary search in one array, no node per rank); a rank's ring is
-      // made on its first sample.
-      const size_t w = static_cast<size_t>(std::max(1, o_.persistence.window));
-      for (size_t i = 0; i < list.size(); ++i) {
-        const uint32_t rank = list[i].rank;
-        auto at = std::lower_bound(ks.skewRanks.begin(), ks.skewRanks.end(), rank);
-        const auto pos = at - ks.skewRanks.begin();
-        if (at == ks.skewRanks.end() || *at != rank) {
-          ks.skewRanks.insert(at, rank);
-          ks.skew.insert(ks.skew.begin() + pos, Ring<float>(w));
-        }
-        ks.skew[static_cast<size_t>(pos)].push(static_cast<float>((post[i] - medPost) / transfer));
-      }
-    }
-
-    auto t = ks.tracker.push(step.step, transfer);
-    if (t == PersistenceTracker::Transition::kResolved && ks.open) {
-      log_->resolve(ks.anomaly, ks.tracker.resolvedStep(), step.nowNs);
-      ks.open = false;
-      setCovered(ks.group, ks.namedSender, ks.namedPeer, false);
-      ks.namedSender = -1;
-      continue;
-    }
-    if (t != PersistenceTracker::Transition::kOpened) continue;
-
-    const double computeRatio = computeRatioSince(ks.tracker.onsetStep(), step.step);
-    if (computeRatio > 1.0 + o_.maxComputeRise) {
-      ks.tracker.forgetEpisode();
-      continue;
-    }
-
-    // Per-link evidence first: it tells the slow link inside a ring, or a slow fabric.
-    // A ring goes at its slowest link, so the slow link rose about as much as the collective
-    // did: a small slowdown (judged over many steps by then) is looked for at half its size.
-    const double keyBase = ks.tracker.baseline();
-    const double keyRatio = keyBase > 0 ? ks.tracker.level() / keyBase : 1.0;
-    const double rise = std::clamp(0.5 * (keyRatio - 1.0), 0.01, o_.linkRise);
-    LinkVerdict lv;
-    const LinkGroup* lg = findGroup(ks.group);
-    if (lg != nullptr) lv = judgeLinks(*lg, ks.tracker.onsetStep(), step.step, rise);
-    const bool linkNamed = lv.sender >= 0 && !lv.fabric;
-    if (linkNamed) {
-      // The link's own anomaly, when already open, says it all; a second one would repeat it.
-      const auto& peers = lg->bySender[static_cast<size_t>(lv.sender)];
-      const bool alreadyOpen = std::any_of(peers.begin(), peers.end(), [&](const LinkState& ls) {
-        return ls.peer == lv.peer && ls.open;
-      });
-      if (alreadyOpen) continue;  // the tracker stays active: no reopening until resolved
-    }
-
-    std::vector<uint32_t> members;
-    std::vector<uint32_t> slowEnd;
-    for (const Sample& s : list) members.push_back(s.rank);
-    // Without link data: the slow end whose own completion lags its peers' the most (its own
-    // bandwidth fell against theirs; compute was checked above).
-    const size_t since = stepsSince(ks.tracker.onsetStep(), step.step);
-    int64_t culprit = -1;
-    double culpritSkew = 0.0;
-    if (!linkNamed && !lv.fabric) {
-      for (size_t k = 0; k < ks.skew.size(); ++k) {
-        const uint32_t rank = ks.skewRanks[k];
-        const Ring<float>& ring = ks.skew[k];
-        // Only the steps since the onset: a link that went bad lags from then on, and the
-        // healthy steps before would hide it.
-        if (ring.size() < since) continue;
-        const std::vector<float> latest = ring.latest(since);
-        const double skew = median(std::vector<double>(latest.begin(), latest.end()));
-        if (skew <= o_.rankSkew) continue;
-        slowEnd.push_back(rank);
-        if (culprit < 0 || skew > culpritSkew) {
-          culprit = rank;
-          culpritSkew = skew;
-        }
-      }
-    }
-    std::sort(members.begin(), members.end());
-    const bool p2p = ks.op == wire::SEND || ks.op == wire::RECV;
-    Anomaly a;
-    a.job = job_;
-    a.kind = AnomalyKind::kSlowComm;
-    if (linkNamed) {
-      a.ranks = {static_cast<uint32_t>(lv.sender), lv.peer};
-    } else {
-      // A point-to-point link names both ends (the culprit in labels and first in the link);
-      // a group names its slow end(s), or every member when no end can be told.
-      a.ranks = slowEnd.empty() || (p2p && members.size() == 2) ? members : slowEnd;
-    }
-    for (uint32_t r : a.ranks) {
-      if (!nodeOf(r).empty()) a.nodes.push_back(nodeOf(r));
-    }
-    a.onsetStep = ks.tracker.onsetStep();
-    a.detectedStep = step.step;
-    a.detectedNs = step.nowNs;
-    double base = ks.tracker.baseline();
-    double level = ks.tracker.level();
-    a.magnitude = base > 0 ? level / base : 1.0;
-    a.confidence = ks.tracker.confidence();
-    double bytes = static_cast<double>(ks.bytes);
-    std::vector<double> counts;
-    counts.reserve(list.size());
-    for (const Sample& s : list) counts.push_back(s.count);
-    const double calls = median(std::move(counts));
-    a.evidence = {{"baseline_ms", base / 1e6},
-                  {"current_ms", level / 1e6},
-                  {"ratio", a.magnitude},
-                  {"bytes", bytes},
-                  {"baseline_gbps", base > 0 ? bytes * 8 / base : 0.0},
-                  {"current_gbps", level > 0 ? bytes * 8 / level : 0.0},
-                  {"compute_ratio", computeRatio},
-                  {"group_ranks", static_cast<double>(members.size())},
-                  {"noise_sigma", ks.tracker.relSigma()},
-                  {"calls_per_step", calls},
-                  {"added_ms_per_step", (level - base) * calls / 1e6}};
-    const char* scope = linkNamed         ? "link"
-                        : lv.fabric       ? "fabric"
-                        : slowEnd.empty() ? "group"
-                                          : "rank";
-    a.labels = {{"op", wire::collectiveOpName(static_cast<wire::CollectiveOp>(ks.op))},
-                {"group", ks.group},
-                {"scope", scope}};
-    if (lv.judged > 0) {
-      a.evidence["links_judged"] = static_cast<double>(lv.judged);
-      a.evidence["links_slowed"] = static_cast<double>(lv.ownSlowed);
-    }
-    std::string who;
-    if (linkNamed) {
-      const uint32_t s = static_cast<uint32_t>(lv.sender);
-      a.labels["culprit"] = rankWithNode(s);
-      a.labels["link"] = linkLabel(s, lv.peer);
-      a.evidence["culprit_rank"] = static_cast<double>(s);
-      a.evidence["peer_rank"] = static_cast<double>(lv.peer);
-      a.evidence["link_ratio"] = lv.own;
-      a.evidence["link_peer_ratio"] = lv.toPeers;
-      a.evidence["link_baseline_gbps"] = gbps(lv.perByteBefore);
-      a.evidence["link_current_gbps"] = gbps(lv.perByteSince);
-      who = "link " + a.labels["link"] + " (its in-flight time per byte " + formatRatio(lv.own) +
-            " its own, " + formatRatio(lv.toPeers) + " against its peers) in group " +
-            (ks.group.empty() ? "(default)" : ks.group);
-      ks.namedSender = lv.sender;
-      ks.namedPeer = lv.peer;
-      setCovered(ks.group, lv.sender, lv.peer, true);
-    } else if (lv.fabric) {
-      who = "group " + (ks.group.empty() ? "(default)" : ks.group) + " (" +
-            std::to_string(members.size()) + " ranks; " + std::to_string(lv.ownSlowed) + " of " +
-            std::to_string(lv.judged) + " links slower: the fabric)";
-    } else {
-      std::set<std::string> memberNodes;
-      for (uint32_t r : members) {
-        if (!nodeOf(r).empty()) memberNodes.insert(nodeOf(r));
-      }
-      if (culprit >= 0) {
-        const uint32_t cr = static_cast<uint32_t>(culprit);
-        a.labels["culprit"] = rankWithNode(cr);
-        a.evidence["culprit_rank"] = static_cast<double>(cr);
-        a.evidence["culprit_lag"] = culpritSkew;
-      }
-      if (p2p && members.size() == 2) {
-        // Culprit first when known.
-        const bool swap = culprit >= 0 && static_cast<uint32_t>(culprit) == members[1];
-        a.labels["link"] = "rank " + std::to_string(members[swap ? 1 : 0]) + " <-> rank " +
-                           std::to_string(members[swap ? 0 : 1]);
-      } else if (memberNodes.size() == 2) {
-        std::string first = *memberNodes.begin(), second = *memberNodes.rbegin();
-        if (culprit >= 0 && nodeOf(static_cast<uint32_t>(culprit)) == second) {
-          std::swap(first, second);
-        }
-        a.labels["link"] = first + " <-> " + second;
-      }
-      who = slowEnd.empty()
-                ? "group " + (ks.group.empty() ? "(default)" : ks.group) + " (" +
-                      std::to_string(members.size()) + " ranks)"
-                : "rank(s) " + rankSubject(slowEnd) + " (culprit " + a.labels["culprit"] + ")";
-    }
-    a.summary = std::string(a.labels["op"]) + " of " + std::to_string(ks.bytes) + " bytes on " +
-                who + " slowed " + formatRatio(a.magnitude) + " per call (" + formatMs(base) +
-                " -> " + formatMs(level) + ") from step " + std::to_string(a.onsetStep) +
-                " while compute stayed at " + formatRatio(computeRatio);
-    if (!linkNamed && a.labels.count("link")) a.summary += "; link " + a.labels["link"];
-    ks.anomaly = log_->open(std::move(a), key);
-    ks.open = true;
+SlowCommDetector::KeyState& SlowCommDetector::keyFor(const std::string& key,
+                                                     const wire::CollectiveTotal& c, int64_t step) {
+  auto it = keys_.find(key);
+  if (it == keys_.end()) {
+    it = keys_.emplace(key, KeyState(o_)).first;
+    it->second.op = c.op();
+    it->second.group = c.group();
+    it->second.bytes = c.bytes();
   }
-  if (step.step % 64 == 0 || keys_.size() > o_.maxKeysPerJob) evict(step.step);
+  it->second.lastSeenStep = step;
+  return it->second;
+}
+
+bool SlowCommDetector::takesSample(KeyState& ks, size_t participants, const AssembledStep& step) {
+  // The transfer time is the minimum over the participants; without some of them (a step
+  // judged while one agent's reports lagged) it is the time of one that waited for a
+  // missing one, which reads as a slower collective on the others. A step judged without
+  // some of the job's ranks is never sampled (an agent can lag for hundreds of steps); on a
+  // full step, fewer participants than before are taken as the group's size only once they
+  // have been the rule for a while (the group shrank).
+  if (step.partial()) return false;
+  if (participants < ks.participants && ++ks.fewerInARow < kShrinkAfterSteps) return false;
+  ks.participants = participants;
+  ks.fewerInARow = 0;
+  return true;
+}
+
+double SlowCommDetector::transferTime(KeyState& ks, const std::vector<CallSample>& list) const {
+  double transfer = list.front().perCall;
+  double lastArrival = list.front().arrival;
+  for (const CallSample& s : list) {
+    transfer = std::min(transfer, s.perCall);
+    lastArrival = std::max(lastArrival, s.arrival);
+  }
+  if (list.size() >= 2 && transfer > 0) {
+    std::vector<double> post;
+    post.reserve(list.size());
+    for (const CallSample& s : list) post.push_back(s.completion - lastArrival);
+    double medPost = median(post);
+    // A sorted flat map (binary search in one array, no node per rank); a rank's ring is
+    // made on its first sample.
+    const size_t w = static_cast<size_t>(std::max(1, o_.persistence.window));
+    for (size_t i = 0; i < list.size(); ++i) {
+      const uint32_t rank = list[i].rank;
+      auto at = std::lower_bound(ks.skewRanks.begin(), ks.skewRanks.end(), rank);
+      const auto pos = at - ks.skewRanks.begin();
+      if (at == ks.skewRanks.end() || *at != rank) {
+        ks.skewRanks.insert(at, rank);
+        ks.skew.insert(ks.skew.begin() + pos, Ring<float>(w));
+      }
+      ks.skew[static_cast<size_t>(pos)].push(static_cast<float>((post[i] - medPost) / transfer));
+    }
+  }
+  return transfer;
+}
+
+void SlowCommDetector::resolveKey(KeyState& ks, const AssembledStep& step) {
+  log_->resolve(ks.anomaly, ks.tracker.resolvedStep(), step.nowNs);
+  ks.open = false;
+  setCovered(ks.group, ks.namedSender, ks.namedPeer, false);
+  ks.namedSender = -1;
+}
+
+void SlowCommDetector::onKeyOpened(KeyState& ks, const std::string& key,
+                                   const std::vector<CallSample>& list, const AssembledStep& step) {
+  const double computeRatio = computeRatioSince(ks.tracker.onsetStep(), step.step);
+  if (computeRatio > 1.0 + o_.maxComputeRise) {
+    ks.tracker.forgetEpisode();
+    return;
+  }
+  // Per-link evidence first: it tells the slow link inside a ring, or a slow fabric.
+  const LinkGroup* lg = findGroup(ks.group);
+  const LinkVerdict lv = judgeKeyLinks(ks, lg, step.step);
+  const bool linkNamed = lv.sender >= 0 && !lv.fabric;
+  if (linkNamed) {
+    // The link's own anomaly, when already open, says it all; a second one would repeat it.
+    const auto& peers = lg->bySender[static_cast<size_t>(lv.sender)];
+    const bool alreadyOpen = std::any_of(peers.begin(), peers.end(), [&](const LinkState& ls) {
+      return ls.peer == lv.peer && ls.open;
+    });
+    if (alreadyOpen) return;  // the tracker stays active: no reopening until resolved
+  }
+
+  std::vector<uint32_t> members;
+  for (const CallSample& s : list) members.push_back(s.rank);
+  const SlowEnd end = linkNamed || lv.fabric ? SlowEnd{} : slowEnd(ks, step.step);
+  std::sort(members.begin(), members.end());
+  Anomaly a = keyAnomaly(ks, list, members.size(), computeRatio, step);
+  if (linkNamed) {
+    a.ranks = {static_cast<uint32_t>(lv.sender), lv.peer};
+  } else {
+    // A point-to-point link names both ends (the culprit in labels and first in the link);
+    // a group names its slow end(s), or every member when no end can be told.
+    a.ranks =
+        end.ranks.empty() || (isPointToPoint(ks.op) && members.size() == 2) ? members : end.ranks;
+  }
+  for (uint32_t r : a.ranks) {
+    if (!nodeOf(r).empty()) a.nodes.push_back(nodeOf(r));
+  }
+  const char* scope = linkNamed           ? "link"
+                      : lv.fabric         ? "fabric"
+                      : end.ranks.empty() ? "group"
+                                          : "rank";
+  a.labels = {{"op", wire::collectiveOpName(static_cast<wire::CollectiveOp>(ks.op))},
+              {"group", ks.group},
+              {"scope", scope}};
+  if (lv.judged > 0) {
+    a.evidence["links_judged"] = static_cast<double>(lv.judged);
+    a.evidence["links_slowed"] = static_cast<double>(lv.ownSlowed);
+  }
+  const std::string who = linkNamed   ? nameLink(ks, lv, &a)
+                          : lv.fabric ? nameFabric(ks, lv, members.size())
+                                      : nameSlowEnd(ks, members, end, &a);
+  a.summary = std::string(a.labels["op"]) + " of " + std::to_string(ks.bytes) + " bytes on " + who +
+              " slowed " + formatRatio(a.magnitude) + " per call (" +
+              formatMs(ks.tracker.baseline()) + " -> " + formatMs(ks.tracker.level()) +
+              ") from step " + std::to_string(a.onsetStep) + " while compute stayed at " +
+              formatRatio(computeRatio);
+  if (!linkNamed && a.labels.count("link")) a.summary += "; link " + a.labels["link"];
+  ks.anomaly = log_->open(std::move(a), key);
+  ks.open = true;
+}
+
+SlowCommDetector::LinkVerdict SlowCommDetector::judgeKeyLinks(const KeyState& ks,
+                                                              const LinkGroup* g,
+                                                              int64_t step) const {
+  // A ring goes at its slowest link, so the slow link rose about as much as the collective
+  // did: a small slowdown (judged over many steps by then) is looked for at half its size.
+  const double keyBase = ks.tracker.baseline();
+  const double keyRatio = keyBase > 0 ? ks.tracker.level() / keyBase : 1.0;
+  const double rise = std::clamp(0.5 * (keyRatio - 1.0), 0.01, o_.linkRise);
+  if (g == nullptr) return LinkVerdict{};
+  return judgeLinks(*g, ks.tracker.onsetStep(), step, rise);
+}
+
+SlowCommDetector::SlowEnd SlowCommDetector::slowEnd(const KeyState& ks, int64_t step) const {
+  // The slow end whose own completion lags its peers' the most (its own bandwidth fell
+  // against theirs; compute was checked before).
+  SlowEnd end;
+  const size_t since = stepsSince(ks.tracker.onsetStep(), step);
+  for (size_t k = 0; k < ks.skew.size(); ++k) {
+    const uint32_t rank = ks.skewRanks[k];
+    const Ring<float>& ring = ks.skew[k];
+    // Only the steps since the onset: a link that went bad lags from then on, and the
+    // healthy steps before would hide it.
+    if (ring.size() < since) continue;
+    const std::vector<float> latest = ring.latest(since);
+    const double skew = median(std::vector<double>(latest.begin(), latest.end()));
+    if (skew <= o_.rankSkew) continue;
+    end.ranks.push_back(rank);
+    if (end.culprit < 0 || skew > end.culpritSkew) {
+      end.culprit = rank;
+      end.culpritSkew = skew;
+    }
+  }
+  return end;
+}
+
+Anomaly SlowCommDetector::keyAnomaly(const KeyState& ks, const std::vector<CallSample>& list,
+                                     size_t members, double computeRatio,
+                                     const AssembledStep& step) const {
+  Anomaly a;
+  a.job = job_;
+  a.kind = AnomalyKind::kSlowComm;
+  a.onsetStep = ks.tracker.onsetStep();
+  a.detectedStep = step.step;
+  a.detectedNs = step.nowNs;
+  double base = ks.tracker.baseline();
+  double level = ks.tracker.level();
+  a.magnitude = base > 0 ? level / base : 1.0;
+  a.confidence = ks.tracker.confidence();
+  double bytes = static_cast<double>(ks.bytes);
+  std::vector<double> counts;
+  counts.reserve(list.size());
+  for (const CallSample& s : list) counts.push_back(s.count);
+  const double calls = median(std::move(counts));
+  a.evidence = {{"baseline_ms", base / 1e6},
+                {"current_ms", level / 1e6},
+                {"ratio", a.magnitude},
+                {"bytes", bytes},
+                {"baseline_gbps", base > 0 ? bytes * 8 / base : 0.0},
+                {"current_gbps", level > 0 ? bytes * 8 / level : 0.0},
+                {"compute_ratio", computeRatio},
+                {"group_ranks", static_cast<double>(members)},
+                {"noise_sigma", ks.tracker.relSigma()},
+                {"calls_per_step", calls},
+                {"added_ms_per_step", (level - base) * calls / 1e6}};
+  return a;
+}
+
+std::string SlowCommDetector::nameLink(KeyState& ks, const LinkVerdict& lv, Anomaly* a) {
+  const uint32_t s = static_cast<uint32_t>(lv.sender);
+  a->labels["culprit"] = rankWithNode(s);
+  a->labels["link"] = linkLabel(s, lv.peer);
+  a->evidence["culprit_rank"] = static_cast<double>(s);
+  a->evidence["peer_rank"] = static_cast<double>(lv.peer);
+  a->evidence["link_ratio"] = lv.own;
+  a->evidence["link_peer_ratio"] = lv.toPeers;
+  a->evidence["link_baseline_gbps"] = gbps(lv.perByteBefore);
+  a->evidence["link_current_gbps"] = gbps(lv.perByteSince);
+  ks.namedSender = lv.sender;
+  ks.namedPeer = lv.peer;
+  setCovered(ks.group, lv.sender, lv.peer, true);
+  return "link " + a->labels["link"] + " (its in-flight time per byte " + formatRatio(lv.own) +
+         " its own, " + formatRatio(lv.toPeers) + " against its peers) in group " +
+         groupName(ks.group);
+}
+
+std::string SlowCommDetector::nameFabric(const KeyState& ks, const LinkVerdict& lv,
+                                         size_t members) const {
+  return "group " + groupName(ks.group) + " (" + std::to_string(members) + " ranks; " +
+         std::to_string(lv.ownSlowed) + " of " + std::to_string(lv.judged) +
+         " links slower: the fabric)";
+}
+
+std::string SlowCommDetector::nameSlowEnd(const KeyState& ks, const std::vector<uint32_t>& members,
+                                          const SlowEnd& end, Anomaly* a) const {
+  std::set<std::string> memberNodes;
+  for (uint32_t r : members) {
+    if (!nodeOf(r).empty()) memberNodes.insert(nodeOf(r));
+  }
+  if (end.culprit >= 0) {
+    const uint32_t cr = static_cast<uint32_t>(end.culprit);
+    a->labels["culprit"] = rankWithNode(cr);
+    a->evidence["culprit_rank"] = static_cast<double>(cr);
+    a->evidence["culprit_lag"] = end.culpritSkew;
+  }
+  if (isPointToPoint(ks.op) && members.size() == 2) {
+    // Culprit first when known.
+    const bool swap = end.culprit >= 0 && static_cast<uint32_t>(end.culprit) == members[1];
+    a->labels["link"] = "rank " + std::to_string(members[swap ? 1 : 0]) + " <-> rank " +
+                        std::to_string(members[swap ? 0 : 1]);
+  } else if (memberNodes.size() == 2) {
+    std::string first = *memberNodes.begin(), second = *memberNodes.rbegin();
+    if (end.culprit >= 0 && nodeOf(static_cast<uint32_t>(end.culprit)) == second) {
+      std::swap(first, second);
+    }
+    a->labels["link"] = first + " <-> " + second;
+  }
+  return end.ranks.empty()
+             ? "group " + groupName(ks.group) + " (" + std::to_string(members.size()) + " ranks)"
+             : "rank(s) " + rankSubject(end.ranks) + " (culprit " + a->labels["culprit"] + ")";
 }
 
 }  // namespace trainscope::detect

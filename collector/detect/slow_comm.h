@@ -51,6 +51,8 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "collector/detect/events.h"
@@ -130,6 +132,50 @@ class SlowCommDetector {
     std::vector<Pending> batch;  // this step's samples (scratch)
     std::vector<float> scratch;  // for the median
   };
+
+  // One rank's totals of a collective key in a step, times on the collector clock.
+  struct CallSample {
+    uint32_t rank;
+    double perCall;  // ns per call
+    double count;    // calls
+    double arrival;
+    double completion;
+  };
+  // A key's samples in one step (grouped without building the string key per report).
+  struct KeySamples {
+    std::vector<CallSample> list;
+    const wire::CollectiveTotal* proto = nullptr;  // the first rank's total (op, group, bytes)
+  };
+  using StepKeys = std::map<std::tuple<int, std::string_view, uint64_t>, KeySamples>;
+  // Without link data, the ranks whose completion lags their peers' (see slowEnd).
+  struct SlowEnd {
+    std::vector<uint32_t> ranks;  // lagging by more than rankSkew
+    int64_t culprit = -1;         // the one lagging the most
+    double culpritSkew = 0.0;
+  };
+
+  // onStep, in order: node names, collective samples by key, one key at a time.
+  void rememberNodes(const AssembledStep& step);
+  static StepKeys collectivesByKey(const AssembledStep& step);
+  KeyState& keyFor(const std::string& key, const wire::CollectiveTotal& c, int64_t step);
+  // Whether this step's samples of the key are judged (see onStep: partial steps).
+  static bool takesSample(KeyState& ks, size_t participants, const AssembledStep& step);
+  // The key's transfer time (minimum per-call time); records each rank's completion lag.
+  double transferTime(KeyState& ks, const std::vector<CallSample>& list) const;
+  void resolveKey(KeyState& ks, const AssembledStep& step);
+  // The key's tracker opened: judge the links, name the slow link, fabric or end, and report.
+  void onKeyOpened(KeyState& ks, const std::string& key, const std::vector<CallSample>& list,
+                   const AssembledStep& step);
+  LinkVerdict judgeKeyLinks(const KeyState& ks, const LinkGroup* g, int64_t step) const;
+  SlowEnd slowEnd(const KeyState& ks, int64_t step) const;
+  // The anomaly's figures (ranks, labels and summary are the naming's).
+  Anomaly keyAnomaly(const KeyState& ks, const std::vector<CallSample>& list, size_t members,
+                     double computeRatio, const AssembledStep& step) const;
+  // Each names the anomaly's subject in its labels and evidence and returns the summary's "who".
+  std::string nameLink(KeyState& ks, const LinkVerdict& lv, Anomaly* a);
+  std::string nameFabric(const KeyState& ks, const LinkVerdict& lv, size_t members) const;
+  std::string nameSlowEnd(const KeyState& ks, const std::vector<uint32_t>& members,
+                          const SlowEnd& end, Anomaly* a) const;
 
   void observeLinks(const AssembledStep& step);
   LinkGroup* groupFor(const std::string& name, int64_t step);

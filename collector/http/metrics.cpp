@@ -44,28 +44,23 @@ std::vector<Row> recentRows(std::vector<Row> rows, int64_t nowNs, int64_t ageOut
 
 }  // namespace
 
-std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const MetricsLimits& limits) {
-  const int64_t windowSteps = limits.windowSteps;
-  MetricsText m;
-  std::string errors;
-  auto jobs = store.jobs();
-  if (!jobs) errors += "# store error (jobs): " + escapeHelpText(jobs.message()) + "\n";
-  size_t jobsAgedOut = 0;
-  size_t jobsOverCap = 0;
-  std::vector<storage::JobRow> jobRows =
-      recentRows(jobs ? std::move(*jobs) : std::vector<storage::JobRow>{}, nowNs, limits.ageOutNs,
-                 limits.maxJobs, &jobsAgedOut, &jobsOverCap);
+namespace {
 
-  // One steps query per job over its recent window; rows come ordered by (step, rank), so
-  // the last row seen for a rank is its latest step.
-  struct RankLatest {
-    storage::StepRow row;
-    std::vector<double> durations;  // seconds, over the window
-  };
-  std::map<std::string, std::map<uint32_t, RankLatest>> perJob;
-  // (job, op) -> {bytes moved, seconds spent} over each rank's latest step.
-  std::map<std::pair<std::string, std::string>, std::pair<double, double>> bandwidth;
-  ParallelMetrics parallel;  // bubble, overlap, MFU/HFU, all-to-all from the same detail rows
+// One job's ranks: each one's latest step row and its step times over the window.
+struct RankLatest {
+  storage::StepRow row;
+  std::vector<double> durations;  // seconds, over the window
+};
+using RanksByJob = std::map<std::string, std::map<uint32_t, RankLatest>>;
+// (job, op) -> {bytes moved, seconds spent} over each rank's latest step.
+using Bandwidth = std::map<std::pair<std::string, std::string>, std::pair<double, double>>;
+
+// One steps query per job over its recent window; rows come ordered by (step, rank), so the
+// last row seen for a rank is its latest step. The parallel figures (bubble, overlap, MFU/HFU,
+// all-to-all) come from the same detail rows. Store errors are added to `errors`.
+void readRecentSteps(storage::Store& store, const std::vector<storage::JobRow>& jobRows,
+                     int64_t windowSteps, RanksByJob* perJob, Bandwidth* bandwidth,
+                     ParallelMetrics* parallel, std::string* errors) {
   for (const auto& job : jobRows) {
     if (job.latestStep < 0) continue;
     storage::StepQuery q;
@@ -76,11 +71,11 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const Metri
               1024;
     auto rows = store.steps(q);
     if (!rows) {
-      errors += "# store error (steps of " + escapeHelpText(job.job) +
-                "): " + escapeHelpText(rows.message()) + "\n";
+      *errors += "# store error (steps of " + escapeHelpText(job.job) +
+                 "): " + escapeHelpText(rows.message()) + "\n";
       continue;
     }
-    auto& ranks = perJob[job.job];
+    auto& ranks = (*perJob)[job.job];
     for (auto& row : *rows) {
       auto& r = ranks[row.rank];
       r.durations.push_back(seconds(row.durationNs));
@@ -96,14 +91,16 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const Metri
     for (const auto& row : *detail) latest[row.rank] = &row;
     for (const auto& [rank, row] : latest) {
       for (const auto& c : row->collectives) {
-        auto& bw = bandwidth[{job.job, wire::collectiveOpName(c.op())}];
+        auto& bw = (*bandwidth)[{job.job, wire::collectiveOpName(c.op())}];
         bw.first += static_cast<double>(c.bytes()) * static_cast<double>(c.count());
         bw.second += seconds(c.total_ns());
       }
     }
-    errors += parallel.add(store, job.job, latest);
+    *errors += parallel->add(store, job.job, latest);
   }
+}
 
+void writeJobs(MetricsText& m, const std::vector<storage::JobRow>& jobRows, int64_t nowNs) {
   m.family("trainscope_job_world_size", "gauge", "Ranks the job was started with.");
   for (const auto& j : jobRows) m.sample({{"training_job", j.job}}, j.worldSize);
   m.family("trainscope_job_ranks_reporting", "gauge", "Ranks of the job that have reported.");
@@ -118,7 +115,9 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const Metri
   for (const auto& j : jobRows) {
     m.sample({{"training_job", j.job}}, std::max(0.0, seconds(nowNs - j.lastSeenNs)));
   }
+}
 
+void writeRanks(MetricsText& m, const RanksByJob& perJob, int64_t windowSteps) {
   auto perRank = [&](const std::string& name, const std::string& help, auto value) {
     m.family(name, "gauge", help);
     for (const auto& [job, ranks] : perJob) {
@@ -148,7 +147,9 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const Metri
                   r.durations);
     }
   }
+}
 
+void writeBandwidth(MetricsText& m, const Bandwidth& bandwidth) {
   m.family("trainscope_collective_bandwidth_bytes_per_second", "gauge",
            "Algorithm bandwidth per collective op over each rank's latest step: bytes moved / "
            "time in the collective, summed over ranks.");
@@ -156,8 +157,10 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const Metri
     if (bw.second > 0)
       m.sample({{"training_job", key.first}, {"op", key.second}}, bw.first / bw.second);
   }
-  parallel.write(m);
+}
 
+void writeOpenAnomalies(MetricsText& m, storage::Store& store,
+                        const std::vector<storage::JobRow>& jobRows) {
   // Open anomalies by kind; a store without anomaly support refuses and the family stays empty.
   m.family("trainscope_anomalies_open", "gauge", "Anomalies currently open, by job and kind.");
   for (const auto& j : jobRows) {
@@ -169,14 +172,9 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const Metri
     }
     for (const auto& [kind, n] : open) m.sample({{"training_job", j.job}, {"kind", kind}}, n);
   }
+}
 
-  auto nodes = store.nodes();
-  if (!nodes) errors += "# store error (nodes): " + escapeHelpText(nodes.message()) + "\n";
-  size_t nodesAgedOut = 0;
-  size_t nodesOverCap = 0;
-  std::vector<storage::NodeRow> nodeRows =
-      recentRows(nodes ? std::move(*nodes) : std::vector<storage::NodeRow>{}, nowNs,
-                 limits.ageOutNs, limits.maxNodes, &nodesAgedOut, &nodesOverCap);
+void writeNodes(MetricsText& m, const std::vector<storage::NodeRow>& nodeRows, int64_t nowNs) {
   m.family("trainscope_agent_last_seen_age_seconds", "gauge",
            "Seconds since the node's agent was last heard from (collector clock).");
   for (const auto& n : nodeRows) {
@@ -206,8 +204,9 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const Metri
   for (const auto& n : nodeRows) {
     if (n.latestHost) m.sample({{"node", n.node}}, n.latestHost->load1());
   }
+}
 
-  storage::StoreStats st = store.stats();
+void writeStorage(MetricsText& m, const storage::StoreStats& st) {
   m.family("trainscope_storage_size_bytes", "gauge", "Database and WAL size on disk.");
   m.sample({}, static_cast<double>(st.bytesOnDisk));
   m.family("trainscope_storage_step_rows", "gauge", "Step rows stored.");
@@ -217,13 +216,55 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const Metri
   m.sample({}, static_cast<double>(st.duplicateSteps));
   m.family("trainscope_storage_transactions_total", "counter", "Storage transactions committed.");
   m.sample({}, static_cast<double>(st.transactions));
+}
+
+// Rows left out of the page by the age-out time and the cap (recentRows).
+struct Omitted {
+  size_t agedOut = 0;
+  size_t overCap = 0;
+};
+
+void writeOmitted(MetricsText& m, const Omitted& jobs, const Omitted& nodes) {
   m.family("trainscope_metrics_omitted", "gauge",
            "Jobs and nodes left out of this page: not heard from within the age-out time "
            "(reason aged_out) or past the cap on how many are shown (reason cap).");
-  m.sample({{"kind", "job"}, {"reason", "aged_out"}}, static_cast<double>(jobsAgedOut));
-  m.sample({{"kind", "job"}, {"reason", "cap"}}, static_cast<double>(jobsOverCap));
-  m.sample({{"kind", "node"}, {"reason", "aged_out"}}, static_cast<double>(nodesAgedOut));
-  m.sample({{"kind", "node"}, {"reason", "cap"}}, static_cast<double>(nodesOverCap));
+  m.sample({{"kind", "job"}, {"reason", "aged_out"}}, static_cast<double>(jobs.agedOut));
+  m.sample({{"kind", "job"}, {"reason", "cap"}}, static_cast<double>(jobs.overCap));
+  m.sample({{"kind", "node"}, {"reason", "aged_out"}}, static_cast<double>(nodes.agedOut));
+  m.sample({{"kind", "node"}, {"reason", "cap"}}, static_cast<double>(nodes.overCap));
+}
+
+}  // namespace
+
+std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const MetricsLimits& limits) {
+  MetricsText m;
+  std::string errors;
+  auto jobs = store.jobs();
+  if (!jobs) errors += "# store error (jobs): " + escapeHelpText(jobs.message()) + "\n";
+  Omitted jobsOmitted;
+  const std::vector<storage::JobRow> jobRows =
+      recentRows(jobs ? std::move(*jobs) : std::vector<storage::JobRow>{}, nowNs, limits.ageOutNs,
+                 limits.maxJobs, &jobsOmitted.agedOut, &jobsOmitted.overCap);
+  RanksByJob perJob;
+  Bandwidth bandwidth;
+  ParallelMetrics parallel;
+  readRecentSteps(store, jobRows, limits.windowSteps, &perJob, &bandwidth, &parallel, &errors);
+
+  writeJobs(m, jobRows, nowNs);
+  writeRanks(m, perJob, limits.windowSteps);
+  writeBandwidth(m, bandwidth);
+  parallel.write(m);
+  writeOpenAnomalies(m, store, jobRows);
+
+  auto nodes = store.nodes();
+  if (!nodes) errors += "# store error (nodes): " + escapeHelpText(nodes.message()) + "\n";
+  Omitted nodesOmitted;
+  const std::vector<storage::NodeRow> nodeRows =
+      recentRows(nodes ? std::move(*nodes) : std::vector<storage::NodeRow>{}, nowNs,
+                 limits.ageOutNs, limits.maxNodes, &nodesOmitted.agedOut, &nodesOmitted.overCap);
+  writeNodes(m, nodeRows, nowNs);
+  writeStorage(m, store.stats());
+  writeOmitted(m, jobsOmitted, nodesOmitted);
   m.raw(errors);
   return m.text();
 }
