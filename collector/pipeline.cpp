@@ -82,7 +82,7 @@ void DetectPipeline::takeCommitted(storage::WriteBatch& batch) {
 
 template <class Batch>
 void DetectPipeline::committed(Batch& batch) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   const int64_t now = batch.receivedNs != 0 ? batch.receivedNs : clock_.nowNs();
   if (jobs_.size() > options_.detect.maxJobs) jobs_.clear();  // rebuilt from the store
 
@@ -154,7 +154,7 @@ void DetectPipeline::committed(Batch& batch) {
 }
 
 void DetectPipeline::tick() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   const int64_t now = clock_.nowNs();
   feedProgressLocked();
   detectors_.tick(now);
@@ -162,7 +162,7 @@ void DetectPipeline::tick() {
 }
 
 void DetectPipeline::onRankProgress(const ingest::RankProgressUpdate& update) {
-  std::lock_guard lock(progressMu_);
+  MutexLock lock(&progressMu_);
   auto key = std::make_pair(update.job, update.rank);
   auto it = progressInbox_.find(key);
   if (it != progressInbox_.end()) {
@@ -175,7 +175,7 @@ void DetectPipeline::onRankProgress(const ingest::RankProgressUpdate& update) {
 void DetectPipeline::feedProgressLocked() {
   std::map<std::pair<std::string, uint32_t>, ingest::RankProgressUpdate> inbox;
   {
-    std::lock_guard lock(progressMu_);
+    MutexLock lock(&progressMu_);
     inbox.swap(progressInbox_);
   }
   for (const auto& [key, u] : inbox) {
@@ -304,12 +304,12 @@ void DetectPipeline::flushLocked() {
 }
 
 PipelineStats DetectPipeline::stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
 detect::DetectStats DetectPipeline::detectStats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return detectors_.stats();
 }
 

@@ -22,6 +22,7 @@
 #include "collector/ingest/ingest.h"
 #include "collector/storage/store.h"
 #include "common/clock.h"
+#include "common/thread_annotations.h"
 
 namespace trainscope::collector {
 
@@ -98,31 +99,32 @@ class DetectPipeline {
   // onCommitted and takeCommitted: Batch is const or not, and the reports copied or moved.
   template <class Batch>
   void committed(Batch& batch);
-  void lookupJobLocked(const std::string& job, JobContext& ctx, int64_t nowNs);
+  void lookupJobLocked(const std::string& job, JobContext& ctx, int64_t nowNs) REQUIRES(mu_);
   // Derives the job's layout from ctx.groups and hands it to the detectors.
-  void topologyLocked(const std::string& job, const JobContext& ctx);
-  int64_t offsetLocked(const std::string& node, int64_t nowNs);
-  void noteRejectLocked(const Status& status, int64_t nowNs);
-  void flushLocked();
-  void feedProgressLocked();
+  void topologyLocked(const std::string& job, const JobContext& ctx) REQUIRES(mu_);
+  int64_t offsetLocked(const std::string& node, int64_t nowNs) REQUIRES(mu_);
+  void noteRejectLocked(const Status& status, int64_t nowNs) REQUIRES(mu_);
+  void flushLocked() REQUIRES(mu_);
+  void feedProgressLocked() REQUIRES(mu_) EXCLUDES(progressMu_);
 
   PipelineOptions options_;
   storage::Store& store_;
   const Clock& clock_;
 
-  mutable std::mutex mu_;
-  detect::DetectorSet detectors_;                    // guarded by mu_
-  std::map<std::string, JobContext> jobs_;           // guarded by mu_
-  std::map<std::string, int64_t> offsets_;           // guarded by mu_; node -> clock offset
-  int64_t lastNodeLookupNs_ = 0;                     // guarded by mu_
-  std::set<std::pair<std::string, uint32_t>> gone_;  // guarded by mu_; rankGone already sent
-  std::vector<storage::AnomalyRow> pending_;         // guarded by mu_; rows the store refused
-  int64_t lastRejectLogNs_ = 0;                      // guarded by mu_
-  uint64_t rejectsUnlogged_ = 0;                     // guarded by mu_
-  PipelineStats stats_;                              // guarded by mu_
+  mutable Mutex mu_;
+  detect::DetectorSet detectors_ GUARDED_BY(mu_);
+  std::map<std::string, JobContext> jobs_ GUARDED_BY(mu_);
+  std::map<std::string, int64_t> offsets_ GUARDED_BY(mu_);  // node -> clock offset
+  int64_t lastNodeLookupNs_ GUARDED_BY(mu_) = 0;
+  std::set<std::pair<std::string, uint32_t>> gone_ GUARDED_BY(mu_);  // rankGone already sent
+  std::vector<storage::AnomalyRow> pending_ GUARDED_BY(mu_);         // rows the store refused
+  int64_t lastRejectLogNs_ GUARDED_BY(mu_) = 0;
+  uint64_t rejectsUnlogged_ GUARDED_BY(mu_) = 0;
+  PipelineStats stats_ GUARDED_BY(mu_);
   // Latest progress per (job, rank) not yet fed; bounded by kMaxProgressInbox.
-  std::mutex progressMu_;
-  std::map<std::pair<std::string, uint32_t>, ingest::RankProgressUpdate> progressInbox_;
+  Mutex progressMu_;
+  std::map<std::pair<std::string, uint32_t>, ingest::RankProgressUpdate> progressInbox_
+      GUARDED_BY(progressMu_);
 };
 
 }  // namespace trainscope::collector

@@ -229,7 +229,7 @@ void CaptureManager::recover() {
     logError(kComponent, "reading captures left running: " + rows.message());
     return;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& row : *rows) {
     if (row.state != "running") continue;
     Active a;
@@ -297,7 +297,7 @@ Result<storage::CaptureRow> CaptureManager::start(const std::string& job,
                          "cannot create " + directory(row.id) + ": " + ec.message());
   }
 
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (Status s = overlapLocked(row); !s) return s;
   row.summary = captureSummary(row);
   if (Status s = store_.writeCapture(row); !s)
@@ -429,7 +429,7 @@ std::optional<std::string> CaptureManager::startForAnomaly(const storage::Anomal
   if (options_.autoIntervalNs <= 0 || anomaly.state != "open") return std::nullopt;
   const int64_t now = clock_.nowNs();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = lastAuto_.find(anomaly.job);
     if (it != lastAuto_.end() && now - it->second < options_.autoIntervalNs) {
       ++stats_.autoSkipped;
@@ -454,7 +454,7 @@ std::optional<std::string> CaptureManager::startForAnomaly(const storage::Anomal
   // can record nothing: a capture would only fail.
   if (!named.empty() &&
       std::all_of(named.begin(), named.end(), [&](uint32_t r) { return ended.count(r) > 0; })) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     ++stats_.autoSkipped;
     return std::nullopt;
   }
@@ -466,7 +466,7 @@ std::optional<std::string> CaptureManager::startForAnomaly(const storage::Anomal
     }
   }
   if (named.empty()) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     ++stats_.autoSkipped;
     return std::nullopt;
   }
@@ -477,7 +477,7 @@ std::optional<std::string> CaptureManager::startForAnomaly(const storage::Anomal
   req.history = options_.autoHistory;
   req.reason = "anomaly " + anomaly.id + ": " + anomaly.kind;
   auto started = start(anomaly.job, req, anomaly.id, "anomaly");
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!started) {
     ++stats_.autoSkipped;
     logWarn(kComponent,
@@ -492,7 +492,7 @@ Result<storage::CaptureRow> CaptureManager::adoptImport(const storage::CaptureRo
   if (!safeId(row.id) || row.kind != "import") {
     return Result<storage::CaptureRow>::error("capture id '" + row.id + "' is not an import's");
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Active a;
   a.row = row;
   a.row.summary = captureSummary(a.row);
@@ -507,7 +507,7 @@ Result<storage::CaptureRow> CaptureManager::adoptImport(const storage::CaptureRo
 
 void CaptureManager::onCommandItem(const std::string& node, const wire::Envelope& item) {
   (void)node;  // statuses and chunks name their capture and rank
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (item.has_command_status()) onStatusLocked(item.command_status());
   if (item.has_file_chunk()) onChunkLocked(item.file_chunk());
 }
@@ -624,7 +624,7 @@ void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
 
 void CaptureManager::onCommitted(const storage::WriteBatch& batch) {
   if (batch.goodbyes.empty() && batch.hosts.empty()) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (active_.empty()) return;
   // Only ranks that have not begun their upload fail: an uploading rank's file is on its way.
   auto stillWaiting = [](const storage::CaptureRankRow& r) {
@@ -662,7 +662,7 @@ void CaptureManager::onCommitted(const storage::WriteBatch& batch) {
 void CaptureManager::tick(int64_t nowNs) {
   std::vector<storage::CaptureRow> ready;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (auto it = active_.begin(); it != active_.end();) {
       Active& a = it->second;
       if (a.merging) {
@@ -738,7 +738,7 @@ void CaptureManager::tick(int64_t nowNs) {
       logError(kComponent, "capture " + row.id + ": merge failed: " + merged.message());
       for (const auto& f : files) failures[f.rank] = "merge failed: " + merged.message();
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = active_.find(row.id);
     if (it == active_.end()) continue;
     finalizeLocked(it->second, failures, bytes);
@@ -767,7 +767,7 @@ Result<std::unique_ptr<ByteSource>> CaptureManager::openFile(const std::string& 
 }
 
 CaptureStats CaptureManager::stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 

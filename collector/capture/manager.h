@@ -24,6 +24,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "schema/wire.h"
 
 namespace trainscope::capture {
@@ -155,18 +156,19 @@ class CaptureManager {
   Status scheduleTrace(const CaptureRequest& request, const JobRanks& ranks, int64_t nowNs,
                        storage::CaptureRow* row);
   // kConflict when a running capture of the job holds one of the row's ranks.
-  Status overlapLocked(const storage::CaptureRow& row) const;
+  Status overlapLocked(const storage::CaptureRow& row) const REQUIRES(mu_);
   // One command per agent, naming that agent's selected ranks; the ranks of an agent it cannot
   // reach fail. Returns whether any rank failed.
-  bool sendCommandsLocked(Active& a);
+  bool sendCommandsLocked(Active& a) REQUIRES(mu_);
 
   storage::CaptureRankRow* rankOf(Active& a, uint32_t rank);
-  void failRankLocked(Active& a, storage::CaptureRankRow& r, const std::string& detail);
-  void persistLocked(storage::CaptureRow& row);
+  void failRankLocked(Active& a, storage::CaptureRankRow& r, const std::string& detail)
+      REQUIRES(mu_);
+  void persistLocked(storage::CaptureRow& row) REQUIRES(mu_);
   void finalizeLocked(Active& a, const std::map<uint32_t, std::string>& failures,
-                      std::optional<uint64_t> traceBytes);
-  void onStatusLocked(const wire::CommandStatus& status);
-  void onChunkLocked(const wire::FileChunk& chunk);
+                      std::optional<uint64_t> traceBytes) REQUIRES(mu_);
+  void onStatusLocked(const wire::CommandStatus& status) REQUIRES(mu_);
+  void onChunkLocked(const wire::FileChunk& chunk) REQUIRES(mu_);
   // Median step time over the job's steps before `latest` (its highest stored step; -1: none).
   int64_t medianStepNs(const std::string& job, int64_t latest);
   nlohmann::json describe(const storage::CaptureRow& row) const;
@@ -176,10 +178,10 @@ class CaptureManager {
   const Clock& clock_;
   CommandSink sink_;
 
-  mutable std::mutex mu_;
-  std::map<std::string, Active> active_;     // guarded by mu_; running captures by id
-  std::map<std::string, int64_t> lastAuto_;  // guarded by mu_; job -> last automatic start
-  CaptureStats stats_;                       // guarded by mu_
+  mutable Mutex mu_;
+  std::map<std::string, Active> active_ GUARDED_BY(mu_);     // running captures by id
+  std::map<std::string, int64_t> lastAuto_ GUARDED_BY(mu_);  // job -> last automatic start
+  CaptureStats stats_ GUARDED_BY(mu_);
   RateLimitedLog storeLog_{std::chrono::seconds(10)};
 };
 

@@ -175,7 +175,7 @@ ImportReply ImportReceiver::begin(const std::string& job, std::string_view body)
     }
   }
   const int64_t now = clock_.nowNs();
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   expireLocked(now);
   s.id = timedId("imp", now);
   s.touchedNs = now;
@@ -196,7 +196,7 @@ ImportReply ImportReceiver::put(const std::string& id, const std::string& name, 
                 "file name '" + name + "': must be steps.pb or rank-<R>.json.gz");
   }
   const uint64_t limit = name == kStepsFile ? options_.maxStepsBytes : options_.maxTimelineBytes;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   expireLocked(clock_.nowNs());
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return fail(StatusCode::kNotFound, "no import session '" + id + "'");
@@ -234,7 +234,7 @@ ImportReply ImportReceiver::put(const std::string& id, const std::string& name, 
 }
 
 ImportReply ImportReceiver::abort(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return fail(StatusCode::kNotFound, "no import session '" + id + "'");
   dropLocked(id);
@@ -243,12 +243,12 @@ ImportReply ImportReceiver::abort(const std::string& id) {
 }
 
 ImportStats ImportReceiver::stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
 ImportReply ImportReceiver::commit(const std::string& id, std::string_view body) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   expireLocked(clock_.nowNs());
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return fail(StatusCode::kNotFound, "no import session '" + id + "'");

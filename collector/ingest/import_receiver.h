@@ -24,6 +24,7 @@
 #include "collector/storage/store.h"
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace trainscope::ingest {
 
@@ -104,17 +105,17 @@ class ImportReceiver {
     std::map<std::string, FileState> files;
   };
 
-  ImportReply commitLocked(Session& s, std::string_view body);
-  void expireLocked(int64_t nowNs);
-  void dropLocked(const std::string& id);
+  ImportReply commitLocked(Session& s, std::string_view body) REQUIRES(mu_);
+  void expireLocked(int64_t nowNs) REQUIRES(mu_);
+  void dropLocked(const std::string& id) REQUIRES(mu_);
   std::string directory(const std::string& id) const;
 
   ImportReceiverOptions options_;
   storage::Store& store_;
   const Clock& clock_;
-  mutable std::mutex mu_;
-  std::map<std::string, Session> sessions_;  // guarded by mu_
-  ImportStats stats_;                        // guarded by mu_
+  mutable Mutex mu_;
+  std::map<std::string, Session> sessions_ GUARDED_BY(mu_);
+  ImportStats stats_ GUARDED_BY(mu_);
 };
 
 }  // namespace trainscope::ingest
