@@ -5,53 +5,15 @@
 #include <utility>
 
 #include <sqlite3.h>
-#include <nlohmann/json.hpp>
 
 #include "collector/storage/sqlite_internal.h"
+#include "collector/storage/store_rows.h"
 #include "common/clock.h"
 
 namespace trainscope::storage {
 namespace {
 
 using namespace internal;  // NOLINT(google-build-using-namespace): this folder's own helpers
-
-// JSON text of an anomaly's lists and maps. Non-finite evidence becomes null (JSON has no NaN)
-// and is left out again when read back.
-std::string jsonText(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-Status parseAnomalyJson(sqlite3_stmt* s, AnomalyRow* row) {
-  auto parse = [&](int col, const char* what) -> Result<nlohmann::json> {
-    auto j = nlohmann::json::parse(columnText(s, col), nullptr, false);
-    if (j.is_discarded()) {
-      return Result<nlohmann::json>::error("storage: anomaly " + row->id + ": " + what +
-                                           " is not JSON");
-    }
-    return j;
-  };
-  auto ranks = parse(3, "ranks");
-  if (!ranks) return ranks.status();
-  auto nodes = parse(4, "nodes");
-  if (!nodes) return nodes.status();
-  auto evidence = parse(10, "evidence");
-  if (!evidence) return evidence.status();
-  auto labels = parse(11, "labels");
-  if (!labels) return labels.status();
-  for (const auto& r : *ranks) {
-    if (r.is_number_unsigned()) row->ranks.push_back(r.get<uint32_t>());
-  }
-  for (const auto& n : *nodes) {
-    if (n.is_string()) row->nodes.push_back(n.get<std::string>());
-  }
-  for (const auto& [k, v] : evidence->items()) {
-    if (v.is_number()) row->evidence[k] = v.get<double>();
-  }
-  for (const auto& [k, v] : labels->items()) {
-    if (v.is_string()) row->labels[k] = v.get<std::string>();
-  }
-  return Status::ok();
-}
 
 }  // namespace
 
@@ -63,36 +25,22 @@ Status SqliteStore::writeAnomalies(const std::vector<AnomalyRow>& rows) {
   Status st;
   auto* s = stmts_[kUpsertAnomaly];
   for (const auto& row : rows) {
-    if (row.id.empty() || row.job.empty() || row.kind.empty()) {
-      st = Status::error("storage: anomaly without " +
-                         std::string(row.id.empty()    ? "id"
-                                     : row.job.empty() ? "job"
-                                                       : "kind") +
-                         (row.id.empty() ? std::string() : " (id " + row.id + ")"));
-      break;
-    }
-    if (row.state != "open" && row.state != "resolved") {
-      st = Status::error("storage: anomaly " + row.id + ": state must be open or resolved, got '" +
-                         row.state + "'");
-      break;
-    }
+    st = checkAnomaly(row);
+    if (!st) break;
     const bool resolved = row.state == "resolved";
-    const std::string ranks = jsonText(nlohmann::json(row.ranks));
-    const std::string nodes = jsonText(nlohmann::json(row.nodes));
-    const std::string evidence = jsonText(nlohmann::json(row.evidence));
-    const std::string labels = jsonText(nlohmann::json(row.labels));
+    const AnomalyJson text = anomalyJson(row);
     bindText(s, 1, row.id);
     bindText(s, 2, row.job);
     bindText(s, 3, row.kind);
-    bindText(s, 4, ranks);
-    bindText(s, 5, nodes);
+    bindText(s, 4, text.ranks);
+    bindText(s, 5, text.nodes);
     sqlite3_bind_int64(s, 6, row.onsetStep);
     sqlite3_bind_int64(s, 7, row.detectedStep);
     sqlite3_bind_int64(s, 8, row.detectedNs);
     sqlite3_bind_double(s, 9, row.magnitude);
     sqlite3_bind_double(s, 10, row.confidence);
-    bindText(s, 11, evidence);
-    bindText(s, 12, labels);
+    bindText(s, 11, text.evidence);
+    bindText(s, 12, text.labels);
     bindText(s, 13, row.state);
     if (resolved) {
       sqlite3_bind_int64(s, 14, row.resolvedStep);
@@ -146,7 +94,11 @@ Result<std::vector<AnomalyRow>> SqliteStore::queryAnomalies(const std::string& w
     row.id = columnText(s, 0);
     row.job = columnText(s, 1);
     row.kind = columnText(s, 2);
-    if (auto st = parseAnomalyJson(s, &row); !st) return st;
+    if (auto st = parseAnomalyJson(
+            {columnText(s, 3), columnText(s, 4), columnText(s, 10), columnText(s, 11)}, &row);
+        !st) {
+      return st;
+    }
     row.onsetStep = sqlite3_column_int64(s, 5);
     row.detectedStep = sqlite3_column_int64(s, 6);
     row.detectedNs = sqlite3_column_int64(s, 7);

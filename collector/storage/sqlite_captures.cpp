@@ -5,48 +5,19 @@
 #include <utility>
 
 #include <sqlite3.h>
-#include <nlohmann/json.hpp>
 
-#include "collector/storage/capture_json.h"
 #include "collector/storage/sqlite_internal.h"
+#include "collector/storage/store_rows.h"
 #include "common/clock.h"
 
 namespace trainscope::storage {
 namespace {
 
 using namespace internal;  // NOLINT(google-build-using-namespace): this folder's own helpers
-using nlohmann::json;
 
 constexpr const char* kColumns =
     "id, job, kind, state, reason, anomaly_id, ranks, start_step, steps, history, max_bytes,"
     " created_ns, updated_ns, finished_ns, deadline_ns, trace_bytes, summary, rank_status";
-
-std::string rankStatusText(const std::vector<CaptureRankRow>& ranks) {
-  return rankStatusJson(ranks).dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-Status parseRankStatus(const std::string& id, const std::string& text,
-                       std::vector<CaptureRankRow>* out) {
-  auto list = json::parse(text, nullptr, false);
-  if (list.is_discarded() || !list.is_array()) {
-    return Status::error("storage: capture " + id + ": rank_status is not a JSON list");
-  }
-  for (const auto& j : list) {
-    if (!j.is_object()) continue;
-    CaptureRankRow r;
-    r.rank = j.value("rank", 0u);
-    r.node = j.value("node", std::string());
-    r.state = j.value("state", std::string("pending"));
-    r.detail = j.value("detail", std::string());
-    r.bytes = j.value("bytes", uint64_t{0});
-    r.truncated = j.value("truncated", false);
-    r.firstStep = j.value("first_step", int64_t{-1});
-    r.lastStep = j.value("last_step", int64_t{-1});
-    r.updatedNs = j.value("updated_ns", int64_t{0});
-    out->push_back(std::move(r));
-  }
-  return Status::ok();
-}
 
 Result<CaptureRow> readRow(sqlite3_stmt* s) {
   CaptureRow row;
@@ -56,13 +27,7 @@ Result<CaptureRow> readRow(sqlite3_stmt* s) {
   row.state = columnText(s, 3);
   row.reason = columnText(s, 4);
   if (sqlite3_column_type(s, 5) != SQLITE_NULL) row.anomalyId = columnText(s, 5);
-  auto ranks = json::parse(columnText(s, 6), nullptr, false);
-  if (ranks.is_discarded() || !ranks.is_array()) {
-    return Result<CaptureRow>::error("storage: capture " + row.id + ": ranks is not a JSON list");
-  }
-  for (const auto& r : ranks) {
-    if (r.is_number_unsigned()) row.ranks.push_back(r.get<uint32_t>());
-  }
+  if (auto st = parseCaptureRanks(columnText(s, 6), &row); !st) return st;
   row.startStep = sqlite3_column_int64(s, 7);
   row.steps = static_cast<uint32_t>(sqlite3_column_int64(s, 8));
   row.history = static_cast<uint32_t>(sqlite3_column_int64(s, 9));
@@ -75,28 +40,15 @@ Result<CaptureRow> readRow(sqlite3_stmt* s) {
     row.traceBytes = static_cast<uint64_t>(sqlite3_column_int64(s, 15));
   }
   row.summary = columnText(s, 16);
-  if (auto st = parseRankStatus(row.id, columnText(s, 17), &row.rankStatus); !st) return st;
+  if (auto st = parseRankStatus(columnText(s, 17), &row); !st) return st;
   return row;
 }
 
 }  // namespace
 
 Status SqliteStore::writeCapture(const CaptureRow& row) {
-  if (row.id.empty() || row.job.empty()) {
-    return Status::error(std::string("storage: capture without ") +
-                         (row.id.empty() ? "id" : "job (id " + row.id + ")"));
-  }
-  if (row.kind != "trace" && row.kind != "stacks" && row.kind != "import") {
-    return Status::error("storage: capture " + row.id +
-                         ": kind must be trace, stacks or import, got '" + row.kind + "'");
-  }
-  if (row.state != "running" && row.state != "complete" && row.state != "partial" &&
-      row.state != "failed") {
-    return Status::error("storage: capture " + row.id +
-                         ": state must be running, complete, partial or failed, got '" + row.state +
-                         "'");
-  }
-  const std::string ranks = json(row.ranks).dump(-1, ' ', false, json::error_handler_t::replace);
+  if (auto st = checkCapture(row); !st) return st;
+  const std::string ranks = captureRanksText(row);
   const std::string rankStatus = rankStatusText(row.rankStatus);
   std::lock_guard lock(writeMu_);
   auto* s = stmts_[kUpsertCapture];
@@ -174,22 +126,6 @@ Result<std::vector<CaptureRow>> SqliteStore::captures(const std::string& job) {
 
 Result<std::vector<CaptureRow>> SqliteStore::capturesSince(int64_t sinceNs) {
   return queryCaptures("updated_ns >= ?1", nullptr, sinceNs, "updated_ns, id");
-}
-
-json rankStatusJson(const std::vector<CaptureRankRow>& ranks) {
-  json list = json::array();
-  for (const auto& r : ranks) {
-    list.push_back(json{{"rank", r.rank},
-                        {"node", r.node},
-                        {"state", r.state},
-                        {"detail", r.detail},
-                        {"bytes", r.bytes},
-                        {"truncated", r.truncated},
-                        {"first_step", r.firstStep},
-                        {"last_step", r.lastStep},
-                        {"updated_ns", r.updatedNs}});
-  }
-  return list;
 }
 
 }  // namespace trainscope::storage

@@ -19,6 +19,7 @@
 #include <sqlite3.h>
 
 #include "collector/storage/sqlite_internal.h"
+#include "collector/storage/store_rows.h"
 
 namespace trainscope::storage {
 namespace {
@@ -32,27 +33,6 @@ uint64_t fileSize(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return 0;
   return static_cast<uint64_t>(st.st_size);
-}
-
-// Summarizes one step from its (duration, rank) pairs; sorts `durations`.
-StepSummaryRow summarizeStep(int64_t step, std::vector<std::pair<int64_t, uint32_t>>& durations) {
-  StepSummaryRow row;
-  row.step = step;
-  row.ranks = static_cast<uint32_t>(durations.size());
-  std::sort(durations.begin(), durations.end());
-  row.minNs = durations.front().first;
-  size_t n = durations.size();
-  // Even counts take the mean of the two middle values.
-  row.medianNs = n % 2 == 1 ? durations[n / 2].first
-                            : durations[n / 2 - 1].first +
-                                  (durations[n / 2].first - durations[n / 2 - 1].first) / 2;
-  int64_t maxNs = durations.back().first;
-  row.maxNs = maxNs;
-  // The slowest rank; on a tie the lowest rank number, so the answer is stable.
-  auto first =
-      std::lower_bound(durations.begin(), durations.end(), std::make_pair(maxNs, uint32_t{0}));
-  row.slowestRank = first->second;
-  return row;
 }
 
 // Reads a job's rows in steps_key order (job, step, rank) and stops after `limit` whole steps,
@@ -411,23 +391,9 @@ Result<std::vector<StepRow>> SqliteStore::steps(const StepQuery& query) {
     row.records = static_cast<uint64_t>(sqlite3_column_int64(s, 9));
     row.dropped = static_cast<uint64_t>(sqlite3_column_int64(s, 10));
     if (query.detail && sqlite3_column_type(s, 11) == SQLITE_BLOB) {
-      wire::StepReport detail;
-      if (!detail.ParseFromArray(sqlite3_column_blob(s, 11), sqlite3_column_bytes(s, 11))) {
-        return R::error("storage: step detail of job " + query.job + " rank " +
-                        std::to_string(row.rank) + " step " + std::to_string(row.step) +
-                        " is corrupt");
-      }
-      row.ops.assign(detail.ops().begin(), detail.ops().end());
-      row.collectives.assign(detail.collectives().begin(), detail.collectives().end());
-      row.p2p.assign(detail.p2p().begin(), detail.p2p().end());
-      row.p2pNs = detail.p2p_ns();
-      row.bubbleNs = detail.bubble_ns();
-      row.collectiveNs = detail.collective_ns();
-      row.exposedCollectiveNs = detail.exposed_collective_ns();
-      row.allToAllNs = detail.all_to_all_ns();
-      row.modelFlops = detail.model_flops();
-      row.hardwareFlops = detail.hardware_flops();
-      row.peakFlops = detail.peak_flops();
+      std::string_view blob(static_cast<const char*>(sqlite3_column_blob(s, 11)),
+                            static_cast<size_t>(sqlite3_column_bytes(s, 11)));
+      if (auto st = fillStepDetail(blob, &row); !st) return st;
     }
     out.push_back(std::move(row));
   }

@@ -8,6 +8,7 @@
 #include <sqlite3.h>
 
 #include "collector/storage/sqlite_internal.h"
+#include "collector/storage/store_rows.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -421,8 +422,6 @@ Status SqliteStore::writeLocked(const WriteBatch& batch, uint64_t* inserted, uin
   const std::string* lastJob = nullptr;
   int64_t lastJobId = -1;
   auto* insert = stmts_[kInsertStep];
-  const bool haveViews = batch.stepDetailViews.size() == batch.steps.size();
-  const bool haveDetails = batch.stepDetails.size() == batch.steps.size();
   for (size_t i = 0; i < batch.steps.size(); ++i) {
     const auto& report = batch.steps[i];
     if (lastJob == nullptr || *lastJob != report.job()) {
@@ -431,16 +430,7 @@ Status SqliteStore::writeLocked(const WriteBatch& batch, uint64_t* inserted, uin
       lastJob = &report.job();
       lastJobId = *jobId;
     }
-    std::string_view blob;
-    if (haveViews) {
-      blob = batch.stepDetailViews[i];
-    } else if (haveDetails) {
-      blob = batch.stepDetails[i];
-    } else {
-      detail.clear();
-      report.SerializeToString(&detail);
-      blob = detail;
-    }
+    const std::string_view blob = stepDetail(batch, i, &detail);
     sqlite3_bind_int64(insert, 1, lastJobId);
     sqlite3_bind_int64(insert, 2, report.rank());
     sqlite3_bind_int64(insert, 3, report.step());

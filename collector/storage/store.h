@@ -1,5 +1,6 @@
 // The collector's storage interface: what ingest writes and what the API reads. SQLite is the
-// engine today (sqlite_store.h); a distributed engine can take its place behind this seam.
+// default engine (sqlite_store.h); ClickHouse (clickhouse_store.h) takes its place when one
+// machine's disk is not enough or several collectors share one database.
 // Every method is safe to call from any thread; writes are serialized inside the store.
 #pragma once
 
@@ -304,5 +305,19 @@ struct SqliteOptions {
 
 // Opens (creating and migrating as needed) a SQLite store. Defined in sqlite_store.cpp.
 Result<std::unique_ptr<Store>> openSqliteStore(const SqliteOptions& options);
+
+struct ClickHouseOptions {
+  std::string url;                                        // clickhouse://HOST:PORT/DB
+  int64_t retentionNs = 7LL * 24 * 3600 * 1'000'000'000;  // keep a week; 0 keeps everything
+  // Rows go into partitions of this much receive time, and retention drops whole partitions:
+  // a row lives at most one partition longer than retentionNs. 0 picks it from retentionNs
+  // (a seventh of it, between an hour and a day). Fixed when the tables are created.
+  int64_t partitionNs = 0;
+  int64_t timeoutMs = 30000;  // per HTTP request to the server
+};
+
+// Opens a ClickHouse store, creating the database and tables when missing. Defined in
+// clickhouse_store.cpp.
+Result<std::unique_ptr<Store>> openClickHouseStore(const ClickHouseOptions& options);
 
 }  // namespace trainscope::storage

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages trainscope needs, skipping those already present.
-# Usage: tools/dev/deps.sh [build|test]   ("test" adds what tools/test.sh uses: clang, torch, ...)
+# Usage: tools/dev/deps.sh [build|test]   ("test" adds what tools/test.sh uses: clang, torch,
+# clickhouse-server, ...)
 set -euo pipefail
 
 need=(pkg-config g++ meson ninja-build libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
@@ -12,6 +13,8 @@ if [[ "$mode" == "test" ]]; then
   # playwright-core from npm), the dashboard's lint (ESLint from npm) and the Prometheus
   # scrape test.
   need+=(python3 python3-torch libtorch-dev chromium prometheus)
+  # The ClickHouse store's tests start Debian's clickhouse-server (18.16) on a loopback port.
+  need+=(clickhouse-server)
   # The sanitizer builds, libFuzzer and the lint stages (tools/test.sh, tools/lint.sh).
   # (libclang-rt-14-dev holds the sanitizer runtimes and libFuzzer; clang only recommends it.)
   need+=(clang libclang-rt-14-dev clang-tidy clang-format)

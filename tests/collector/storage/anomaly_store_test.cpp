@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include "collector/storage/sqlite_store.h"
+#include "tests/collector/storage/test_store.h"
 
 using namespace trainscope::storage;
 
@@ -36,11 +37,7 @@ AnomalyRow row(const std::string& id, const std::string& job, int64_t detectedNs
 }
 
 std::unique_ptr<Store> memoryStore() {
-  SqliteOptions o;
-  o.path = ":memory:";
-  auto s = openSqliteStore(o);
-  REQUIRE(s);
-  return std::move(s.value());
+  return trainscope::storage::testing::openTestStore(":memory:");
 }
 
 }  // namespace
@@ -146,17 +143,14 @@ TEST_CASE("anomalies survive reopening a database file (migration 3 applied once
   auto dir =
       std::filesystem::temp_directory_path() / ("anomaly_store_test." + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  SqliteOptions o;
-  o.path = (dir / "t.db").string();
+  const std::string path = (dir / "t.db").string();
   {
-    auto s = openSqliteStore(o);
-    REQUIRE(s);
-    REQUIRE((*s)->writeAnomalies({row("j/a", "j", 10, 10)}));
+    auto s = trainscope::storage::testing::openTestStore(path);
+    REQUIRE(s->writeAnomalies({row("j/a", "j", 10, 10)}));
   }
   {
-    auto s = openSqliteStore(o);
-    REQUIRE(s);
-    auto rows = (*s)->anomalies("j");
+    auto s = trainscope::storage::testing::openTestStore(path);
+    auto rows = s->anomalies("j");
     REQUIRE(rows);
     CHECK(rows->size() == 1);
   }

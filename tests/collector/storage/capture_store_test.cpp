@@ -10,6 +10,7 @@
 #include "collector/storage/sqlite_store.h"
 #include "tests/agent/temp_dir.h"
 #include "tests/collector/storage/sqlite_file.h"
+#include "tests/collector/storage/test_store.h"
 
 using namespace trainscope::storage;
 using trainscope::storage::testing::createAtVersion;
@@ -20,11 +21,7 @@ namespace {
 using trainscope::agent::testing::TempDir;
 
 std::unique_ptr<Store> openAt(const std::string& path) {
-  SqliteOptions o;
-  o.path = path;
-  auto s = openSqliteStore(o);
-  REQUIRE(s);
-  return std::move(s.value());
+  return trainscope::storage::testing::openTestStore(path);
 }
 
 CaptureRow row(const std::string& id, const std::string& job, int64_t createdNs,
@@ -149,7 +146,7 @@ TEST_CASE("bad capture rows are refused naming the field") {
   CHECK_FALSE(store->capture("cap-x")->has_value());
 }
 
-TEST_CASE("a version-3 database gains the captures table and keeps its anomalies") {
+TEST_CASE("a version-3 database gains the captures table and keeps its anomalies", "[sqlite]") {
   TempDir dir;
   const std::string path = dir.sub("v3.db");
   createAtVersion(path, 3,

@@ -9,6 +9,7 @@
 #include "collector/storage/sqlite_store.h"
 #include "tests/agent/temp_dir.h"
 #include "tests/collector/storage/sqlite_file.h"
+#include "tests/collector/storage/test_store.h"
 
 using namespace trainscope;
 using namespace trainscope::storage;
@@ -19,11 +20,7 @@ using trainscope::storage::testing::userVersion;
 namespace {
 
 std::unique_ptr<Store> openAt(const std::string& path) {
-  SqliteOptions o;
-  o.path = path;
-  auto s = openSqliteStore(o);
-  REQUIRE(s);
-  return std::move(s.value());
+  return trainscope::storage::testing::openTestStore(path);
 }
 
 wire::RankInfo info(const std::string& job, uint32_t rank) {
@@ -90,7 +87,7 @@ TEST_CASE("storage keeps each rank's latest declared groups, per job, across a r
   CHECK((*ranks)[1].pid == 101);
 }
 
-TEST_CASE("a version-4 database gains the group columns and keeps its ranks") {
+TEST_CASE("a version-4 database gains the group columns and keeps its ranks", "[sqlite]") {
   TempDir dir;
   const std::string path = dir.sub("v4.db");
   createAtVersion(path, 4,

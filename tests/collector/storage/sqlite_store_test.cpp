@@ -11,12 +11,14 @@
 
 #include "collector/storage/sqlite_store.h"
 #include "tests/collector/storage/sqlite_file.h"
+#include "tests/collector/storage/test_store.h"
 #include "tests/common/capture_stderr.h"
 #include "tests/common/gcc12_string_warnings.h"  // last: GCC 12 -O3 false positives
 
 using namespace trainscope;
 using namespace trainscope::storage;
 using trainscope::storage::testing::execSql;
+using trainscope::storage::testing::openTestStore;
 using trainscope::storage::testing::userVersion;
 
 namespace {
@@ -57,13 +59,8 @@ wire::StepReport report(const std::string& job, uint32_t rank, int64_t step, int
   return r;
 }
 
-std::unique_ptr<Store> open(const std::string& path, int64_t retentionNs = 0) {
-  SqliteOptions options;
-  options.path = path;
-  options.retentionNs = retentionNs;
-  auto store = openSqliteStore(options);
-  REQUIRE(store.isOk());
-  return std::move(store.value());
+std::unique_ptr<Store> openStore(const std::string& path, int64_t retentionNs = 0) {
+  return openTestStore(path, retentionNs);
 }
 
 StepQuery sq(const std::string& job, std::optional<uint32_t> rank = {},
@@ -91,11 +88,11 @@ SummaryQuery smq(const std::string& job, std::optional<int64_t> from = {},
 
 }  // namespace
 
-TEST_CASE("storage: a fresh database is migrated to the current version, in WAL mode") {
+TEST_CASE("storage: a fresh database is migrated to the current version, in WAL mode", "[sqlite]") {
   TempDir dir;
   std::string path = dir.path + "/t.db";
   {
-    auto store = open(path);
+    auto store = openStore(path);
     WriteBatch b;
     b.steps.push_back(report("job", 0, 1, 100));
     REQUIRE(store->write(b).isOk());
@@ -103,7 +100,7 @@ TEST_CASE("storage: a fresh database is migrated to the current version, in WAL 
   CHECK(userVersion(path) == currentSchemaVersion());
   CHECK(currentSchemaVersion() == static_cast<int>(migrations().size()));
   // Reopening applies nothing and keeps the rows.
-  auto store = open(path);
+  auto store = openStore(path);
   CHECK(userVersion(path) == currentSchemaVersion());
   CHECK(store->stats().stepRows == 1);
   auto rows = store->steps(sq("job"));
@@ -113,7 +110,7 @@ TEST_CASE("storage: a fresh database is migrated to the current version, in WAL 
   CHECK(store->stats().bytesOnDisk > 0);
 }
 
-TEST_CASE("storage: an older database is migrated step by step, keeping its data") {
+TEST_CASE("storage: an older database is migrated step by step, keeping its data", "[sqlite]") {
   TempDir dir;
   std::string path = dir.path + "/old.db";
   // Build a version-1 database by hand, as an older collector would have left it.
@@ -121,14 +118,15 @@ TEST_CASE("storage: an older database is migrated step by step, keeping its data
                     "PRAGMA user_version = 1; INSERT INTO jobs(name, first_seen_ns, last_seen_ns)"
                     " VALUES('legacy', 1, 1); COMMIT;");
   REQUIRE(userVersion(path) == 1);
-  auto store = open(path);
+  auto store = openStore(path);
   CHECK(userVersion(path) == currentSchemaVersion());
   auto exists = store->jobExists("legacy");
   REQUIRE(exists.isOk());
   CHECK(*exists);
 }
 
-TEST_CASE("storage: a database from a newer collector is refused with a clear message") {
+TEST_CASE("storage: a database from a newer collector is refused with a clear message",
+          "[sqlite]") {
   TempDir dir;
   std::string path = dir.path + "/new.db";
   execSql(path, "PRAGMA user_version = 999;");
@@ -139,7 +137,8 @@ TEST_CASE("storage: a database from a newer collector is refused with a clear me
   CHECK(store.message().find("schema version 999") != std::string::npos);
 }
 
-TEST_CASE("storage: a 0-byte database file opens as a new database and the log says so") {
+TEST_CASE("storage: a 0-byte database file opens as a new database and the log says so",
+          "[sqlite]") {
   TempDir dir;
   const std::string path = dir.path + "/empty.db";
   { std::ofstream touch(path); }
@@ -161,7 +160,7 @@ TEST_CASE("storage: a 0-byte database file opens as a new database and the log s
 
 TEST_CASE("storage: the same step report twice keeps one row and counts the duplicate") {
   TempDir dir;
-  auto store = open(dir.path + "/d.db");
+  auto store = openStore(dir.path + "/d.db");
   WriteBatch b;
   b.steps.push_back(report("job", 0, 1, 100));
   b.steps.push_back(report("job", 1, 1, 120));
@@ -189,7 +188,7 @@ TEST_CASE("storage: the same step report twice keeps one row and counts the dupl
 }
 
 TEST_CASE("storage: step queries filter by rank and step range, order by step then rank") {
-  auto store = open(":memory:");
+  auto store = openStore(":memory:");
   WriteBatch b;
   for (int64_t step = 0; step < 10; ++step) {
     for (uint32_t rank = 0; rank < 4; ++rank) b.steps.push_back(report("a", rank, step, 100));
@@ -237,7 +236,7 @@ TEST_CASE("storage: step queries filter by rank and step range, order by step th
 }
 
 TEST_CASE("storage: summary gives min, median, max and the slowest rank per step") {
-  auto store = open(":memory:");
+  auto store = openStore(":memory:");
   WriteBatch b;
   // step 0: 4 ranks (even count: median is the mean of the middle two)
   b.steps.push_back(report("j", 0, 0, 100));
@@ -280,7 +279,7 @@ TEST_CASE("storage: summary gives min, median, max and the slowest rank per step
 }
 
 TEST_CASE("storage: ranks, goodbyes and nodes with their latest host sample") {
-  auto store = open(":memory:");
+  auto store = openStore(":memory:");
   WriteBatch b;
   b.receivedNs = 5000;
   wire::RankInfo info;
@@ -366,7 +365,7 @@ TEST_CASE("storage: ranks, goodbyes and nodes with their latest host sample") {
 TEST_CASE("storage: retention deletes rows received before the horizon and keeps the rest") {
   TempDir dir;
   const int64_t hour = 3600LL * 1'000'000'000;
-  auto store = open(dir.path + "/r.db", 2 * hour);
+  auto store = openStore(dir.path + "/r.db", 2 * hour);
   for (int64_t i = 0; i < 5; ++i) {
     WriteBatch b;
     b.receivedNs = (i + 1) * hour;
@@ -403,7 +402,7 @@ TEST_CASE("storage: retention deletes rows received before the horizon and keeps
 }
 
 TEST_CASE("storage: retention 0 keeps everything") {
-  auto store = open(":memory:", 0);
+  auto store = openStore(":memory:", 0);
   WriteBatch b;
   b.receivedNs = 1;
   b.steps.push_back(report("j", 0, 0, 100));
@@ -416,7 +415,7 @@ TEST_CASE("storage: retention 0 keeps everything") {
 
 TEST_CASE("storage: reads see committed rows while another thread writes") {
   TempDir dir;
-  auto store = open(dir.path + "/c.db");
+  auto store = openStore(dir.path + "/c.db");
   std::atomic<bool> done{false};
   std::atomic<bool> failed{false};
   // Catch2's assertions are not thread-safe: the writer only records failure.
@@ -443,7 +442,7 @@ TEST_CASE("storage: reads see committed rows while another thread writes") {
 }
 
 TEST_CASE("storage: pre-encoded step details are stored as given") {
-  auto store = open(":memory:");
+  auto store = openStore(":memory:");
   WriteBatch b;
   b.steps.push_back(report("j", 0, 0, 100));
   auto encoded = report("j", 0, 0, 100);
