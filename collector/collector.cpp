@@ -77,6 +77,40 @@ Status writeReadyFile(const std::string& path, const std::string& ingest, const 
   return Status::ok();
 }
 
+bool sqliteStore(const CollectorOptions& options) {
+  return options.store.empty() || options.store == "sqlite";
+}
+
+// What the log calls the store: the SQLite file or the ClickHouse URL.
+std::string storeName(const CollectorOptions& options) {
+  return sqliteStore(options) ? (std::filesystem::path(options.dataDir) / "trainscope.db").string()
+                              : options.store;
+}
+
+// The engine --store names, opened (SQLite in --data-dir by default).
+Result<std::unique_ptr<storage::Store>> openStore(const CollectorOptions& options) {
+  const int64_t retentionNs = static_cast<int64_t>(options.retentionHours * 3600.0 * 1e9);
+  if (sqliteStore(options)) {
+    storage::SqliteOptions so;
+    so.path = storeName(options);
+    so.retentionNs = retentionNs;
+    so.synchronousFull = options.synchronousFull;
+    auto store = storage::openSqliteStore(so);
+    if (!store) return Status::error(store.code(), "--data-dir: " + store.message());
+    return store;
+  }
+  if (options.store.rfind("clickhouse://", 0) == 0) {
+    storage::ClickHouseOptions co;
+    co.url = options.store;
+    co.retentionNs = retentionNs;
+    auto store = storage::openClickHouseStore(co);
+    if (!store) return Status::error(store.code(), "--store: " + store.message());
+    return store;
+  }
+  return Status::invalidArgument("--store: '" + options.store +
+                                 "' is neither sqlite nor clickhouse://HOST:PORT/DB");
+}
+
 void retention(storage::Store& store) {
   const int64_t t0 = monotonicNowNs();
   auto deleted = store.applyRetention(wallNowNs());
@@ -173,12 +207,8 @@ Status run(const CollectorOptions& options) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  storage::SqliteOptions so;
-  so.path = (std::filesystem::path(options.dataDir) / "trainscope.db").string();
-  so.retentionNs = static_cast<int64_t>(options.retentionHours * 3600.0 * 1e9);
-  so.synchronousFull = options.synchronousFull;
-  auto store = storage::openSqliteStore(so);
-  if (!store) return Status::error("--data-dir: " + store.message());
+  auto store = openStore(options);
+  if (!store) return store.status();
   retention(**store);
 
   SystemClock clock;
@@ -274,7 +304,7 @@ Status run(const CollectorOptions& options) {
   }
   const std::string httpBound = httpAddr->host + ":" + std::to_string(httpServer.port());
   logInfo(kComponent, "collector ready: ingest " + ingestServer.endpoint() + ", http " + httpBound +
-                          ", database " + so.path + ", web root " +
+                          ", database " + storeName(options) + ", web root " +
                           (options.webRoot.empty() ? std::string("(none)") : options.webRoot) +
                           ", pid " + std::to_string(getpid()));
   if (!options.readyFile.empty()) {

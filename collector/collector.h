@@ -18,8 +18,13 @@ namespace trainscope::collector {
 
 struct CollectorOptions {
   // Where the database lives (DIR/trainscope.db); created if missing. Put it on a local disk:
-  // ingest speed is bounded by its write bandwidth.
+  // ingest speed is bounded by its write bandwidth. Captures are kept here whatever the store.
   std::string dataDir = "./trainscope-data";
+  // The storage engine: "" or "sqlite" is SQLite in dataDir (one machine, nothing to run
+  // beside the collector); "clickhouse://HOST:PORT/DB" is a ClickHouse server's database over
+  // its HTTP interface (tables created when missing), for more data than one disk holds or
+  // several collectors sharing one database.
+  std::string store;
   // Where agents connect (ZeroMQ). Port 0 or * picks a free port; the ready file says which.
   std::string ingest = "tcp://127.0.0.1:7601";
   // HTTP API, dashboard and /metrics, as ADDR:PORT. Loopback by default: the API has no auth.

@@ -23,9 +23,15 @@ int main(int argc, char** argv) {
 
   CLI::App app{
       "trainscope-collector: receives telemetry from trainscope agents, stores it in "
-      "SQLite and serves the HTTP API, dashboard and /metrics."};
+      "SQLite or ClickHouse and serves the HTTP API, dashboard and /metrics."};
   app.add_option("--data-dir", options.dataDir,
                  "directory for the database (DIR/trainscope.db); created if missing")
+      ->capture_default_str();
+  app.add_option("--store", options.store,
+                 "storage engine: sqlite (default; DATA-DIR/trainscope.db) or "
+                 "clickhouse://HOST:PORT/DB (a ClickHouse server's HTTP port and database, "
+                 "created with its tables when missing; retention drops whole partitions of "
+                 "receive time)")
       ->capture_default_str();
   app.add_option("--ingest", options.ingest,
                  "ZeroMQ endpoint agents connect to, tcp://ADDR:PORT; port 0 or * picks a free "

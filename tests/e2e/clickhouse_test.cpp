@@ -1,0 +1,156 @@
+// The collector on ClickHouse end to end: one simulated job (8 ranks, a straggler injected)
+// runs twice at once from the same seed, once into a collector on SQLite and once into a
+// collector with --store clickhouse://... (a clickhouse-server the test starts on a free
+// loopback port), each through its own agent. Every row is stored once in ClickHouse's table,
+// and the API's jobs, steps, summary and anomalies answers of the two collectors are equal
+// (timestamps compared relative to the job's first step: the two simulators start at
+// different wall times; detection and update times, and capture ids, are the collectors' own).
+// Exits 77 where clickhouse-server is not installed.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "tests/common/clickhouse_server.h"
+#include "tests/e2e/harness.h"
+
+using namespace trainscope::e2e;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kRanks = 8;
+constexpr int kSteps = 200;
+
+struct Pipeline {
+  CollectorSpec spec;
+  std::unique_ptr<Process> collector;
+  std::unique_ptr<Process> agent;
+  AgentSpec agentSpec;
+
+  Pipeline(const TempDir& dir, const std::string& name, const std::vector<std::string>& args) {
+    spec.dataDir = dir / (name + "-data");
+    spec.ingestPort = freePort();
+    spec.httpPort = freePort();
+    collector = startCollector(dir, spec, "collector-" + name, args);
+    // Both agents call themselves node0: the two runs then differ only in their stores.
+    agentSpec = {"node0", "ipc://" + (dir / (name + ".sock")), dir / ("spool-" + name),
+                 spec.ingest()};
+    agent = startAgent(dir, agentSpec, "agent-" + name);
+  }
+  ~Pipeline() {
+    agent.reset();
+    collector.reset();
+  }
+  json get(const std::string& target) const {
+    auto r = httpGet(spec.httpPort, target, 30s);
+    INFO(target << " -> " << r.status << " " << r.body.substr(0, 300));
+    REQUIRE(r.status == 200);
+    return r.json();
+  }
+};
+
+// The job's step rows with start/end relative to the job's first start.
+json relativeSteps(json steps) {
+  int64_t first = INT64_MAX;
+  for (const auto& s : steps) first = std::min(first, s["start_ns"].get<int64_t>());
+  for (auto& s : steps) {
+    s["start_ns"] = s["start_ns"].get<int64_t>() - first;
+    s["end_ns"] = s["end_ns"].get<int64_t>() - first;
+  }
+  return steps;
+}
+
+json withoutTimes(json rows, const std::vector<std::string>& keys) {
+  for (auto& r : rows) {
+    for (const auto& k : keys) r.erase(k);
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("e2e: a job stored in ClickHouse is stored once and the API answers as on SQLite") {
+  trainscope::testing::ClickHouseServer::skipUnlessInstalled();
+  std::string error;
+  auto server = trainscope::testing::ClickHouseServer::start(&error);
+  INFO(error);
+  REQUIRE(server);
+  TempDir dir;
+  Pipeline sqlite(dir, "sqlite", {});
+  Pipeline ch(dir, "clickhouse", {"--store", server->url("e2e")});
+
+  const std::string job = "ch-e2e";
+  std::vector<std::unique_ptr<Process>> sims;
+  for (const Pipeline* p : {&sqlite, &ch}) {
+    sims.push_back(
+        startSim(dir,
+                 {"--agent", p->agentSpec.endpoint, "--job", job, "--ranks", std::to_string(kRanks),
+                  "--steps", std::to_string(kSteps), "--step-ms", "20", "--seed", "7", "--inject",
+                  "straggler:rank=3,from=100,factor=1.6", "--quiet"},
+                 p == &sqlite ? "sim-sqlite" : "sim-clickhouse"));
+  }
+  for (auto& sim : sims) {
+    auto rc = sim->wait(120s);
+    INFO(sim->name() << " log:\n" << sim->logTail());
+    REQUIRE(rc.has_value());
+    REQUIRE(*rc == 0);
+  }
+  const int64_t rows = int64_t{kRanks} * kSteps;
+  for (const Pipeline* p : {&sqlite, &ch}) {
+    INFO(p->collector->name() << " log:\n" << p->collector->logTail());
+    REQUIRE(waitFor([&] { return jobStepRows(p->spec.httpPort, job) == rows; }, 30s));
+  }
+  // Once in ClickHouse's table itself, not only once in the API's (FINAL) answers.
+  trainscope::storage::clickhouse::Endpoint e;
+  e.port = std::to_string(server->port());
+  e.database = "e2e";
+  trainscope::storage::clickhouse::HttpClient client(e, 10s);
+  auto stored = client.query(
+      "SELECT count(), uniqExact(job, step, rank) FROM steps"
+      " FORMAT TabSeparated");
+  REQUIRE(stored);
+  CHECK(*stored == std::to_string(rows) + '\t' + std::to_string(rows) + '\n');
+
+  // The straggler is detected on both before the answers are compared.
+  for (const Pipeline* p : {&sqlite, &ch}) {
+    REQUIRE(waitFor(
+        [&] {
+          auto r = httpGet(p->spec.httpPort, "/api/v1/jobs/" + job + "/anomalies", 5s);
+          return r.status == 200 && r.body.find("straggler") != std::string::npos;
+        },
+        30s));
+  }
+
+  const std::vector<std::string> jobTimes = {"first_seen_ns", "last_seen_ns", "state"};
+  CHECK(withoutTimes(ch.get("/api/v1/jobs")["jobs"], jobTimes) ==
+        withoutTimes(sqlite.get("/api/v1/jobs")["jobs"], jobTimes));
+  const std::string steps = "/api/v1/jobs/" + job + "/steps?limit=100000&detail=1";
+  const json chSteps = relativeSteps(ch.get(steps)["steps"]);
+  REQUIRE(chSteps.size() == static_cast<size_t>(rows));
+  CHECK(chSteps == relativeSteps(sqlite.get(steps)["steps"]));
+  const json chSummary = ch.get("/api/v1/jobs/" + job + "/summary?limit=1000");
+  CHECK(chSummary["steps"].size() == static_cast<size_t>(kSteps));
+  CHECK(chSummary == sqlite.get("/api/v1/jobs/" + job + "/summary?limit=1000"));
+  for (const std::string& target :
+       {"/api/v1/jobs/" + job + "/summary?from=90&to=120&limit=20",
+        "/api/v1/jobs/" + job + "/heatmap?from=0&to=199", "/api/v1/jobs/" + job + "/ranks"}) {
+    INFO(target);
+    if (target.find("/ranks") != std::string::npos) {
+      const std::vector<std::string> rankTimes = {"first_seen_ns", "last_seen_ns", "pid"};
+      CHECK(withoutTimes(ch.get(target)["ranks"], rankTimes) ==
+            withoutTimes(sqlite.get(target)["ranks"], rankTimes));
+    } else {
+      CHECK(ch.get(target) == sqlite.get(target));
+    }
+  }
+  const std::vector<std::string> anomalyTimes = {"detected_ns", "updated_ns", "capture_id",
+                                                 "resolved_ns"};
+  const json chAnomalies =
+      withoutTimes(ch.get("/api/v1/jobs/" + job + "/anomalies")["anomalies"], anomalyTimes);
+  CHECK(!chAnomalies.empty());
+  CHECK(chAnomalies ==
+        withoutTimes(sqlite.get("/api/v1/jobs/" + job + "/anomalies")["anomalies"], anomalyTimes));
+}
