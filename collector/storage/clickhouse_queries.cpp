@@ -166,10 +166,22 @@ Result<std::vector<StepRow>> ClickHouseStore::steps(const StepQuery& query) {
 
 Result<std::vector<StepSummaryRow>> ClickHouseStore::summary(const SummaryQuery& query) {
   using R = Result<std::vector<StepSummaryRow>>;
-  // One row per step, its ranks and durations gathered by the server, the page's LIMIT applied
-  // there too; the numbers come from the same summarizeStep() SQLite's answers do.
+  // The page ends at its limit-th step: found first from the key columns alone (no FINAL,
+  // every copy of a row has the same key), so the FINAL query below merges and groups only
+  // the page's rows, not the whole job's, when the range is open or wider than the page.
+  std::optional<int64_t> toStep = query.toStep;
+  if (query.limit > 0) {
+    auto last = read("SELECT step FROM steps" +
+                     stepFilter(query.job, std::nullopt, query.fromStep, query.toStep) +
+                     " GROUP BY step ORDER BY step LIMIT 1 OFFSET " +
+                     std::to_string(query.limit - 1) + " FORMAT TabSeparated");
+    if (!last) return last.status();
+    if (!last->empty()) toStep = std::stoll(*last);
+  }
+  // One row per step, its ranks and durations gathered by the server; the numbers come from
+  // the same summarizeStep() SQLite's answers do.
   auto rows = read("SELECT step, groupArray(rank), groupArray(duration_ns) FROM steps FINAL" +
-                   stepFilter(query.job, std::nullopt, query.fromStep, query.toStep) +
+                   stepFilter(query.job, std::nullopt, query.fromStep, toStep) +
                    " GROUP BY step ORDER BY step LIMIT " + std::to_string(query.limit) +
                    " FORMAT RowBinary");
   if (!rows) return rows.status();

@@ -1,6 +1,7 @@
 // api_bench: JSON API latency of the job summary with many step rows stored (default 10
-// million: 1,024 ranks x 9,766 steps). Fills a SQLite store straight through Store::write in
-// big transactions (prints how long that took), starts the collector's HTTP server on it and
+// million: 1,024 ranks x 9,766 steps). Fills a SQLite store (or with --store a ClickHouse
+// database) straight through Store::write in big transactions (prints how long that took),
+// starts the collector's HTTP server on it and
 // times, over one keep-alive connection, GET /api/v1/jobs/{job}/summary the way its clients
 // ask for it: the dashboard's step chart (latest 1,000 steps), the default page (first 1,000
 // steps), the jobs page's current step time (latest 2 steps), and /api/v1/jobs. Prints p50,
@@ -27,6 +28,7 @@ namespace {
 struct Options {
   bench::FillOptions fill;
   std::string dataDir;  // "" = a temp dir, removed at exit
+  std::string store;    // "" = SQLite in dataDir; clickhouse://HOST:PORT/DB
   bool reuse = false;   // keep the database found in dataDir
   int requests = 200;   // per kind of request
   int ioThreads = 4;
@@ -34,7 +36,7 @@ struct Options {
 
 int run(const Options& o) {
   bench::BenchStore bs;
-  if (auto s = bs.open(o.dataDir, o.reuse, o.fill); !s) {
+  if (auto s = bs.open(o.dataDir, o.reuse, o.fill, o.store); !s) {
     std::fprintf(stderr, "%s\n", s.message().c_str());
     return 1;
   }
@@ -107,7 +109,12 @@ int main(int argc, char** argv) {
   app.add_option("--job", o.fill.job, "job name")->capture_default_str();
   app.add_option("--data-dir", o.dataDir,
                  "directory for trainscope.db; default a temp dir removed at exit");
-  app.add_flag("--reuse", o.reuse, "use the database already in --data-dir instead of filling");
+  app.add_option("--store", o.store,
+                 "clickhouse://HOST:PORT/DB: fill and serve that ClickHouse database instead of "
+                 "SQLite in --data-dir");
+  app.add_flag("--reuse", o.reuse,
+               "use the database already in --data-dir (or the job already in --store) instead "
+               "of filling");
   app.add_option("--requests", o.requests, "requests timed per kind")->capture_default_str();
   app.add_option("--io-threads", o.ioThreads, "HTTP server I/O threads")->capture_default_str();
   CLI11_PARSE(app, argc, argv);

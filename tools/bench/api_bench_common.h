@@ -143,8 +143,11 @@ class BenchStore {
   }
 
   // dataDir "" = a temp dir removed by the destructor. A database already there is used as it
-  // is with `reuse` and refused without. Prints the fill's rows, time and rate.
-  Status open(const std::string& dataDir, bool reuse, const FillOptions& fill) {
+  // is with `reuse` and refused without. Prints the fill's rows, time and rate. `storeUrl`
+  // clickhouse://HOST:PORT/DB puts the job in that ClickHouse database instead of SQLite in
+  // dataDir (the caller links storage_clickhouse_dep).
+  Status open(const std::string& dataDir, bool reuse, const FillOptions& fill,
+              const std::string& storeUrl = "") {
     dir_ = dataDir;
     temp_ = dir_.empty();
     if (temp_) {
@@ -156,14 +159,32 @@ class BenchStore {
     storage::SqliteOptions so;
     so.path = (std::filesystem::path(dir_) / "trainscope.db").string();
     so.retentionNs = 0;  // the synthetic job is older than the default retention allows
-    const bool exists = std::filesystem::exists(so.path);
-    if (exists && !reuse) {
-      return Status::error("--data-dir: " + so.path +
-                           " already holds a database (pass --reuse to use it)");
+    bool exists = false;
+    if (storeUrl.empty()) {
+      exists = std::filesystem::exists(so.path);
+      if (exists && !reuse) {
+        return Status::error("--data-dir: " + so.path +
+                             " already holds a database (pass --reuse to use it)");
+      }
+      auto opened = storage::openSqliteStore(so);
+      if (!opened) return Status::error(opened.message());
+      store_ = std::move(*opened);
+    } else {
+      storage::ClickHouseOptions co;
+      co.url = storeUrl;
+      co.retentionNs = 0;
+      auto opened = storage::openClickHouseStore(co);
+      if (!opened) return Status::error("--store: " + opened.message());
+      store_ = std::move(*opened);
+      auto has = store_->jobExists(fill.job);
+      if (!has) return Status::error(has.message());
+      exists = *has;
+      if (exists && !reuse) {
+        return Status::error("--store: " + storeUrl + " already holds job " + fill.job +
+                             " (pass --reuse to use it)");
+      }
+      so.path = storeUrl;
     }
-    auto opened = storage::openSqliteStore(so);
-    if (!opened) return Status::error(opened.message());
-    store_ = std::move(*opened);
     if (!exists) {
       const auto rows =
           static_cast<unsigned long long>(fill.ranks) * static_cast<unsigned long long>(fill.steps);
