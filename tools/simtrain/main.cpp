@@ -52,11 +52,18 @@ int main(int argc, char** argv) {
                  "shift:from=S,factor=F | comm:from=S,factor=F[,rank=R] | "
                  "op:name=NAME,from=S,factor=F[,rank=R] | hang:rank=R,at=S | "
                  "spike:every=N,factor=F | stage:pp=S,factor=F[,from=N] | "
-                 "worker:dp=I,pp=S,factor=F[,from=N]. comm slows rank R's link to its ring "
-                 "neighbour R+1 (without rank: every link) by F, and with it every rank's "
-                 "all_reduce; with --parallel, stage makes every rank of pipeline stage S "
-                 "compute F times longer (stage imbalance) and worker the tensor-parallel group "
-                 "of replica I at stage S (a slow worker); both from step 0 unless from= says");
+                 "worker:dp=I,pp=S,factor=F[,from=N] | gpu:rank=R,factor=F[,from=N] | "
+                 "p2p:from=R,to=Q,factor=F[,from=N] | seqlen:cv=X[,from=N]. comm slows rank R's "
+                 "link to its ring neighbour R+1 (without rank: every link) by F, and with it "
+                 "every rank's all_reduce; with --parallel, stage makes every rank of pipeline "
+                 "stage S compute F times longer (stage imbalance), worker the tensor-parallel "
+                 "group of replica I at stage S (a slow worker), gpu one rank inside its "
+                 "tensor-parallel group, and p2p rank R's pipeline sends to rank Q (the next or "
+                 "previous stage; the first from= is R, a second one the first step); seqlen "
+                 "gives each data-parallel replica (each rank without --parallel) a random "
+                 "amount of work per step (log-normal, mean 1, coefficient of variation X), so "
+                 "the slowest replica moves from step to step. These five are present from "
+                 "step 0 unless from= says");
   std::string parallel;
   auto* parallelOpt = app.add_option(
       "--parallel", parallel,

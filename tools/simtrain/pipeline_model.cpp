@@ -66,8 +66,10 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
     tl.ranks[r].rank = r;
     tl.ranks[r].beginNs = beginNs;
   }
+  // Forward and backward only: the optimizer's work does not depend on the data (seqlen).
+  drawWorkload(step);
   std::vector<double> cf(options_.ranks);
-  for (uint32_t r = 0; r < options_.ranks; ++r) cf[r] = computeFactor(r, step);
+  for (uint32_t r = 0; r < options_.ranks; ++r) cf[r] = computeFactor(r, step) * workload_[r];
 
   std::vector<int64_t> pipeEnd(options_.ranks, 0);  // end of each rank's last backward
   for (uint32_t d = 0; d < L.dp; ++d) {
@@ -108,24 +110,28 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
           sentAt = bwdEnd[s + 1][op.micro];
           from = s + 1;
         }
-        if (from) avail = std::max(ready[s], sentAt + ppXfer);
         const double base = op.backward ? bwdNs : fwdNs;
         const double noise = lognormal(sigma);
         int64_t latest = avail;
         for (uint32_t t = 0; t < L.tp; ++t) {
           const uint32_t r = L.rankAt(s, d, t);
           RankStep& rs = tl.ranks[r];
+          // Each tensor-parallel rank receives its own shard from its peer: a slow link
+          // (--inject p2p) delays that rank alone, and its group waits for it below.
+          int64_t start = avail;
           if (from) {
             const uint32_t peer = L.rankAt(*from, d, t);
+            const int64_t xfer = p2pTransferNs(ppXfer, peer, r, step);
+            start = std::max(ready[s], sentAt + xfer);
             // The receive waits from when the stage was ready; the sender's send is eager.
-            rs.p2ps.push_back({false, peer, actBytes, ready[s], avail});
-            tl.ranks[peer].p2ps.push_back({true, r, actBytes, sentAt, sentAt + ppXfer});
+            rs.p2ps.push_back({false, peer, actBytes, ready[s], start});
+            tl.ranks[peer].p2ps.push_back({true, r, actBytes, sentAt, sentAt + xfer});
           }
           const uint32_t opIndex = op.backward ? bwdOp : fwdOp;
           const int64_t len =
               std::max<int64_t>(1, toNs(base * cf[r] * opFactor(opIndex, r, step) * noise));
-          rs.ops.push_back({opIndex, avail, len});
-          latest = std::max(latest, avail + len);
+          rs.ops.push_back({opIndex, start, len});
+          latest = std::max(latest, start + len);
         }
         // Tensor-parallel ranks meet in an all_reduce: the others wait for the slowest.
         const int64_t end = latest + tpXfer;
@@ -141,8 +147,8 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
             c.group = CollExec::Group::kTp;
             rs.colls.push_back(c);
           }
-          rs.ranges.push_back(
-              {op.backward ? Phase::kBackward : Phase::kForward, avail, o.startNs + o.durationNs});
+          rs.ranges.push_back({op.backward ? Phase::kBackward : Phase::kForward, o.startNs,
+                               o.startNs + o.durationNs});
         }
         (op.backward ? bwdEnd : fwdEnd)[s][op.micro] = end;
         ready[s] = end;

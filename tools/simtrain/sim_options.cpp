@@ -59,7 +59,12 @@ const char* truthKindName(Inject::Kind kind) {
     case Inject::Kind::kStage:
       return "stage_imbalance";
     case Inject::Kind::kWorker:
+    case Inject::Kind::kGpu:
       return "straggler";
+    case Inject::Kind::kSeqlen:
+      return "workload_imbalance";
+    case Inject::Kind::kP2p:
+      return "slow_comm";
   }
   return "unknown";
 }
@@ -76,12 +81,17 @@ Result<Inject> parseInject(const std::string& spec) {
       {"spike", {Inject::Kind::kSpike, {"every", "factor"}}},
       {"stage", {Inject::Kind::kStage, {"pp", "factor", "from"}}},
       {"worker", {Inject::Kind::kWorker, {"dp", "pp", "factor", "from"}}},
+      {"seqlen", {Inject::Kind::kSeqlen, {"cv", "from"}}},
+      // "src" is the first from= of a p2p spec (the sending rank); see parseInject's header.
+      {"p2p", {Inject::Kind::kP2p, {"from", "to", "factor"}}},
+      {"gpu", {Inject::Kind::kGpu, {"rank", "factor", "from"}}},
   };
   auto k = kKinds.find(kind);
   if (k == kKinds.end()) {
     return Result<Inject>::error(
         "--inject '" + spec + "': unknown kind '" + kind +
-        "' (expected straggler, shift, comm, op, hang, spike, stage or worker)");
+        "' (expected straggler, shift, comm, op, hang, spike, stage, worker, seqlen, p2p or "
+        "gpu)");
   }
   const auto& allowed = k->second.second;
   std::map<std::string, std::string> kv;
@@ -96,15 +106,18 @@ Result<Inject> parseInject(const std::string& spec) {
       if (eq == std::string::npos || eq == 0) {
         return Result<Inject>::error("--inject '" + spec + "': '" + item + "' is not key=value");
       }
-      const std::string key = item.substr(0, eq);
+      std::string key = item.substr(0, eq);
       if (!allowed.count(key)) {
         std::string list;
         for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
         return Result<Inject>::error("--inject '" + spec + "': unknown key '" + key + "' for " +
                                      kind + " (allowed: " + list + ")");
       }
+      // p2p:from=R,to=Q,factor=F[,from=N]: the first from= names the sending rank.
+      if (kind == "p2p" && key == "from" && !kv.count("src")) key = "src";
       if (!kv.emplace(key, item.substr(eq + 1)).second) {
-        return Result<Inject>::error("--inject '" + spec + "': key '" + key + "' given twice");
+        return Result<Inject>::error("--inject '" + spec + "': key '" + key + "' given " +
+                                     (kind == "p2p" && key == "from" ? "three times" : "twice"));
       }
       pos = comma + 1;
     }
@@ -112,21 +125,50 @@ Result<Inject> parseInject(const std::string& spec) {
   for (const auto& a : allowed) {
     // Optional: an op fault on every rank, a comm fault on every link (fabric-wide).
     if ((kind == "op" || kind == "comm") && a == "rank") continue;
-    // A stage or worker fault is present from the first step unless it says otherwise.
-    if ((kind == "stage" || kind == "worker") && a == "from") continue;
+    // These faults are present from the first step unless they say otherwise.
+    const bool fromOptional =
+        kind == "stage" || kind == "worker" || kind == "seqlen" || kind == "p2p" || kind == "gpu";
+    if (fromOptional && a == "from") continue;
     if (!kv.count(a)) {
       return Result<Inject>::error("--inject '" + spec + "': missing key '" + a + "'");
     }
+  }
+  if (kind == "p2p" && !kv.count("src")) {
+    return Result<Inject>::error("--inject '" + spec +
+                                 "': missing key 'from' (the sending rank: "
+                                 "p2p:from=R,to=Q,factor=F[,from=STEP])");
   }
 
   Inject in;
   in.kind = k->second.first;
   in.spec = spec;
-  if (kv.count("rank")) {
-    auto r = parseInt(spec, "rank", kv["rank"], 0);
+  for (const char* key : {"rank", "src", "to"}) {
+    if (!kv.count(key)) continue;
+    const std::string shown = std::string(key) == "src" ? "from" : key;
+    auto r = parseInt(spec, shown, kv[key], 0);
     if (!r) return r.status();
-    if (*r > 1'000'000) return Result<Inject>::error("--inject '" + spec + "': rank too large");
-    in.rank = static_cast<uint32_t>(*r);
+    if (*r > 1'000'000) {
+      return Result<Inject>::error("--inject '" + spec + "': " + shown + " rank too large");
+    }
+    if (std::string(key) == "to") {
+      in.to = static_cast<uint32_t>(*r);
+    } else {
+      in.rank = static_cast<uint32_t>(*r);
+    }
+  }
+  if (kv.count("cv")) {
+    size_t used = 0;
+    double cv = 0;
+    try {
+      cv = std::stod(kv["cv"], &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != kv["cv"].size() || !(cv > 0) || cv > 2) {
+      return Result<Inject>::error("--inject '" + spec + "': cv='" + kv["cv"] +
+                                   "' must be a number in (0, 2]");
+    }
+    in.cv = cv;
   }
   if (kv.count("from")) {
     auto r = parseInt(spec, "from", kv["from"], 0);
@@ -249,6 +291,7 @@ std::vector<uint32_t> injectRanks(const SimOptions& o, const Inject& in) {
     }
     return out;
   }
+  if (in.kind == Inject::Kind::kP2p && in.rank) return {*in.rank, in.to};
   if (in.rank) return {*in.rank};
   for (uint32_t r = 0; r < world; ++r) out.push_back(r);
   return out;
@@ -311,6 +354,18 @@ Status validate(const SimOptions& o, bool needAgents) {
                            : "dp=" + std::to_string(in.dp) + " is not below the " +
                                  std::to_string(L.dp) + " data-parallel replicas"));
       }
+      if (in.kind == Inject::Kind::kP2p && in.rank && *in.rank < world && in.to < world) {
+        const uint32_t a = *in.rank, b = in.to;
+        const bool neighbours =
+            L.dpIndex(a) == L.dpIndex(b) && L.tpIndex(a) == L.tpIndex(b) &&
+            (L.ppIndex(a) + 1 == L.ppIndex(b) || L.ppIndex(b) + 1 == L.ppIndex(a));
+        if (!neighbours) {
+          return Status::error("--inject '" + in.spec + "': ranks " + std::to_string(a) + " and " +
+                               std::to_string(b) +
+                               " are not neighbouring stages of one pipeline (same dp and tp "
+                               "index, stages one apart), so no p2p link joins them");
+        }
+      }
       if (in.kind == Inject::Kind::kComm && in.rank) {
         return Status::error("--inject '" + in.spec +
                              "': with --parallel, comm slows every data-parallel all_reduce; "
@@ -324,9 +379,11 @@ Status validate(const SimOptions& o, bool needAgents) {
     return Status::error("--microbatches, --schedule and --edge-load need --parallel");
   } else {
     for (const auto& in : o.injects) {
-      if (in.kind == Inject::Kind::kStage || in.kind == Inject::Kind::kWorker) {
-        return Status::error("--inject '" + in.spec + "': " + truthKindName(in.kind) +
-                             " faults need --parallel (stages and replicas)");
+      if (in.kind == Inject::Kind::kStage || in.kind == Inject::Kind::kWorker ||
+          in.kind == Inject::Kind::kP2p || in.kind == Inject::Kind::kGpu) {
+        return Status::error("--inject '" + in.spec +
+                             "': stage, worker, p2p and gpu faults need --parallel (stages, "
+                             "replicas and tensor-parallel groups)");
       }
     }
   }
@@ -335,9 +392,16 @@ Status validate(const SimOptions& o, bool needAgents) {
   }
   int hangs = 0;
   for (const auto& in : o.injects) {
-    if (in.rank && *in.rank >= world) {
-      return Status::error("--inject '" + in.spec + "': rank=" + std::to_string(*in.rank) +
+    if (in.kind == Inject::Kind::kP2p && in.to >= world) {
+      return Status::error("--inject '" + in.spec + "': to=" + std::to_string(in.to) +
                            " is not below " +
+                           (o.worldSize != 0 || o.firstRank != 0 ? "--world-size " : "--ranks ") +
+                           std::to_string(world));
+    }
+    if (in.rank && *in.rank >= world) {
+      return Status::error("--inject '" + in.spec +
+                           "': " + (in.kind == Inject::Kind::kP2p ? "from=" : "rank=") +
+                           std::to_string(*in.rank) + " is not below " +
                            (o.worldSize != 0 || o.firstRank != 0 ? "--world-size " : "--ranks ") +
                            std::to_string(world));
     }

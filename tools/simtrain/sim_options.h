@@ -14,14 +14,29 @@ namespace trainscope::sim {
 
 // One injected fault. Which fields matter depends on the kind; see parseInject().
 struct Inject {
-  enum class Kind { kStraggler, kShift, kComm, kOp, kHang, kSpike, kStage, kWorker };
+  enum class Kind {
+    kStraggler,
+    kShift,
+    kComm,
+    kOp,
+    kHang,
+    kSpike,
+    kStage,
+    kWorker,
+    kSeqlen,
+    kP2p,
+    kGpu
+  };
   Kind kind = Kind::kStraggler;
-  std::optional<uint32_t> rank;  // straggler, hang; op when limited to one rank; comm: the
-                                 // rank whose outgoing ring link is slow (none: every link)
-  int64_t fromStep = 0;          // straggler, shift, comm, op, stage, worker: first affected
-                                 // step
+  std::optional<uint32_t> rank;  // straggler, hang, gpu; op when limited to one rank; comm: the
+                                 // rank whose outgoing ring link is slow (none: every link);
+                                 // p2p: the sending rank of the slow pipeline link
+  uint32_t to = 0;               // p2p: the receiving rank of the slow pipeline link
+  double cv = 0.0;               // seqlen: coefficient of variation of a replica's work per step
+  int64_t fromStep = 0;          // straggler, shift, comm, op, stage, worker, seqlen, p2p, gpu:
+                                 // first affected step
   int64_t atStep = 0;            // hang: the step whose first collective rank never reaches
-  double factor = 1.0;           // straggler, shift, comm, op, spike: multiplier (> 0)
+  double factor = 1.0;           // straggler, shift, comm, op, spike, p2p, gpu: multiplier (> 0)
   std::string op;                // op: the operator name
   uint32_t pp = 0;               // stage, worker (--parallel): the pipeline stage slowed
   uint32_t dp = 0;               // worker: the data-parallel replica whose stage is slowed
@@ -93,9 +108,15 @@ struct SimOptions {
 
 // Parses one --inject spec such as "straggler:rank=5,from=150,factor=1.4" or, with
 // --parallel, "stage:pp=1,factor=1.3[,from=N]" (every rank of pipeline stage 1 computes 1.3x
-// longer) and "worker:dp=0,pp=1,factor=1.5[,from=N]" (the tensor-parallel group of replica 0 at
-// stage 1; from defaults to 0 for both). Unknown kinds,
-// unknown, missing or repeated keys and malformed values fail with a message naming them.
+// longer), "worker:dp=0,pp=1,factor=1.5[,from=N]" (the tensor-parallel group of replica 0 at
+// stage 1), "gpu:rank=R,factor=F[,from=N]" (one rank inside its tensor-parallel group) and
+// "p2p:from=R,to=Q,factor=F[,from=N]" (rank R's pipeline sends to rank Q take F times longer;
+// the first from= is the sending rank, a second one the first step). "seqlen:cv=X[,from=N]"
+// (with or without --parallel) gives every data-parallel replica (a rank of a flat job) a
+// random share of work each step: its forward and backward times are multiplied by a
+// log-normal draw of mean 1 and coefficient of variation X, new every step, so the slowest
+// replica moves at random. from defaults to 0 for these five. Unknown kinds, unknown, missing
+// or repeated keys and malformed values fail with a message naming them.
 Result<Inject> parseInject(const std::string& spec);
 
 // Parses --parallel "tp=2,pp=2,dp=2" (keys tp, pp, dp, each >= 1, any order, missing ones 1;
@@ -111,12 +132,13 @@ Status validate(const SimOptions& options, bool needAgents);
 uint32_t worldSizeOf(const SimOptions& options);
 
 // The ranks an inject slows, for the truth file: its rank, every rank of the job (shift,
-// fabric-wide comm, an op on every rank), the stage's ranks (stage) or the worker's
-// tensor-parallel group (worker).
+// fabric-wide comm, an op on every rank, seqlen), the stage's ranks (stage), the worker's
+// tensor-parallel group (worker) or the link's two ends, sender first (p2p).
 std::vector<uint32_t> injectRanks(const SimOptions& options, const Inject& inject);
 
-// The kind's name in the truth file ("straggler", "step_shift", ...; a worker fault is a
-// "straggler", a stage fault a "stage_imbalance").
+// The kind's name in the truth file ("straggler", "step_shift", ...; a worker or gpu fault is
+// a "straggler", a stage fault a "stage_imbalance", seqlen a "workload_imbalance", p2p a
+// "slow_comm").
 const char* truthKindName(Inject::Kind kind);
 
 }  // namespace trainscope::sim

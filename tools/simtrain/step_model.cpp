@@ -113,7 +113,10 @@ std::vector<std::string> StepModel::knownOps() {
 }
 
 StepModel::StepModel(const SimOptions& options)
-    : options_(options), rng_(options.seed), linkRng_(options.seed ^ 0x6c696e6b5f726e67ull) {
+    : options_(options),
+      rng_(options.seed),
+      linkRng_(options.seed ^ 0x6c696e6b5f726e67ull),
+      p2pRng_(options.seed ^ 0x7032705f726e6721ull) {
   // The model always runs the whole job, whichever ranks this process hosts: every process of
   // a split job then draws the same timeline from the same seed.
   options_.ranks = worldSizeOf(options);
@@ -162,6 +165,7 @@ double StepModel::computeFactor(uint32_t rank, int64_t step) const {
     if (in.kind == Inject::Kind::kShift) f *= in.factor;
     if (in.kind == Inject::Kind::kStraggler && in.rank == rank) f *= in.factor;
     if (!options_.parallel) continue;
+    if (in.kind == Inject::Kind::kGpu && in.rank == rank) f *= in.factor;
     const ParallelLayout& L = *options_.parallel;
     if (in.kind == Inject::Kind::kStage && L.ppIndex(rank) == in.pp) f *= in.factor;
     if (in.kind == Inject::Kind::kWorker && L.ppIndex(rank) == in.pp && L.dpIndex(rank) == in.dp)
@@ -175,6 +179,46 @@ double StepModel::computeFactor(uint32_t rank, int64_t step) const {
     if (stage + 1 == options_.parallel->pp) f *= 1.0 + options_.edgeLoad;
   }
   return f;
+}
+
+void StepModel::drawWorkload(int64_t step) {
+  workload_.assign(options_.ranks, 1.0);
+  const ParallelLayout* L = options_.parallel ? &*options_.parallel : nullptr;
+  const uint32_t replicas = L != nullptr ? L->dp : options_.ranks;
+  for (size_t i = 0; i < options_.injects.size(); ++i) {
+    const Inject& in = options_.injects[i];
+    if (in.kind != Inject::Kind::kSeqlen || step < in.fromStep) continue;
+    // Log-normal of mean 1 and coefficient of variation cv: sigma^2 = ln(1 + cv^2).
+    const double sigma = std::sqrt(std::log1p(in.cv * in.cv));
+    std::mt19937_64 g(options_.seed ^ (0x7365716c656eull + i) ^
+                      (static_cast<uint64_t>(step) * 0x9E3779B97F4A7C15ull));
+    std::normal_distribution<double> z(0.0, 1.0);
+    std::vector<double> f(replicas);
+    for (double& x : f) x = std::exp(sigma * z(g) - sigma * sigma / 2);
+    for (uint32_t r = 0; r < options_.ranks; ++r)
+      workload_[r] *= f[L != nullptr ? L->dpIndex(r) : r];
+  }
+}
+
+double StepModel::p2pFactor(uint32_t sender, uint32_t receiver, int64_t step) const {
+  double f = 1.0;
+  for (const auto& in : options_.injects) {
+    if (in.kind == Inject::Kind::kP2p && step >= in.fromStep && in.rank == sender &&
+        in.to == receiver) {
+      f *= in.factor;
+    }
+  }
+  return f;
+}
+
+int64_t StepModel::p2pTransferNs(int64_t healthyNs, uint32_t sender, uint32_t receiver,
+                                 int64_t step) {
+  double jitter = 1.0;
+  if (options_.noise > 0) {
+    jitter = std::exp(options_.noise * p2pNormal_(p2pRng_) - options_.noise * options_.noise / 2);
+  }
+  return std::max<int64_t>(
+      1, toNs(static_cast<double>(healthyNs) * p2pFactor(sender, receiver, step) * jitter));
 }
 
 double StepModel::opFactor(uint32_t op, uint32_t rank, int64_t step) const {
@@ -222,6 +266,7 @@ StepTimeline StepModel::step(int64_t step, int64_t beginNs) {
     if (in.kind == Inject::Kind::kHang && in.atStep == step && !hungRank) hungRank = in.rank;
   }
   tl.hung = hungRank.has_value();
+  drawWorkload(step);
 
   const double stepNs = options_.stepMs * 1e6;
   const double sigma = options_.noise;
@@ -234,7 +279,8 @@ StepTimeline StepModel::step(int64_t step, int64_t beginNs) {
     RankStep& rs = tl.ranks[r];
     rs.rank = r;
     rs.beginNs = beginNs;
-    const double cf = computeFactor(r, step);
+    // The optimizer's work does not depend on the data, so seqlen scales forward and backward.
+    const double cf = computeFactor(r, step) * workload_[r];
     const double warm = step < options_.warmup ? kWarmupFactor : 1.0;
     int64_t t = beginNs + kLoopOverheadNs;
 

@@ -131,6 +131,14 @@ class StepModel {
     double weight;  // relative cost within its phase
   };
   double computeFactor(uint32_t rank, int64_t step) const;
+  // --inject seqlen: each replica's share of work this step (mean 1; 1 for every replica
+  // without the fault). Drawn from (seed, step) alone, so every process of a split job and a
+  // run without other faults see the same draws. Fills workload_, by rank.
+  void drawWorkload(int64_t step);
+  // --inject p2p: how much longer rank `sender`'s pipeline transfer to `receiver` takes.
+  double p2pFactor(uint32_t sender, uint32_t receiver, int64_t step) const;
+  // One pipeline transfer's time: the healthy one, its link's slow-down and some jitter.
+  int64_t p2pTransferNs(int64_t healthyNs, uint32_t sender, uint32_t receiver, int64_t step);
   double opFactor(uint32_t op, uint32_t rank, int64_t step) const;
   double commFactor(int64_t step) const;
   double lognormal(double sigma);
@@ -150,6 +158,10 @@ class StepModel {
   std::mt19937_64 linkRng_;
   std::normal_distribution<double> linkNormal_{0.0, 1.0};  // its own: normal_ caches a draw
   std::normal_distribution<double> normal_{0.0, 1.0};
+  // Pipeline transfer jitter, its own generator for the same reason as linkRng_.
+  std::mt19937_64 p2pRng_;
+  std::normal_distribution<double> p2pNormal_{0.0, 1.0};
+  std::vector<double> workload_;  // by rank: this step's seqlen factor (see drawWorkload)
   std::vector<std::string> opNames_;
   std::vector<OpTemplate> forward_;
   std::vector<OpTemplate> backward_;

@@ -29,6 +29,22 @@ nlohmann::json truthJson(const SimOptions& options) {
         t["dp"] = in.dp;
         t["coords"] = {{"pp", in.pp}, {"dp", in.dp}};
         break;
+      case Inject::Kind::kGpu:
+        if (options.parallel && in.rank) {
+          const ParallelLayout& L = *options.parallel;
+          t["coords"] = {{"pp", L.ppIndex(*in.rank)},
+                         {"dp", L.dpIndex(*in.rank)},
+                         {"tp", L.tpIndex(*in.rank)}};
+        }
+        break;
+      case Inject::Kind::kSeqlen:
+        t["cv"] = in.cv;
+        t["factor"] = 1.0 + in.cv;
+        break;
+      case Inject::Kind::kP2p:
+        t["from_rank"] = in.rank.value_or(0);
+        t["to_rank"] = in.to;
+        break;
       case Inject::Kind::kSpike:
         t["from_step"] = in.every;  // the first step that carries a checkpoint
         t["every"] = in.every;

@@ -13,7 +13,9 @@ namespace trainscope::sim {
 
 // A JSON list with one object per --inject: {"kind", "ranks": [...], "from_step", "factor"},
 // plus "op" for op_regression and "every" for spike. A hang's factor is 0 (no slow-down: it
-// never finishes); its from_step is the step that hangs.
+// never finishes); its from_step is the step that hangs. A seqlen fault has "cv" and factor
+// 1 + cv (its size, for tables); a p2p fault "from_rank" and "to_rank" (ranks: both, sender
+// first); a gpu fault its rank's "coords".
 nlohmann::json truthJson(const SimOptions& options);
 
 // Writes truthJson() to `path` (replacing it). The message names the path on failure.

@@ -1,8 +1,11 @@
 // The simulator's --parallel faults: stage:pp=S (every rank of a pipeline stage computes longer),
-// worker:dp=I,pp=S (one replica's tensor-parallel group at stage S) and --edge-load (a naturally
-// unbalanced pipeline): parsing, validation, which ranks slow down, the truth file's ranks, and
-// how much the step lengthens.
+// worker:dp=I,pp=S (one replica's tensor-parallel group at stage S), gpu:rank=R (one rank of a
+// tp group), p2p:from=R,to=Q (a slow pipeline link), seqlen:cv=X (work that moves between
+// replicas) and --edge-load (a naturally unbalanced pipeline): parsing, validation, which ranks
+// slow down, the truth file's ranks, and how much the step lengthens.
 #include <catch2/catch.hpp>
+
+#include <algorithm>
 
 #include "tools/simtrain/sim_options.h"
 #include "tools/simtrain/step_model.h"
@@ -139,4 +142,153 @@ TEST_CASE("simtrain --edge-load: the first stage works half the load more, the l
   CHECK(ratio(2) == Approx(1.0).epsilon(0.005));
   CHECK(ratio(3) == Approx(1.1).epsilon(0.005));
   CHECK(truthJson(o).empty());  // part of the job's design, not a fault
+}
+
+TEST_CASE("simtrain faults: seqlen, p2p and gpu parse, from defaults to 0, errors name the key") {
+  auto sq = parseInject("seqlen:cv=0.2");
+  REQUIRE(sq.isOk());
+  CHECK(sq->kind == Inject::Kind::kSeqlen);
+  CHECK(sq->cv == 0.2);
+  CHECK(sq->fromStep == 0);
+  CHECK(parseInject("seqlen:cv=0,from=3").message().find("cv='0'") != std::string::npos);
+  CHECK(parseInject("seqlen:cv=x").message().find("cv='x'") != std::string::npos);
+  CHECK(parseInject("seqlen:from=3").message().find("missing key 'cv'") != std::string::npos);
+  // The first from= is the sending rank, a second one the first step.
+  auto p = parseInject("p2p:from=1,to=5,factor=1.5,from=40");
+  REQUIRE(p.isOk());
+  CHECK(p->kind == Inject::Kind::kP2p);
+  CHECK(p->rank == 1u);
+  CHECK(p->to == 5u);
+  CHECK(p->fromStep == 40);
+  auto p0 = parseInject("p2p:to=5,from=1,factor=2");
+  REQUIRE(p0.isOk());
+  CHECK(p0->rank == 1u);
+  CHECK(p0->fromStep == 0);
+  CHECK(parseInject("p2p:to=5,factor=2").message().find("missing key 'from'") != std::string::npos);
+  CHECK(parseInject("p2p:from=1,factor=2").message().find("missing key 'to'") != std::string::npos);
+  CHECK(parseInject("p2p:from=1,to=5,factor=2,from=3,from=4").message().find("given three times") !=
+        std::string::npos);
+  auto g = parseInject("gpu:rank=3,factor=1.4");
+  REQUIRE(g.isOk());
+  CHECK(g->kind == Inject::Kind::kGpu);
+  CHECK(g->rank == 3u);
+  CHECK(g->fromStep == 0);
+  CHECK(parseInject("gpu:factor=1.4").message().find("missing key 'rank'") != std::string::npos);
+
+  SimOptions o = job(2, 2, 2);
+  o.injects = {*parseInject("p2p:from=0,to=3,factor=2")};
+  CHECK(validate(o, true).message().find("not neighbouring stages") != std::string::npos);
+  o.injects = {*parseInject("p2p:from=0,to=4,factor=2")};  // stage 0 -> 1, same dp and tp
+  CHECK(validate(o, true).isOk());
+  o.injects = {*parseInject("p2p:from=5,to=1,factor=2")};  // stage 1 -> 0: gradients
+  CHECK(validate(o, true).isOk());
+  o.injects = {*parseInject("p2p:from=0,to=8,factor=2")};
+  CHECK(validate(o, true).message().find("to=8 is not below") != std::string::npos);
+  o.injects = {*parseInject("gpu:rank=9,factor=2")};
+  CHECK(validate(o, true).message().find("rank=9 is not below") != std::string::npos);
+  SimOptions flat;
+  flat.agents = o.agents;
+  flat.injects = {*parseInject("gpu:rank=1,factor=2")};
+  CHECK(validate(flat, true).message().find("need --parallel") != std::string::npos);
+  flat.injects = {*parseInject("p2p:from=0,to=1,factor=2")};
+  CHECK(validate(flat, true).message().find("need --parallel") != std::string::npos);
+  flat.injects = {*parseInject("seqlen:cv=0.1")};
+  CHECK(validate(flat, true).isOk());
+}
+
+TEST_CASE("simtrain faults: seqlen gives each replica its own work per step, moving at random") {
+  SimOptions o = job(2, 2, 4);
+  o.injects.push_back(*parseInject("seqlen:cv=0.2,from=2"));
+  SimOptions h = job(2, 2, 4);
+  StepModel m(o);
+  StepModel ref(h);
+  std::vector<uint32_t> slowest;
+  int64_t a = 0, b = 0;
+  for (int64_t s = 0; s < 12; ++s) {
+    StepTimeline tl = m.step(s, a);
+    StepTimeline hl = ref.step(s, b);
+    a = tl.endNs;
+    b = hl.endNs;
+    // Per replica one factor: every rank of replica d (both stages, both tp ranks) has the same
+    // forward work ratio against the healthy job.
+    std::vector<double> ratio(4, 0.0);
+    for (uint32_t r = 0; r < 16; ++r) {
+      const auto fwd = [](const RankStep& rs) {
+        int64_t sum = 0;
+        for (const auto& rg : rs.ranges) {
+          if (rg.phase == Phase::kForward) sum += rg.endNs - rg.startNs;
+        }
+        return static_cast<double>(sum);
+      };
+      const double x = fwd(tl.ranks[r]) / fwd(hl.ranks[r]);
+      const uint32_t d = o.parallel->dpIndex(r);
+      if (ratio[d] == 0.0) ratio[d] = x;
+      INFO("step " << s << " rank " << r);
+      CHECK(x == Approx(ratio[d]).epsilon(1e-3));
+      if (s < 2) CHECK(x == Approx(1.0).epsilon(1e-3));
+    }
+    if (s >= 2) {
+      slowest.push_back(
+          static_cast<uint32_t>(std::max_element(ratio.begin(), ratio.end()) - ratio.begin()));
+      CHECK(tl.endNs - tl.beginNs != hl.endNs - hl.beginNs);
+    }
+  }
+  // The slowest replica changes: over 10 steps of 4 replicas, more than one is slowest.
+  std::sort(slowest.begin(), slowest.end());
+  CHECK(std::unique(slowest.begin(), slowest.end()) - slowest.begin() >= 2);
+  // The same seed draws the same work (a split job's processes agree).
+  StepModel again(o);
+  StepTimeline x = StepModel(o).step(5, 0), y = again.step(5, 0);
+  CHECK(x.endNs == y.endNs);
+  auto truth = truthJson(o);
+  CHECK(truth[0]["kind"] == "workload_imbalance");
+  CHECK(truth[0]["ranks"].size() == 16);
+  CHECK(truth[0]["cv"] == 0.2);
+}
+
+TEST_CASE("simtrain faults: a p2p fault slows one link's sends; the receiver waits longer") {
+  SimOptions o = job(2, 2, 2);
+  o.injects.push_back(*parseInject("p2p:from=1,to=5,factor=3"));
+  StepTimeline tl = StepModel(o).step(0, 0);
+  StepTimeline ref = StepModel(job(2, 2, 2)).step(0, 0);
+  auto sendNs = [](const StepTimeline& t, uint32_t from, uint32_t to) {
+    int64_t most = 0;
+    for (const auto& p : t.ranks[from].p2ps) {
+      if (p.send && p.peer == to) most = std::max(most, p.completeNs - p.postedNs);
+    }
+    return most;
+  };
+  CHECK(sendNs(tl, 1, 5) == Approx(3.0 * static_cast<double>(sendNs(ref, 1, 5))).epsilon(0.01));
+  CHECK(sendNs(tl, 0, 4) == sendNs(ref, 0, 4));  // the other tp rank's link
+  CHECK(sendNs(tl, 5, 1) == sendNs(ref, 5, 1));  // the way back
+  CHECK(tl.endNs - tl.beginNs > ref.endNs - ref.beginNs);
+  auto truth = truthJson(o);
+  CHECK(truth[0]["kind"] == "slow_comm");
+  CHECK(truth[0]["ranks"] == nlohmann::json::array({1, 5}));
+}
+
+TEST_CASE("simtrain faults: a gpu fault slows one rank; its tp peers wait for it") {
+  SimOptions o = job(2, 2, 2);
+  o.injects.push_back(*parseInject("gpu:rank=3,factor=1.5"));
+  StepTimeline tl = StepModel(o).step(0, 0);
+  StepTimeline ref = StepModel(job(2, 2, 2)).step(0, 0);
+  for (uint32_t r = 0; r < 8; ++r) {
+    INFO("rank " << r);
+    CHECK(static_cast<double>(tl.ranks[r].computeNs) /
+              static_cast<double>(ref.ranks[r].computeNs) ==
+          Approx(r == 3 ? 1.5 : 1.0).epsilon(0.01));
+  }
+  // Rank 2 (its tp peer) waits in every tp all_reduce; rank 3 arrives last.
+  int64_t wait2 = 0, wait3 = 0;
+  for (const auto& c : tl.ranks[2].colls) {
+    if (c.group == CollExec::Group::kTp) wait2 += c.completeNs - c.arriveNs;
+  }
+  for (const auto& c : tl.ranks[3].colls) {
+    if (c.group == CollExec::Group::kTp) wait3 += c.completeNs - c.arriveNs;
+  }
+  CHECK(wait2 > 2 * wait3);
+  auto truth = truthJson(o);
+  CHECK(truth[0]["kind"] == "straggler");
+  CHECK(truth[0]["ranks"] == nlohmann::json::array({3}));
+  CHECK(truth[0]["coords"] == nlohmann::json({{"pp", 0}, {"dp", 1}, {"tp", 1}}));
 }
