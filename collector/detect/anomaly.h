@@ -10,15 +10,17 @@
 namespace trainscope::detect {
 
 enum class AnomalyKind {
-  kStepShift,       // the job's step time changed and stayed changed
-  kStraggler,       // one rank computes slower than its peers; the others wait for it
-  kSlowComm,        // a collective (op, group, bytes) or a link got slower while compute did
-                    // not; names the link's sender and peer where links are reported
-  kOpRegression,    // an operator's time per call rose against its own baseline
-  kHang,            // a rank or the whole job stopped reporting steps (or its process exited)
-  kSpike,           // periodic outlier steps (a checkpoint every N steps); informational
-  kStageImbalance,  // a pipeline stage's work is chronically longer than the other stages';
-                    // names that stage's ranks (labels.stage)
+  kStepShift,          // the job's step time changed and stayed changed
+  kStraggler,          // one rank computes slower than its peers; the others wait for it
+  kSlowComm,           // a collective (op, group, bytes) or a link got slower while compute did
+                       // not; names the link's sender and peer where links are reported
+  kOpRegression,       // an operator's time per call rose against its own baseline
+  kHang,               // a rank or the whole job stopped reporting steps (or its process exited)
+  kSpike,              // periodic outlier steps (a checkpoint every N steps); informational
+  kStageImbalance,     // a pipeline stage's work is chronically longer than the other stages';
+                       // names that stage's ranks (labels.stage)
+  kWorkloadImbalance,  // the job is chronically slower than its balanced time while the
+                       // slowest data-parallel replica changes from step to step; job-wide
 };
 
 // Stable lower-case names used in ids, the API and the CLI: "step_shift", "straggler", ...

@@ -1,21 +1,28 @@
 #include "collector/detect/detector_set.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <deque>
 #include <set>
 
 #include "collector/detect/hang.h"
 #include "collector/detect/op_regression.h"
+#include "collector/detect/p2p_link.h"
 #include "collector/detect/slow_comm.h"
 #include "collector/detect/stage_imbalance.h"
 #include "collector/detect/step_assembler.h"
 #include "collector/detect/step_shift.h"
 #include "collector/detect/straggler.h"
+#include "collector/detect/workload_imbalance.h"
 
 namespace trainscope::detect {
 
 namespace {
+
+// A straggler no further above its peers than this many per-step spreads of an open
+// workload_imbalance is the moving work itself (see explains).
+constexpr double kSpreadsExplained = 3.0;
 
 // The time per step an anomaly adds (evidence added_ms_per_step); 0 when it does not say.
 double addedMs(const Anomaly& a) {
@@ -23,16 +30,20 @@ double addedMs(const Anomaly& a) {
   return it == a.evidence.end() ? 0.0 : it->second;
 }
 
-bool heldKind(const Anomaly& a) {
+// `imbalance`: a workload_imbalance of the job is open, which may explain an op regression or
+// a step time that went down for a while (the draws were light).
+bool heldKind(const Anomaly& a, bool imbalance) {
   if (a.kind == AnomalyKind::kStraggler) return true;
+  if (a.kind == AnomalyKind::kOpRegression) return imbalance;
   if (a.kind != AnomalyKind::kStepShift) return false;
   auto it = a.labels.find("direction");
-  return it != a.labels.end() && it->second == "slower";
+  return imbalance || (it != a.labels.end() && it->second == "slower");
 }
 
 bool explainerKind(AnomalyKind k) {
   return k == AnomalyKind::kStraggler || k == AnomalyKind::kOpRegression ||
-         k == AnomalyKind::kSlowComm || k == AnomalyKind::kStageImbalance;
+         k == AnomalyKind::kSlowComm || k == AnomalyKind::kStageImbalance ||
+         k == AnomalyKind::kWorkloadImbalance;
 }
 
 // Whether `by` explains `held` (see FoldOptions): same event (onsets close), the right kind
@@ -43,10 +54,25 @@ bool explains(const Anomaly& by, const Anomaly& held, const FoldOptions& o) {
   // at 512 ranks a 1.2x straggler raised the step time by 5 %, which the step_shift CUSUM
   // found 100 steps after the straggler, as a drift.
   const bool sameEvent = std::llabs(by.onsetStep - held.onsetStep) <= o.onsetSteps;
-  const bool stillSlowing = by.state == AnomalyState::kOpen && by.onsetStep <= held.onsetStep &&
-                            held.kind == AnomalyKind::kStepShift;
+  const bool stillSlowing =
+      by.state == AnomalyState::kOpen && by.onsetStep <= held.onsetStep &&
+      (held.kind == AnomalyKind::kStepShift || by.kind == AnomalyKind::kWorkloadImbalance);
   if (!sameEvent && !stillSlowing) return false;
   const double need = addedMs(held);
+  if (by.kind == AnomalyKind::kWorkloadImbalance) {
+    // While the work moves between replicas, a rank or worker that drew heavy work a few steps
+    // in a row looks slow (a straggler, its operators slower) against a noise estimate that
+    // has not caught up yet, and the step time follows the heaviest draws (a step_shift); a
+    // real fault stands out of the spread by more than that.
+    auto spread = by.evidence.find("spread");
+    if (spread != by.evidence.end() &&
+        std::fabs(held.magnitude - 1.0) <= kSpreadsExplained * spread->second) {
+      return true;
+    }
+    return held.kind == AnomalyKind::kStepShift && need > 0.0 &&
+           addedMs(by) >= o.minExplained * need;
+  }
+  if (held.kind == AnomalyKind::kOpRegression) return false;  // held for the above only
   if (need <= 0.0 || addedMs(by) < o.minExplained * need) return false;
   if (held.kind == AnomalyKind::kStraggler) {
     auto scope = by.labels.find("scope");
@@ -57,6 +83,7 @@ bool explains(const Anomaly& by, const Anomaly& held, const FoldOptions& o) {
 }
 
 constexpr size_t kExplainerHistory = 256;
+constexpr int kMaxImbalanceWait = 8;  // judged steps a held anomaly waits on workload_imbalance
 
 }  // namespace
 
@@ -66,13 +93,16 @@ struct DetectorSet::Job {
         stepShift(name, o.stepShift, &staged),
         straggler(name, o.straggler, &staged),
         stageImbalance(name, o.stageImbalance, &staged),
+        workloadImbalance(name, o.workloadImbalance, &staged),
         slowComm(name, o.slowComm, &staged),
+        p2pLink(name, o.p2pLink, &staged),
         opRegression(name, o.opRegression, &staged),
         hang(name, o.hang, &staged) {}
 
   struct Held {
     Anomaly anomaly;
     int age = 0;                   // judged steps waited
+    int extra = 0;                 // judged steps waited on an imbalance being judged
     std::vector<Anomaly> updates;  // its resolution, when it came while held
   };
 
@@ -81,7 +111,9 @@ struct DetectorSet::Job {
   StepShiftDetector stepShift;
   StragglerDetector straggler;
   StageImbalanceDetector stageImbalance;
+  WorkloadImbalanceDetector workloadImbalance;
   SlowCommDetector slowComm;
+  P2pLinkDetector p2pLink;
   OpRegressionDetector opRegression;
   HangDetector hang;
   std::vector<Held> held;
@@ -113,10 +145,11 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
   for (const Anomaly& a : events) {
     if (a.state == AnomalyState::kOpen && explainerKind(a.kind)) remember(a);
   }
+  const bool imbalance = j.workloadImbalance.isOpen();
   for (Anomaly& a : events) {
     if (a.state == AnomalyState::kOpen) {
-      if (heldKind(a)) {
-        j.held.push_back(Job::Held{std::move(a), 0, {}});
+      if (heldKind(a, imbalance)) {
+        j.held.push_back(Job::Held{std::move(a), 0, 0, {}});
       } else {
         publish(std::move(a));
       }
@@ -150,7 +183,17 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
       it = j.held.erase(it);
       continue;
     }
-    if (judged != nullptr) ++it->age;
+    if (judged != nullptr) {
+      // A step-time rise while work moving between replicas is being judged waits for that
+      // verdict (a few steps: it needs several costly steps to tell moving work from a
+      // straggler), so the imbalance is not reported a second time as a step_shift.
+      if (a.kind == AnomalyKind::kStepShift && j.workloadImbalance.judging() &&
+          it->extra < kMaxImbalanceWait) {
+        ++it->extra;
+      } else {
+        ++it->age;
+      }
+    }
     if (final || it->age > options_.fold.holdSteps) {
       Anomaly out = std::move(it->anomaly);
       if (judged != nullptr) {
@@ -171,8 +214,10 @@ void DetectorSet::judge(Job& j, std::vector<AssembledStep>& steps, bool final) {
   for (const AssembledStep& s : steps) {
     j.opRegression.onStep(s);
     j.slowComm.onStep(s);
+    j.p2pLink.onStep(s);
     j.straggler.onStep(s);
     j.stageImbalance.onStep(s);
+    j.workloadImbalance.onStep(s);
     j.stepShift.onStep(s);
     ++j.stepsJudged;
     route(j, &s, false);
@@ -199,6 +244,7 @@ DetectorSet::Job& DetectorSet::job(const std::string& name) {
       j.layout = l->second;
       j.straggler.setLayout(j.layout);
       j.stageImbalance.setLayout(j.layout);
+      j.workloadImbalance.setLayout(j.layout);
     }
   }
   it->second->lastUse = ++useCounter_;
@@ -367,6 +413,7 @@ void DetectorSet::setTopology(const std::string& name, const topology::Topology&
   job.layout = layout;
   job.straggler.setLayout(layout);
   job.stageImbalance.setLayout(layout);
+  job.workloadImbalance.setLayout(layout);
 }
 
 void DetectorSet::forgetJob(const std::string& name) {

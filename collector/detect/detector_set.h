@@ -5,7 +5,8 @@
 //
 // Per job it keeps a StepAssembler (reports from different ranks arrive in any order and
 // late; a step is judged once every rank reported it or graceSteps later) feeding the
-// step_shift, straggler, slow_comm and op_regression detectors, and a HangDetector fed with
+// step_shift, straggler, stage_imbalance, workload_imbalance, slow_comm (with its pipeline
+// links, p2p_link.h) and op_regression detectors, and a HangDetector fed with
 // every report directly and with each rank's progress (rankProgress), which names the stuck
 // rank of a hang. Memory is bounded per job by the option limits and across jobs by
 // maxJobs (least recently seen job forgotten first).
@@ -26,11 +27,17 @@
 // straggler or step_shift is held for holdSteps judged steps, and dropped (counted in
 // DetectStats::folded, with its resolution) when an anomaly that explains it opened within
 // onsetSteps of its onset: for a straggler an op regression on the same rank, for a rising
-// step_shift a straggler, op regression or slow_comm (also one that opened earlier and is
+// step_shift a straggler, op regression, slow_comm, stage_imbalance or workload_imbalance
+// (also one that opened earlier and is
 // still open: a small rise from a straggler can take the step_shift CUSUM many steps to
 // find); "explains" means its evidence added_ms_per_step is at least minExplained of the held
 // one's. A held anomaly is published
 // with detectedStep/detectedNs of the step it was released at, so the wait shows in latency.
+// A step_shift waits up to 8 more judged steps while workload_imbalance judges an excursion
+// (it needs a few costly steps to tell work moving between replicas from a straggler); an
+// open workload_imbalance explains a straggler, op regression (held too while it is open) or
+// step_shift whose ratio is within 3 of its per-step spreads (a replica that drew heavy work a
+// few steps in a row, the step time following the heaviest draws).
 #pragma once
 
 #include <cstdint>

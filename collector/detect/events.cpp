@@ -6,10 +6,10 @@
 namespace trainscope::detect {
 
 namespace {
-constexpr AnomalyKind kAllKinds[] = {AnomalyKind::kStepShift,     AnomalyKind::kStraggler,
-                                     AnomalyKind::kSlowComm,      AnomalyKind::kOpRegression,
-                                     AnomalyKind::kHang,          AnomalyKind::kSpike,
-                                     AnomalyKind::kStageImbalance};
+constexpr AnomalyKind kAllKinds[] = {AnomalyKind::kStepShift,      AnomalyKind::kStraggler,
+                                     AnomalyKind::kSlowComm,       AnomalyKind::kOpRegression,
+                                     AnomalyKind::kHang,           AnomalyKind::kSpike,
+                                     AnomalyKind::kStageImbalance, AnomalyKind::kWorkloadImbalance};
 }  // namespace
 
 const char* anomalyKindName(AnomalyKind kind) {
@@ -28,6 +28,8 @@ const char* anomalyKindName(AnomalyKind kind) {
       return "spike";
     case AnomalyKind::kStageImbalance:
       return "stage_imbalance";
+    case AnomalyKind::kWorkloadImbalance:
+      return "workload_imbalance";
   }
   return "unknown";
 }

@@ -37,15 +37,26 @@ std::shared_ptr<const JobLayout> layoutOf(const topology::Topology& t) {
     if (fresh) {
       Worker w;
       w.stage = c.along(wire::GROUP_PP).value_or(0);
+      w.replica = c.along(wire::GROUP_DP).value_or(0);
       w.coords = coords;
       layout->workers.push_back(std::move(w));
     }
     layout->workers[it->second].ranks.push_back(rank);  // coords is by rank: stays sorted
+    const auto tpIndex = c.along(wire::GROUP_TP);
+    layout->workers[it->second].tp.push_back(tpIndex ? static_cast<int32_t>(*tpIndex) : -1);
     maxRank = std::max(maxRank, rank);
   }
   // A stage index past the declared size (a problem the topology lists) is clamped, so the
   // detectors' per-stage arrays stay in range.
   for (Worker& w : layout->workers) w.stage = std::min(w.stage, layout->stages - 1);
+  layout->replicas = std::max<uint32_t>(t.sizes[1], 1);  // kAxes[1] is dp
+  for (Worker& w : layout->workers) w.replica = std::min(w.replica, layout->replicas - 1);
+  for (const topology::Group& g : t.groups) {
+    if (g.kind == wire::GROUP_TP) layout->tpGroups.push_back(g.name);
+  }
+  std::sort(layout->tpGroups.begin(), layout->tpGroups.end());
+  layout->tpGroups.erase(std::unique(layout->tpGroups.begin(), layout->tpGroups.end()),
+                         layout->tpGroups.end());
   layout->workerOf.assign(static_cast<size_t>(maxRank) + 1, -1);
   for (size_t i = 0; i < layout->workers.size(); ++i) {
     for (uint32_t r : layout->workers[i].ranks) layout->workerOf[r] = static_cast<int32_t>(i);
@@ -56,7 +67,6 @@ std::shared_ptr<const JobLayout> layoutOf(const topology::Topology& t) {
 void viewStep(const AssembledStep& step, const JobLayout& layout, LayoutStep* out) {
   const size_t nw = layout.workers.size();
   out->workerNs.assign(nw, 0.0);
-  std::vector<uint32_t> counts(nw, 0);
   std::vector<double> durations;
   std::vector<double> micro;
   durations.reserve(step.ranks.size());
@@ -69,11 +79,8 @@ void viewStep(const AssembledStep& step, const JobLayout& layout, LayoutStep* ou
     if (most > 0) micro.push_back(static_cast<double>(most));
     const int32_t w = layout.workerOfRank(r.report.rank());
     if (w < 0 || r.report.compute_ns() <= 0) continue;
-    out->workerNs[static_cast<size_t>(w)] += static_cast<double>(r.report.compute_ns());
-    ++counts[static_cast<size_t>(w)];
-  }
-  for (size_t i = 0; i < nw; ++i) {
-    if (counts[i] > 0) out->workerNs[i] /= counts[i];
+    double& x = out->workerNs[static_cast<size_t>(w)];
+    x = std::max(x, static_cast<double>(r.report.compute_ns()));
   }
   out->stepNs = medianInPlace(durations);
   out->microbatches = micro.empty() ? 0.0 : medianInPlace(micro);

@@ -22,13 +22,17 @@ namespace trainscope::detect {
 struct Worker {
   std::vector<uint32_t> ranks;  // sorted: the tensor-parallel group (one rank without tp)
   uint32_t stage = 0;           // pipeline stage (pp index); 0 without pipeline parallelism
+  uint32_t replica = 0;         // data-parallel replica (dp index); 0 without data parallelism
   std::string coords;           // JSON text of its coordinates other than tp: {"pp":0,"dp":1}
+  std::vector<int32_t> tp;      // by position in `ranks`: the rank's tp index (-1: none)
 };
 
 struct JobLayout {
-  uint32_t stages = 1;            // pipeline stages (pp size)
-  std::vector<Worker> workers;    // by first rank
-  std::vector<int32_t> workerOf;  // rank -> index into workers; -1: rank without coordinates
+  uint32_t stages = 1;                // pipeline stages (pp size)
+  uint32_t replicas = 1;              // data-parallel replicas (dp size, at least 1)
+  std::vector<Worker> workers;        // by first rank
+  std::vector<int32_t> workerOf;      // rank -> index into workers; -1: rank without coordinates
+  std::vector<std::string> tpGroups;  // names of the declared tensor-parallel groups, sorted
   int32_t workerOfRank(uint32_t rank) const { return rank < workerOf.size() ? workerOf[rank] : -1; }
 };
 
@@ -38,8 +42,10 @@ struct JobLayout {
 // coordinates along every axis but tp.
 std::shared_ptr<const JobLayout> layoutOf(const topology::Topology& topology);
 
-// One step seen through the layout: each worker's compute (the mean compute_ns of its ranks
-// that reported one; 0 when none did), each stage's work (the lower median of its workers'
+// One step seen through the layout: each worker's compute (the largest compute_ns of its ranks
+// that reported one, as tensor-parallel ranks wait for each other in every layer: a worker goes
+// at its slowest rank, and one slow GPU is not diluted by its group's size; 0 when none
+// reported), each stage's work (the lower median of its workers'
 // compute, so one slow worker does not move it), the job's step time (median duration_ns) and
 // the microbatches per step (the most receives a rank posted to one pipeline peer, median over
 // ranks; 0 when the job reports no p2p).

@@ -76,6 +76,25 @@ struct StageImbalanceOptions {
   int noiseWindow = 64;  // steps over which the ratios' step-to-step noise is learned
 };
 
+// On the per-step spread of the data-parallel replicas' work (see workload_imbalance.h): the
+// sigma over replicas of their work ratios' step-to-step changes, as a fraction of the work.
+struct WorkloadImbalanceOptions {
+  double minSpread = 0.065;  // per-step spread tolerated: operator noise of 5 % gives ~1 %, a
+                             // rank whose whole step varies 5 % at random 5 %; lower finds
+                             // smaller imbalances, and calls such a noisy job imbalanced
+  double cusumH = 0.12;      // CUSUM alarm level (summed spread above minSpread); higher = later
+  double clip = 0.15;        // cap of one step's spread in the CUSUM, so a single odd step (a
+                             // straggler's first step) cannot open it alone
+  int minSteps = 3;          // costly steps (spread >= minSpread) needed before judging whether
+                             // the slowest replica moves; more = later, surer
+  double maxShare = 0.75;    // the same replica slowest in more than this share of the costly
+                             // steps is a straggler that comes and goes, not moving work
+  double minGain = 0.02;     // reported only when balancing would save this share of the step
+  int window = 20;           // steps whose mean spread must be under minSpread / 2 to resolve
+                             // (two replicas give one sample a step: a few calm steps in a row
+                             // are common); longer = later resolution
+};
+
 struct SlowCommOptions {
   PersistenceOptions persistence{};  // on per-call transfer time of one (op, group, bytes)
   double maxComputeRise = 0.05;      // compute of the group's ranks may rise at most this much
@@ -98,6 +117,16 @@ struct SlowCommOptions {
                                          // are ignored until old ones are forgotten
   size_t maxLinkGroups = 64;             // groups with links tracked per job
   uint32_t maxLinkRank = 65536;          // ranks at or above are not tracked per link
+};
+
+// Pipeline links (p2p_link.h): on a link's send time per byte / the median of its peers'
+// (baseline 1.0). No warm-up, like the straggler's: the other links are the baseline.
+struct P2pLinkOptions {
+  PersistenceOptions persistence{.warmupSamples = 0};  // minExcess: a link this much slower
+                                                       // than its peers is tolerated
+  int noiseWindow = 64;     // steps over which the ratios' step-to-step noise is learned
+  uint32_t minLinks = 3;    // fewer comparable links have no meaningful peer median
+  size_t maxLinks = 65536;  // bounded memory (~1 KiB a link); past it new links are ignored
 };
 
 struct OpRegressionOptions {
@@ -159,7 +188,9 @@ struct DetectOptions {
   StepShiftOptions stepShift{};
   StragglerOptions straggler{};
   StageImbalanceOptions stageImbalance{};
+  WorkloadImbalanceOptions workloadImbalance{};
   SlowCommOptions slowComm{};
+  P2pLinkOptions p2pLink{};
   OpRegressionOptions opRegression{};
   HangOptions hang{};
   size_t maxJobs = 1024;  // jobs tracked at once; the least recently seen is forgotten first

@@ -19,6 +19,28 @@ double medianInPlace(std::vector<double>& values) {
   return (lo + hi) / 2.0;
 }
 
+std::vector<double> mediansOfOthers(const std::vector<double>& values) {
+  const size_t n = values.size();
+  if (n < 2) return {};
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return values[a] < values[b]; });
+  std::vector<double> sorted(n);
+  std::vector<size_t> pos(n);
+  for (size_t i = 0; i < n; ++i) {
+    sorted[i] = values[order[i]];
+    pos[order[i]] = i;
+  }
+  std::vector<double> out(n);
+  const size_t m = n - 1;  // the others
+  for (size_t i = 0; i < n; ++i) {
+    const size_t p = pos[i];
+    auto at = [&](size_t k) { return k < p ? sorted[k] : sorted[k + 1]; };
+    out[i] = m % 2 == 1 ? at(m / 2) : (at(m / 2 - 1) + at(m / 2)) / 2.0;
+  }
+  return out;
+}
+
 double mad(const std::vector<double>& values, double center) {
   std::vector<double> dev;
   dev.reserve(values.size());

@@ -14,6 +14,9 @@ namespace trainscope::detect {
 double median(std::vector<double> values);
 // The same on the caller's buffer, which it reorders: no copy, for scratch vectors.
 double medianInPlace(std::vector<double>& values);
+// For each value, the median of the other values (one sort, not n medians): a unit's peers.
+// Needs at least two values (an empty result otherwise).
+std::vector<double> mediansOfOthers(const std::vector<double>& values);
 // Median absolute deviation around `center`; multiply by 1.4826 for a Gaussian sigma.
 double mad(const std::vector<double>& values, double center);
 inline constexpr double kMadToSigma = 1.4826;

@@ -28,17 +28,6 @@ void StragglerDetector::setLayout(std::shared_ptr<const JobLayout> layout) {
   workers_.assign(layout_->workers.size(), WorkerState(window));
 }
 
-namespace {
-
-// Median of sorted `s` without the element at position p (s.size() >= 2).
-double medianWithout(const std::vector<double>& s, size_t p) {
-  size_t m = s.size() - 1;
-  auto at = [&](size_t i) { return i < p ? s[i] : s[i + 1]; };
-  return m % 2 == 1 ? at(m / 2) : (at(m / 2 - 1) + at(m / 2)) / 2.0;
-}
-
-}  // namespace
-
 void StragglerDetector::onStep(const AssembledStep& step) {
   if (layout_) {
     onLayoutStep(step);
@@ -51,22 +40,11 @@ void StragglerDetector::onStep(const AssembledStep& step) {
   if (rs.size() < std::max<uint32_t>(o_.minRanks, 2)) return;
 
   size_t n = rs.size();
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return rs[a]->report.compute_ns() < rs[b]->report.compute_ns();
-  });
-  std::vector<double> sorted(n);
-  std::vector<size_t> pos(n);
-  for (size_t i = 0; i < n; ++i) {
-    sorted[i] = static_cast<double>(rs[order[i]]->report.compute_ns());
-    pos[order[i]] = i;
-  }
-  std::vector<double> ratios(n), peers(n);
-  for (size_t i = 0; i < n; ++i) {
-    peers[i] = medianWithout(sorted, pos[i]);
-    ratios[i] = peers[i] > 0 ? static_cast<double>(rs[i]->report.compute_ns()) / peers[i] : 1.0;
-  }
+  std::vector<double> computes(n);
+  for (size_t i = 0; i < n; ++i) computes[i] = static_cast<double>(rs[i]->report.compute_ns());
+  const std::vector<double> peers = mediansOfOthers(computes);
+  std::vector<double> ratios(n);
+  for (size_t i = 0; i < n; ++i) ratios[i] = peers[i] > 0 ? computes[i] / peers[i] : 1.0;
   // Job-wide spread of the ratios; one straggler barely moves a MAD across ranks.
   double med = median(ratios);
   noise_.push(kMadToSigma * mad(ratios, med));
@@ -140,9 +118,73 @@ void StragglerDetector::onStep(const AssembledStep& step) {
   }
 }
 
+void StragglerDetector::observeRanks(const AssembledStep& step) {
+  const JobLayout& L = *layout_;
+  const size_t window = static_cast<size_t>(std::max(1, o_.persistence.window));
+  for (const RankStep& r : step.ranks) {
+    const uint32_t rank = r.report.rank();
+    const int32_t w = L.workerOfRank(rank);
+    if (w < 0) continue;
+    const Worker& wk = L.workers[static_cast<size_t>(w)];
+    if (wk.ranks.size() < 2) continue;
+    WorkerState& st = workers_[static_cast<size_t>(w)];
+    if (st.rankCompute.size() != wk.ranks.size()) {
+      st.rankCompute.assign(wk.ranks.size(), Ring<double>(window));
+      st.rankWait.assign(wk.ranks.size(), Ring<double>(window));
+    }
+    const size_t pos = static_cast<size_t>(
+        std::lower_bound(wk.ranks.begin(), wk.ranks.end(), rank) - wk.ranks.begin());
+    if (pos >= wk.ranks.size() || r.report.compute_ns() <= 0) continue;
+    double wait = 0;
+    bool any = false;
+    for (const auto& c : r.report.collectives()) {
+      if (!std::binary_search(L.tpGroups.begin(), L.tpGroups.end(), c.group())) continue;
+      wait += static_cast<double>(c.total_ns());
+      any = true;
+    }
+    st.rankCompute[pos].push(static_cast<double>(r.report.compute_ns()));
+    st.rankWait[pos].push(any ? wait : std::numeric_limits<double>::quiet_NaN());
+  }
+}
+
+int StragglerDetector::singleRank(const WorkerState& st, const Worker& wk, size_t since,
+                                  double excessNs, double* rankNs, double* peersNs,
+                                  double* rankWaitNs, double* peersWaitNs) const {
+  const size_t n = wk.ranks.size();
+  if (n < 2 || st.rankCompute.size() != n || !(excessNs > 0)) return -1;
+  std::vector<double> c(n), w(n);
+  for (size_t i = 0; i < n; ++i) {
+    c[i] = median(st.rankCompute[i].latest(since));
+    std::vector<double> waits;
+    for (double x : st.rankWait[i].latest(since)) {
+      if (!std::isnan(x)) waits.push_back(x);
+    }
+    if (waits.empty()) return -1;  // no tensor-parallel collectives: nothing shows who waits
+    w[i] = medianInPlace(waits);
+  }
+  const size_t slow = static_cast<size_t>(std::max_element(c.begin(), c.end()) - c.begin());
+  const size_t least = static_cast<size_t>(std::min_element(w.begin(), w.end()) - w.begin());
+  if (slow != least) return -1;
+  std::vector<double> oc, ow;
+  for (size_t i = 0; i < n; ++i) {
+    if (i == slow) continue;
+    oc.push_back(c[i]);
+    ow.push_back(w[i]);
+  }
+  const double dc = c[slow] - medianInPlace(oc);
+  const double dw = medianInPlace(ow) - w[slow];
+  if (dc < 0.5 * excessNs || dw < 0.5 * dc) return -1;
+  *rankNs = c[slow];
+  *peersNs = c[slow] - dc;
+  *rankWaitNs = w[slow];
+  *peersWaitNs = w[slow] + dw;
+  return static_cast<int>(slow);
+}
+
 void StragglerDetector::onLayoutStep(const AssembledStep& step) {
   const JobLayout& L = *layout_;
   viewStep(step, L, &view_);
+  observeRanks(step);
   views_.push(summaryOf(view_));
   // Per stage, each worker's compute against the median of the stage's other workers.
   std::vector<std::vector<size_t>> byStage(L.stages);
@@ -205,12 +247,47 @@ void StragglerDetector::onLayoutStep(const AssembledStep& step) {
                     {"estimated_gain", gain},
                     {"added_ms_per_step", (computeNs - peerNs) / 1e6}};
       a.labels = {{"coords", wk.coords}, {"stage", std::to_string(wk.stage)}};
+      const std::string gainText = "; about " +
+                                   std::to_string(static_cast<int>(std::lround(gain * 100))) +
+                                   " % of the step to gain";
+      double rankNs = 0, peersNs = 0, rankWait = 0, peersWait = 0;
+      const int one =
+          singleRank(st, wk, since, computeNs - peerNs, &rankNs, &peersNs, &rankWait, &peersWait);
+      if (one >= 0) {
+        // One GPU: its tp peers wait for it in their collectives (see the header).
+        const size_t pos = static_cast<size_t>(one);
+        const uint32_t rank = wk.ranks[pos];
+        std::string coords = wk.coords;
+        if (pos < wk.tp.size() && wk.tp[pos] >= 0) {
+          coords.pop_back();  // '}'
+          coords += std::string(coords.size() > 1 ? "," : "") +
+                    "\"tp\":" + std::to_string(wk.tp[pos]) + '}';
+        }
+        a.ranks = {rank};
+        a.nodes = nodesOf(step, a.ranks);
+        a.labels["coords"] = coords;
+        a.labels["worker"] = wk.coords;
+        a.labels["scope"] = "rank";
+        a.evidence["rank_compute_ms"] = rankNs / 1e6;
+        a.evidence["tp_peers_compute_ms"] = peersNs / 1e6;
+        a.evidence["rank_tp_wait_ms"] = rankWait / 1e6;
+        a.evidence["tp_peers_wait_ms"] = peersWait / 1e6;
+        a.summary =
+            "rank " + std::to_string(rank) + " " + coords + " slows its worker (" +
+            rankList(wk.ranks) + "): compute " + formatMs(rankNs) + " vs " + formatMs(peersNs) +
+            " on its tensor-parallel peers, which wait " + formatMs(peersWait - rankWait) +
+            " per step for it in their collectives; the worker runs " + formatRatio(a.magnitude) +
+            " its stage's other workers from step " + std::to_string(a.onsetStep) + gainText;
+        st.anomaly = log_->open(std::move(a), rankSubject({rank}));
+        st.open = true;
+        continue;
+      }
+      a.labels["scope"] = "worker";
       const std::string who = rankList(wk.ranks);
       a.summary = "worker " + wk.coords + " (" + who + ") is a straggler: compute " +
                   formatRatio(a.magnitude) + " its stage's other workers (" + formatMs(computeNs) +
                   " vs " + formatMs(peerNs) + ") from step " + std::to_string(a.onsetStep) +
-                  "; about " + std::to_string(static_cast<int>(std::lround(gain * 100))) +
-                  " % of the step to gain";
+                  gainText;
       st.anomaly = log_->open(std::move(a), rankSubject(wk.ranks));
       st.open = true;
     }

@@ -22,6 +22,14 @@
 // and evidence.estimated_gain (the what-if of layout.h: the share of the step the job would
 // save if the worker ran at its peers' speed). A stage with a single worker has no peers: a
 // slow stage is stage_imbalance's to find.
+//
+// One slow GPU. A worker goes at its slowest rank (layout.h), so one slow rank makes its
+// worker a straggler; it is then named alone (labels.scope "rank", labels.coords with its tp
+// index, labels.worker the worker's) when, over the steps since the onset, its compute exceeds
+// its tensor-parallel peers' by at least half the worker's excess AND the worker's own
+// tensor-parallel collectives (the groups declared with kind tp) show the others waiting for it:
+// it waits least there, and the others' wait exceeds its own by at least half its compute
+// excess. A whole worker slowed alike (a slow node, a hot host) is named as the worker.
 #pragma once
 
 #include <cstdint>
@@ -53,9 +61,17 @@ class StragglerDetector {
     explicit WorkerState(size_t window) : compute(window), peer(window) {}
     Ring<double> compute;
     Ring<double> peer;
+    // By position in the worker's ranks: compute, and time in the tp collectives (NaN: none).
+    std::vector<Ring<double>> rankCompute;
+    std::vector<Ring<double>> rankWait;
     bool open = false;
     Anomaly anomaly;
   };
+  // Each worker rank's compute and tensor-parallel wait this step (see "One slow GPU").
+  void observeRanks(const AssembledStep& step);
+  // The position in the worker's ranks of the one rank that slows it, or -1 (see above).
+  int singleRank(const WorkerState& st, const Worker& wk, size_t since, double excessNs,
+                 double* rankNs, double* peersNs, double* rankWaitNs, double* peersWaitNs) const;
 
   struct RankState {
     explicit RankState(const StragglerOptions& o)

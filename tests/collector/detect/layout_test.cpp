@@ -59,19 +59,40 @@ TEST_CASE("layout: the 1F1B what-if model replays the schedule") {
   CHECK(estimatedGain({60.0, 60.0}, 5, 90.0, 60.0, 4, 110.0) == 0.0);
 }
 
-TEST_CASE("layout: viewStep takes workers' mean compute, stages' lower median and microbatches") {
+TEST_CASE("layout: viewStep takes workers' slowest rank, stages' lower median and microbatches") {
   ParallelSynth job;
   job.noise = 0;
   job.warmupSteps = 0;
   job.workerFactor = [](int64_t, uint32_t s, uint32_t d) { return s == 0 && d == 1 ? 2.0 : 1.0; };
+  // One GPU of worker 0 (ranks 0 and 1) at 1.5x: the worker goes at its pace, undiluted.
+  job.rankFactor = [](int64_t, uint32_t r) { return r == 1 ? 1.5 : 1.0; };
   auto layout = layoutOf(job.topology());
   AssembledStep step;
   for (auto& r : job.step(0)) step.ranks.push_back({std::move(r), RankContext{}});
   LayoutStep view;
   viewStep(step, *layout, &view);
   REQUIRE(view.workerNs.size() == 4);
+  CHECK(view.workerNs[0] == Approx(90e6));
   CHECK(view.workerNs[1] == Approx(120e6));
-  CHECK(view.stageNs[0] == Approx(60e6));  // the slow replica does not set the stage's work
+  CHECK(view.stageNs[0] == Approx(90e6));  // the lower median of 90 and 120 ms
   CHECK(view.stageNs[1] == Approx(60e6));
   CHECK(view.microbatches == 4);
+}
+
+TEST_CASE("layout: workers know their replica and their ranks' tp index; the tp group names") {
+  ParallelSynth job;
+  job.tp = 2;
+  job.pp = 2;
+  job.dp = 2;
+  auto layout = layoutOf(job.topology());
+  REQUIRE(layout);
+  CHECK(layout->replicas == 2);
+  const int32_t w = layout->workerOfRank(6);  // pp 1, dp 1, tp 0
+  REQUIRE(w >= 0);
+  const Worker& wk = layout->workers[static_cast<size_t>(w)];
+  CHECK(wk.ranks == std::vector<uint32_t>{6, 7});
+  CHECK(wk.replica == 1);
+  CHECK(wk.stage == 1);
+  CHECK(wk.tp == std::vector<int32_t>{0, 1});
+  CHECK(layout->tpGroups == std::vector<std::string>{"tp"});
 }

@@ -30,6 +30,8 @@ struct ParallelSynth {
   int warmupSteps = 5;    // 2x slower
   uint64_t seed = 1;
   std::vector<double> stageLoad;  // per stage extra factor (a naturally unbalanced pipeline)
+  bool tpWaits = false;  // report each rank's tensor-parallel all_reduce (group "tp"): its time
+                         // is the wait for the group's slowest rank plus a small transfer
   // Fault hooks (1.0 = healthy): by step and stage; by step, stage and replica (a worker);
   // by step and rank (one GPU).
   std::function<double(int64_t, uint32_t)> stageFactor;
@@ -100,6 +102,16 @@ struct ParallelSynth {
       rep.set_duration_ns(static_cast<int64_t>(stepNs));
       rep.set_compute_ns(static_cast<int64_t>(compute[r]));
       const uint32_t st = r / (tp * dp);
+      if (tpWaits && tp > 1) {
+        double slowest = 0;
+        for (uint32_t t = 0; t < tp; ++t) slowest = std::max(slowest, compute[r - r % tp + t]);
+        auto* c = rep.add_collectives();
+        c->set_op(wire::ALL_REDUCE);
+        c->set_group("tp");
+        c->set_bytes(1u << 20);
+        c->set_count(2 * microbatches);
+        c->set_total_ns(static_cast<int64_t>(slowest - compute[r] + 0.5e6));
+      }
       if (pp > 1) {
         auto* p = rep.add_p2p();
         p->set_peer(st == 0 ? r + tp * dp : r - tp * dp);

@@ -227,3 +227,13 @@ TEST_CASE("robust: forgetEpisode leaves silently and a condition that holds reop
   CHECK(t.push(330, steady(330, 150.0)) == Transition::kOpened);
   CHECK(t.active());
 }
+
+TEST_CASE("robust: mediansOfOthers gives each value the median of the rest") {
+  const std::vector<double> v = {5.0, 1.0, 3.0, 2.0};
+  // Without 5: {1, 2, 3} -> 2; without 1: {2, 3, 5} -> 3; without 3: {1, 2, 5} -> 2; without 2:
+  // {1, 3, 5} -> 3.
+  CHECK(mediansOfOthers(v) == std::vector<double>{2.0, 3.0, 2.0, 3.0});
+  // Odd count: the others are even, their median the mean of the middle two.
+  CHECK(mediansOfOthers({1.0, 2.0, 4.0}) == std::vector<double>{3.0, 2.5, 1.5});
+  CHECK(mediansOfOthers({7.0}).empty());
+}

@@ -101,3 +101,56 @@ TEST_CASE("straggler/layout: no alarm on 3,000 healthy steps of tp2 x pp4 x dp2,
     CHECK(ofKind(events, AnomalyKind::kStageImbalance).empty());
   }
 }
+
+TEST_CASE(
+    "straggler layout: one slow GPU its tp peers wait for is named alone, with its tp index") {
+  ParallelSynth job;
+  job.seed = 71;
+  job.tp = 4;
+  job.dp = 4;
+  job.noise = 0.03;
+  job.tpWaits = true;
+  // Rank 21: pp 1, dp 1, tp 1. At 1.1x its worker goes 10 % slower, not 2.5 % (the mean of 4).
+  job.rankFactor = [](int64_t s, uint32_t r) { return s >= 100 && r == 21 ? 1.1 : 1.0; };
+  auto events = runLayoutJob(job, 300);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kStraggler);
+  REQUIRE(opened.size() == 1);
+  const Anomaly& a = opened[0];
+  CHECK(a.ranks == std::vector<uint32_t>{21});
+  CHECK(a.labels.at("scope") == "rank");
+  CHECK(a.labels.at("coords") == R"({"pp":1,"dp":1,"tp":1})");
+  CHECK(a.labels.at("worker") == R"({"pp":1,"dp":1})");
+  CHECK(a.onsetStep >= 98);
+  CHECK(a.onsetStep <= 102);
+  CHECK(a.detectedStep - a.onsetStep <= 10);
+  CHECK(a.evidence.at("tp_peers_wait_ms") > a.evidence.at("rank_tp_wait_ms"));
+  CHECK(a.id == "pjob/straggler/" + std::to_string(a.onsetStep) + "/r21");
+}
+
+TEST_CASE(
+    "straggler layout: a whole slow worker stays one worker anomaly; no tp data, no single rank") {
+  ParallelSynth job;
+  job.seed = 72;
+  job.tp = 4;
+  job.tpWaits = true;
+  job.workerFactor = [](int64_t s, uint32_t st, uint32_t d) {
+    return s >= 100 && st == 0 && d == 1 ? 1.3 : 1.0;
+  };
+  auto events = runLayoutJob(job, 300);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kStraggler);
+  REQUIRE(opened.size() == 1);
+  CHECK(opened[0].ranks == std::vector<uint32_t>{4, 5, 6, 7});
+  CHECK(opened[0].labels.at("scope") == "worker");
+
+  // One slow GPU, but the job reports no tensor-parallel collectives: the worker is named.
+  ParallelSynth quiet;
+  quiet.seed = 73;
+  quiet.rankFactor = [](int64_t s, uint32_t r) { return s >= 100 && r == 3 ? 1.5 : 1.0; };
+  auto plain = runLayoutJob(quiet, 300);
+  INFO(describe(plain));
+  auto named = ofKind(plain, AnomalyKind::kStraggler);
+  REQUIRE(named.size() == 1);
+  CHECK(named[0].ranks == std::vector<uint32_t>{2, 3});
+}
