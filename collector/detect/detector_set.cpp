@@ -173,6 +173,11 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
     const Anomaly& a = it->anomaly;
     bool explained = std::any_of(j.explainers.begin(), j.explainers.end(),
                                  [&](const Anomaly& by) { return explains(by, a, options_.fold); });
+    // The open imbalance's spread as it is now (its evidence is that of its first steps).
+    if (!explained && j.workloadImbalance.isOpen() && a.kind != AnomalyKind::kStageImbalance) {
+      explained =
+          std::fabs(a.magnitude - 1.0) <= kSpreadsExplained * j.workloadImbalance.currentSpread();
+    }
     if (explained) {
       ++folded_;
       if (it->updates.empty()) j.folded.insert(a.id);

@@ -125,11 +125,7 @@ void P2pLinkDetector::onOpen(Link& l, const PersistenceTracker& tr, const PeerRa
       a.nodes.push_back(nodes_[r]);
     }
   }
-  a.onsetStep = tr.onsetStep();
-  a.detectedStep = step.step;
-  a.detectedNs = step.nowNs;
-  a.magnitude = tr.level();
-  a.confidence = tr.confidence();
+  fillOpened(tr, step, &a);
   // Medians over the steps since the onset (the history also holds healthy steps before it).
   const size_t since = static_cast<size_t>(std::max<int64_t>(1, step.step - a.onsetStep + 1));
   const double cur = median(l.perCall.latest(since));

@@ -5,6 +5,14 @@
 
 namespace trainscope::detect {
 
+void fillOpened(const PersistenceTracker& tracker, const AssembledStep& step, Anomaly* a) {
+  a->onsetStep = tracker.onsetStep();
+  a->detectedStep = step.step;
+  a->detectedNs = step.nowNs;
+  a->magnitude = tracker.level();
+  a->confidence = tracker.confidence();
+}
+
 PeerRatioSet::PeerRatioSet(const PersistenceOptions& options, int noiseWindow)
     : o_(options), sigmas_(static_cast<size_t>(std::max(1, noiseWindow))) {}
 

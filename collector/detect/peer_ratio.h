@@ -19,10 +19,16 @@
 #include <utility>
 #include <vector>
 
+#include "collector/detect/anomaly.h"
 #include "collector/detect/options.h"
 #include "collector/detect/robust.h"
+#include "collector/detect/step_assembler.h"
 
 namespace trainscope::detect {
+
+// Onset, detection step and time, magnitude (the tracker's level) and confidence of a unit
+// whose tracker opened while judging `step`, into `a`; the caller fills in the rest.
+void fillOpened(const PersistenceTracker& tracker, const AssembledStep& step, Anomaly* a);
 
 class PeerRatioSet {
  public:

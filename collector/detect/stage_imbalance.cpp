@@ -57,11 +57,7 @@ void StageImbalanceDetector::onStep(const AssembledStep& step) {
     }
     std::sort(a.ranks.begin(), a.ranks.end());
     a.nodes = nodesOf(step, a.ranks);
-    a.onsetStep = tr.onsetStep();
-    a.detectedStep = step.step;
-    a.detectedNs = step.nowNs;
-    a.magnitude = tr.level();
-    a.confidence = tr.confidence();
+    fillOpened(tr, step, &a);
     // Medians since the onset: the stages' work, the step time, the microbatches.
     const size_t since = static_cast<size_t>(std::max<int64_t>(1, step.step - a.onsetStep + 1));
     const StepSummary med = medianOf(views_.latest(since), L.stages);

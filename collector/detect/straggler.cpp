@@ -224,11 +224,7 @@ void StragglerDetector::onLayoutStep(const AssembledStep& step) {
       a.kind = AnomalyKind::kStraggler;
       a.ranks = wk.ranks;
       a.nodes = nodesOf(step, wk.ranks);
-      a.onsetStep = tr.onsetStep();
-      a.detectedStep = step.step;
-      a.detectedNs = step.nowNs;
-      a.magnitude = tr.level();
-      a.confidence = tr.confidence();
+      fillOpened(tr, step, &a);
       const size_t since = static_cast<size_t>(std::max<int64_t>(1, step.step - a.onsetStep + 1));
       const double computeNs = median(st.compute.latest(since));
       const double peerNs = median(st.peer.latest(since));

@@ -115,6 +115,15 @@ bool WorkloadImbalanceDetector::ratios(const AssembledStep& step, std::vector<do
   return known >= 2 && *workNs > 0;
 }
 
+double WorkloadImbalanceDetector::currentSpread() const {
+  std::vector<double> v;
+  const size_t n = static_cast<size_t>(std::max(1, o_.window));
+  for (size_t i = records_.size() > n ? records_.size() - n : 0; i < records_.size(); ++i) {
+    v.push_back(records_[i].spread);
+  }
+  return medianInPlace(v);
+}
+
 void WorkloadImbalanceDetector::onStep(const AssembledStep& step) {
   std::vector<double> r;
   double workNs = 0;

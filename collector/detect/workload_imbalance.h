@@ -64,6 +64,8 @@ class WorkloadImbalanceDetector {
   // one costly step with one slowest replica).
   bool judging() const { return !open_ && cusum_ > 0 && moving_; }
   bool isOpen() const { return open_; }
+  // The median per-step spread of the latest steps (up to `window` of them; 0 before any).
+  double currentSpread() const;
 
   // The per-step spread of the changes of `ratios` against `previous` (same replicas, same
   // order; NaN where a replica has no previous ratio): a sigma over replicas of the
