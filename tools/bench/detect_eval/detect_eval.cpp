@@ -158,22 +158,42 @@ void addParallel(const EvalOptions& o, std::vector<Scenario>* out) {
   }
   const std::vector<double> mags =
       o.quick ? std::vector<double>{1.1, 1.5} : std::vector<double>{1.05, 1.1, 1.2, 1.5, 2.0};
-  for (const char* label : {"worker", "stage"}) {
+  // seqlen: the magnitude is 1 + cv (cv 0.05 is the "5 %" cell, no target).
+  const std::vector<double> seqMags =
+      o.quick ? std::vector<double>{1.1, 1.2} : std::vector<double>{1.05, 1.1, 1.2, 1.3};
+  for (const std::string label : {"worker", "stage", "gpu", "p2p", "seqlen"}) {
     for (const Layout& l : layouts) {
       for (int64_t from : {int64_t{0}, int64_t{100}}) {
         for (int sd = 1; sd <= (o.quick ? 1 : 2); ++sd) {
-          for (double m : mags) {
+          for (double m : label == "seqlen" ? seqMags : mags) {
             Scenario s = make(l, 300, 0.05, static_cast<uint64_t>(sd) * 31 + l.pp * 7 + l.dp);
-            s.faultLabel = std::string(label) + ' ' + layoutName(l);
+            s.faultLabel = label + ' ' + layoutName(l);
             s.magnitude = m;
             s.sim.injects.push_back(inject("spike:every=75,factor=2.5"));
             char f[32];
-            std::snprintf(f, sizeof f, "%g", m);
+            std::snprintf(f, sizeof f, "%g", label == "seqlen" ? m - 1.0 : m);
             const uint32_t pp = static_cast<uint32_t>(sd + 1) % l.pp;
             const uint32_t dp = static_cast<uint32_t>(sd * 3 + 1) % l.dp;
-            const std::string spec =
-                std::string(label) + (label[0] == 'w' ? ":dp=" + std::to_string(dp) + "," : ":") +
-                "pp=" + std::to_string(pp) + ",factor=" + f + ",from=" + std::to_string(from);
+            const uint32_t tp = static_cast<uint32_t>(sd) % l.tp;
+            const ts::sim::ParallelLayout L{l.tp, l.pp, l.dp};
+            const std::string at = ",from=" + std::to_string(from);
+            std::string spec;
+            if (label == "worker") {
+              spec = "worker:dp=" + std::to_string(dp) + ",pp=" + std::to_string(pp) +
+                     ",factor=" + f + at;
+            } else if (label == "stage") {
+              spec = "stage:pp=" + std::to_string(pp) + ",factor=" + f + at;
+            } else if (label == "gpu") {
+              spec = "gpu:rank=" + std::to_string(L.rankAt(pp, dp, tp)) + ",factor=" + f + at;
+            } else if (label == "p2p") {
+              // Activations forward on odd seeds, gradients back on even ones.
+              const uint32_t a = L.rankAt(pp % (l.pp - 1), dp, tp);
+              const uint32_t b = L.rankAt(pp % (l.pp - 1) + 1, dp, tp);
+              spec = "p2p:from=" + std::to_string(sd % 2 == 1 ? a : b) +
+                     ",to=" + std::to_string(sd % 2 == 1 ? b : a) + ",factor=" + f + at;
+            } else {
+              spec = std::string("seqlen:cv=") + f + at;
+            }
             ts::sim::Inject in = inject(spec);
             s.group = ts::sim::truthKindName(in.kind);
             s.sim.injects.push_back(in);
@@ -375,8 +395,10 @@ int main(int argc, char** argv) {
       o.quick ? 1 : o.seeds, o.quick ? "" : ", 1 seed at 2%/10% (x1.1, x1.5, onset 60)");
   std::printf(
       "  parallel (1F1B, 2*pp microbatches, 5%% noise): healthy tp2pp2dp2, tp2pp4dp2, tp4pp2dp4, "
-      "tp2pp4dp8, balanced and edge-loaded (first stage +2.5%%, last +5%%); worker (tp group) and "
-      "stage faults x1.05-2.0 from step 0 and 100, 300 steps, 2 seeds%s\n",
+      "tp2pp4dp8, balanced and edge-loaded (first stage +2.5%%, last +5%%); worker (tp group), "
+      "stage, gpu (one rank of a tp group) and p2p (one pipeline link) faults x1.05-2.0 and "
+      "seqlen (work moving between replicas) cv 0.05-0.3, from step 0 and 100, 300 steps, 2 "
+      "seeds%s\n",
       o.quick ? " (quick: 2 layouts, x1.1/x1.5, 1 seed)" : "");
   if (!o.quick) {
     std::printf(

@@ -165,7 +165,11 @@ void measureGains(const sim::SimOptions& o, std::vector<TruthFault>* truth) {
   if (!o.parallel) return;
   for (size_t i = 0; i < o.injects.size(); ++i) {
     const auto kind = o.injects[i].kind;
-    if (kind != sim::Inject::Kind::kWorker && kind != sim::Inject::Kind::kStage) continue;
+    if (kind != sim::Inject::Kind::kWorker && kind != sim::Inject::Kind::kStage &&
+        kind != sim::Inject::Kind::kGpu && kind != sim::Inject::Kind::kSeqlen &&
+        kind != sim::Inject::Kind::kP2p) {
+      continue;
+    }
     sim::SimOptions without = o;
     without.injects.erase(without.injects.begin() + static_cast<std::ptrdiff_t>(i));
     sim::StepModel faulty(o);

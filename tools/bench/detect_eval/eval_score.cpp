@@ -256,6 +256,12 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
                      "links' in-flight time per byte (StepReport.links), named as sender and "
                      "peer\n");
       }
+      if (label.rfind("gpu", 0) == 0 || label == "par_gpu") {
+        std::fprintf(out,
+                     "  note: a slow GPU is named alone when its tp peers' collectives show them "
+                     "waiting for it; named exactly the slow rank: %d of %d\n",
+                     all.ranksExact, all.found);
+      }
       if (label == "hang") {
         std::fprintf(out,
                      "  note: every rank's last report is the step before the hang; the probes' "

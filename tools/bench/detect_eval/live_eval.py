@@ -100,6 +100,20 @@ def sample(quick):
         ["worker:dp=1,pp=0,factor=1.5,from=100"], seed=33, parallel="tp=2,pp=2,dp=2")
     job("par worker x1.2 @0 tp2pp4dp4", "straggler", "par_worker", 1.2, 32, 250,
         ["worker:dp=2,pp=3,factor=1.2"], seed=34, parallel="tp=2,pp=4,dp=4")
+    # Work moving between replicas (seqlen), a slow pipeline link (p2p) and one slow GPU of a
+    # tensor-parallel group (gpu), from step 0 and later.
+    job("par seqlen cv0.15 @100 tp2pp2dp4", "workload_imbalance", "par_seqlen", 1.15, 16, 250,
+        ["seqlen:cv=0.15,from=100"], seed=37, parallel="tp=2,pp=2,dp=4")
+    job("par seqlen cv0.1 @0 tp2pp2dp2", "workload_imbalance", "par_seqlen", 1.1, 8, 250,
+        ["seqlen:cv=0.1"], seed=38, parallel="tp=2,pp=2,dp=2")
+    job("par p2p x1.5 @100 tp2pp2dp2", "slow_comm", "par_p2p", 1.5, 8, 250,
+        ["p2p:from=1,to=5,factor=1.5,from=100"], seed=39, parallel="tp=2,pp=2,dp=2")
+    job("par p2p x1.3 @0 tp2pp4dp2", "slow_comm", "par_p2p", 1.3, 16, 250,
+        ["p2p:from=6,to=2,factor=1.3"], seed=40, parallel="tp=2,pp=4,dp=2")
+    job("par gpu x1.3 @100 tp4pp2dp2", "straggler", "par_gpu", 1.3, 16, 250,
+        ["gpu:rank=13,factor=1.3,from=100"], seed=41, parallel="tp=4,pp=2,dp=2")
+    job("par gpu x1.2 @0 tp2pp2dp2", "straggler", "par_gpu", 1.2, 8, 250,
+        ["gpu:rank=2,factor=1.2"], seed=42, parallel="tp=2,pp=2,dp=2")
     job("par healthy tp2pp4dp2 edge 5%", "healthy", "healthy", 1.0, 16, 400, [], seed=35,
         parallel="tp=2,pp=4,dp=2", edge=0.05)
     job("par healthy tp4pp2dp8", "healthy", "healthy", 1.0, 64, 300, [], seed=36,
@@ -211,7 +225,7 @@ def main():
     ap.add_argument("--burst-stop-s", type=float, default=2.0)
     ap.add_argument("--no-busy-loop", action="store_true",
                     help="no busy-loop process beside the collector")
-    ap.add_argument("--quick", action="store_true", help="the small jobs only (18 jobs)")
+    ap.add_argument("--quick", action="store_true", help="the small jobs only (24 jobs)")
     ap.add_argument("--only", default="", help="only the jobs whose name contains this text")
     ap.add_argument("--healthy-job-steps", type=int, default=0,
                     help="instead of the sample: healthy --fast jobs (8-64 ranks, flat and "
