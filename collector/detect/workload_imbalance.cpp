@@ -70,46 +70,35 @@ double WorkloadImbalanceDetector::changeSpread(const std::vector<double>& ratios
 bool WorkloadImbalanceDetector::ratios(const AssembledStep& step, std::vector<double>* out,
                                        double* workNs) {
   std::vector<double> scratch;
-  if (layout_) {
-    const JobLayout& L = *layout_;
-    viewStep(step, L, &view_);
-    // Each worker against the median worker of its stage, so stages of different length
-    // compare alike; a replica's ratio is the mean over its workers.
-    std::vector<double> stageMedian(L.stages, 0.0);
-    for (uint32_t s = 0; s < L.stages; ++s) {
-      scratch.clear();
-      for (size_t w = 0; w < L.workers.size(); ++w) {
-        if (L.workers[w].stage == s && view_.workerNs[w] > 0) scratch.push_back(view_.workerNs[w]);
-      }
-      stageMedian[s] = medianInPlace(scratch);
-    }
-    std::vector<double> sum(L.replicas, 0.0);
-    std::vector<uint32_t> count(L.replicas, 0);
+  // Jobs without a layout are not judged: their ranks' compute jitters with whatever shares
+  // the host (a 2-rank CPU job on a loaded machine moved 17 % per step), which reads exactly
+  // like moving work, and nothing tells replicas apart from pipeline stages there.
+  if (!layout_) return false;
+  const JobLayout& L = *layout_;
+  viewStep(step, L, &view_);
+  // Each worker against the median worker of its stage, so stages of different length
+  // compare alike; a replica's ratio is the mean over its workers.
+  std::vector<double> stageMedian(L.stages, 0.0);
+  for (uint32_t s = 0; s < L.stages; ++s) {
+    scratch.clear();
     for (size_t w = 0; w < L.workers.size(); ++w) {
-      const Worker& wk = L.workers[w];
-      if (view_.workerNs[w] <= 0 || stageMedian[wk.stage] <= 0) continue;
-      sum[wk.replica] += view_.workerNs[w] / stageMedian[wk.stage];
-      ++count[wk.replica];
+      if (L.workers[w].stage == s && view_.workerNs[w] > 0) scratch.push_back(view_.workerNs[w]);
     }
-    out->assign(L.replicas, kNaN);
-    for (uint32_t d = 0; d < L.replicas; ++d) {
-      if (count[d] > 0) (*out)[d] = sum[d] / count[d];
-    }
-    *workNs = pipelineStepNs(view_.stageNs, view_.microbatches);
-  } else {
-    // Without a layout every rank is a replica of the model.
-    for (const RankStep& r : step.ranks) {
-      if (r.report.compute_ns() > 0) scratch.push_back(static_cast<double>(r.report.compute_ns()));
-    }
-    const double med = medianInPlace(scratch);
-    out->assign(std::max<size_t>(step.worldSize, previous_.size()), kNaN);
-    for (const RankStep& r : step.ranks) {
-      const uint32_t rank = r.report.rank();
-      if (r.report.compute_ns() <= 0 || med <= 0 || rank >= out->size()) continue;
-      (*out)[rank] = static_cast<double>(r.report.compute_ns()) / med;
-    }
-    *workNs = med;
+    stageMedian[s] = medianInPlace(scratch);
   }
+  std::vector<double> sum(L.replicas, 0.0);
+  std::vector<uint32_t> count(L.replicas, 0);
+  for (size_t w = 0; w < L.workers.size(); ++w) {
+    const Worker& wk = L.workers[w];
+    if (view_.workerNs[w] <= 0 || stageMedian[wk.stage] <= 0) continue;
+    sum[wk.replica] += view_.workerNs[w] / stageMedian[wk.stage];
+    ++count[wk.replica];
+  }
+  out->assign(L.replicas, kNaN);
+  for (uint32_t d = 0; d < L.replicas; ++d) {
+    if (count[d] > 0) (*out)[d] = sum[d] / count[d];
+  }
+  *workNs = pipelineStepNs(view_.stageNs, view_.microbatches);
   size_t known = 0;
   for (double x : *out) known += std::isnan(x) ? 0 : 1;
   return known >= 2 && *workNs > 0;

@@ -7,23 +7,22 @@
 //
 // Method. Per step each replica's work ratio r_d: with a layout, the mean over its workers of
 // worker compute / the median worker compute of the same stage (so stages of different length
-// compare alike); without one, each rank is its own replica and r = its compute / the median
-// compute. The signal is how much the ratios change from one step to the next, spread across
-// replicas: s_t = sigma over replicas of (r_{d,t} - r_{d,t-1}) (from their Gini mean
-// difference), divided by sqrt(2) (the
-// sigma of one step's ratios when they are drawn afresh every step). Taking changes, not the
-// ratios themselves, leaves out every persistent difference — a straggler, a heavier last stage,
-// a slower node, a pipeline judged flat because it declared nothing — which all keep their
-// ratio from step to step; and it needs no baseline of the job's own, so work that was uneven
-// from the first step is found from the first steps. Healthy jitter gives s_t of about 1 %
-// (5 % noise per operator averages over a step's operators; a rank whose whole step varies 5 %
-// at random gives 5 %), a sequence-length spread of 10 % gives about 10 %. A one-sided CUSUM, S =
-// max(0, S + min(s_t, clip) - minSpread), opens at cusumH once at least minSteps steps of the
-// excursion were costly (s_t >= minSpread), the slowest replica in those steps was not mostly the
-// same one (at most maxShare of them: else it is a straggler that comes and goes), and balancing
-// would save at least minGain of the step. The onset is the excursion's first step (the first step
-// of the job when it began there). It resolves once the mean s_t (clipped) of the last `window`
-// steps is below minSpread / 2.
+// compare alike). Jobs without a layout (no tp or pp groups declared) are not judged: a rank's
+// compute there jitters with the host's load as much as with its data. The signal is how much the
+// ratios change from one step to the next, spread across replicas: s_t = sigma over replicas of
+// (r_{d,t} - r_{d,t-1}) (from their Gini mean difference), divided by sqrt(2) (the sigma of one
+// step's ratios when they are drawn afresh every step). Taking changes, not the ratios themselves,
+// leaves out every persistent difference — a straggler, a heavier last stage, a slower node, a
+// pipeline judged flat because it declared nothing — which all keep their ratio from step to step;
+// and it needs no baseline of the job's own, so work that was uneven from the first step is found
+// from the first steps. Healthy jitter gives s_t of about 1 % (5 % noise per operator averages over
+// a step's operators; a rank whose whole step varies 5 % at random gives 5 %), a sequence-length
+// spread of 10 % gives about 10 %. A one-sided CUSUM, S = max(0, S + min(s_t, clip) - minSpread),
+// opens at cusumH once at least minSteps steps of the excursion were costly (s_t >= minSpread), the
+// slowest replica in those steps was not mostly the same one (at most maxShare of them: else it is
+// a straggler that comes and goes), and balancing would save at least minGain of the step. The
+// onset is the excursion's first step (the first step of the job when it began there). It resolves
+// once the mean s_t (clipped) of the last `window` steps is below minSpread / 2.
 //
 // Evidence: the per-step spread (median s_t since the onset), the slowest replica's excess over
 // the mean (median of max r / mean r - 1), how often the slowest replica changed between
@@ -55,8 +54,8 @@ class WorkloadImbalanceDetector {
   WorkloadImbalanceDetector(std::string job, const WorkloadImbalanceOptions& options,
                             EventLog* log);
   void onStep(const AssembledStep& step);
-  // The job's layout (replicas = dp index); nullptr: each rank is its own replica. A new
-  // layout starts over.
+  // The job's layout (replicas = dp index); nullptr: the detector does nothing. A new layout
+  // starts over.
   void setLayout(std::shared_ptr<const JobLayout> layout);
   // An excursion of the spread is under way and not yet reported: DetectorSet holds a
   // step_shift that this may explain until it is decided.

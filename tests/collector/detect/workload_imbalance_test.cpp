@@ -128,7 +128,9 @@ TEST_CASE("workload_imbalance: quiet on healthy, unbalanced and straggling layou
   CHECK(ofKind(events, AnomalyKind::kStraggler).size() == 1);
 }
 
-TEST_CASE("workload_imbalance: without a layout each rank is a replica") {
+TEST_CASE("workload_imbalance: a job without a layout is not judged") {
+  // Each rank's work varies 15 % per step at random; without declared tp/pp groups the
+  // detector stays out (on a loaded host a plain job's ranks jitter like that too).
   SynthJob job;
   job.world = 16;
   job.seed = 48;
@@ -140,27 +142,5 @@ TEST_CASE("workload_imbalance: without a layout each rank is a replica") {
   std::vector<Anomaly> events;
   run(job, set, 0, 500, &events);
   INFO(describe(events));
-  auto opened = ofKind(events, AnomalyKind::kWorkloadImbalance);
-  REQUIRE(opened.size() == 1);
-  CHECK(opened[0].labels.at("replicas") == "ranks");
-  CHECK(opened[0].onsetStep >= 199);
-  CHECK(opened[0].onsetStep <= 202);
-  CHECK(opened[0].ranks.size() == 16);
-  CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
-  CHECK(ofKind(events, AnomalyKind::kStepShift).empty());
-}
-
-TEST_CASE("workload_imbalance: quiet on flat 16- and 64-rank jobs whose ranks vary 5 % per step") {
-  // (With two to four replicas such jitter, independent per rank and step, cannot be told from
-  // a 5 % workload spread within a few steps: see the README's known limits.)
-  for (uint64_t seed : {49u, 50u}) {
-    SynthJob job;
-    job.world = seed == 49 ? 16 : 64;
-    job.seed = seed;
-    DetectorSet set;
-    std::vector<Anomaly> events;
-    run(job, set, 0, 3000, &events);
-    INFO(describe(events));
-    CHECK(ofKind(events, AnomalyKind::kWorkloadImbalance).empty());
-  }
+  CHECK(ofKind(events, AnomalyKind::kWorkloadImbalance).empty());
 }
