@@ -14,6 +14,10 @@
 namespace trainscope::importer {
 namespace {
 
+// The reader's first buffer: a small file is read whole into it; a large one doubles it up to
+// ReadOptions::bufferBytes, read by read.
+constexpr size_t kFirstBufferBytes = 64 * 1024;
+
 // ---- sources -------------------------------------------------------------------------------
 
 // zlib's gzread reads gzip and plain files alike (a file without the magic is passed through)
@@ -427,7 +431,7 @@ class Reader {
  public:
   Reader(ByteSource& src, TraceHandler& handler, const ReadOptions& options)
       : src_(src), handler_(handler), o_(options) {
-    buf_.resize(std::max<size_t>(o_.bufferBytes, 4096));
+    buf_.resize(std::clamp<size_t>(o_.bufferBytes, 4096, kFirstBufferBytes));
   }
 
   Result<ReadSummary> run() {
@@ -458,15 +462,19 @@ class Reader {
                                    bound);
       }
       buf_.resize(std::min(buf_.size() * 2, unitLimit + 8));
+    } else if (lastReadFull_ && buf_.size() < o_.bufferBytes) {
+      buf_.resize(std::min(buf_.size() * 2, o_.bufferBytes));
     }
     if (eof_) return false;
-    auto n = src_.read(buf_.data() + end_, buf_.size() - end_);
+    const size_t want = buf_.size() - end_;
+    auto n = src_.read(buf_.data() + end_, want);
     if (!n) return n.status();
     if (*n == 0) {
       eof_ = true;
       return false;
     }
     end_ += *n;
+    lastReadFull_ = *n == want;
     return true;
   }
 
@@ -676,6 +684,7 @@ class Reader {
   size_t end_ = 0;
   uint64_t base_ = 0;  // stream offset of buf_[0]
   bool eof_ = false;
+  bool lastReadFull_ = false;  // the last read filled the buffer: the file goes on, read more
   Lexer lexer_{nullptr, nullptr, 0};  // the last completed unit's lexer (name/cat values)
   ReadSummary summary_;
 };

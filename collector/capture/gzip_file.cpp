@@ -56,7 +56,9 @@ Result<std::unique_ptr<GzipReader>> GzipReader::open(const std::string& path,
     ::close(fd);
     return R::error("cannot open " + path + ": " + std::strerror(errno));
   }
-  gzbuffer(f, 256 * 1024);
+  // zlib's buffers are this (compressed input) and twice this (output): 256 KiB reads few
+  // times on large files; a small file needs no more than its own size.
+  gzbuffer(f, static_cast<unsigned>(std::clamp<uint64_t>(size, 8 * 1024, 256 * 1024)));
   std::unique_ptr<GzipReader> r(new GzipReader());
   r->file_ = f;
   r->path_ = path;
@@ -143,7 +145,8 @@ Status GzipWriter::open(const std::string& path) {
   gzFile f = gzopen(path.c_str(), "wb6");
   if (f == nullptr) return Status::error("cannot create " + path + ": " + std::strerror(errno));
   file_ = f;
-  buffer_.reserve(kBufferBytes + 4096);
+  // buffer_ grows to kBufferBytes as it is written and keeps its capacity: a small file never
+  // holds the full size.
   return Status::ok();
 }
 

@@ -31,6 +31,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   agent::testing::TempDir dir;
   if (dir.path().empty()) return 0;
   const int n = in.ConsumeBool() ? 2 : 1;
+  // Two files are read on two threads or on one, as the input says: both paths, and most
+  // inputs spare the threads' start-up.
+  const unsigned threads = n == 2 && in.ConsumeBool() ? 2 : 1;
   std::vector<std::string> files;
   for (int i = 0; i < n; ++i) {
     const bool gzip = in.ConsumeBool();
@@ -46,6 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   importer::ImportOptions options;
   options.job = "fuzz";
+  options.threads = threads;
   auto r = importer::importTraces(files, dir.sub("bundle"), options);
   if (!r) {
     bool named = false;
