@@ -13,7 +13,7 @@
 namespace trainscope {
 
 // What kind of failure a Status is. Stages pick the code; the HTTP stage alone maps codes to
-// HTTP statuses (collector/http/status_http.h).
+// HTTP statuses (http::httpStatusOf, collector/http/api.h).
 enum class StatusCode : uint8_t {
   kOk = 0,
   kError,            // not classified further (a store or system error, our own bug)

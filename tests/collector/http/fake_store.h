@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -42,8 +43,13 @@ class FakeStore final : public storage::Store {
   }
   // Filters like the real store, so the API's limit+1 / truncated logic is exercised.
   Result<std::vector<storage::StepRow>> steps(const storage::StepQuery& q) override {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     lastStepQuery = q;
+    if (holdSteps) {
+      stepsHeld = true;
+      heldCv_.notify_all();
+      heldCv_.wait(lock, [&] { return !holdSteps; });
+    }
     if (throwOnSteps) throw std::length_error("fake store: steps() threw");
     if (failWith) return Result<std::vector<storage::StepRow>>::error(*failWith);
     std::vector<storage::StepRow> out;
@@ -154,15 +160,31 @@ class FakeStore final : public storage::Store {
   std::vector<storage::CaptureRow> captureRows;  // in the order first written
   std::optional<std::string> failWith;
   bool throwOnSteps = false;  // steps() throws, like a handler bug or an allocation failure
+  // steps() waits while holdSteps is set (having set stepsHeld): a handler stays busy for as
+  // long as the test wants, with no sleep or timing.
+  bool holdSteps = false;
+  bool stepsHeld = false;
 
   std::optional<storage::StepQuery> lastStepQuery;
   std::optional<storage::SummaryQuery> lastSummaryQuery;
   std::optional<int64_t> lastAnomaliesSince;
 
   std::unique_lock<std::mutex> lock() { return std::unique_lock(mu_); }
+  // Waits until a steps() call is held (holdSteps), then returns.
+  void awaitStepsHeld() {
+    std::unique_lock lock(mu_);
+    heldCv_.wait(lock, [&] { return stepsHeld; });
+  }
+  // Lets held steps() calls (and later ones) return.
+  void releaseSteps() {
+    std::lock_guard lock(mu_);
+    holdSteps = false;
+    heldCv_.notify_all();
+  }
 
  private:
   std::mutex mu_;
+  std::condition_variable heldCv_;
 };
 
 }  // namespace trainscope::testing
