@@ -17,6 +17,7 @@
 #include "common/agent_endpoint.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "schema/capture_state.h"
 
 namespace trainscope::agent {
 using namespace internal;  // NOLINT(google-build-using-namespace): the agent's own constants
@@ -287,7 +288,8 @@ void ProbeSide::handleFrame(const std::string& rid, const zmq::message_t& frame,
           registerRank(rid, *info, now, &changed);
         } else if (item.has_rank_goodbye()) {
           endRank(rid, item.rank_goodbye().job(), item.rank_goodbye().rank());
-        } else if (item.has_command_status() && item.command_status().state() == "uploading" &&
+        } else if (item.has_command_status() &&
+                   wire::commandState(item.command_status()) == wire::RankState::kUploading &&
                    !item.command_status().file_path().empty()) {
           // Shipped once the status itself is in the spool (flushProbeInput).
           inUploads_.emplace_back(item.command_status(), peerUid(frame));
@@ -386,11 +388,11 @@ void ProbeSide::forwardCommand(const wire::Command& cmd) {
     if (std::find(answered.begin(), answered.end(), rank) != answered.end()) continue;
     answered.push_back(rank);
     spool_.commandStatus(
-        cmd.id(), cmd.job(), rank, "failed",
+        cmd.id(), cmd.job(), rank, wire::RankState::kFailed,
         "rank " + std::to_string(rank) + " is not connected to agent " + opts_.node);
   }
   if (cmd.ranks_size() == 0 && sent == 0) {
-    spool_.commandStatus(cmd.id(), cmd.job(), 0, "failed",
+    spool_.commandStatus(cmd.id(), cmd.job(), 0, wire::RankState::kFailed,
                          "no rank of job " + cmd.job() + " is connected to agent " + opts_.node);
   }
 }

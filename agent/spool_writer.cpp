@@ -2,6 +2,7 @@
 
 #include "agent/internal.h"
 #include "common/clock.h"
+#include "schema/capture_state.h"
 #include "schema/wire.h"
 
 namespace trainscope::agent {
@@ -25,13 +26,13 @@ Status SpoolWriter::appendOne(const std::string& record, Spool::Evict evict, int
 }
 
 void SpoolWriter::commandStatus(const std::string& commandId, const std::string& job, uint32_t rank,
-                                const std::string& state, const std::string& detail) {
+                                wire::RankState state, const std::string& detail) {
   wire::Envelope env;
   auto* cs = env.mutable_command_status();
   cs->set_command_id(commandId);
   cs->set_job(job);
   cs->set_rank(rank);
-  cs->set_state(state);
+  wire::setCommandState(cs, state);
   cs->set_detail(detail);
   append({wire::encode(env)}, monotonicNowNs());
 }

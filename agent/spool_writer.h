@@ -12,6 +12,7 @@
 #include "agent/spool.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "schema/capture_state.h"
 
 namespace trainscope::agent {
 
@@ -28,7 +29,7 @@ class SpoolWriter {
   // A CommandStatus from the agent itself: a command it could not deliver, a file it could
   // not ship (docs/CAPTURE.md).
   void commandStatus(const std::string& commandId, const std::string& job, uint32_t rank,
-                     const std::string& state, const std::string& detail);
+                     wire::RankState state, const std::string& detail);
   // Logs a spool problem, at most one line per 5 s.
   void logProblem(LogLevel level, const std::string& message);
 

@@ -21,6 +21,7 @@
 #include "agent/probe_side.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "schema/capture_state.h"
 
 namespace trainscope::agent {
 using namespace internal;  // NOLINT(google-build-using-namespace): the agent's own constants
@@ -117,7 +118,8 @@ void Uploads::queue(const wire::CommandStatus& status, uint32_t uid, bool resume
     ++filesFailed_;
     logWarn(kLog, "capture " + status.command_id() + " rank " + std::to_string(status.rank()) +
                       ": " + detail);
-    spool_.commandStatus(status.command_id(), status.job(), status.rank(), "failed", detail);
+    spool_.commandStatus(status.command_id(), status.job(), status.rank(), wire::RankState::kFailed,
+                         detail);
   };
   auto root = realPath(opts_.captureDir);
   if (!root) {
@@ -231,7 +233,7 @@ void Uploads::finish(Upload& up, const std::string& failure) {
     ++filesFailed_;
     logWarn(kLog,
             "capture " + st.command_id() + " rank " + std::to_string(st.rank()) + ": " + failure);
-    spool_.commandStatus(st.command_id(), st.job(), st.rank(), "failed", failure);
+    spool_.commandStatus(st.command_id(), st.job(), st.rank(), wire::RankState::kFailed, failure);
   } else {
     ++filesShipped_;
     // Delete only the file that was shipped: the path must still name the opened inode.

@@ -11,6 +11,7 @@
 
 #include "agent/probe/intern.h"
 #include "agent/probe/trainscope_probe.h"
+#include "schema/capture_state.h"
 #include "schema/wire.h"
 
 namespace trainscope::probe {
@@ -79,13 +80,13 @@ std::string formatBound(uint64_t bytes) {
 CaptureRecorder::CaptureRecorder(CaptureIdentity identity, CaptureOptions options)
     : identity_(std::move(identity)), options_(std::move(options)) {}
 
-wire::CommandStatus CaptureRecorder::status(const std::string& id, const char* state,
+wire::CommandStatus CaptureRecorder::status(const std::string& id, wire::RankState state,
                                             std::string detail) const {
   wire::CommandStatus st;
   st.set_command_id(id);
   st.set_job(identity_.job);
   st.set_rank(identity_.rank);
-  st.set_state(state);
+  wire::setCommandState(&st, state);
   st.set_detail(std::move(detail));
   return st;
 }
@@ -93,7 +94,7 @@ wire::CommandStatus CaptureRecorder::status(const std::string& id, const char* s
 wire::CommandStatus CaptureRecorder::fail(std::string detail) {
   file_.abandon();
   active_ = false;
-  return status(commandId_, "failed", std::move(detail));
+  return status(commandId_, wire::RankState::kFailed, std::move(detail));
 }
 
 const std::string& CaptureRecorder::jsonName(uint32_t id) {
@@ -128,33 +129,35 @@ wire::CommandStatus CaptureRecorder::begin(const wire::Command& cmd, int64_t las
   const std::string id = cmd.id().empty() ? c.capture_id() : cmd.id();
   if (active_) {
     if (id == commandId_) {
-      return status(id, "recording", "already recording this capture");
+      return status(id, wire::RankState::kRecording, "already recording this capture");
     }
-    return status(id, "failed",
+    return status(id, wire::RankState::kFailed,
                   "a capture is already running on rank " + std::to_string(identity_.rank) + ": " +
                       commandId_);
   }
   if (!safeCaptureId(c.capture_id())) {
-    return status(id, "failed", "capture_id '" + c.capture_id() + "' " + kBadCaptureId);
+    return status(id, wire::RankState::kFailed,
+                  "capture_id '" + c.capture_id() + "' " + kBadCaptureId);
   }
   if (c.steps() == 0 || c.steps() > options_.maxSteps) {
-    return status(id, "failed",
+    return status(id, wire::RankState::kFailed,
                   "steps must be between 1 and " + std::to_string(options_.maxSteps) + ", not " +
                       std::to_string(c.steps()));
   }
   if (c.history() > options_.maxHistory) {
-    return status(id, "failed",
+    return status(id, wire::RankState::kFailed,
                   "history must be at most " + std::to_string(options_.maxHistory) + ", not " +
                       std::to_string(c.history()));
   }
   if (c.start_step() <= lastFinalStep) {
-    return status(id, "failed",
+    return status(id, wire::RankState::kFailed,
                   "start step " + std::to_string(c.start_step()) + " already passed: rank " +
                       std::to_string(identity_.rank) + " is at step " +
                       std::to_string(lastFinalStep));
   }
   if (c.start_step() > INT64_MAX / 2) {
-    return status(id, "failed", "start_step " + std::to_string(c.start_step()) + " is too big");
+    return status(id, wire::RankState::kFailed,
+                  "start_step " + std::to_string(c.start_step()) + " is too big");
   }
 
   commandId_ = id;
@@ -179,9 +182,9 @@ wire::CommandStatus CaptureRecorder::begin(const wire::Command& cmd, int64_t las
 
   const std::string dir = options_.dir + "/" + captureId_;
   const std::string path = dir + "/rank-" + std::to_string(identity_.rank) + ".json.gz";
-  if (Status s = makeDirectories(dir); !s) return status(id, "failed", s.message());
+  if (Status s = makeDirectories(dir); !s) return status(id, wire::RankState::kFailed, s.message());
   if (Status s = file_.open(path, options_.zlibLevel); !s) {
-    return status(id, "failed", s.message());
+    return status(id, wire::RankState::kFailed, s.message());
   }
   active_ = true;
   if (Status s = file_.write("{\"traceEvents\": [\n"); !s) return fail(s.message());
@@ -190,7 +193,7 @@ wire::CommandStatus CaptureRecorder::begin(const wire::Command& cmd, int64_t las
   const int64_t from = start_ - static_cast<int64_t>(history_);
   const int64_t historyFrom =
       firstHeldStep >= from ? firstHeldStep : std::max(from, lastFinalStep + 1);
-  return status(id, "recording",
+  return status(id, wire::RankState::kRecording,
                 "steps " + std::to_string(start_) + ".." + std::to_string(start_ + steps_ - 1) +
                     ", history from " + std::to_string(historyFrom));
 }
@@ -375,7 +378,7 @@ wire::CommandStatus CaptureRecorder::finishFile(std::string detail) {
   active_ = false;
   struct stat st {};
   const uint64_t size = stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-  wire::CommandStatus out = status(commandId_, "uploading", std::move(detail));
+  wire::CommandStatus out = status(commandId_, wire::RankState::kUploading, std::move(detail));
   out.set_file_path(path);
   out.set_file_bytes(size);
   out.set_truncated(truncated_);

@@ -17,6 +17,7 @@
 #include "agent/probe/flight_recorder.h"
 #include "agent/probe/gzip_writer.h"
 #include "agent/probe/record.h"
+#include "schema/capture_state.h"
 #include "schema/trainscope.pb.h"
 
 namespace trainscope::probe {
@@ -71,7 +72,8 @@ class CaptureRecorder {
   const std::string& activeId() const { return commandId_; }
 
  private:
-  wire::CommandStatus status(const std::string& id, const char* state, std::string detail) const;
+  wire::CommandStatus status(const std::string& id, wire::RankState state,
+                             std::string detail) const;
   wire::CommandStatus fail(std::string detail);
   // Writes one step (a ProfilerStep event and its records); false once the bound is hit or
   // writing failed (see truncated_ / error_).

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "schema/capture_state.h"
 
 namespace trainscope::probe {
 
@@ -53,7 +54,7 @@ void CaptureWorker::command(const wire::Command& cmd, int64_t lastFinalStep) {
     lock.unlock();
     wire::CommandStatus st;
     st.set_command_id(cmd.id().empty() ? cmd.capture().capture_id() : cmd.id());
-    st.set_state("failed");
+    wire::setCommandState(&st, wire::RankState::kFailed);
     st.set_detail(std::string("cannot start the capture writer thread: ") + e.what());
     post_(std::move(st));
   }

@@ -14,6 +14,7 @@
 #include "agent/probe/stack_provider.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "schema/capture_state.h"
 
 #ifdef TRAINSCOPE_HAVE_UNWIND
 #include "agent/probe/stacks.h"
@@ -214,7 +215,7 @@ void Instance::handleCommand(const wire::Command& cmd) {
       st.set_command_id(cmd.id());
       st.set_job(config_.job);
       st.set_rank(config_.rank);
-      st.set_state("failed");
+      wire::setCommandState(&st, wire::RankState::kFailed);
       st.set_detail("command '" + cmd.id() + "' has neither a capture nor a stacks part");
       emitStatuses({std::move(st)});
       return;
@@ -228,18 +229,18 @@ void Instance::startStackDump(const wire::Command& cmd) {
   st.set_job(config_.job);
   st.set_rank(config_.rank);
 #ifndef TRAINSCOPE_HAVE_UNWIND
-  st.set_state("failed");
+  wire::setCommandState(&st, wire::RankState::kFailed);
   st.set_detail("built without libunwind");
   emitStatuses({std::move(st)});
 #else
   if (stackBusy_.load(std::memory_order_acquire)) {
-    st.set_state("failed");
+    wire::setCommandState(&st, wire::RankState::kFailed);
     st.set_detail("a stack dump is already running on rank " + std::to_string(config_.rank));
     emitStatuses({std::move(st)});
     return;
   }
   if (stackWorker_.joinable()) stackWorker_.join();  // the previous one, finished
-  st.set_state("recording");
+  wire::setCommandState(&st, wire::RankState::kRecording);
   st.set_detail(hasStackProvider() ? "unwinding every thread, with Python stacks"
                                    : "unwinding every thread");
   wire::CommandStatus failed = st;
@@ -256,7 +257,7 @@ void Instance::startStackDump(const wire::Command& cmd) {
         done.set_command_id(cmd.id());
         done.set_job(config_.job);
         done.set_rank(config_.rank);
-        done.set_state("failed");
+        wire::setCommandState(&done, wire::RankState::kFailed);
         done.set_detail(std::string("stack capture failed: ") + e.what());
       }
       postStatus(std::move(done));
@@ -264,7 +265,7 @@ void Instance::startStackDump(const wire::Command& cmd) {
     });
   } catch (const std::exception& e) {
     stackBusy_.store(false, std::memory_order_release);
-    failed.set_state("failed");
+    wire::setCommandState(&failed, wire::RankState::kFailed);
     failed.set_detail(std::string("cannot start the stack dump thread: ") + e.what());
     emitStatuses({std::move(failed)});
   }

@@ -26,6 +26,7 @@
 #include "agent/probe/stack_provider.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "schema/capture_state.h"
 
 namespace trainscope::probe {
 namespace {
@@ -274,7 +275,7 @@ wire::CommandStatus runStackCapture(const wire::Command& cmd, const CaptureIdent
   st.set_first_step(-1);
   st.set_last_step(-1);
   if (!safeCaptureId(captureId)) {
-    st.set_state("failed");
+    wire::setCommandState(&st, wire::RankState::kFailed);
     st.set_detail("capture_id '" + captureId + "' " + kBadCaptureId);
     return st;
   }
@@ -323,12 +324,12 @@ wire::CommandStatus runStackCapture(const wire::Command& cmd, const CaptureIdent
   if (s) s = file.write(text);
   if (s) s = file.finish();
   if (!s) {
-    st.set_state("failed");
+    wire::setCommandState(&st, wire::RankState::kFailed);
     st.set_detail(s.message());
     return st;
   }
   struct stat info {};
-  st.set_state("uploading");
+  wire::setCommandState(&st, wire::RankState::kUploading);
   st.set_detail(detail);
   st.set_file_path(path);
   st.set_file_bytes(stat(path.c_str(), &info) == 0 ? static_cast<uint64_t>(info.st_size) : 0);

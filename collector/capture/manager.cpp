@@ -21,13 +21,12 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
+using wire::CaptureState;
+using wire::RankState;
+
 constexpr const char* kComponent = "capture";
 // Steps of the latest summary rows whose median step time sets a trace capture's deadline.
 constexpr int64_t kMedianWindowSteps = 20;
-
-bool isFinal(const std::string& state) {
-  return state == "done" || state == "failed";
-}
 
 std::string rankFileName(uint32_t rank) {
   return "rank-" + std::to_string(rank) + ".json.gz";
@@ -35,7 +34,7 @@ std::string rankFileName(uint32_t rank) {
 
 bool allFinal(const storage::CaptureRow& row) {
   return std::all_of(row.rankStatus.begin(), row.rankStatus.end(),
-                     [](const auto& r) { return isFinal(r.state); });
+                     [](const auto& r) { return wire::isFinal(r.state); });
 }
 
 // The row as it ends: `failures` (from the merge) applied, the final state chosen by how many
@@ -44,16 +43,16 @@ storage::CaptureRow finalRow(storage::CaptureRow row,
                              const std::map<uint32_t, std::string>& failures, int64_t nowNs) {
   size_t done = 0;
   for (auto& r : row.rankStatus) {
-    if (auto it = failures.find(r.rank); it != failures.end() && r.state == "done") {
-      r.state = "failed";
+    if (auto it = failures.find(r.rank); it != failures.end() && r.state == RankState::kDone) {
+      r.state = RankState::kFailed;
       r.detail = it->second;
       r.updatedNs = nowNs;
     }
-    if (r.state == "done") ++done;
+    if (r.state == RankState::kDone) ++done;
   }
-  row.state = done == row.rankStatus.size() && done > 0 ? "complete"
-              : done > 0                                ? "partial"
-                                                        : "failed";
+  row.state = done == row.rankStatus.size() && done > 0 ? CaptureState::kComplete
+              : done > 0                                ? CaptureState::kPartial
+                                                        : CaptureState::kFailed;
   row.finishedNs = nowNs;
   row.updatedNs = nowNs;
   row.summary = captureSummary(row);
@@ -111,14 +110,14 @@ std::vector<storage::CaptureRankRow> initialRankStatus(
     auto it = byRank.find(r);
     if (it != byRank.end()) rs.node = it->second->node;
     if (it == byRank.end()) {
-      rs.state = "failed";
+      rs.state = RankState::kFailed;
       rs.detail = "rank " + std::to_string(r) + " never registered with the collector";
     } else if (it->second->ended) {
-      rs.state = "failed";
+      rs.state = RankState::kFailed;
       rs.detail =
           "rank " + std::to_string(r) + " ended at step " + std::to_string(it->second->endedStep);
     } else if (rs.node.empty()) {
-      rs.state = "failed";
+      rs.state = RankState::kFailed;
       rs.detail = "rank " + std::to_string(r) + " has no known node";
     }
     out.push_back(std::move(rs));
@@ -132,8 +131,8 @@ std::string captureSummary(const storage::CaptureRow& row) {
   size_t done = 0;
   size_t failed = 0;
   for (const auto& r : row.rankStatus) {
-    if (r.state == "done") ++done;
-    if (r.state == "failed") ++failed;
+    if (r.state == RankState::kDone) ++done;
+    if (r.state == RankState::kFailed) ++failed;
   }
   std::string out = std::to_string(done) + " of " + std::to_string(row.rankStatus.size()) +
                     (row.rankStatus.size() == 1 ? " rank done" : " ranks done");
@@ -155,9 +154,11 @@ std::string captureMetricsText(const CaptureStats& s) {
   }
   m.family("trainscope_captures_finished_total", "counter",
            "Captures finished, by final state (complete, partial, failed).");
-  for (const char* state : {"complete", "partial", "failed"}) {
+  for (CaptureState state :
+       {CaptureState::kComplete, CaptureState::kPartial, CaptureState::kFailed}) {
     auto it = s.finished.find(state);
-    m.sample({{"state", state}}, static_cast<double>(it == s.finished.end() ? 0 : it->second));
+    m.sample({{"state", wire::toString(state)}},
+             static_cast<double>(it == s.finished.end() ? 0 : it->second));
   }
   auto counter = [&](const char* name, const char* help, uint64_t value) {
     m.single(name, "counter", help, static_cast<double>(value));
@@ -179,7 +180,8 @@ CaptureManager::CaptureManager(CaptureManagerOptions options, storage::Store& st
 
 json CaptureManager::describe(const storage::CaptureRow& row) const {
   if (options_.describe) return options_.describe(row);
-  return json{{"id", row.id}, {"job", row.job}, {"kind", row.kind}, {"state", row.state}};
+  return json{
+      {"id", row.id}, {"job", row.job}, {"kind", row.kind}, {"state", wire::toString(row.state)}};
 }
 
 std::string CaptureManager::directory(const std::string& id) const {
@@ -204,7 +206,7 @@ storage::CaptureRankRow* CaptureManager::rankOf(Active& a, uint32_t rank) {
 
 void CaptureManager::failRankLocked(Active& a, storage::CaptureRankRow& r,
                                     const std::string& detail) {
-  r.state = "failed";
+  r.state = RankState::kFailed;
   r.detail = detail;
   r.updatedNs = clock_.nowNs();
   std::error_code ec;
@@ -216,11 +218,11 @@ void CaptureManager::failRankLocked(Active& a, storage::CaptureRankRow& r,
 void CaptureManager::finalizeLocked(Active& a, const std::map<uint32_t, std::string>& failures,
                                     std::optional<uint64_t> traceBytes) {
   a.row = finalRow(std::move(a.row), failures, clock_.nowNs());
-  a.row.traceBytes = a.row.state == "failed" ? std::nullopt : traceBytes;
+  a.row.traceBytes = a.row.state == CaptureState::kFailed ? std::nullopt : traceBytes;
   persistLocked(a.row);
   ++stats_.finished[a.row.state];
-  logInfo(kComponent, "capture " + a.row.id + " of job " + a.row.job + " " + a.row.state + ": " +
-                          a.row.summary);
+  logInfo(kComponent, "capture " + a.row.id + " of job " + a.row.job + " " +
+                          wire::toString(a.row.state) + ": " + a.row.summary);
 }
 
 void CaptureManager::recover() {
@@ -231,11 +233,11 @@ void CaptureManager::recover() {
   }
   MutexLock lock(&mu_);
   for (auto& row : *rows) {
-    if (row.state != "running") continue;
+    if (row.state != CaptureState::kRunning) continue;
     Active a;
     a.row = std::move(row);
     for (auto& r : a.row.rankStatus) {
-      if (!isFinal(r.state)) failRankLocked(a, r, "collector restarted during the capture");
+      if (!wire::isFinal(r.state)) failRankLocked(a, r, "collector restarted during the capture");
     }
     persistLocked(a.row);
     logInfo(kComponent, "capture " + a.row.id + " was running when the collector stopped: " +
@@ -277,7 +279,7 @@ Result<storage::CaptureRow> CaptureManager::start(const std::string& job,
   row.id = newCaptureId(now);
   row.job = job;
   row.kind = request.kind;
-  row.state = "running";
+  row.state = CaptureState::kRunning;
   row.reason = request.reason.empty() ? kDefaultReason : request.reason;
   row.anomalyId = anomalyId;
   row.ranks = *ranks;
@@ -314,7 +316,7 @@ Result<storage::CaptureRow> CaptureManager::start(const std::string& job,
                                  : std::string()) +
                           "): " + a.row.reason);
   const bool nothingDone = std::none_of(a.row.rankStatus.begin(), a.row.rankStatus.end(),
-                                        [](const auto& r) { return r.state == "done"; });
+                                        [](const auto& r) { return r.state == RankState::kDone; });
   if (allFinal(a.row) && nothingDone) {
     finalizeLocked(a, {}, std::nullopt);  // no rank can answer: failed at once
     return a.row;
@@ -380,7 +382,7 @@ Status CaptureManager::overlapLocked(const storage::CaptureRow& row) const {
   for (const auto& [id, a] : active_) {
     if (a.row.job != row.job || allFinal(a.row)) continue;
     for (const auto& r : a.row.rankStatus) {
-      if (isFinal(r.state)) continue;
+      if (wire::isFinal(r.state)) continue;
       // row.ranks is sorted (resolveRanks): a capture of 65,536 ranks checks in O(n log n).
       if (std::binary_search(row.ranks.begin(), row.ranks.end(), r.rank)) {
         return Status::error(StatusCode::kConflict,
@@ -395,7 +397,7 @@ Status CaptureManager::overlapLocked(const storage::CaptureRow& row) const {
 bool CaptureManager::sendCommandsLocked(Active& a) {
   std::map<std::string, std::vector<uint32_t>> byNode;
   for (const auto& r : a.row.rankStatus) {
-    if (!isFinal(r.state)) byNode[r.node].push_back(r.rank);
+    if (!wire::isFinal(r.state)) byNode[r.node].push_back(r.rank);
   }
   const bool trace = a.row.kind == "trace";
   bool changed = false;
@@ -517,17 +519,18 @@ void CaptureManager::onStatusLocked(const wire::CommandStatus& st) {
   if (it == active_.end() || it->second.merging) return;
   Active& a = it->second;
   auto* r = rankOf(a, st.rank());
-  if (r == nullptr || isFinal(r->state)) return;
+  if (r == nullptr || wire::isFinal(r->state)) return;
   const int64_t now = clock_.nowNs();
-  if (st.state() == "failed") {
+  const std::optional<RankState> state = wire::commandState(st);
+  if (state == RankState::kFailed) {
     failRankLocked(a, *r, st.detail().empty() ? std::string("failed") : st.detail());
-  } else if (st.state() == "recording") {
-    if (r->state != "pending") return;  // a late repeat after the upload began
-    r->state = "recording";
+  } else if (state == RankState::kRecording) {
+    if (r->state != RankState::kPending) return;  // a late repeat after the upload began
+    r->state = RankState::kRecording;
     r->detail = st.detail();
     r->updatedNs = now;
-  } else if (st.state() == "uploading") {
-    r->state = "uploading";
+  } else if (state == RankState::kUploading) {
+    r->state = RankState::kUploading;
     r->detail = st.detail();
     r->truncated = st.truncated();
     r->firstStep = st.first_step();
@@ -548,7 +551,7 @@ void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
   }
   Active& a = it->second;
   auto* r = rankOf(a, chunk.rank());
-  if (r == nullptr || isFinal(r->state)) {
+  if (r == nullptr || wire::isFinal(r->state)) {
     ++stats_.chunksIgnored;
     return;
   }
@@ -596,8 +599,8 @@ void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
   stats_.bytes += data.size();
   ++stats_.chunks;
   bool changed = false;
-  if (r->state == "pending" || r->state == "recording") {
-    r->state = "uploading";
+  if (r->state == RankState::kPending || r->state == RankState::kRecording) {
+    r->state = RankState::kUploading;
     r->updatedNs = clock_.nowNs();
     changed = true;
   }
@@ -612,7 +615,7 @@ void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
       if (ec) {
         failRankLocked(a, *r, "cannot store " + part.string() + ": " + ec.message());
       } else {
-        r->state = "done";
+        r->state = RankState::kDone;
         r->bytes = written;
         r->updatedNs = clock_.nowNs();
       }
@@ -628,7 +631,7 @@ void CaptureManager::onCommitted(const storage::WriteBatch& batch) {
   if (active_.empty()) return;
   // Only ranks that have not begun their upload fail: an uploading rank's file is on its way.
   auto stillWaiting = [](const storage::CaptureRankRow& r) {
-    return r.state == "pending" || r.state == "recording";
+    return r.state == RankState::kPending || r.state == RankState::kRecording;
   };
   for (const auto& bye : batch.goodbyes) {
     for (auto& [id, a] : active_) {
@@ -671,7 +674,9 @@ void CaptureManager::tick(int64_t nowNs) {
       }
       if (nowNs >= a.row.deadlineNs && !allFinal(a.row)) {
         for (auto& r : a.row.rankStatus) {
-          if (!isFinal(r.state)) failRankLocked(a, r, "timed out in state " + r.state);
+          if (!wire::isFinal(r.state)) {
+            failRankLocked(a, r, std::string("timed out in state ") + wire::toString(r.state));
+          }
         }
         persistLocked(a.row);
       }
@@ -680,7 +685,7 @@ void CaptureManager::tick(int64_t nowNs) {
         continue;
       }
       const bool anyDone = std::any_of(a.row.rankStatus.begin(), a.row.rankStatus.end(),
-                                       [](const auto& r) { return r.state == "done"; });
+                                       [](const auto& r) { return r.state == RankState::kDone; });
       if (!anyDone) {
         finalizeLocked(a, {}, std::nullopt);
         it = active_.erase(it);
@@ -704,7 +709,7 @@ void CaptureManager::tick(int64_t nowNs) {
     const fs::path dir = directory(row.id);
     std::vector<RankFile> files;
     for (const auto& r : row.rankStatus) {
-      if (r.state != "done") continue;
+      if (r.state != RankState::kDone) continue;
       RankFile f;
       f.rank = r.rank;
       f.node = r.node;

@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "schema/capture_state.h"
 #include "schema/wire.h"
 
 namespace trainscope::capture {
@@ -70,7 +71,7 @@ using CommandSink = std::function<Status(const std::string& node, const wire::Co
 // Counters since start, for /metrics.
 struct CaptureStats {
   std::map<std::pair<std::string, std::string>, uint64_t> started;  // (kind, trigger) -> count
-  std::map<std::string, uint64_t> finished;                         // final state -> count
+  std::map<wire::CaptureState, uint64_t> finished;                  // final state -> count
   uint64_t bytes = 0;          // rank-file bytes written from chunks
   uint64_t chunks = 0;         // chunks written
   uint64_t chunksIgnored = 0;  // repeats, or for captures/ranks no longer running

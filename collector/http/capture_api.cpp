@@ -6,6 +6,7 @@
 #include "collector/http/api.h"
 #include "collector/http/request_target.h"
 #include "collector/storage/capture_json.h"
+#include "schema/capture_state.h"
 
 namespace trainscope::http {
 namespace {
@@ -30,7 +31,7 @@ json captureJson(const storage::CaptureRow& c) {
   return json{{"id", c.id},
               {"job", c.job},
               {"kind", c.kind},
-              {"state", c.state},
+              {"state", wire::toString(c.state)},
               {"reason", c.reason},
               {"anomaly_id", c.anomalyId ? json(*c.anomalyId) : json(nullptr)},
               {"ranks", c.ranks},
@@ -91,18 +92,18 @@ ApiResponse Api::captureFile(const std::string& id, const std::optional<std::str
     if (found == nullptr) {
       return errorResponse(404, "capture " + id + " has no rank '" + *rank + "'");
     }
-    if (found->state == "failed") {
+    if (found->state == wire::RankState::kFailed) {
       return errorResponse(
           404, "rank " + *rank + " of capture " + id + " has no file: it failed: " + found->detail);
     }
-    if (found->state != "done") {
-      return errorResponse(409,
-                           "rank " + *rank + " of capture " + id + " is still " + found->state);
+    if (found->state != wire::RankState::kDone) {
+      return errorResponse(
+          409, "rank " + *rank + " of capture " + id + " is still " + wire::toString(found->state));
     }
     name = "rank-" + *rank + ".json.gz";
-  } else if (c.state == "running") {
+  } else if (c.state == wire::CaptureState::kRunning) {
     return errorResponse(409, "capture " + id + " is still running (" + c.summary + ")");
-  } else if (c.state == "failed") {
+  } else if (c.state == wire::CaptureState::kFailed) {
     return errorResponse(404, "capture " + id + " failed, it has no trace (" + c.summary + ")");
   }
   if (!options_.captures) return capturesOff();

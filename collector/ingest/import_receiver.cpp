@@ -17,6 +17,7 @@
 
 #include "common/log.h"
 #include "common/timed_id.h"
+#include "schema/capture_state.h"
 #include "schema/wire.h"
 
 namespace trainscope::ingest {
@@ -458,7 +459,7 @@ ImportReply ImportReceiver::commitLocked(Session& s, std::string_view body) {
     row.id = s.id;
     row.job = s.job;
     row.kind = "import";
-    row.state = "running";
+    row.state = wire::CaptureState::kRunning;
     row.reason = s.reason.empty() ? "import" : s.reason;
     row.createdNs = now;
     row.updatedNs = now;
@@ -470,7 +471,7 @@ ImportReply ImportReceiver::commitLocked(Session& s, std::string_view body) {
       storage::CaptureRankRow rr;
       rr.rank = rf.rank;
       rr.node = "import";
-      rr.state = "done";
+      rr.state = wire::RankState::kDone;
       rr.detail = rf.source;
       rr.bytes = rf.bytes;
       rr.truncated = rf.truncated;

@@ -83,7 +83,7 @@ void writeCaptureRow(RowWriter& w, const CaptureRow& row) {
   w.str(row.id);
   w.str(row.job);
   w.str(row.kind);
-  w.str(row.state);
+  w.str(wire::toString(row.state));
   w.str(row.reason);
   w.nullStr(row.anomalyId);
   w.str(captureRanksText(row));
@@ -106,7 +106,7 @@ Result<CaptureRow> readCapture(RowReader& r) {
   row.id = std::string(r.str());
   row.job = std::string(r.str());
   row.kind = std::string(r.str());
-  row.state = std::string(r.str());
+  std::string state(r.str());
   row.reason = std::string(r.str());
   row.anomalyId = r.nullStr();
   std::string ranks(r.str());
@@ -125,6 +125,7 @@ Result<CaptureRow> readCapture(RowReader& r) {
     return Result<CaptureRow>::error(StatusCode::kMalformed,
                                      "storage: captures from ClickHouse do not decode");
   }
+  if (auto st = parseCaptureStateText(state, &row); !st) return st;
   if (auto st = parseCaptureRanks(ranks, &row); !st) return st;
   if (auto st = parseRankStatus(rankStatus, &row); !st) return st;
   return row;

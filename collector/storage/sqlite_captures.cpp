@@ -24,7 +24,7 @@ Result<CaptureRow> readRow(sqlite3_stmt* s) {
   row.id = columnText(s, 0);
   row.job = columnText(s, 1);
   row.kind = columnText(s, 2);
-  row.state = columnText(s, 3);
+  if (auto st = parseCaptureStateText(columnText(s, 3), &row); !st) return st;
   row.reason = columnText(s, 4);
   if (sqlite3_column_type(s, 5) != SQLITE_NULL) row.anomalyId = columnText(s, 5);
   if (auto st = parseCaptureRanks(columnText(s, 6), &row); !st) return st;
@@ -50,12 +50,13 @@ Status SqliteStore::writeCapture(const CaptureRow& row) {
   if (auto st = checkCapture(row); !st) return st;
   const std::string ranks = captureRanksText(row);
   const std::string rankStatus = rankStatusText(row.rankStatus);
+  const std::string state = wire::toString(row.state);  // bound SQLITE_STATIC: kept until the step
   std::lock_guard lock(writeMu_);
   auto* s = stmts_[kUpsertCapture];
   bindText(s, 1, row.id);
   bindText(s, 2, row.job);
   bindText(s, 3, row.kind);
-  bindText(s, 4, row.state);
+  bindText(s, 4, state);
   bindText(s, 5, row.reason);
   if (row.anomalyId) {
     bindText(s, 6, *row.anomalyId);

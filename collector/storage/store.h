@@ -14,6 +14,7 @@
 
 #include "collector/topology/topology.h"
 #include "common/status.h"
+#include "schema/capture_state.h"
 #include "schema/trainscope.pb.h"
 
 namespace trainscope::storage {
@@ -189,7 +190,7 @@ struct AnomalyRow {
 struct CaptureRankRow {
   uint32_t rank = 0;
   std::string node;
-  std::string state = "pending";
+  wire::RankState state = wire::RankState::kPending;
   std::string detail;      // why it failed, or what the probe said
   uint64_t bytes = 0;      // size of its stored file once done
   bool truncated = false;  // cut at the size bound
@@ -202,8 +203,8 @@ struct CaptureRankRow {
 struct CaptureRow {
   std::string id;  // "cap-<unix ms>-<4 hex>"
   std::string job;
-  std::string kind = "trace";     // "trace" or "stacks"
-  std::string state = "running";  // "running", "complete", "partial", "failed"
+  std::string kind = "trace";  // "trace" or "stacks"
+  wire::CaptureState state = wire::CaptureState::kRunning;
   std::string reason;
   std::optional<std::string> anomalyId;  // set for automatic captures
   std::vector<uint32_t> ranks;

@@ -124,12 +124,16 @@ Status checkCapture(const CaptureRow& row) {
     return Status::error("storage: capture " + row.id +
                          ": kind must be trace, stacks or import, got '" + row.kind + "'");
   }
-  if (row.state != "running" && row.state != "complete" && row.state != "partial" &&
-      row.state != "failed") {
-    return Status::error("storage: capture " + row.id +
-                         ": state must be running, complete, partial or failed, got '" + row.state +
-                         "'");
+  return Status::ok();
+}
+
+Status parseCaptureStateText(std::string_view text, CaptureRow* row) {
+  const auto state = wire::parseCaptureState(text);
+  if (!state) {
+    return Status::error(StatusCode::kMalformed, "storage: capture " + row->id +
+                                                     ": unknown state '" + std::string(text) + "'");
   }
+  row->state = *state;
   return Status::ok();
 }
 
@@ -162,7 +166,15 @@ Status parseRankStatus(std::string_view text, CaptureRow* row) {
     CaptureRankRow r;
     r.rank = j.value("rank", 0u);
     r.node = j.value("node", std::string());
-    r.state = j.value("state", std::string("pending"));
+    const std::string state =
+        j.value("state", std::string(wire::toString(wire::RankState::kPending)));
+    const auto parsed = wire::parseRankState(state);
+    if (!parsed) {
+      return Status::error(StatusCode::kMalformed, "storage: capture " + row->id + ": rank " +
+                                                       std::to_string(r.rank) +
+                                                       " has an unknown state '" + state + "'");
+    }
+    r.state = *parsed;
     r.detail = j.value("detail", std::string());
     r.bytes = j.value("bytes", uint64_t{0});
     r.truncated = j.value("truncated", false);
@@ -179,7 +191,7 @@ json rankStatusJson(const std::vector<CaptureRankRow>& ranks) {
   for (const auto& r : ranks) {
     list.push_back(json{{"rank", r.rank},
                         {"node", r.node},
-                        {"state", r.state},
+                        {"state", wire::toString(r.state)},
                         {"detail", r.detail},
                         {"bytes", r.bytes},
                         {"truncated", r.truncated},

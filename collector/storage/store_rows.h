@@ -40,12 +40,16 @@ Status parseAnomalyJson(const AnomalyJson& text, AnomalyRow* row);
 // An anomaly a store may write: id, job and kind set, state open or resolved.
 Status checkAnomaly(const AnomalyRow& row);
 
-// A capture a store may write: id and job set, a known kind and state.
+// A capture a store may write: id and job set, a known kind (its state is typed).
 Status checkCapture(const CaptureRow& row);
+// Sets row->state from its stored name (wire::toString); an error naming the capture and the
+// text for any other (a row edited by hand, or written by a newer collector).
+Status parseCaptureStateText(std::string_view text, CaptureRow* row);
 // The capture's rank list and per-rank status as stored (JSON text), and back.
 std::string captureRanksText(const CaptureRow& row);
 std::string rankStatusText(const std::vector<CaptureRankRow>& ranks);
 Status parseCaptureRanks(std::string_view text, CaptureRow* row);
+// An unknown rank state is an error naming the capture, the rank and the text.
 Status parseRankStatus(std::string_view text, CaptureRow* row);
 
 }  // namespace trainscope::storage

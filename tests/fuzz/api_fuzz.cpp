@@ -65,7 +65,7 @@ struct Fixture {
     storage::CaptureRow c;
     c.id = kDoneCapture;
     c.job = "j";
-    c.state = "complete";
+    c.state = wire::CaptureState::kComplete;
     c.ranks = {0, 1};
     c.startStep = 4;
     c.steps = 2;
@@ -77,7 +77,7 @@ struct Fixture {
       storage::CaptureRankRow rr;
       rr.rank = r;
       rr.node = "n0";
-      rr.state = "done";
+      rr.state = wire::RankState::kDone;
       rr.bytes = 10;
       c.rankStatus.push_back(rr);
     }

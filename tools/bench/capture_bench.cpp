@@ -24,8 +24,10 @@
 #include "agent/probe/intern.h"
 #include "agent/probe/probe.h"
 #include "common/clock.h"
+#include "schema/capture_state.h"
 
 using namespace trainscope::probe;
+namespace wire = trainscope::wire;
 
 namespace {
 
@@ -211,7 +213,7 @@ void offerFigure(const BenchOptions& o, const std::string& dir) {
   t0 = nowSec();
   const auto started = cap.start(cmd, 7, fr);
   const double historySec = nowSec() - t0;
-  if (started.empty() || started[0].state() != "recording") {
+  if (started.empty() || wire::commandState(started[0]) != wire::RankState::kRecording) {
     std::fprintf(stderr, "capture_bench: capture refused: %s\n",
                  started.empty() ? "?" : started[0].detail().c_str());
     std::exit(1);
@@ -243,7 +245,7 @@ void offerFigure(const BenchOptions& o, const std::string& dir) {
       mean * 1e3, per[per.size() / 2] * 1e3, per.back() * 1e3,
       mean * 1e9 / static_cast<double>(perStep), o.steps, writerDrain * 1e3);
   std::printf("  history at command time: %.2f ms for 8 held steps\n", historySec * 1e3);
-  if (done && done->state() == "uploading") {
+  if (done && wire::commandState(*done) == wire::RankState::kUploading) {
     const double records = static_cast<double>(perStep) * (o.steps + 8);
     std::printf("  file: %.2f MiB for %d steps (%.1f B/record compressed), %s\n",
                 static_cast<double>(done->file_bytes()) / (1 << 20), o.steps + 8,

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "schema/capture_state.h"
 
 namespace trainscope::cli {
 namespace {
@@ -223,7 +224,11 @@ std::optional<json> follow(Context& ctx, const CaptureArgs& args, json capture, 
         last = key;
       }
     }
-    if (textOr(capture, "state", "running") != "running") return capture;
+    if (wire::parseCaptureState(
+            textOr(capture, "state", wire::toString(wire::CaptureState::kRunning))) !=
+        wire::CaptureState::kRunning) {
+      return capture;
+    }
     if (wallNowNs() >= deadlineNs) {
       ctx.err << "trainscope: capture " << id << " still running after "
               << (args.timeoutS > 0 ? "--timeout " + std::to_string(args.timeoutS) + " s"
@@ -241,9 +246,9 @@ std::optional<json> follow(Context& ctx, const CaptureArgs& args, json capture, 
 }
 
 int exitCodeOf(const json& capture) {
-  const std::string state = textOr(capture, "state", "");
-  if (state == "complete") return kExitOk;
-  if (state == "partial") return kExitPartial;
+  const auto state = wire::parseCaptureState(textOr(capture, "state", ""));
+  if (state == wire::CaptureState::kComplete) return kExitOk;
+  if (state == wire::CaptureState::kPartial) return kExitPartial;
   return kExitCaptureFailed;
 }
 
@@ -323,7 +328,9 @@ std::string rankStatusLine(const json& rs) {
   const std::string state = fieldText(rs, "state");
   line += ": " + state;
   std::string detail = textOr(rs, "detail", "");
-  if (state == "done" || (state == "uploading" && fieldInt(rs, "bytes", 0) > 0)) {
+  const auto parsed = wire::parseRankState(state);
+  if (parsed == wire::RankState::kDone ||
+      (parsed == wire::RankState::kUploading && fieldInt(rs, "bytes", 0) > 0)) {
     std::string what = formatBytes(static_cast<uint64_t>(fieldInt(rs, "bytes", 0)));
     const int64_t first = fieldInt(rs, "first_step", -1);
     const int64_t last = fieldInt(rs, "last_step", -1);

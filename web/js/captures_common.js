@@ -9,11 +9,16 @@ export const captureLabel = (id) => {
   return c ? `${c.kind} ${c.state}` : 'capture';
 };
 
-export const capState = (c) => (c.state === 'complete' ? 'state-running' : c.state === 'running' ? 'state-stale-soft' : c.state === 'failed' ? 'state-stale' : 'state-ended');
+// The states as the JSON API names them (schema/capture_state.h on the collector's side):
+// compared through these names, never as literals.
+export const CaptureState = Object.freeze({ RUNNING: 'running', COMPLETE: 'complete', PARTIAL: 'partial', FAILED: 'failed' });
+export const RankState = Object.freeze({ PENDING: 'pending', RECORDING: 'recording', UPLOADING: 'uploading', DONE: 'done', FAILED: 'failed' });
+
+export const capState = (c) => (c.state === CaptureState.COMPLETE ? 'state-running' : c.state === CaptureState.RUNNING ? 'state-stale-soft' : c.state === CaptureState.FAILED ? 'state-stale' : 'state-ended');
 
 // Per-rank progress: one small box per rank, coloured by its state.
 export function rankProgress(c) {
-  const done = (c.rank_status || []).filter((r) => r.state === 'done').length;
+  const done = (c.rank_status || []).filter((r) => r.state === RankState.DONE).length;
   return el('span', { class: 'progress', title: c.summary || '' },
     (c.rank_status || []).map((r) => el('span', { class: 'rank-box rs-' + r.state, title: `rank ${r.rank}: ${r.state}${r.detail ? ' — ' + r.detail : ''}` })),
     ` ${done} / ${(c.rank_status || []).length}`);

@@ -179,14 +179,14 @@ TEST_CASE("start steps: beyond the step limit refused; a stored INT64_MAX step c
 TEST_CASE("a trace capture sends one command per agent, collects files, merges aligned") {
   Harness h;
   auto cap = h.start(R"({"ranks":"0,2","steps":5,"history":4})");
-  CHECK(cap.state == "running");
+  CHECK(cap.state == wire::CaptureState::kRunning);
   // Latest step 10 + a lead of 1 s at 100 ms steps (10 steps + 1): the stored latest step lags.
   CHECK(cap.startStep == 21);
   CHECK(cap.maxBytes == 64ull << 20);
   CHECK(cap.deadlineNs > kStartNs + 30'000'000'000LL);
   CHECK(cap.rankStatus.size() == 2);
-  CHECK(h.stored(cap.id).state == "running");
-  CHECK(h.rank(h.stored(cap.id), 0).state == "pending");
+  CHECK(h.stored(cap.id).state == wire::CaptureState::kRunning);
+  CHECK(h.rank(h.stored(cap.id), 0).state == wire::RankState::kPending);
   REQUIRE(h.sent.size() == 2);
   std::map<std::string, wire::Command> byNode(h.sent.begin(), h.sent.end());
   REQUIRE(byNode.count("n0") == 1);
@@ -206,18 +206,18 @@ TEST_CASE("a trace capture sends one command per agent, collects files, merges a
   const std::string f0 = h.traceBytes(0, trueUs);
   const std::string f2 = h.traceBytes(2, trueUs - 5000.0);  // n1's clock is 5 ms behind
   h.manager->onCommandItem("n0", testing::statusOf(cap.id, 0, "recording", "steps 12..16"));
-  CHECK(h.rank(h.stored(cap.id), 0).state == "recording");
+  CHECK(h.rank(h.stored(cap.id), 0).state == wire::RankState::kRecording);
   CHECK(h.rank(h.stored(cap.id), 0).detail == "steps 12..16");
   h.upload(cap.id, 0, f0);
   auto afterOne = h.stored(cap.id);
-  CHECK(h.rank(afterOne, 0).state == "done");
+  CHECK(h.rank(afterOne, 0).state == wire::RankState::kDone);
   CHECK(h.rank(afterOne, 0).bytes == f0.size());
   CHECK(h.rank(afterOne, 0).firstStep == 8);
   CHECK(h.rank(afterOne, 0).lastStep == 14);
-  CHECK(afterOne.state == "running");
+  CHECK(afterOne.state == wire::CaptureState::kRunning);
   // A resend of chunks after done changes nothing.
   for (const auto& c : testing::chunksOf(cap.id, 0, f0, 100)) h.manager->onCommandItem("n0", c);
-  CHECK(h.rank(h.stored(cap.id), 0).state == "done");
+  CHECK(h.rank(h.stored(cap.id), 0).state == wire::RankState::kDone);
 
   // Rank 2: every chunk arrives twice (agent resends); repeats are skipped.
   h.manager->onCommandItem("n1", testing::statusOf(cap.id, 2, "uploading"));
@@ -227,7 +227,7 @@ TEST_CASE("a trace capture sends one command per agent, collects files, merges a
     h.manager->onCommandItem("n1", chunks[i]);
     if (i + 1 < chunks.size()) h.manager->onCommandItem("n1", chunks[i]);
   }
-  CHECK(h.rank(h.stored(cap.id), 2).state == "done");
+  CHECK(h.rank(h.stored(cap.id), 2).state == wire::RankState::kDone);
   CHECK(h.manager->stats().chunksIgnored >= chunks.size() - 1);
   auto onDisk = readFileBytes(h.manager->directory(cap.id) + "/rank-2.json.gz");
   REQUIRE(onDisk);
@@ -235,7 +235,7 @@ TEST_CASE("a trace capture sends one command per agent, collects files, merges a
 
   h.manager->tick(h.clock.nowNs());
   auto done = h.stored(cap.id);
-  CHECK(done.state == "complete");
+  CHECK(done.state == wire::CaptureState::kComplete);
   CHECK(done.summary == "2 of 2 ranks done");
   REQUIRE(done.finishedNs.has_value());
   REQUIRE(done.traceBytes.has_value());
@@ -252,7 +252,7 @@ TEST_CASE("a trace capture sends one command per agent, collects files, merges a
   REQUIRE(firstStepTs.size() == 2);
   CHECK(firstStepTs[0] == Approx(firstStepTs[2]).epsilon(0).margin(0.01));
   auto st = h.manager->stats();
-  CHECK(st.finished["complete"] == 1);
+  CHECK(st.finished[wire::CaptureState::kComplete] == 1);
   CHECK((st.started[{"trace", "request"}]) == 1);
   CHECK(st.bytes == f0.size() + f2.size());
   CHECK_THAT(captureMetricsText(st),
@@ -270,15 +270,15 @@ TEST_CASE("a chunk failing its checksum fails the rank; the capture ends partial
   bad.mutable_file_chunk()->set_crc32(bad.file_chunk().crc32() ^ 1u);
   h.manager->onCommandItem("n0", bad);
   auto row = h.stored(cap.id);
-  CHECK(h.rank(row, 1).state == "failed");
+  CHECK(h.rank(row, 1).state == wire::RankState::kFailed);
   CHECK(h.rank(row, 1).detail == "chunk at offset 100 failed its checksum");
   CHECK_FALSE(fs::exists(h.manager->directory(cap.id) + "/rank-1.json.gz.part"));
   // Later chunks of a failed rank are ignored.
   for (size_t i = 2; i < chunks.size(); ++i) h.manager->onCommandItem("n0", chunks[i]);
-  CHECK(h.rank(h.stored(cap.id), 1).state == "failed");
+  CHECK(h.rank(h.stored(cap.id), 1).state == wire::RankState::kFailed);
   h.manager->tick(h.clock.nowNs());
   row = h.stored(cap.id);
-  CHECK(row.state == "partial");
+  CHECK(row.state == wire::CaptureState::kPartial);
   CHECK(row.summary == "1 of 2 ranks done, 1 failed");
   CHECK(row.traceBytes.has_value());
 }
@@ -296,7 +296,7 @@ TEST_CASE("a missing chunk or a wrong total fails the rank") {
   h.manager->onCommandItem("n0", one[0]);
   CHECK(h.rank(h.stored(cap.id), 1).detail == "file has 10 bytes, its last chunk said 11");
   h.manager->tick(h.clock.nowNs());
-  CHECK(h.stored(cap.id).state == "failed");
+  CHECK(h.stored(cap.id).state == wire::CaptureState::kFailed);
 }
 
 TEST_CASE("a probe's failure, a goodbye before the last step and a dead process fail ranks") {
@@ -325,15 +325,15 @@ TEST_CASE("a probe's failure, a goodbye before the last step and a dead process 
   h.manager->onCommitted(b);
   auto row = h.stored(cap.id);
   CHECK(h.rank(row, 0).detail == "a capture is already running");
-  CHECK(h.rank(row, 1).state == "failed");
+  CHECK(h.rank(row, 1).state == wire::RankState::kFailed);
   CHECK(h.rank(row, 1).detail == "rank exited at step 13 before the capture finished");
-  CHECK(h.rank(row, 2).state == "failed");
+  CHECK(h.rank(row, 2).state == wire::RankState::kFailed);
   CHECK(h.rank(row, 2).detail == "the process of rank 2 (pid 102) is gone, reported by agent n1");
-  CHECK(h.rank(row, 3).state == "pending");
+  CHECK(h.rank(row, 3).state == wire::RankState::kPending);
   h.upload(cap.id, 3, h.traceBytes(3, 1.0));
   h.manager->tick(h.clock.nowNs());
   row = h.stored(cap.id);
-  CHECK(row.state == "partial");
+  CHECK(row.state == wire::CaptureState::kPartial);
   CHECK(row.summary == "1 of 4 ranks done, 3 failed");
 }
 
@@ -344,15 +344,15 @@ TEST_CASE("the deadline fails ranks still waiting; a capture with no file ends f
   CHECK(cap.deadlineNs == kStartNs + 16 * 100'000'000LL * 3 + 30'000'000'000LL);
   h.manager->onCommandItem("n0", testing::statusOf(cap.id, 0, "recording"));
   h.manager->tick(cap.deadlineNs - 1);
-  CHECK(h.stored(cap.id).state == "running");
+  CHECK(h.stored(cap.id).state == wire::CaptureState::kRunning);
   h.clock.set(cap.deadlineNs);
   h.manager->tick(cap.deadlineNs);
   auto row = h.stored(cap.id);
-  CHECK(row.state == "failed");
+  CHECK(row.state == wire::CaptureState::kFailed);
   CHECK(h.rank(row, 0).detail == "timed out in state recording");
   CHECK(h.rank(row, 2).detail == "timed out in state pending");
   CHECK_FALSE(row.traceBytes.has_value());
-  CHECK(h.manager->stats().finished.at("failed") == 1);
+  CHECK(h.manager->stats().finished.at(wire::CaptureState::kFailed) == 1);
   // Over: the same ranks may be captured again.
   h.start(R"({"ranks":[0,2]})");
 }
@@ -369,7 +369,7 @@ TEST_CASE("a stacks capture: 30 s deadline, stacks command, merged stacks docume
               {"threads", json::array({{{"tid", 7}, {"name", "main"}}})}};
   h.upload(cap.id, 1, testing::gzipJson(h.dir.sub("stk.json.gz"), doc));
   h.manager->tick(h.clock.nowNs());
-  CHECK(h.stored(cap.id).state == "complete");
+  CHECK(h.stored(cap.id).state == wire::CaptureState::kComplete);
   auto merged = json::parse(*readAllOf(h.manager->openFile(cap.id, "trace.json.gz", false)));
   CHECK(merged["kind"] == "stacks");
   CHECK(merged["ranks"][0]["threads"][0]["tid"] == 7);
@@ -379,13 +379,13 @@ TEST_CASE("ranks on an agent that is not connected fail at once") {
   Harness h;
   h.offline.insert("n1");
   auto cap = h.start(R"({"ranks":[0,2]})");
-  CHECK(h.rank(cap, 2).state == "failed");
+  CHECK(h.rank(cap, 2).state == wire::RankState::kFailed);
   CHECK(h.rank(cap, 2).detail == "node n1 has no connected agent");
-  CHECK(h.rank(cap, 0).state == "pending");
+  CHECK(h.rank(cap, 0).state == wire::RankState::kPending);
   h.offline.insert("n0");
   auto none = h.start(R"({"ranks":[1,3]})");
-  CHECK(none.state == "failed");  // nobody can answer: over at once
-  CHECK(h.stored(none.id).state == "failed");
+  CHECK(none.state == wire::CaptureState::kFailed);  // nobody can answer: over at once
+  CHECK(h.stored(none.id).state == wire::CaptureState::kFailed);
 }
 
 TEST_CASE("captures left running by a previous collector fail; done ranks are still merged") {
@@ -398,11 +398,11 @@ TEST_CASE("captures left running by a previous collector fail; done ranks are st
                            [](const std::string&, const wire::Command&) { return Status::ok(); });
   restarted.recover();
   auto row = h.stored(cap.id);
-  CHECK(h.rank(row, 1).state == "failed");
+  CHECK(h.rank(row, 1).state == wire::RankState::kFailed);
   CHECK(h.rank(row, 1).detail == "collector restarted during the capture");
   restarted.tick(h.clock.nowNs());
   row = h.stored(cap.id);
-  CHECK(row.state == "partial");
+  CHECK(row.state == wire::CaptureState::kPartial);
   CHECK(row.traceBytes.has_value());
 }
 
@@ -467,4 +467,20 @@ TEST_CASE("the default start step leads the latest step by at least two steps") 
   Harness h(o);
   auto cap = h.start(R"({"ranks":"0"})");
   CHECK(cap.startStep == 12);  // latest step 10 + 2
+}
+
+TEST_CASE("rank statuses are understood from the enum alone and from the string alone") {
+  Harness h;
+  auto cap = h.start(R"({"ranks":"0,2","steps":5,"history":4})");
+  // A new probe may leave the string empty; an old one sends only the string.
+  wire::Envelope enumOnly = testing::statusOf(cap.id, 0, "", "steps 12..16");
+  enumOnly.mutable_command_status()->set_rank_state(wire::RANK_CAPTURE_RECORDING);
+  h.manager->onCommandItem("n0", enumOnly);
+  CHECK(h.rank(h.stored(cap.id), 0).state == wire::RankState::kRecording);
+  h.manager->onCommandItem("n1", testing::statusOf(cap.id, 2, "failed", "out of disk"));
+  CHECK(h.rank(h.stored(cap.id), 2).state == wire::RankState::kFailed);
+  CHECK(h.rank(h.stored(cap.id), 2).detail == "out of disk");
+  // A state neither field names changes nothing.
+  h.manager->onCommandItem("n0", testing::statusOf(cap.id, 0, "paused"));
+  CHECK(h.rank(h.stored(cap.id), 0).state == wire::RankState::kRecording);
 }

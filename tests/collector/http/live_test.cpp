@@ -338,7 +338,7 @@ TEST_CASE("live: each capture change arrives as a capture message, and in the sn
   CHECK((*snap)["captures"][0]["state"] == "running");
 
   // A rank finishes, then the capture completes: each write is one capture message.
-  cap.rankStatus[0].state = "done";
+  cap.rankStatus[0].state = wire::RankState::kDone;
   cap.rankStatus[0].bytes = 1234;
   cap.summary = "1 of 2 ranks done";
   cap.updatedNs = trainscope::wallNowNs();
@@ -350,8 +350,8 @@ TEST_CASE("live: each capture change arrives as a capture message, and in the sn
   CHECK((*m)["capture"]["rank_status"][0]["state"] == "done");
   CHECK((*m)["capture"]["summary"] == "1 of 2 ranks done");
 
-  cap.rankStatus[1].state = "done";
-  cap.state = "complete";
+  cap.rankStatus[1].state = wire::RankState::kDone;
+  cap.state = wire::CaptureState::kComplete;
   cap.summary = "2 of 2 ranks done";
   cap.updatedNs = trainscope::wallNowNs() + 1;
   cap.finishedNs = cap.updatedNs;

@@ -2,7 +2,7 @@
 // then the merged trace's timeline (or, for a stacks capture, each rank's threads and frames).
 import { get, enc } from '../api.js';
 import { el, fmtTime, kib, jobHref, anomalyHref, capturesHref, simpleTable } from '../dom.js';
-import { capState, rankProgress, traceSteps } from '../captures_common.js';
+import { CaptureState, RankState, capState, rankProgress, traceSteps } from '../captures_common.js';
 import { state, subscribe, rememberCapture } from '../state.js';
 import { Timeline, timelineFromTrace } from '../timeline.js';
 
@@ -26,7 +26,7 @@ function rankRow(id, r) {
     el('td', { class: 'num' }, r.first_step >= 0 ? `${r.first_step}–${r.last_step}` : ''),
     el('td', { class: 'num' }, r.bytes ? kib(r.bytes) + (r.truncated ? ' (cut)' : '') : ''),
     el('td', { class: 'evidence' }, r.detail || ''),
-    el('td', {}, r.state === 'done' ? el('a', { href: `/api/v1/captures/${enc(id)}/ranks/${r.rank}`, download: `${id}-rank-${r.rank}.json`, class: 'rank-download' }, 'download') : ''));
+    el('td', {}, r.state === RankState.DONE ? el('a', { href: `/api/v1/captures/${enc(id)}/ranks/${r.rank}`, download: `${id}-rank-${r.rank}.json`, class: 'rank-download' }, 'download') : ''));
 }
 
 function headline(job, c) {
@@ -41,7 +41,7 @@ function downloadLink(id, c, finished) {
     return el('a', { href: `/api/v1/captures/${enc(id)}/trace`, download: `${id}.json`, id: 'trace-download' },
       `download the merged trace${c.trace_bytes ? ' (' + kib(c.trace_bytes) + ' compressed)' : ''}`);
   }
-  return el('span', { class: 'muted' }, c.state === 'failed' ? 'No merged trace: every rank failed.' : 'The merged trace is written when every rank is done or failed.');
+  return el('span', { class: 'muted' }, c.state === CaptureState.FAILED ? 'No merged trace: every rank failed.' : 'The merged trace is written when every rank is done or failed.');
 }
 
 export function capturePage(app, job, id) {
@@ -94,7 +94,7 @@ export function capturePage(app, job, id) {
   function draw(c) {
     head.replaceChildren(headline(job, c), el('p', {}, rankProgress(c)));
     ranksBox.replaceChildren(simpleTable({}, kRankHeaders, (c.rank_status || []).map((r) => rankRow(id, r))));
-    const finished = c.state === 'complete' || c.state === 'partial';
+    const finished = c.state === CaptureState.COMPLETE || c.state === CaptureState.PARTIAL;
     downloads.replaceChildren(downloadLink(id, c, finished));
     if (finished) loadTrace(c).catch((e) => tlBox.replaceChildren(tlStatus('state-stale', 'Timeline: ' + e.message)));
     app.dataset.ready = '1';
