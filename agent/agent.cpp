@@ -7,7 +7,6 @@
 #include <csignal>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include <malloc.h>
@@ -25,6 +24,7 @@
 #include "agent/upstream.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/thread_annotations.h"
 #include "schema/wire.h"
 
 namespace trainscope::agent {
@@ -56,8 +56,8 @@ struct Agent::Impl {
 
   uint64_t hostSamples = 0;
   RateLimitedLog loopLog{std::chrono::seconds(5)};
-  mutable std::mutex statsMu;
-  AgentStats published;  // guarded by statsMu
+  mutable Mutex statsMu;
+  AgentStats published GUARDED_BY(statsMu);
 
   Status start();
   Status run();
@@ -128,7 +128,7 @@ void Agent::Impl::publish() {
   s.spoolBytes = ss.bytes;
   s.spoolDropped = ss.droppedItems;
   s.spoolPending = spool->pendingItems();
-  std::lock_guard lock(statsMu);
+  MutexLock lock(&statsMu);
   published = std::move(s);
 }
 
@@ -209,7 +209,7 @@ void Agent::stop() {
 }
 
 AgentStats Agent::stats() const {
-  std::lock_guard lock(impl_->statsMu);
+  MutexLock lock(&impl_->statsMu);
   return impl_->published;
 }
 

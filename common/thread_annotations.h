@@ -2,9 +2,12 @@
 // (GUARDED_BY), a function which mutex it needs held (REQUIRES) or must not hold (EXCLUDES),
 // and the compiler checks every access. GCC ignores them (the macros are empty there), so the
 // check runs in the clang builds (build-asan, build-tsan). Mutex and MutexLock are std::mutex
-// and std::lock_guard with the annotations libstdc++'s own types lack. Any thread.
+// and std::lock_guard with the annotations libstdc++'s own types lack; UniqueLock and CondVar
+// stand for std::unique_lock and std::condition_variable. Any thread.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 
 #if defined(__clang__)
@@ -53,6 +56,55 @@ class SCOPED_CAPABILITY MutexLock {
 
  private:
   Mutex* mu_;
+};
+
+// std::unique_lock for Mutex: held from construction to destruction, except between an unlock()
+// and the next lock(); CondVar waits on it. The analysis follows unlock() and lock().
+class SCOPED_CAPABILITY UniqueLock {
+ public:
+  explicit UniqueLock(Mutex* mu) ACQUIRE(mu) : mu_(mu) { mu_->lock(); }
+  ~UniqueLock() RELEASE() {
+    if (held_) mu_->unlock();
+  }
+  UniqueLock(const UniqueLock&) = delete;
+  UniqueLock& operator=(const UniqueLock&) = delete;
+
+  void lock() ACQUIRE() {
+    mu_->lock();
+    held_ = true;
+  }
+  void unlock() RELEASE() {
+    held_ = false;
+    mu_->unlock();
+  }
+
+ private:
+  friend class CondVar;
+  Mutex* mu_;
+  bool held_ = true;
+};
+
+// std::condition_variable for Mutex. There is no predicate overload on purpose: the analysis
+// cannot see that a predicate lambda runs with the lock held, so callers loop
+// (`while (!ready_) cv_.wait(lock);`) and the condition reads guarded fields in plain sight.
+// Each wait returns with the lock held again.
+class CondVar {
+ public:
+  void wait(UniqueLock& lock) { cv_.wait(*lock.mu_); }
+  // False when the time ran out (std::cv_status::timeout).
+  template <typename Rep, typename Period>
+  bool waitFor(UniqueLock& lock, std::chrono::duration<Rep, Period> timeout) {
+    return cv_.wait_for(*lock.mu_, timeout) == std::cv_status::no_timeout;
+  }
+  template <typename Clock, typename Duration>
+  bool waitUntil(UniqueLock& lock, std::chrono::time_point<Clock, Duration> deadline) {
+    return cv_.wait_until(*lock.mu_, deadline) == std::cv_status::no_timeout;
+  }
+  void notifyOne() { cv_.notify_one(); }
+  void notifyAll() { cv_.notify_all(); }
+
+ private:
+  std::condition_variable_any cv_;
 };
 
 }  // namespace trainscope

@@ -1,6 +1,8 @@
 #include "agent/probe/capture_worker.h"
 
 #include <exception>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "common/log.h"
@@ -23,13 +25,13 @@ CaptureWorker::~CaptureWorker() {
 void CaptureWorker::push(Msg m) {
   queuedBytes_ += m.bytes;
   queue_.push_back(std::move(m));
-  cv_.notify_one();
+  cv_.notifyOne();
 }
 
 void CaptureWorker::command(const wire::Command& cmd, int64_t lastFinalStep) {
   Msg m{Kind::kStart, cmd, lastFinalStep, {}, 0};
   const int64_t from = CaptureRecorder::historyRange(cmd.capture()).first;
-  std::unique_lock<std::mutex> lock(mu_);
+  UniqueLock lock(&mu_);
   if (running_) {
     push(std::move(m));  // the recorder answers "already running" (or repeats "recording")
     return;
@@ -44,6 +46,7 @@ void CaptureWorker::command(const wire::Command& cmd, int64_t lastFinalStep) {
   push(std::move(m));
   running_ = true;
   runningHint_.store(true, std::memory_order_release);
+  std::optional<std::string> failure;
   try {
     thread_ = std::thread([this] { run(); });
   } catch (const std::exception& e) {
@@ -51,20 +54,22 @@ void CaptureWorker::command(const wire::Command& cmd, int64_t lastFinalStep) {
     runningHint_.store(false, std::memory_order_release);
     queue_.clear();
     queuedBytes_ = 0;
-    lock.unlock();
-    wire::CommandStatus st;
-    st.set_command_id(cmd.id().empty() ? cmd.capture().capture_id() : cmd.id());
-    wire::setCommandState(&st, wire::RankState::kFailed);
-    st.set_detail(std::string("cannot start the capture writer thread: ") + e.what());
-    post_(std::move(st));
+    failure = e.what();
   }
+  lock.unlock();
+  if (!failure) return;
+  wire::CommandStatus st;
+  st.set_command_id(cmd.id().empty() ? cmd.capture().capture_id() : cmd.id());
+  wire::setCommandState(&st, wire::RankState::kFailed);
+  st.set_detail("cannot start the capture writer thread: " + *failure);
+  post_(std::move(st));
 }
 
 bool CaptureWorker::offer(int64_t step, int64_t startNs, int64_t endNs,
                           std::vector<Record>& records) {
   if (!runningHint_.load(std::memory_order_acquire) || step < wantFrom_) return false;
   const uint64_t bytes = records.size() * sizeof(Record);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!running_ || behind_) return false;
   if (queuedBytes_ + bytes > maxQueuedBytes_) {
     behind_ = true;
@@ -79,7 +84,7 @@ bool CaptureWorker::offer(int64_t step, int64_t startNs, int64_t endNs,
 
 void CaptureWorker::close(int64_t lastStep) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (running_) push(Msg{Kind::kClose, {}, lastStep, {}, 0});
   }
   if (thread_.joinable()) thread_.join();
@@ -89,8 +94,8 @@ void CaptureWorker::run() {
   for (;;) {
     Msg m;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return !queue_.empty(); });
+      UniqueLock lock(&mu_);
+      while (queue_.empty()) cv_.wait(lock);
       m = std::move(queue_.front());
       queue_.pop_front();
       queuedBytes_ -= m.bytes;
@@ -134,7 +139,7 @@ void CaptureWorker::run() {
         post_(std::move(*st));
       }
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!recorder_.active() && queue_.empty()) {
       running_ = false;
       runningHint_.store(false, std::memory_order_release);

@@ -10,16 +10,15 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "agent/probe/capture.h"
 #include "agent/probe/flight_recorder.h"
+#include "common/thread_annotations.h"
 
 namespace trainscope::probe {
 
@@ -58,18 +57,18 @@ class CaptureWorker {
   };
 
   void run();
-  void push(Msg m);  // mu_ held
+  void push(Msg m) REQUIRES(mu_);
 
   CaptureRecorder recorder_;  // worker thread (or nobody while none runs)
   FlightRecorder* flight_;
   std::function<void(wire::CommandStatus)> post_;
   const uint64_t maxQueuedBytes_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Msg> queue_;     // guarded by mu_
-  uint64_t queuedBytes_ = 0;  // guarded by mu_
-  bool running_ = false;      // guarded by mu_: the thread is serving the queue
-  bool behind_ = false;       // guarded by mu_: a step was refused, the capture ends early
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<Msg> queue_ GUARDED_BY(mu_);
+  uint64_t queuedBytes_ GUARDED_BY(mu_) = 0;
+  bool running_ GUARDED_BY(mu_) = false;  // the thread is serving the queue
+  bool behind_ GUARDED_BY(mu_) = false;   // a step was refused, the capture ends early
   std::atomic<bool> runningHint_{false};
   int64_t wantFrom_ = 0;  // runtime thread: steps before it (S-K) are not copied
   std::thread thread_;    // runtime thread

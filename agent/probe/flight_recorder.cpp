@@ -12,7 +12,7 @@ void FlightRecorder::add(int64_t step, std::vector<Record> records, int64_t star
   const uint64_t maxRecords = maxBytes_ / sizeof(Record);
   if (records.size() > maxRecords) records.resize(maxRecords);
   const uint64_t size = records.size() * sizeof(Record);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!entries_.empty() && (entries_.size() >= maxSteps_ || bytes_ + size > maxBytes_)) {
     bytes_ -= entries_.front().records.size() * sizeof(Record);
     entries_.pop_front();
@@ -22,7 +22,7 @@ void FlightRecorder::add(int64_t step, std::vector<Record> records, int64_t star
 }
 
 std::vector<Record> FlightRecorder::snapshot(int64_t fromStep, int64_t toStep) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<Record> out;
   for (const HeldStep& e : entries_) {
     if (e.step < fromStep || e.step > toStep) continue;
@@ -32,7 +32,7 @@ std::vector<Record> FlightRecorder::snapshot(int64_t fromStep, int64_t toStep) c
 }
 
 std::vector<HeldStep> FlightRecorder::stepsIn(int64_t fromStep, int64_t toStep) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<HeldStep> out;
   for (const HeldStep& e : entries_) {
     if (e.step >= fromStep && e.step <= toStep) out.push_back(e);
@@ -41,17 +41,17 @@ std::vector<HeldStep> FlightRecorder::stepsIn(int64_t fromStep, int64_t toStep) 
 }
 
 uint64_t FlightRecorder::bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return bytes_;
 }
 
 uint64_t FlightRecorder::steps() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return entries_.size();
 }
 
 std::vector<int64_t> FlightRecorder::heldSteps() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<int64_t> out;
   for (const HeldStep& e : entries_) out.push_back(e.step);
   return out;

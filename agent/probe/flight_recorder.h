@@ -5,10 +5,10 @@
 
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <vector>
 
 #include "agent/probe/record.h"
+#include "common/thread_annotations.h"
 
 namespace trainscope::probe {
 
@@ -44,9 +44,9 @@ class FlightRecorder {
  private:
   const uint32_t maxSteps_;
   const uint64_t maxBytes_;
-  mutable std::mutex mu_;
-  std::deque<HeldStep> entries_;  // guarded by mu_
-  uint64_t bytes_ = 0;            // guarded by mu_
+  mutable Mutex mu_;
+  std::deque<HeldStep> entries_ GUARDED_BY(mu_);
+  uint64_t bytes_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace trainscope::probe

@@ -1,16 +1,17 @@
 #include "agent/probe/intern.h"
 
 #include <deque>
-#include <mutex>
 #include <unordered_map>
+
+#include "common/thread_annotations.h"
 
 namespace trainscope::probe {
 namespace {
 
 struct InternTable {
-  std::mutex mu;
-  std::deque<std::string> strings;                     // guarded by mu; deque keeps c_str stable
-  std::unordered_map<std::string_view, uint32_t> ids;  // guarded by mu; views into `strings`
+  Mutex mu;
+  std::deque<std::string> strings GUARDED_BY(mu);                     // a deque keeps c_str stable
+  std::unordered_map<std::string_view, uint32_t> ids GUARDED_BY(mu);  // views into `strings`
 };
 
 // Leaked on purpose: names stay valid while static destructors and atexit handlers run.
@@ -24,7 +25,7 @@ InternTable& table() {
 uint32_t internName(std::string_view name) {
   if (name.empty()) return 0;
   InternTable& t = table();
-  std::lock_guard<std::mutex> lock(t.mu);
+  MutexLock lock(&t.mu);
   auto it = t.ids.find(name);
   if (it != t.ids.end()) return it->second;
   t.strings.emplace_back(name);
@@ -36,7 +37,7 @@ uint32_t internName(std::string_view name) {
 const char* nameString(uint32_t id) {
   if (id == 0) return "";
   InternTable& t = table();
-  std::lock_guard<std::mutex> lock(t.mu);
+  MutexLock lock(&t.mu);
   if (id > t.strings.size()) return "";
   return t.strings[id - 1].c_str();
 }

@@ -9,12 +9,13 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 
 namespace trainscope::probe {
 namespace {
 
-std::mutex gMu;
-std::map<void*, std::weak_ptr<PeerCheck>> gChecks;  // guarded by gMu; by context
+Mutex gMu;
+std::map<void*, std::weak_ptr<PeerCheck>> gChecks GUARDED_BY(gMu);  // by context
 
 bool parseUint(const std::string& s, uint32_t* out) {
   if (s.empty() || s.size() > 10) return false;
@@ -76,7 +77,7 @@ bool PeerCheck::allowed(const std::string& peerAddress, uint32_t self, uint32_t*
 }
 
 Result<std::shared_ptr<PeerCheck>> PeerCheck::acquire(void* zmqContext) {
-  std::lock_guard<std::mutex> lock(gMu);
+  MutexLock lock(&gMu);
   if (auto existing = gChecks[zmqContext].lock()) return existing;
   void* socket = zmq_socket(zmqContext, ZMQ_REP);
   if (socket == nullptr) {

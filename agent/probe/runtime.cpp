@@ -70,12 +70,12 @@ Instance::~Instance() {
 }
 
 void Instance::setOnStatus(std::function<void(const wire::CommandStatus&)> fn) {
-  std::lock_guard<std::mutex> lock(hooksMu_);
+  MutexLock lock(&hooksMu_);
   onStatus_ = std::move(fn);
 }
 
 void Instance::submitCommand(const wire::Command& cmd) {
-  std::lock_guard<std::mutex> lock(mailMu_);
+  MutexLock lock(&mailMu_);
   inbox_.push_back(cmd);
   mail_.store(true, std::memory_order_release);
 }
@@ -122,7 +122,7 @@ Status Instance::declareGroup(const std::string& name, uint32_t kind, const int3
   g.set_name(name);
   g.set_kind(static_cast<wire::GroupKind>(kind));
   g.mutable_ranks()->Add(inOrder.begin(), inOrder.end());
-  std::lock_guard<std::mutex> lock(groupsMu_);
+  MutexLock lock(&groupsMu_);
   auto it = std::find_if(groups_.begin(), groups_.end(),
                          [&](const wire::ProcessGroup& x) { return x.name() == name; });
   if (it != groups_.end()) {
@@ -138,7 +138,7 @@ Status Instance::declareGroup(const std::string& name, uint32_t kind, const int3
 }
 
 std::vector<wire::ProcessGroup> Instance::groups(int64_t* declaredNs) const {
-  std::lock_guard<std::mutex> lock(groupsMu_);
+  MutexLock lock(&groupsMu_);
   if (declaredNs != nullptr) *declaredNs = groupsDeclaredNs_;
   return groups_;
 }
@@ -151,7 +151,7 @@ void Instance::setFlops(double model, double hardware, double peak) {
 }
 
 void Instance::postStatus(wire::CommandStatus status) {
-  std::lock_guard<std::mutex> lock(mailMu_);
+  MutexLock lock(&mailMu_);
   outbox_.push_back(std::move(status));
   mail_.store(true, std::memory_order_release);
 }
@@ -163,7 +163,7 @@ void Instance::emitStatuses(std::vector<wire::CommandStatus> statuses) {
     st.set_rank(config_.rank);
   }
   {
-    std::lock_guard<std::mutex> lock(hooksMu_);
+    MutexLock lock(&hooksMu_);
     if (onStatus_) {
       for (const wire::CommandStatus& st : statuses) onStatus_(st);
     }
@@ -180,14 +180,14 @@ void Instance::takeMail() {
   std::vector<wire::Command> commands;
   std::vector<wire::CommandStatus> statuses;
   {
-    std::lock_guard<std::mutex> lock(mailMu_);
+    MutexLock lock(&mailMu_);
     commands.swap(inbox_);
     statuses.swap(outbox_);
   }
   emitStatuses(std::move(statuses));
   for (const wire::Command& cmd : commands) {
     handleCommand(cmd);
-    std::lock_guard<std::mutex> lock(hooksMu_);
+    MutexLock lock(&hooksMu_);
     if (onCommand_) onCommand_(cmd);
   }
 }
@@ -273,12 +273,12 @@ void Instance::startStackDump(const wire::Command& cmd) {
 }
 
 void Instance::setOnReport(std::function<void(const wire::StepReport&)> fn) {
-  std::lock_guard<std::mutex> lock(hooksMu_);
+  MutexLock lock(&hooksMu_);
   onReport_ = std::move(fn);
 }
 
 void Instance::setOnCommand(std::function<void(const wire::Command&)> fn) {
-  std::lock_guard<std::mutex> lock(hooksMu_);
+  MutexLock lock(&hooksMu_);
   onCommand_ = std::move(fn);
 }
 
@@ -290,7 +290,7 @@ Ring* Instance::registerRing(int slot) {
     if (it != tRings.end()) return it->second;
   }
   try {
-    std::lock_guard<std::mutex> lock(ringsMu_);
+    MutexLock lock(&ringsMu_);
     rings_.push_back(std::make_unique<Ring>(config_.ringRecords));
     Ring* r = rings_.back().get();
     if (slot >= 0) {
@@ -334,7 +334,7 @@ Status Instance::open(void* zmqContext) {
 
 void Instance::service(int64_t nowNs, bool closing) {
   {
-    std::lock_guard<std::mutex> lock(ringsMu_);
+    MutexLock lock(&ringsMu_);
     ringView_.resize(rings_.size());
     for (size_t i = 0; i < rings_.size(); ++i) ringView_[i] = rings_[i].get();
   }
@@ -365,23 +365,7 @@ void Instance::service(int64_t nowNs, bool closing) {
     folder_.endPass();
   }
   std::vector<FoldedStep> folded = folder_.take();
-  std::unique_lock<std::mutex> hooks(hooksMu_, std::defer_lock);
-  if (!folded.empty()) hooks.lock();
-  for (FoldedStep& f : folded) {
-    f.report.set_dropped(dropped - droppedReported_);
-    droppedReported_ = dropped;
-    const int64_t step = f.report.step();
-    const int64_t startNs = f.report.start_ns();
-    const int64_t endNs = f.report.end_ns();
-    if (onReport_) onReport_(f.report);
-    if (transport_ != nullptr) transport_->addReport(std::move(f.report), nowNs);
-    // A running capture takes the step (and adds it to the flight recorder once written).
-    if (!capture_.offer(step, startNs, endNs, f.records)) {
-      flight_.add(step, std::move(f.records), startNs, endNs);
-    }
-    stepsFolded_.fetch_add(1, std::memory_order_relaxed);
-  }
-  if (hooks.owns_lock()) hooks.unlock();
+  if (!folded.empty()) deliverSteps(folded, dropped, nowNs);
   unattributed_.store(folder_.unattributed(), std::memory_order_relaxed);
   if (closing && !finished) {
     // Statuses go before the goodbye: a capture cut short by the close writes what it has,
@@ -401,6 +385,24 @@ void Instance::service(int64_t nowNs, bool closing) {
   }
   idleFlag.store(transportIdle(), std::memory_order_release);
   passes.fetch_add(1, std::memory_order_release);
+}
+
+void Instance::deliverSteps(std::vector<FoldedStep>& folded, uint64_t dropped, int64_t nowNs) {
+  MutexLock hooks(&hooksMu_);
+  for (FoldedStep& f : folded) {
+    f.report.set_dropped(dropped - droppedReported_);
+    droppedReported_ = dropped;
+    const int64_t step = f.report.step();
+    const int64_t startNs = f.report.start_ns();
+    const int64_t endNs = f.report.end_ns();
+    if (onReport_) onReport_(f.report);
+    if (transport_ != nullptr) transport_->addReport(std::move(f.report), nowNs);
+    // A running capture takes the step (and adds it to the flight recorder once written).
+    if (!capture_.offer(step, startNs, endNs, f.records)) {
+      flight_.add(step, std::move(f.records), startNs, endNs);
+    }
+    stepsFolded_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void Instance::stats(ts_probe_stats* out) const {
@@ -444,7 +446,7 @@ Status Runtime::add(Instance* inst) {
   }
   if (stopped_.load()) return Status::error("the probe runtime has stopped (process exiting)");
   if (Status s = inst->open(ctx_); !s) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   instances_.push_back(inst);
   if (!thread_.joinable()) {
     try {
@@ -467,13 +469,13 @@ void Runtime::remove(Instance* inst, int32_t timeoutMs) {
   inst->closeDeadlineNs =
       monotonicNowNs() + static_cast<int64_t>(std::max(timeoutMs, 0)) * 1'000'000;
   inst->closeRequested.store(true, std::memory_order_release);
-  std::unique_lock<std::mutex> lock(mu_);
+  UniqueLock lock(&mu_);
   wake_ = true;
-  cv_.notify_all();
-  cv_.wait(lock, [&] {
-    return stopped_.load() ||
-           std::find(instances_.begin(), instances_.end(), inst) == instances_.end();
-  });
+  cv_.notifyAll();
+  while (!stopped_.load() &&
+         std::find(instances_.begin(), instances_.end(), inst) != instances_.end()) {
+    cv_.wait(lock);
+  }
   auto it = std::find(instances_.begin(), instances_.end(), inst);
   if (it != instances_.end()) {
     // The runtime thread is gone (process exit): close here, no goodbye.
@@ -491,10 +493,10 @@ int32_t Runtime::flush(Instance* inst, int32_t timeoutMs) {
   const uint64_t target = inst->passes.load(std::memory_order_acquire) + 3;
   inst->flushers.fetch_add(1, std::memory_order_acq_rel);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     wake_ = true;
   }
-  cv_.notify_all();
+  cv_.notifyAll();
   int32_t rc = 1;
   while (!stopped_.load()) {
     if (inst->passes.load(std::memory_order_acquire) >= target &&
@@ -511,27 +513,32 @@ int32_t Runtime::flush(Instance* inst, int32_t timeoutMs) {
 
 void Runtime::stop() {
   if (forked_.load()) {
-    // The thread handle names a thread of the parent: leak it, never join it.
-    static_cast<void>(new std::thread(std::move(thread_)));
+    leakThreadAfterFork();
     return;
   }
   std::thread t;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopped_.store(true);
     t = std::move(thread_);
   }
-  cv_.notify_all();
+  cv_.notifyAll();
   if (t.joinable()) t.join();
-  cv_.notify_all();
+  cv_.notifyAll();
+}
+
+void Runtime::leakThreadAfterFork() {
+  static_cast<void>(new std::thread(std::move(thread_)));
 }
 
 void Runtime::loop() {
   std::vector<Instance*> list;
   while (!stopped_.load()) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, kPassPeriod, [&] { return wake_ || stopped_.load(); });
+      UniqueLock lock(&mu_);
+      const auto deadline = std::chrono::steady_clock::now() + kPassPeriod;
+      while (!wake_ && !stopped_.load() && cv_.waitUntil(lock, deadline)) {
+      }
       wake_ = false;
       list = instances_;
     }
@@ -559,12 +566,12 @@ void Runtime::loop() {
     }
     if (!done.empty()) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         for (Instance* inst : done) {
           instances_.erase(std::find(instances_.begin(), instances_.end(), inst));
         }
       }
-      cv_.notify_all();
+      cv_.notifyAll();
     }
   }
 }

@@ -7,11 +7,9 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -23,6 +21,7 @@
 #include "agent/probe/ring.h"
 #include "agent/probe/trainscope_probe.h"
 #include "agent/probe/transport.h"
+#include "common/thread_annotations.h"
 
 namespace trainscope::probe {
 
@@ -94,14 +93,18 @@ class Instance {
   void handleCommand(const wire::Command& cmd);
   void startStackDump(const wire::Command& cmd);
   void emitStatuses(std::vector<wire::CommandStatus> statuses);
+  // Runtime thread: hands each folded step to onReport_, the transport, then a running capture
+  // or the flight recorder.
+  void deliverSteps(std::vector<FoldedStep>& folded, uint64_t dropped, int64_t nowNs)
+      EXCLUDES(hooksMu_);
   // Any thread: queues a status for the runtime thread to send (the stack worker).
   void postStatus(wire::CommandStatus status);
 
   const ProbeConfig config_;
   const uint64_t id_;
   std::atomic<Ring*> slots_[kMaxThreadSlots] = {};
-  std::mutex ringsMu_;
-  std::vector<std::unique_ptr<Ring>> rings_;  // guarded by ringsMu_; never shrinks
+  Mutex ringsMu_;
+  std::vector<std::unique_ptr<Ring>> rings_ GUARDED_BY(ringsMu_);  // never shrinks
   StepFolder folder_;
   ProgressTracker progress_;  // fed the folder's records; read into each RankHello
   FlightRecorder flight_;
@@ -110,24 +113,24 @@ class Instance {
   int64_t lastIoNs_ = 0;
   std::vector<Ring*> ringView_;  // runtime thread's copy of rings_
 
-  std::mutex hooksMu_;
-  std::function<void(const wire::StepReport&)> onReport_;     // guarded by hooksMu_
-  std::function<void(const wire::Command&)> onCommand_;       // guarded by hooksMu_
-  std::function<void(const wire::CommandStatus&)> onStatus_;  // guarded by hooksMu_
+  Mutex hooksMu_;
+  std::function<void(const wire::StepReport&)> onReport_ GUARDED_BY(hooksMu_);
+  std::function<void(const wire::Command&)> onCommand_ GUARDED_BY(hooksMu_);
+  std::function<void(const wire::CommandStatus&)> onStatus_ GUARDED_BY(hooksMu_);
 
   CaptureWorker capture_;  // runtime thread (its writer posts statuses through postStatus)
-  std::mutex mailMu_;
-  std::vector<wire::Command> inbox_;         // guarded by mailMu_
-  std::vector<wire::CommandStatus> outbox_;  // guarded by mailMu_ (stack worker results)
-  std::atomic<bool> mail_{false};            // inbox_ or outbox_ may be non-empty
-  std::thread stackWorker_;                  // runtime thread; one stack dump at a time
+  Mutex mailMu_;
+  std::vector<wire::Command> inbox_ GUARDED_BY(mailMu_);
+  std::vector<wire::CommandStatus> outbox_ GUARDED_BY(mailMu_);  // stack worker results
+  std::atomic<bool> mail_{false};  // inbox_ or outbox_ may be non-empty
+  std::thread stackWorker_;        // runtime thread; one stack dump at a time
   std::atomic<bool> stackBusy_{false};
 
-  mutable std::mutex groupsMu_;
-  std::vector<wire::ProcessGroup> groups_;  // guarded by groupsMu_; names are unique
-  int64_t groupsDeclaredNs_ = 0;            // guarded by groupsMu_; 0: none declared
-  std::atomic<bool> groupsDirty_{false};    // groups_ changed since the runtime thread looked
-  std::atomic<double> modelFlops_{0};       // ts_set_flops; read by the runtime thread
+  mutable Mutex groupsMu_;
+  std::vector<wire::ProcessGroup> groups_ GUARDED_BY(groupsMu_);  // names are unique
+  int64_t groupsDeclaredNs_ GUARDED_BY(groupsMu_) = 0;            // 0: none declared
+  std::atomic<bool> groupsDirty_{false};  // groups_ changed since the runtime thread looked
+  std::atomic<double> modelFlops_{0};     // ts_set_flops; read by the runtime thread
   std::atomic<double> hardwareFlops_{0};
   std::atomic<double> peakFlops_{0};
 
@@ -160,15 +163,18 @@ class Runtime {
  private:
   Runtime();
   void loop();
+  // After fork: the thread handle names a thread of the parent, and mu_ may have been held by a
+  // thread that did not survive the fork; so neither is touched, and the handle is leaked.
+  void leakThreadAfterFork() NO_THREAD_SAFETY_ANALYSIS;
 
   void* ctx_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Instance*> instances_;  // guarded by mu_
-  std::thread thread_;                // guarded by mu_ (started once)
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<Instance*> instances_ GUARDED_BY(mu_);
+  std::thread thread_ GUARDED_BY(mu_);  // started once
   std::atomic<bool> stopped_{false};
   std::atomic<bool> forked_{false};
-  bool wake_ = false;  // guarded by mu_
+  bool wake_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace trainscope::probe

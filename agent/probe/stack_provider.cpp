@@ -1,40 +1,40 @@
 #include "agent/probe/stack_provider.h"
 
-#include <condition_variable>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <thread>
+
+#include "common/thread_annotations.h"
 
 namespace trainscope::probe {
 namespace {
 
-std::mutex gMu;
-ts_stack_provider gProvider = nullptr;  // guarded by gMu
-void* gUser = nullptr;                  // guarded by gMu
+Mutex gMu;
+ts_stack_provider gProvider GUARDED_BY(gMu) = nullptr;
+void* gUser GUARDED_BY(gMu) = nullptr;
 
 // Past this a provider's answer is refused rather than allocated.
 constexpr int64_t kMaxProviderBytes = 64 << 20;
 constexpr int64_t kFirstTryBytes = 256 << 10;
 
 struct Call {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;    // guarded by mu
-  int64_t length = -1;  // guarded by mu
-  std::string json;     // guarded by mu
+  Mutex mu;
+  CondVar cv;
+  bool done GUARDED_BY(mu) = false;
+  int64_t length GUARDED_BY(mu) = -1;
+  std::string json GUARDED_BY(mu);
 };
 
 }  // namespace
 
 void setStackProvider(ts_stack_provider provider, void* user) {
-  std::lock_guard<std::mutex> lock(gMu);
+  MutexLock lock(&gMu);
   gProvider = provider;
   gUser = user;
 }
 
 bool hasStackProvider() {
-  std::lock_guard<std::mutex> lock(gMu);
+  MutexLock lock(&gMu);
   return gProvider != nullptr;
 }
 
@@ -42,7 +42,7 @@ ProviderStacks callStackProvider(std::chrono::milliseconds deadline) {
   ts_stack_provider fn = nullptr;
   void* user = nullptr;
   {
-    std::lock_guard<std::mutex> lock(gMu);
+    MutexLock lock(&gMu);
     fn = gProvider;
     user = gUser;
   }
@@ -62,18 +62,21 @@ ProviderStacks callStackProvider(std::chrono::milliseconds deadline) {
         n = -3;
       }
       if (n >= 0) buf.resize(static_cast<size_t>(n));
-      std::lock_guard<std::mutex> lock(call->mu);
+      MutexLock lock(&call->mu);
       call->length = n;
       if (n >= 0) call->json = std::move(buf);
       call->done = true;
-      call->cv.notify_all();
+      call->cv.notifyAll();
     }).detach();
   } catch (const std::exception& e) {
     out.detail = std::string("language stacks not taken: cannot start a thread: ") + e.what();
     return out;
   }
-  std::unique_lock<std::mutex> lock(call->mu);
-  if (!call->cv.wait_for(lock, deadline, [&] { return call->done; })) {
+  UniqueLock lock(&call->mu);
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  while (!call->done && call->cv.waitUntil(lock, until)) {
+  }
+  if (!call->done) {
     out.detail = "Python stacks not taken: the provider did not answer within " +
                  std::to_string(deadline.count()) + " ms (a thread may be holding the GIL)";
     return out;

@@ -26,6 +26,7 @@
 #include "agent/probe/stack_provider.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/thread_annotations.h"
 #include "schema/capture_state.h"
 
 namespace trainscope::probe {
@@ -47,9 +48,9 @@ struct Slot {
 Slot gSlots[kMaxThreads];
 std::atomic<int> gSlotCount{0};
 
-std::mutex gDumpMu;              // one dump at a time
-bool gHandlerInstalled = false;  // guarded by gDumpMu
-struct sigaction gPrevious {};   // guarded by gDumpMu
+Mutex gDumpMu;  // one dump at a time
+bool gHandlerInstalled GUARDED_BY(gDumpMu) = false;
+struct sigaction gPrevious GUARDED_BY(gDumpMu) {};
 
 void onStackSignal(int, siginfo_t*, void*) {
   const int savedErrno = errno;
@@ -151,7 +152,7 @@ int stackSignal() {
 }
 
 std::vector<ThreadStack> unwindAllThreads(const StackOptions& options) {
-  std::lock_guard<std::mutex> lock(gDumpMu);
+  MutexLock lock(&gDumpMu);
   const int self = static_cast<int>(syscall(SYS_gettid));
   const pid_t pid = getpid();
   std::vector<int> tids = listThreads();

@@ -15,6 +15,7 @@
 #include "agent/probe/stack_provider.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/thread_annotations.h"
 
 using trainscope::probe::Instance;
 using trainscope::probe::Record;
@@ -27,9 +28,9 @@ namespace {
 // Thread slots index Instance::slots_, so the hot path finds its ring with two loads. A slot
 // is returned when its thread exits and the next thread inherits its rings (the old producer
 // is gone, so each ring still has one producer at a time).
-std::mutex gSlotMu;
-std::vector<int> gFreeSlots;  // guarded by gSlotMu
-int gNextSlot = 0;            // guarded by gSlotMu
+trainscope::Mutex gSlotMu;
+std::vector<int> gFreeSlots GUARDED_BY(gSlotMu);
+int gNextSlot GUARDED_BY(gSlotMu) = 0;
 
 // -1: not assigned yet; -2: no slot left (the thread uses Instance's thread-local map).
 // initial-exec keeps the access a single load, in libtrainscope_probe.so too.
@@ -39,7 +40,7 @@ struct SlotOwner {
   int slot = -1;
   ~SlotOwner() {
     if (slot < 0) return;
-    std::lock_guard<std::mutex> lock(gSlotMu);
+    trainscope::MutexLock lock(&gSlotMu);
     gFreeSlots.push_back(slot);
   }
 };
@@ -49,7 +50,7 @@ thread_local std::string tLastError;
 
 [[gnu::noinline]] Ring* slowRing(Instance* inst) {
   if (tSlot == -1) {
-    std::lock_guard<std::mutex> lock(gSlotMu);
+    trainscope::MutexLock lock(&gSlotMu);
     if (!gFreeSlots.empty()) {
       tSlot = gFreeSlots.back();
       gFreeSlots.pop_back();
@@ -106,7 +107,7 @@ inline void fill(Record* rec, RecordType type, uint8_t kind, uint32_t name, uint
   rec->bytes = bytes;
 }
 
-std::mutex gDefaultMu;
+trainscope::Mutex gDefaultMu;  // creates and replaces gDefault one caller at a time
 std::atomic<Instance*> gDefault{nullptr};
 std::once_flag gAtExitOnce;
 
@@ -183,7 +184,7 @@ void ts_probe_destroy(ts_probe* probe, int32_t timeout_ms) {
 
 ts_probe* ts_default(void) {
   if (Instance* d = gDefault.load(std::memory_order_acquire)) return reinterpret_cast<ts_probe*>(d);
-  std::lock_guard<std::mutex> lock(gDefaultMu);
+  trainscope::MutexLock lock(&gDefaultMu);
   if (Instance* d = gDefault.load()) return reinterpret_cast<ts_probe*>(d);
   Instance* d = createInstance(nullptr);
   if (d == nullptr) {
@@ -206,7 +207,7 @@ ts_probe* ts_default(void) {
 }
 
 int32_t ts_init(const ts_probe_config* config) {
-  std::lock_guard<std::mutex> lock(gDefaultMu);
+  trainscope::MutexLock lock(&gDefaultMu);
   if (gDefault.load() != nullptr) {
     tLastError = "the default probe already exists (ts_init after ts_default or ts_init)";
     return -1;
@@ -225,7 +226,7 @@ int32_t ts_init(const ts_probe_config* config) {
 void ts_shutdown(int32_t timeout_ms) {
   Instance* d = nullptr;
   {
-    std::lock_guard<std::mutex> lock(gDefaultMu);
+    trainscope::MutexLock lock(&gDefaultMu);
     d = gDefault.exchange(nullptr);
   }
   ts_probe_destroy(reinterpret_cast<ts_probe*>(d), timeout_ms);

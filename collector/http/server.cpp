@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <optional>
 #include <string_view>
 #include <thread>
@@ -24,6 +22,7 @@
 #include "collector/http/source_body.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/thread_annotations.h"
 
 namespace trainscope::http {
 namespace {
@@ -68,7 +67,7 @@ bool changesSomething(bhttp::verb method) {
 
 // What sessions share: options, the API, the registries of sessions (for stop()) and the
 // live feed. options, store and api are read-only and used from any thread; the registries
-// and the flags below are guarded by `mu`; the feed is used on `liveStrand` only.
+// are guarded by `mu`; the feed is used on `liveStrand` only.
 struct ServerCore {
   ServerCore(HttpOptions opts, storage::Store& store)
       : options(std::move(opts)), store(store), api(options, store, clock), feed(store, clock) {
@@ -80,12 +79,12 @@ struct ServerCore {
   Api api;
   // Requests that change something run one at a time (a capture request checks what is
   // running before it starts one); reads run side by side.
-  std::mutex changeMu;
+  Mutex changeMu;
 
-  std::mutex mu;
-  std::condition_variable sessionsGone;  // notified when `sessions` becomes empty while stopping
-  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;              // guarded by mu
-  std::unordered_map<LiveSession*, std::weak_ptr<LiveSession>> liveSessions;  // guarded by mu
+  Mutex mu;
+  CondVar sessionsGone;  // notified when `sessions` becomes empty while stopping
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions GUARDED_BY(mu);
+  std::unordered_map<LiveSession*, std::weak_ptr<LiveSession>> liveSessions GUARDED_BY(mu);
   // Set by stop(): responses being written may finish, nothing new is read. Read unlocked
   // by sessions deciding keep-alive.
   std::atomic<bool> stopping{false};
@@ -121,16 +120,27 @@ struct ServerCore {
     out.handlerErrors = handlerErrors.load() + api.handlerErrors();
     out.liveSlowDisconnects = liveSlowDisconnects.load();
     out.originRefused = originRefused.load();
-    std::lock_guard lock(mu);
+    MutexLock lock(&mu);
     out.liveClients = liveSessions.size();
     return out;
   }
 
+  // The sessions still alive, held so they stay alive while the caller uses them.
+  std::vector<std::shared_ptr<Session>> sessionsNow() EXCLUDES(mu) {
+    MutexLock lock(&mu);
+    return alive(sessions);
+  }
+  std::vector<std::shared_ptr<LiveSession>> liveSessionsNow() EXCLUDES(mu) {
+    MutexLock lock(&mu);
+    return alive(liveSessions);
+  }
+
+ private:
   template <typename T>
-  std::vector<std::shared_ptr<T>> lockAll(std::unordered_map<T*, std::weak_ptr<T>>& map) {
+  static std::vector<std::shared_ptr<T>> alive(
+      const std::unordered_map<T*, std::weak_ptr<T>>& map) {
     std::vector<std::shared_ptr<T>> out;
-    std::lock_guard lock(mu);
-    for (auto& [ptr, weak] : map) {
+    for (const auto& [ptr, weak] : map) {
       if (auto s = weak.lock()) out.push_back(std::move(s));
     }
     return out;
@@ -176,14 +186,14 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, ServerCore& server) : stream_(std::move(socket)), server_(server) {}
   ~Session() {
-    std::lock_guard lock(server_.mu);
+    MutexLock lock(&server_.mu);
     server_.sessions.erase(this);
-    if (server_.stopping && server_.sessions.empty()) server_.sessionsGone.notify_all();
+    if (server_.stopping && server_.sessions.empty()) server_.sessionsGone.notifyAll();
   }
 
   void start() {
     {
-      std::lock_guard lock(server_.mu);
+      MutexLock lock(&server_.mu);
       server_.sessions.emplace(this, weak_from_this());
     }
     asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->doRead(); });
@@ -298,7 +308,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string_view methodView(method.data(), method.size());
     ApiResponse r;
     if (changesSomething(req.method())) {
-      std::lock_guard lock(server_.changeMu);
+      MutexLock lock(&server_.changeMu);
       r = server_.api.handle(methodView, targetView, req.body(), acceptsGzip, upgrade);
     } else {
       r = server_.api.handle(methodView, targetView, req.body(), acceptsGzip, upgrade);
@@ -420,7 +430,7 @@ class LiveSession : public std::enable_shared_from_this<LiveSession> {
  public:
   LiveSession(tcp::socket socket, ServerCore& server) : ws_(std::move(socket)), server_(server) {}
   ~LiveSession() {
-    std::lock_guard lock(server_.mu);
+    MutexLock lock(&server_.mu);
     server_.liveSessions.erase(this);
   }
 
@@ -541,7 +551,7 @@ void armLiveTimer(ServerCore& core, int delayMs);
 // Polls the store and sends what changed to every live client; re-arms itself while any
 // client is connected. On liveStrand.
 void liveTick(ServerCore& core) {
-  auto clients = core.lockAll(core.liveSessions);
+  auto clients = core.liveSessionsNow();
   if (clients.empty() || core.stopping || core.liveTimer == nullptr) {
     core.liveTicking = false;
     return;
@@ -582,7 +592,7 @@ void LiveSession::onAccept(beast::error_code ec) {
   asio::post(*server_.liveStrand, [self = shared_from_this()] {
     ServerCore& core = self->server_;
     {
-      std::lock_guard lock(core.mu);
+      MutexLock lock(&core.mu);
       if (core.stopping) return;
       core.liveSessions.emplace(self.get(), self->weak_from_this());
     }
@@ -649,8 +659,8 @@ void HttpServer::Impl::closeAll() {
     liveTimer.cancel();
     core.liveTimer = nullptr;
   });
-  for (auto& s : core.lockAll(core.liveSessions)) s->closeLater();
-  for (auto& s : core.lockAll(core.sessions)) s->closeLater(false);
+  for (auto& s : core.liveSessionsNow()) s->closeLater();
+  for (auto& s : core.sessionsNow()) s->closeLater(false);
 }
 
 HttpServer::HttpServer(HttpOptions options, storage::Store& store)
@@ -722,16 +732,18 @@ void HttpServer::stop() {
   Impl& s = *impl_;
   if (!s.running) return;
   {
-    std::lock_guard lock(s.core.mu);
+    MutexLock lock(&s.core.mu);
     s.core.stopping = true;
   }
   asio::post(s.acceptStrand, [&s] { s.closeAll(); });
   // Responses being written may finish within the grace; then whoever is left is closed.
   {
-    std::unique_lock lock(s.core.mu);
-    s.core.sessionsGone.wait_for(lock, kStopGrace, [&s] { return s.core.sessions.empty(); });
+    UniqueLock lock(&s.core.mu);
+    const auto deadline = std::chrono::steady_clock::now() + kStopGrace;
+    while (!s.core.sessions.empty() && s.core.sessionsGone.waitUntil(lock, deadline)) {
+    }
   }
-  for (auto& session : s.core.lockAll(s.core.sessions)) session->closeLater(true);
+  for (auto& session : s.core.sessionsNow()) session->closeLater(true);
   // Each loop returns once every cancelled handler has run and nothing is left to wait on.
   for (auto& t : s.threads) t.join();
   s.threads.clear();

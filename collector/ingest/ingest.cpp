@@ -3,12 +3,10 @@
 #include <pthread.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -20,6 +18,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/thread_annotations.h"
 
 namespace trainscope::ingest {
 namespace {
@@ -83,31 +82,31 @@ struct IngestServer::Impl {
   zmq::socket_t zap;  // socket thread; with CURVE, answers libzmq's key checks (ZAP)
 
   // Hand-off between the socket thread and the writer.
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Commit> queue;  // guarded by mu
-  bool writerBusy = false;   // guarded by mu
-  bool writerExit = false;   // guarded by mu
-  // Guarded by mu: committed, acks not yet sent. The whole Commit comes back so its batch is
-  // freed on the socket thread that allocated it: a free from another thread measured about
-  // twice as costly, and on the writer, the stage every commit waits for.
-  std::deque<Commit> done;
+  Mutex mu;
+  CondVar cv;
+  std::deque<Commit> queue GUARDED_BY(mu);
+  bool writerBusy GUARDED_BY(mu) = false;
+  bool writerExit GUARDED_BY(mu) = false;
+  // Committed, acks not yet sent. The whole Commit comes back so its batch is freed on the
+  // socket thread that allocated it: a free from another thread measured about twice as
+  // costly, and on the writer, the stage every commit waits for.
+  std::deque<Commit> done GUARDED_BY(mu);
 
   // Commands for agents (sendCommand, any thread) wait here for the socket thread, which
   // cmdWakeSend wakes. Node routes are written by the socket thread, read by sendCommand.
-  mutable std::mutex cmdMu;
-  std::deque<std::pair<std::string, std::string>> commands;  // guarded by cmdMu: (id, frame)
-  zmq::socket_t cmdWakeSend;                                 // guarded by cmdMu
-  zmq::socket_t cmdWakeRecv;                                 // socket thread
-  std::map<std::string, std::string> nodeRoutes;             // guarded by cmdMu: node -> routing id
+  mutable Mutex cmdMu;
+  std::deque<std::pair<std::string, std::string>> commands GUARDED_BY(cmdMu);  // (id, frame)
+  zmq::socket_t cmdWakeSend GUARDED_BY(cmdMu);
+  zmq::socket_t cmdWakeRecv;                                        // socket thread
+  std::map<std::string, std::string> nodeRoutes GUARDED_BY(cmdMu);  // node -> routing id
   std::atomic<uint64_t> commandsSent{0};
 
   // Counters.
   std::atomic<uint64_t> frames{0}, batches{0}, itemsStored{0}, stepsStored{0}, heartbeats{0},
       hellos{0}, acksSent{0}, commits{0}, commitFailures{0}, disconnects{0};
   std::atomic<int64_t> lastCommitNs{0};
-  mutable std::mutex rejectMu;
-  std::map<std::string, uint64_t> rejects;  // guarded by rejectMu
+  mutable Mutex rejectMu;
+  std::map<std::string, uint64_t> rejects GUARDED_BY(rejectMu);
 
   // Socket-thread state.
   Commit pending;
@@ -128,7 +127,7 @@ struct IngestServer::Impl {
   RateLimitedLog handshakeLog{std::chrono::seconds(5)};
 
   void countReject(const std::string& reason, uint64_t n = 1) {
-    std::lock_guard lock(rejectMu);
+    MutexLock lock(&rejectMu);
     rejects[reason] += n;
   }
 
@@ -154,12 +153,12 @@ struct IngestServer::Impl {
   // The latest connection that named itself `node` receives that node's commands.
   void routeNode(const Peer& p) {
     if (p.node.empty()) return;
-    std::lock_guard lock(cmdMu);
+    MutexLock lock(&cmdMu);
     nodeRoutes[p.node] = p.id;
   }
 
   void unrouteNode(const Peer& p) {
-    std::lock_guard lock(cmdMu);
+    MutexLock lock(&cmdMu);
     auto it = nodeRoutes.find(p.node);
     if (it != nodeRoutes.end() && it->second == p.id) nodeRoutes.erase(it);
   }
@@ -167,7 +166,7 @@ struct IngestServer::Impl {
   void sendQueuedCommands() {
     std::deque<std::pair<std::string, std::string>> ready;
     {
-      std::lock_guard lock(cmdMu);
+      MutexLock lock(&cmdMu);
       ready.swap(commands);
     }
     for (const auto& [id, frame] : ready) {
@@ -192,10 +191,10 @@ struct IngestServer::Impl {
   void handOff() {
     if (pending.empty()) return;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(&mu);
       queue.push_back(std::move(pending));
     }
-    cv.notify_one();
+    cv.notifyOne();
     pending = Commit{};
     pendingSinceNs = 0;
   }
@@ -210,7 +209,7 @@ struct IngestServer::Impl {
   void sendCompletedAcks() {
     std::deque<Commit> ready;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(&mu);
       ready.swap(done);
     }
     for (const auto& commit : ready) {
@@ -709,7 +708,7 @@ struct IngestServer::Impl {
       const bool stop = stopping.load();
       size_t queued = 0;
       {
-        std::lock_guard lock(mu);
+        MutexLock lock(&mu);
         queued = queue.size() + (writerBusy ? 1 : 0);
         if (stop && pending.empty() && queued == 0 && done.empty()) break;
       }
@@ -748,7 +747,7 @@ struct IngestServer::Impl {
             if (!readOne()) break;
             if (pending.items >= options.commitItems) {
               handOff();
-              std::lock_guard lock(mu);
+              MutexLock lock(&mu);
               if (queue.size() + (writerBusy ? 1 : 0) >= options.maxQueuedCommits) break;
             }
           }
@@ -760,7 +759,7 @@ struct IngestServer::Impl {
       if (!pending.empty()) {
         bool writerIdle = false;
         {
-          std::lock_guard lock(mu);
+          MutexLock lock(&mu);
           writerIdle = queue.empty() && !writerBusy;
         }
         // Group commit: an idle writer takes what is here now (low ack latency when load is
@@ -778,8 +777,8 @@ struct IngestServer::Impl {
     for (;;) {
       Commit c;
       {
-        std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return !queue.empty() || writerExit; });
+        UniqueLock lock(&mu);
+        while (queue.empty() && !writerExit) cv.wait(lock);
         if (queue.empty()) break;
         c = std::move(queue.front());
         queue.pop_front();
@@ -808,7 +807,7 @@ struct IngestServer::Impl {
             "commit of " + std::to_string(c.items) + " items failed, not acked: " + s.message());
       }
       {
-        std::lock_guard lock(mu);
+        MutexLock lock(&mu);
         if (s) done.push_back(std::move(c));
         writerBusy = false;
       }
@@ -878,6 +877,7 @@ Status IngestServer::start() {
       send.connect(wakeEndpoint);
     };
     wakePair("wake", m.wakeRecv, m.wakeSend);
+    MutexLock lock(&m.cmdMu);  // nobody else runs yet; the lock is for the analysis
     wakePair("commands", m.cmdWakeRecv, m.cmdWakeSend);
   } catch (const zmq::error_t& e) {
     return Status::error("ingest: cannot bind " + endpoint + ": " + e.what());
@@ -907,13 +907,13 @@ void IngestServer::stop() {
   m.stopping = true;
   m.socketThread.join();
   {
-    std::lock_guard lock(m.mu);
+    MutexLock lock(&m.mu);
     m.writerExit = true;
   }
-  m.cv.notify_all();
+  m.cv.notifyAll();
   m.writerThread.join();
   {
-    std::lock_guard lock(m.cmdMu);
+    MutexLock lock(&m.cmdMu);
     m.nodeRoutes.clear();
     m.commands.clear();
     m.cmdWakeSend.close();
@@ -945,7 +945,7 @@ IngestStats IngestServer::stats() const {
   s.disconnects = m.disconnects.load();
   s.lastCommitNs = m.lastCommitNs.load();
   {
-    std::lock_guard lock(m.rejectMu);
+    MutexLock lock(&m.rejectMu);
     s.rejects = m.rejects;
   }
   return s;
@@ -960,7 +960,7 @@ Status IngestServer::sendCommand(const std::string& node, const wire::Command& c
   wire::Envelope env;
   *env.mutable_command() = command;
   std::string frame = wire::encode(env);
-  std::lock_guard lock(m.cmdMu);
+  MutexLock lock(&m.cmdMu);
   auto it = m.nodeRoutes.find(node);
   if (it == m.nodeRoutes.end()) {
     return Status::error("node " + node + " has no connected agent");
@@ -976,7 +976,7 @@ Status IngestServer::sendCommand(const std::string& node, const wire::Command& c
 
 std::vector<std::string> IngestServer::connectedNodes() const {
   const auto& m = *impl_;
-  std::lock_guard lock(m.cmdMu);
+  MutexLock lock(&m.cmdMu);
   std::vector<std::string> out;
   out.reserve(m.nodeRoutes.size());
   for (const auto& [node, id] : m.nodeRoutes) out.push_back(node);

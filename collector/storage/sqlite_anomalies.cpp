@@ -20,7 +20,7 @@ using namespace internal;  // NOLINT(google-build-using-namespace): this folder'
 Status SqliteStore::writeAnomalies(const std::vector<AnomalyRow>& rows) {
   if (rows.empty()) return Status::ok();
   const int64_t now = wallNowNs();
-  std::lock_guard lock(writeMu_);
+  MutexLock lock(&writeMu_);
   if (auto s = step(writeDb_, stmts_[kBegin], "storage: begin"); !s) return s;
   Status st;
   auto* s = stmts_[kUpsertAnomaly];
@@ -74,7 +74,7 @@ Result<std::vector<AnomalyRow>> SqliteStore::queryAnomalies(const std::string& w
                                                             const std::string* job,
                                                             int64_t sinceNs) {
   using R = Result<std::vector<AnomalyRow>>;
-  std::lock_guard lock(readMutex());
+  MutexLock lock(&readMutex());
   ReadStmt q(readDb(),
              "SELECT id, job, kind, ranks, nodes, onset_step, detected_step, detected_ns,"
              " magnitude, confidence, evidence, labels, state, resolved_step, resolved_ns,"

@@ -51,7 +51,7 @@ Status SqliteStore::writeCapture(const CaptureRow& row) {
   const std::string ranks = captureRanksText(row);
   const std::string rankStatus = rankStatusText(row.rankStatus);
   const std::string state = wire::toString(row.state);  // bound SQLITE_STATIC: kept until the step
-  std::lock_guard lock(writeMu_);
+  MutexLock lock(&writeMu_);
   auto* s = stmts_[kUpsertCapture];
   bindText(s, 1, row.id);
   bindText(s, 2, row.job);
@@ -93,7 +93,7 @@ Result<std::vector<CaptureRow>> SqliteStore::queryCaptures(const std::string& wh
                                                            const std::string* text, int64_t sinceNs,
                                                            const char* order) {
   using R = Result<std::vector<CaptureRow>>;
-  std::lock_guard lock(readMutex());
+  MutexLock lock(&readMutex());
   ReadStmt q(readDb(), std::string("SELECT ") + kColumns + " FROM captures WHERE " + where +
                            " ORDER BY " + order);
   if (!q.ok()) return R::error(q.error("storage: querying captures"));

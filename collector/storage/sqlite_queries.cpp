@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <iterator>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -20,6 +19,7 @@
 
 #include "collector/storage/sqlite_internal.h"
 #include "collector/storage/store_rows.h"
+#include "common/thread_annotations.h"
 
 namespace trainscope::storage {
 namespace {
@@ -208,13 +208,13 @@ struct SummaryCache {
 // The cache lives as long as the read connection: it is registered with the connection as the
 // user data of a SQL function whose destructor runs when the connection closes, so a new store
 // that gets the same connection address never finds an old store's cache.
-std::mutex gSummaryCachesMu;
-std::unordered_map<sqlite3*, SummaryCache*> gSummaryCaches;  // guarded by gSummaryCachesMu
+Mutex gSummaryCachesMu;
+std::unordered_map<sqlite3*, SummaryCache*> gSummaryCaches GUARDED_BY(gSummaryCachesMu);
 
 void destroySummaryCache(void* p) {
   auto* cache = static_cast<SummaryCache*>(p);
   {
-    std::lock_guard lock(gSummaryCachesMu);
+    MutexLock lock(&gSummaryCachesMu);
     for (auto it = gSummaryCaches.begin(); it != gSummaryCaches.end(); ++it) {
       if (it->second == cache) {
         gSummaryCaches.erase(it);
@@ -230,7 +230,7 @@ void noopFunction(sqlite3_context* ctx, int, sqlite3_value**) {
 }
 
 SummaryCache& summaryCacheFor(sqlite3* db) {
-  std::lock_guard lock(gSummaryCachesMu);
+  MutexLock lock(&gSummaryCachesMu);
   auto it = gSummaryCaches.find(db);
   if (it != gSummaryCaches.end()) return *it->second;
   auto* cache = new SummaryCache();  // owned by the connection from here (destroySummaryCache)
@@ -249,7 +249,7 @@ SummaryCache& summaryCacheFor(sqlite3* db) {
 
 // Retention deleted rows of `db`'s store: its cached summaries may name deleted rows.
 void markSummaryCacheStale(sqlite3* db) {
-  std::lock_guard lock(gSummaryCachesMu);
+  MutexLock lock(&gSummaryCachesMu);
   auto it = gSummaryCaches.find(db);
   if (it != gSummaryCaches.end()) it->second->stale = true;
 }
@@ -257,7 +257,7 @@ void markSummaryCacheStale(sqlite3* db) {
 }  // namespace
 
 Result<std::vector<JobRow>> SqliteStore::jobs() {
-  std::lock_guard lock(readMutex());
+  MutexLock lock(&readMutex());
   ReadStmt q(readDb(),
              "SELECT j.name, j.world_size,"
              " (SELECT count(*) FROM ranks r WHERE r.job_id = j.id),"
@@ -284,7 +284,7 @@ Result<std::vector<JobRow>> SqliteStore::jobs() {
 }
 
 Result<bool> SqliteStore::jobExists(const std::string& job) {
-  std::lock_guard lock(readMutex());
+  MutexLock lock(&readMutex());
   ReadStmt q(readDb(), "SELECT 1 FROM jobs WHERE name = ?1");
   if (!q.ok()) return Result<bool>::error(q.error("storage: looking up job"));
   bindText(q.get(), 1, job);
@@ -296,7 +296,7 @@ Result<bool> SqliteStore::jobExists(const std::string& job) {
 }
 
 Result<std::vector<RankRow>> SqliteStore::ranks(const std::string& job) {
-  std::lock_guard lock(readMutex());
+  MutexLock lock(&readMutex());
   ReadStmt q(readDb(),
              "SELECT r.rank, r.world_size, r.local_rank, r.host, r.node, r.pid, r.probe_version,"
              " r.first_seen_ns, r.last_seen_ns, r.latest_step, r.ended, r.ended_step"
@@ -329,7 +329,7 @@ Result<std::vector<RankRow>> SqliteStore::ranks(const std::string& job) {
 
 Result<std::vector<topology::RankGroups>> SqliteStore::groups(const std::string& job) {
   using R = Result<std::vector<topology::RankGroups>>;
-  std::lock_guard lock(readMutex());
+  MutexLock lock(&readMutex());
   ReadStmt q(readDb(),
              "SELECT r.rank, r.groups_declared_ns, r.groups FROM ranks r JOIN jobs j"
              " ON j.id = r.job_id WHERE j.name = ?1 AND r.groups_declared_ns > 0 ORDER BY r.rank");
@@ -356,7 +356,7 @@ Result<std::vector<topology::RankGroups>> SqliteStore::groups(const std::string&
 
 Result<std::vector<StepRow>> SqliteStore::steps(const StepQuery& query) {
   using R = Result<std::vector<StepRow>>;
-  std::lock_guard lock(readMutex());
+  MutexLock lock(&readMutex());
   std::string sql =
       "SELECT rank, step, start_ns, end_ns, duration_ns, compute_ns, comm_ns, exposed_comm_ns,"
       " data_ns, records, dropped";
@@ -403,7 +403,7 @@ Result<std::vector<StepRow>> SqliteStore::steps(const StepQuery& query) {
 
 Result<std::vector<StepSummaryRow>> SqliteStore::summary(const SummaryQuery& query) {
   using R = Result<std::vector<StepSummaryRow>>;
-  std::lock_guard lock(readMutex());
+  MutexLock lock(&readMutex());
   sqlite3* db = readDb();
   SummaryCache& cache = summaryCacheFor(db);
   if (auto s = cache.catchUp(db); !s) return R::error(s.message());
@@ -435,7 +435,7 @@ Result<std::vector<StepSummaryRow>> SqliteStore::summary(const SummaryQuery& que
 
 Result<std::vector<NodeRow>> SqliteStore::nodes() {
   using R = Result<std::vector<NodeRow>>;
-  std::lock_guard lock(readMutex());
+  MutexLock lock(&readMutex());
   ReadStmt q(readDb(),
              "SELECT name, host, agent_version, pid, first_seen_ns, last_seen_ns, offset_ns,"
              " rtt_ns, spool_bytes, spool_dropped, ranks, latest_host FROM nodes ORDER BY name");
@@ -479,7 +479,7 @@ Result<uint64_t> SqliteStore::applyRetention(int64_t nowNs) {
   for (const char* table : {"steps", "host_samples"}) {
     const bool isSteps = std::string_view(table) == "steps";
     for (;;) {
-      std::lock_guard lock(writeMu_);
+      MutexLock lock(&writeMu_);
       std::string t(table);
       std::string boundsSql = "SELECT min(id), coalesce((SELECT id FROM ";
       boundsSql += t;
@@ -535,7 +535,7 @@ Result<uint64_t> SqliteStore::applyRetention(int64_t nowNs) {
       deleted += n;
       if (isSteps) {
         stepRows_ -= std::min<uint64_t>(n, stepRows_.load());
-        if (n > 0) markSummaryCacheStale(readDb());
+        if (n > 0) markSummaryCacheStale(readDbAddress());
       }
       if (upTo >= keepFrom) break;
     }

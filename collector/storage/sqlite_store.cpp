@@ -264,6 +264,8 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(const SqliteOptions& opti
         "storage: retentionNs must be >= 0 (0 keeps everything)");
   }
   std::unique_ptr<SqliteStore> store(new SqliteStore(options));
+  // Nobody else sees the store yet; the lock is for the analysis (the fields it guards).
+  MutexLock lock(&store->writeMu_);
   if (auto s = store->openConnections(); !s) return s;
   if (auto s = store->migrate(); !s) return s;
   if (auto s = store->prepareWriteStatements(); !s) return s;
@@ -369,7 +371,7 @@ Result<int64_t> SqliteStore::jobIdLocked(const std::string& job, int64_t nowNs) 
 
 Status SqliteStore::write(const WriteBatch& batch) {
   if (batch.empty()) return Status::ok();
-  std::lock_guard lock(writeMu_);
+  MutexLock lock(&writeMu_);
   if (auto s = step(writeDb_, stmts_[kBegin], "storage: begin"); !s) return s;
   uint64_t inserted = 0;
   uint64_t duplicates = 0;

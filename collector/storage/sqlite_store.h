@@ -6,13 +6,13 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "collector/storage/store.h"
+#include "common/thread_annotations.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -62,11 +62,12 @@ class SqliteStore final : public Store {
 
  private:
   explicit SqliteStore(SqliteOptions options);
-  Status openConnections();
-  Status migrate();
-  Status prepareWriteStatements();
-  Status writeLocked(const WriteBatch& batch, uint64_t* inserted, uint64_t* duplicates);
-  Result<int64_t> jobIdLocked(const std::string& job, int64_t nowNs);
+  Status openConnections() REQUIRES(writeMu_);
+  Status migrate() REQUIRES(writeMu_);
+  Status prepareWriteStatements() REQUIRES(writeMu_);
+  Status writeLocked(const WriteBatch& batch, uint64_t* inserted, uint64_t* duplicates)
+      REQUIRES(writeMu_);
+  Result<int64_t> jobIdLocked(const std::string& job, int64_t nowNs) REQUIRES(writeMu_);
   // Anomaly rows matching `where` (one parameter ?1: the job when `job` is set, else sinceNs).
   Result<std::vector<AnomalyRow>> queryAnomalies(const std::string& where, const std::string* job,
                                                  int64_t sinceNs);
@@ -74,21 +75,29 @@ class SqliteStore final : public Store {
   // in `order`.
   Result<std::vector<CaptureRow>> queryCaptures(const std::string& where, const std::string* text,
                                                 int64_t sinceNs, const char* order);
-  // The connection reads use: the read connection, or the write one for ":memory:".
-  sqlite3* readDb() { return readDb_ != nullptr ? readDb_ : writeDb_; }
-  std::mutex& readMutex() { return readDb_ != nullptr ? readMu_ : writeMu_; }
+  // The connection reads use: the read connection, or the write one for ":memory:", under
+  // readMutex(): readMu_, or writeMu_ for ":memory:" (one connection for both).
+  sqlite3* readDb() REQUIRES(readMutex()) { return readDbAddress(); }
+  Mutex& readMutex() { return readDb_ != nullptr ? readMu_ : writeMu_; }
+  // readDb() without the lock, only as a key (the summary cache's): the connection may not be
+  // used through it. The analysis cannot follow readMutex()'s choice of lock, hence none here.
+  sqlite3* readDbAddress() const NO_THREAD_SAFETY_ANALYSIS {
+    return readDb_ != nullptr ? readDb_ : writeDb_;
+  }
 
   SqliteOptions options_;
   bool inMemory_ = false;
 
-  std::mutex writeMu_;
-  sqlite3* writeDb_ = nullptr;                       // guarded by writeMu_
-  std::unordered_map<std::string, int64_t> jobIds_;  // guarded by writeMu_; job -> jobs.id
-  // Prepared write statements, guarded by writeMu_ (indexes into stmts_).
-  std::vector<sqlite3_stmt*> stmts_;
+  Mutex writeMu_;
+  sqlite3* writeDb_ GUARDED_BY(writeMu_) = nullptr;
+  std::unordered_map<std::string, int64_t> jobIds_ GUARDED_BY(writeMu_);  // job -> jobs.id
+  // Prepared write statements (indexes into stmts_).
+  std::vector<sqlite3_stmt*> stmts_ GUARDED_BY(writeMu_);
 
-  std::mutex readMu_;
-  sqlite3* readDb_ = nullptr;  // guarded by readMu_; null for ":memory:"
+  Mutex readMu_;
+  // Set once by open(), before any other thread can see the store; used under readMutex()
+  // (readDb()). Null for ":memory:".
+  sqlite3* readDb_ = nullptr;
 
   std::atomic<uint64_t> stepRows_{0};
   std::atomic<uint64_t> duplicates_{0};
