@@ -48,9 +48,16 @@ class GatedStore final : public storage::Store {
     }
     cv_.notify_all();
   }
+  // Writes waiting at the closed gate.
+  int held() {
+    std::lock_guard lock(mu_);
+    return held_;
+  }
   Status write(const storage::WriteBatch& batch) override {
     std::unique_lock lock(mu_);
+    ++held_;
     cv_.wait(lock, [&] { return open_; });
+    --held_;
     lock.unlock();
     return inner_.write(batch);
   }
@@ -74,6 +81,7 @@ class GatedStore final : public storage::Store {
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = true;
+  int held_ = 0;
 };
 
 wire::StepReport report(const std::string& job, uint32_t rank, int64_t step) {
@@ -435,19 +443,26 @@ TEST_CASE("ingest: stop commits what is pending and acks it before closing") {
   auto inner = storage::openSqliteStore(so);
   REQUIRE(inner.isOk());
   GatedStore gated(**inner);
-  // A long interval: batch 2 would wait 10 s for its commit if stop did not flush it.
-  Fixture f(&gated, 10000ms);
+  // A long interval: batch 2 would wait 60 s for its commit if stop did not flush it, well
+  // past the acks' 20 s wait, which only a badly loaded machine comes near.
+  Fixture f(&gated, 60000ms);
   Client c(f.ctx, f.server->endpoint());
   gated.close();
+  auto eventually = [](const std::function<bool()>& done) {
+    for (int i = 0; i < 2000 && !done(); ++i) std::this_thread::sleep_for(10ms);
+    return done();
+  };
   c.send(batchFrame(1, {report("s", 0, 1)}));
-  std::this_thread::sleep_for(100ms);  // batch 1 is now held in the writer
+  REQUIRE(eventually([&] { return gated.held() == 1; }));  // batch 1 is held in the writer
   c.send(batchFrame(2, {report("s", 0, 2)}));
-  std::this_thread::sleep_for(100ms);  // batch 2 is pending behind it
+  REQUIRE(eventually([&] { return f.server->stats().batches == 2; }));  // batch 2 behind it
   std::thread stopper([&] { f.server->stop(); });
+  // Usually stop() is waiting for the writer when the gate opens; if the stopper has not run
+  // yet, the flush still has to come from stop(), as the interval is far away.
   std::this_thread::sleep_for(100ms);
   gated.open();
-  auto a1 = c.recvKind(wire::Envelope::kAck, 3000ms);
-  auto a2 = c.recvKind(wire::Envelope::kAck, 3000ms);
+  auto a1 = c.recvKind(wire::Envelope::kAck, 20000ms);
+  auto a2 = c.recvKind(wire::Envelope::kAck, 20000ms);
   stopper.join();
   REQUIRE(a1.has_value());
   REQUIRE(a2.has_value());
