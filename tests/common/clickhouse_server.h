@@ -104,6 +104,17 @@ class ClickHouseServer {
   ClickHouseServer(const ClickHouseServer&) = delete;
   ClickHouseServer& operator=(const ClickHouseServer&) = delete;
 
+  // clickhouse://127.0.0.1:PORT,.../DATABASE?cluster=NAME for servers from startCluster().
+  static std::string clusterUrl(const std::vector<std::unique_ptr<ClickHouseServer>>& servers,
+                                const std::string& database, const std::string& cluster) {
+    std::string hosts;
+    for (const auto& s : servers) {
+      if (!hosts.empty()) hosts += ',';
+      hosts += "127.0.0.1:" + std::to_string(s->port());
+    }
+    return "clickhouse://" + hosts + "/" + database + "?cluster=" + cluster;
+  }
+
   uint16_t port() const { return port_; }
   uint16_t tcpPort() const { return tcpPort_; }
   const std::string& dir() const { return dir_; }

@@ -99,12 +99,7 @@ TEST_CASE("e2e: a job stored in ClickHouse is stored once and the API answers as
                   "straggler:rank=3,from=100,factor=1.6", "--quiet"},
                  p == &sqlite ? "sim-sqlite" : "sim-clickhouse"));
   }
-  for (auto& sim : sims) {
-    auto rc = sim->wait(120s);
-    INFO(sim->name() << " log:\n" << sim->logTail());
-    REQUIRE(rc.has_value());
-    REQUIRE(*rc == 0);
-  }
+  requireExitZero(sims, 120s);
   const int64_t rows = int64_t{kRanks} * kSteps;
   for (const Pipeline* p : {&sqlite, &ch}) {
     INFO(p->collector->name() << " log:\n" << p->collector->logTail());

@@ -73,9 +73,8 @@ TEST_CASE(
   auto servers = trainscope::testing::ClickHouseServer::startCluster(2, "two", &error);
   INFO(error);
   REQUIRE(servers.size() == 2);
-  const std::string store = "clickhouse://127.0.0.1:" + std::to_string(servers[0]->port()) +
-                            ",127.0.0.1:" + std::to_string(servers[1]->port()) +
-                            "/multi?cluster=two";
+  const std::string store =
+      trainscope::testing::ClickHouseServer::clusterUrl(servers, "multi", "two");
   TempDir dir;
 
   // Two collectors on fixed ports (the first is started again later on the same ones).
@@ -178,12 +177,7 @@ TEST_CASE(
       jobA.c_str(), static_cast<long long>(failoverMs));
   std::fflush(stdout);
 
-  for (auto& sim : sims) {
-    auto rc = sim->wait(120s);
-    INFO(sim->name() << " log:\n" << sim->logTail());
-    REQUIRE(rc.has_value());
-    REQUIRE(*rc == 0);
-  }
+  requireExitZero(sims, 120s);
   const int64_t rows = int64_t{kRanks} * kSteps;
   // Every step of both jobs served by c1 (from the store, through FINAL), every rank ended.
   for (const std::string& job : {jobA, jobB}) {

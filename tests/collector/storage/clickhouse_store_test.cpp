@@ -44,6 +44,20 @@ std::string sql(const std::string& db, const std::string& query) {
   return *out;
 }
 
+// How many step rows of `job` the store serves, and its step summaries (up to 1000 each).
+std::pair<size_t, std::vector<StepSummaryRow>> served(Store& store, const std::string& job) {
+  StepQuery q;
+  q.job = job;
+  q.limit = 1000;
+  auto rows = store.steps(q);
+  REQUIRE(rows);
+  SummaryQuery sq;
+  sq.job = job;
+  auto sum = store.summary(sq);
+  REQUIRE(sum);
+  return {rows->size(), *sum};
+}
+
 WriteBatch grid(const std::string& job, int64_t steps, uint32_t ranks) {
   WriteBatch b;
   for (int64_t s = 0; s < steps; ++s) {
@@ -60,19 +74,10 @@ TEST_CASE("clickhouse: rows stored twice by a repeated insert are served once (F
   // What a retried insert whose first reply was lost leaves: every row twice, until a merge.
   sql("dup_rows", "INSERT INTO steps SELECT * FROM steps");
   CHECK(sql("dup_rows", "SELECT count() FROM steps FORMAT TabSeparated") == "40\n");
-  auto rows = store->steps([] {
-    StepQuery q;
-    q.job = "j";
-    return q;
-  }());
-  REQUIRE(rows);
-  CHECK(rows->size() == 20);
-  SummaryQuery sq;
-  sq.job = "j";
-  auto sum = store->summary(sq);
-  REQUIRE(sum);
-  REQUIRE(sum->size() == 5);
-  for (const auto& s : *sum) CHECK(s.ranks == 4);
+  const auto [rows, sum] = served(*store, "j");
+  CHECK(rows == 20);
+  REQUIRE(sum.size() == 5);
+  for (const auto& s : sum) CHECK(s.ranks == 4);
 }
 
 TEST_CASE("clickhouse: a reopened store keeps its counts and still refuses a replayed batch") {
@@ -290,9 +295,8 @@ TEST_CASE("clickhouse: a cluster of two shards stores each job on one shard and 
   auto servers = trainscope::testing::ClickHouseServer::startCluster(2, "two", &error);
   INFO(error);
   REQUIRE(servers.size() == 2);
-  const std::string url = "clickhouse://127.0.0.1:" + std::to_string(servers[0]->port()) +
-                          ",127.0.0.1:" + std::to_string(servers[1]->port()) +
-                          "/sharded?cluster=two";
+  const std::string url =
+      trainscope::testing::ClickHouseServer::clusterUrl(servers, "sharded", "two");
   auto store = openAs(url, "c0");
   constexpr int kJobs = 8;
   for (int j = 0; j < kJobs; ++j) {
@@ -327,17 +331,9 @@ TEST_CASE("clickhouse: a cluster of two shards stores each job on one shard and 
   CHECK(jobs->size() == static_cast<size_t>(kJobs));
   CHECK(onlyJob(*jobs, "job-0").stepRows == 48);
   CHECK(onlyJob(*jobs, "job-3").stepRows == 40);
-  StepQuery q;
-  q.job = "job-0";
-  q.limit = 1000;
-  auto rows = store->steps(q);
-  REQUIRE(rows);
-  CHECK(rows->size() == 48);
-  SummaryQuery sq;
-  sq.job = "job-0";
-  auto sum = store->summary(sq);
-  REQUIRE(sum);
-  CHECK(sum->size() == 12);
+  const auto [rows, sum] = served(*store, "job-0");
+  CHECK(rows == 48);
+  CHECK(sum.size() == 12);
   CHECK(store->stats().bytesOnDisk > 0);
 
   // A second collector on the same cluster sees the same.
