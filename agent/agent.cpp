@@ -18,10 +18,10 @@
 #include "agent/host_metrics.h"
 #include "agent/internal.h"
 #include "agent/probe_side.h"
+#include "agent/routing.h"
 #include "agent/spool.h"
 #include "agent/spool_writer.h"
 #include "agent/uploads.h"
-#include "agent/upstream.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/thread_annotations.h"
@@ -30,10 +30,10 @@
 namespace trainscope::agent {
 using namespace internal;  // NOLINT(google-build-using-namespace): the agent's own constants
 
-// The event loop and the parts it drives. The parts own their state (probe_side.h,
-// upstream.h, uploads.h); Impl owns the parts, the spool they share, the host sampler and the
-// loop's own timers. Only the loop thread touches any of it, except stopRequested, stopFd
-// and the published stats (statsMu), which any thread may use (see agent.h).
+// The event loop and the parts it drives. The parts own their state (probe_side.h, routing.h
+// and its upstream.h links, uploads.h); Impl owns the parts, the spool they share, the host
+// sampler and the loop's own timers. Only the loop thread touches any of it, except stopRequested,
+// stopFd and the published stats (statsMu), which any thread may use (see agent.h).
 struct Agent::Impl {
   explicit Impl(AgentOptions o) : opts(std::move(o)), sampler(opts.procRoot) {}
 
@@ -46,7 +46,7 @@ struct Agent::Impl {
   std::unique_ptr<Spool> spool;
   std::unique_ptr<SpoolWriter> writer;
   std::unique_ptr<ProbeSide> probes;
-  std::unique_ptr<Upstream> upstream;
+  std::unique_ptr<Routing> upstream;
   std::unique_ptr<Uploads> uploads;
   HostSampler sampler;
 
@@ -79,7 +79,7 @@ Status Agent::Impl::start() {
   spool = std::move(*sp);
   writer = std::make_unique<SpoolWriter>(*spool);
   probes = std::make_unique<ProbeSide>(ctx, opts, *writer);
-  upstream = std::make_unique<Upstream>(ctx, opts, *writer);
+  upstream = std::make_unique<Routing>(ctx, opts, *writer);
   uploads = std::make_unique<Uploads>(opts, *writer, so.dir);
   writer->onAppended = [this](int64_t now) { upstream->noteAppended(now); };
   probes->onUploading = [this](const wire::CommandStatus& st, uint32_t uid) {
@@ -97,9 +97,15 @@ Status Agent::Impl::start() {
 
   nextSample = now;  // first sample at once: rates start from it
   nextSync = now + opts.syncIntervalMs * kMs;
-  logInfo(kLog, "node " + opts.node + ": probes on " + probes->boundEndpoint() + ", collector " +
-                    opts.collector + ", spool " + so.dir + " (" +
-                    std::to_string(spool->pendingItems()) + " records to replay)");
+  std::string collectors;
+  for (const auto& c : opts.collectors) {
+    if (!collectors.empty()) collectors += ", ";
+    collectors += c;
+  }
+  logInfo(kLog, "node " + opts.node + ": probes on " + probes->boundEndpoint() +
+                    (opts.collectors.size() > 1 ? ", collectors " : ", collector ") + collectors +
+                    ", spool " + so.dir + " (" + std::to_string(spool->pendingItems()) +
+                    " records to replay)");
   publish();
   return Status::ok();
 }
@@ -133,6 +139,7 @@ void Agent::Impl::publish() {
 }
 
 Status Agent::Impl::run() {
+  std::vector<zmq_pollitem_t> items;
   while (!stopRequested.load()) {
     int64_t now = monotonicNowNs();
     long timeoutMs = static_cast<long>((nextDeadline(now) - now + kMs - 1) / kMs);
@@ -140,13 +147,11 @@ Status Agent::Impl::run() {
     // Between drains the probe socket is left out of the poll, so messages from many ranks
     // are read, written and acked together instead of waking the loop one by one.
     bool pollProbes = now >= nextProbeDrain;
-    zmq_pollitem_t items[] = {
-        {probes->handle(), 0, static_cast<short>(pollProbes ? ZMQ_POLLIN : 0), 0},
-        {upstream->handle(), 0, ZMQ_POLLIN, 0},
-        {upstream->monitorHandle(), 0, ZMQ_POLLIN, 0},
-        {nullptr, stopFd, ZMQ_POLLIN, 0},
-    };
-    int rc = zmq_poll(items, 4, timeoutMs);
+    items.clear();
+    items.push_back({probes->handle(), 0, static_cast<short>(pollProbes ? ZMQ_POLLIN : 0), 0});
+    items.push_back({nullptr, stopFd, ZMQ_POLLIN, 0});
+    upstream->addPollItems(items);  // two per collector, from items[2] on
+    int rc = zmq_poll(items.data(), static_cast<int>(items.size()), timeoutMs);
     if (rc < 0 && zmq_errno() != EINTR) {
       return Status::error(std::string("zmq_poll: ") + zmq_strerror(zmq_errno()));
     }
@@ -158,8 +163,7 @@ Status Agent::Impl::run() {
           probes->drain(now);
           nextProbeDrain = now + opts.probeCoalesceMs * kMs;
         }
-        if (items[1].revents & ZMQ_POLLIN) upstream->drain(now);
-        if (items[2].revents & ZMQ_POLLIN) upstream->drainMonitor(now);
+        upstream->handlePolled(items.data() + 2, now);
       }
       if (now >= nextSample) {
         takeSample(now);

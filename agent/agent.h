@@ -1,6 +1,7 @@
 // Agent: the per-node daemon. Takes probe batches on a local ROUTER, spools them to disk,
 // samples host metrics, and streams everything to the collector over a DEALER with acks,
-// resends, heartbeats and clock-offset estimation (schema/PROTOCOL.md).
+// resends, heartbeats and clock-offset estimation (schema/PROTOCOL.md); with several
+// collectors, each job's data to the one its name hashes to (agent/routing.h).
 // One thread runs the event loop (start() then run()); stop() and stats() may be called from
 // any thread, and stop() also from a signal handler.
 #pragma once
@@ -11,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "agent/options.h"
 #include "common/status.h"
@@ -22,7 +24,18 @@ inline constexpr const char* kAgentVersion = "0.1.0";
 inline constexpr size_t kMaxBatchItems = 512;
 inline constexpr size_t kMaxBatchBytes = 1u << 20;
 
-// A snapshot of the agent's counters, for tests and logs.
+// One collector link's state (one per --collector).
+struct CollectorLinkStats {
+  std::string endpoint;
+  bool connected = false;  // handshake done, not disconnected since
+  bool up = false;         // in the hashing: heard from within --collector-timeout-ms
+  uint64_t acked = 0;      // spool index below which this link's records are acked
+  uint64_t batches = 0;    // batches sent to it (resends included)
+  uint64_t resends = 0;
+};
+
+// A snapshot of the agent's counters, for tests and logs. Upstream counters are summed over
+// the collectors; the clock offset is the first collector's that has one.
 struct AgentStats {
   uint64_t probeFrames = 0;                 // frames received from probes
   uint64_t probeBatches = 0;                // probe batches spooled and acked
@@ -40,7 +53,9 @@ struct AgentStats {
   bool haveOffset = false;  // at least one valid heartbeat round trip
   int64_t offsetNs = 0;     // collector clock minus agent clock (lowest-rtt sample)
   int64_t rttNs = 0;
-  bool collectorConnected = false;
+  bool collectorConnected = false;             // to at least one collector
+  std::vector<CollectorLinkStats> collectors;  // in --collector order
+  uint64_t reroutes = 0;           // times the set of collectors up changed and jobs moved
   uint64_t commandsForwarded = 0;  // Command envelopes handed to probes
   uint64_t commandsUnmatched = 0;  // Commands with no registered rank on this node
   uint64_t filesShipped = 0;       // capture files spooled in full as FileChunks and deleted

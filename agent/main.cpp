@@ -15,8 +15,17 @@ int main(int argc, char** argv) {
       "trainscope-agent: the per-node daemon. Receives probe telemetry on a local "
       "endpoint, spools it on disk, samples host metrics from /proc and streams "
       "everything to the collector."};
-  app.add_option("--collector", opts.collector,
-                 "collector ingest endpoint, tcp://HOST:PORT or ipc://PATH")
+  app.add_option("--collector", opts.collectors,
+                 "collector ingest endpoint, tcp://HOST:PORT or ipc://PATH. Several (repeat "
+                 "the flag or separate them with commas): each job's data goes to the one its "
+                 "name hashes to among those up (rendezvous hashing), and a collector's jobs move "
+                 "to the others while it is gone; list the same endpoints on every agent and let "
+                 "the collectors share one ClickHouse store (README: several collectors)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--collector-timeout-ms", opts.collectorTimeoutMs,
+                 "with several --collector: one not heard from (acks, heartbeat replies) for "
+                 "this long is taken as gone and its jobs move to the others")
       ->capture_default_str();
   app.add_option("--endpoint", opts.endpoint,
                  "where probes connect: ipc://PATH (or tcp://HOST:PORT); a stale socket file "

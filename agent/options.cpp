@@ -13,9 +13,20 @@ bool hasScheme(const std::string& ep) {
 }  // namespace
 
 Status finalizeOptions(AgentOptions& opts) {
-  if (!hasScheme(opts.collector)) {
-    return Status::error("--collector: '" + opts.collector +
-                         "' must start with tcp:// or ipc:// (e.g. tcp://collector:7601)");
+  if (opts.collectors.empty()) {
+    return Status::error("--collector: at least one is needed (e.g. tcp://collector:7601)");
+  }
+  for (size_t i = 0; i < opts.collectors.size(); ++i) {
+    const std::string& c = opts.collectors[i];
+    if (!hasScheme(c)) {
+      return Status::error("--collector: '" + c +
+                           "' must start with tcp:// or ipc:// (e.g. tcp://collector:7601)");
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (opts.collectors[j] == c) {
+        return Status::error("--collector: '" + c + "' is listed twice");
+      }
+    }
   }
   if (!hasScheme(opts.endpoint)) {
     return Status::error("--endpoint: '" + opts.endpoint +
@@ -47,7 +58,8 @@ Status finalizeOptions(AgentOptions& opts) {
         Positive{"--hello-interval-ms", opts.helloIntervalMs},
         Positive{"--resend-timeout-ms", opts.resendTimeoutMs},
         Positive{"--window", opts.windowBatches}, Positive{"--rank-expiry-ms", opts.rankExpiryMs},
-        Positive{"--sync-interval-ms", opts.syncIntervalMs}}) {
+        Positive{"--sync-interval-ms", opts.syncIntervalMs},
+        Positive{"--collector-timeout-ms", opts.collectorTimeoutMs}}) {
     if (p.value <= 0) {
       return Status::error(std::string(p.flag) + ": must be positive, got " +
                            std::to_string(p.value));

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "common/agent_endpoint.h"
 #include "common/log.h"
@@ -20,8 +21,16 @@ inline std::string defaultCaptureDir() {
 }
 
 struct AgentOptions {
-  // Where the collector's ingest ROUTER listens. Only tcp:// and ipc:// are accepted.
-  std::string collector = "tcp://127.0.0.1:7601";
+  // Where the collector's ingest ROUTER listens. Only tcp:// and ipc:// are accepted. Several:
+  // each job's data goes to the one its name hashes to among those up (agent/routing.h); every
+  // agent must list the same endpoints, spelled the same (the spelling is what is hashed), and
+  // the collectors should share one store (ClickHouse) so any of them serves every job.
+  std::vector<std::string> collectors = {"tcp://127.0.0.1:7601"};
+  // With several collectors: one not heard from (acks, heartbeat replies) for this long is taken
+  // as gone and its jobs move to the others. Shorter moves jobs sooner after a crash; too short
+  // moves them at a collector's brief stall (each move restarts the job's detection elsewhere).
+  // Keep it a few heartbeat intervals.
+  int collectorTimeoutMs = 5000;
   // Where probes connect (ROUTER bound here). ipc:// keeps traffic local to the node; a
   // stale socket file from a dead agent is removed, a live agent there makes us refuse. The
   // default (common/agent_endpoint.h) lies in a directory of our own, mode 0700, which the

@@ -20,6 +20,8 @@ namespace {
 
 // After a send finds no connected collector, wait this long before trying again.
 constexpr int64_t kRetryNs = 100 * kMs;
+// Spool reads of only other links' records one pump() may do (each up to kMaxBatchItems).
+constexpr int kMaxSkippedReads = 16;
 
 std::string randomHex(size_t bytes) {
   std::random_device rd;
@@ -35,9 +37,11 @@ std::string randomHex(size_t bytes) {
 
 }  // namespace
 
-Upstream::Upstream(zmq::context_t& ctx, const AgentOptions& opts, SpoolWriter& spool)
+Upstream::Upstream(zmq::context_t& ctx, const AgentOptions& opts, SpoolWriter& spool,
+                   std::string endpoint)
     : opts_(opts),
       spool_(spool),
+      endpoint_(std::move(endpoint)),
       socket_(ctx, zmq::socket_type::dealer),
       monitor_(ctx, zmq::socket_type::pair) {}
 
@@ -48,6 +52,8 @@ Upstream::~Upstream() {
 
 Status Upstream::connect(int64_t now) {
   sendCursor_ = spool_.spool().firstUnacked();
+  acked_ = sendCursor_;
+  lastHeardMono_ = now;
   const bool curve = !opts_.collectorKeyFile.empty();
   CurveKeyPair own;
   std::string server;
@@ -81,9 +87,9 @@ Status Upstream::connect(int64_t now) {
                            zmq_strerror(zmq_errno()));
     }
     monitor_.connect(monEndpoint);
-    socket_.connect(opts_.collector);
+    socket_.connect(endpoint_);
   } catch (const zmq::error_t& e) {
-    return Status::error("cannot open --collector " + opts_.collector + ": " + e.what());
+    return Status::error("cannot open --collector " + endpoint_ + ": " + e.what());
   }
   nextHeartbeat_ = now;
   nextHello_ = now;
@@ -96,11 +102,11 @@ void Upstream::tick(int64_t now) {
     redialAtMono_ = 0;
     // The failed connection is gone already; disconnect only clears what libzmq may keep
     // of it (an error here just means nothing was left).
-    (void)zmq_disconnect(socket_.handle(), opts_.collector.c_str());
-    if (zmq_connect(socket_.handle(), opts_.collector.c_str()) != 0) {
-      log_.log(LogLevel::kError, kLog,
-               "cannot dial the collector at " + opts_.collector +
-                   " again: " + zmq_strerror(zmq_errno()));
+    (void)zmq_disconnect(socket_.handle(), endpoint_.c_str());
+    if (zmq_connect(socket_.handle(), endpoint_.c_str()) != 0) {
+      log_.log(
+          LogLevel::kError, kLog,
+          "cannot dial the collector at " + endpoint_ + " again: " + zmq_strerror(zmq_errno()));
       scheduleRedial(now);
     }
   }
@@ -132,28 +138,32 @@ int64_t Upstream::nextDeadline(int64_t now) const {
   return std::max(d, now);
 }
 
-void Upstream::fill(AgentStats& s) const {
-  s.upstreamBatches = batches_;
-  s.upstreamResends = resends_;
+void Upstream::fill(AgentStats& s, bool up) const {
+  s.upstreamBatches += batches_;
+  s.upstreamResends += resends_;
   s.upstreamAcked = spool_.spool().ackedIndex();
-  s.upstreamErrors = errors_;
-  s.heartbeatsSent = heartbeatsSent_;
-  s.heartbeatReplies = heartbeatReplies_;
-  s.haveOffset = offsets_.hasEstimate();
-  s.offsetNs = offsets_.best().offsetNs;
-  s.rttNs = offsets_.best().rttNs;
-  s.collectorConnected = connected_;
+  s.upstreamErrors += errors_;
+  s.heartbeatsSent += heartbeatsSent_;
+  s.heartbeatReplies += heartbeatReplies_;
+  if (!s.haveOffset && offsets_.hasEstimate()) {  // the first collector's with an estimate
+    s.haveOffset = true;
+    s.offsetNs = offsets_.best().offsetNs;
+    s.rttNs = offsets_.best().rttNs;
+  }
+  s.collectorConnected = s.collectorConnected || connected_;
+  s.collectors.push_back({endpoint_, connected_, up, acked_, batches_, resends_});
 }
 
-void Upstream::handleAck(uint64_t seq) {
-  if (seq <= spool_.spool().ackedIndex()) return;  // a late ack of something already acked
+void Upstream::handleAck(uint64_t wire) {
+  if ((wire >> kIndexBits) != epoch_) return;  // a batch sent before rerouted(): see wireSeq
+  const uint64_t seq = wire & ((uint64_t{1} << kIndexBits) - 1);
+  if (seq <= acked_) return;  // a late ack of something already acked
   if (seq > highestSent_) {
     log_.log(LogLevel::kWarn, kLog,
              "collector acked seq " + std::to_string(seq) + " beyond what was sent (" +
                  std::to_string(highestSent_) + "); ignoring it");
     return;
   }
-  spool_.spool().ack(seq);
   // A late ack of a batch sent before a restart of sending also moves the cursor on.
   if (seq > sendCursor_) {
     sendCursor_ = seq;
@@ -161,12 +171,16 @@ void Upstream::handleAck(uint64_t seq) {
     heldFrame_.clear();
   }
   while (!inflight_.empty() && inflight_.front().seq <= seq) inflight_.pop_front();
+  // With nothing in flight, the records this link skipped up to its cursor count as done too.
+  acked_ = std::max(acked_, inflight_.empty() ? sendCursor_ : seq);
+  if (onAcked) onAcked();
 }
 
 void Upstream::drain(int64_t now) {
   for (int i = 0; i < kDrainLimit; ++i) {
     zmq::message_t frame;
     if (!socket_.recv(frame, zmq::recv_flags::dontwait)) return;
+    lastHeardMono_ = now;
     auto decoded = wire::decode(frame.data(), frame.size());
     if (!decoded) {
       ++errors_;
@@ -203,7 +217,13 @@ void Upstream::drain(int64_t now) {
         break;
     }
   }
-  (void)now;
+}
+
+void Upstream::rerouted(const std::string& why) {
+  ++epoch_;
+  acked_ = spool_.spool().firstUnacked();
+  restartFromAcked(why);
+  retryAtMono_ = 0;
 }
 
 void Upstream::restartFromAcked(const std::string& why) {
@@ -231,7 +251,8 @@ void Upstream::drainMonitor(int64_t now) {
     std::memcpy(&id, ev.data(), sizeof id);
     if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
       connected_ = true;
-      logInfo(kLog, "connected to the collector at " + opts_.collector);
+      lastHeardMono_ = now;
+      logInfo(kLog, "connected to the collector at " + endpoint_);
       // A new connection may be a new collector process: what was in flight is lost with
       // the old one, so start from the oldest unacked record.
       restartFromAcked("collector (re)connected");
@@ -242,11 +263,11 @@ void Upstream::drainMonitor(int64_t now) {
       nextHello_ = now + opts_.helloIntervalMs * kMs;
       nextHeartbeat_ = now;
     } else if (id == ZMQ_EVENT_DISCONNECTED) {
-      if (connected_) logWarn(kLog, "lost the collector at " + opts_.collector + "; spooling");
+      if (connected_) logWarn(kLog, "lost the collector at " + endpoint_ + "; spooling");
       connected_ = false;
     } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
       log_.log(LogLevel::kError, kLog,
-               "the collector at " + opts_.collector + " refused this agent's key (" +
+               "the collector at " + endpoint_ + " refused this agent's key (" +
                    opts_.agentKeyFile + "): its --curve-keys agents/ must hold " + opts_.node +
                    ".pub; spooling meanwhile");
       scheduleRedial(now);
@@ -254,10 +275,10 @@ void Upstream::drainMonitor(int64_t now) {
                id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
       log_.log(LogLevel::kError, kLog,
                opts_.agentKeyFile.empty()
-                   ? "the collector at " + opts_.collector +
+                   ? "the collector at " + endpoint_ +
                          " refused a plain-text handshake: it needs CurveZMQ keys (--agent-key, "
                          "--collector-key); spooling meanwhile"
-                   : "the CURVE handshake with the collector at " + opts_.collector +
+                   : "the CURVE handshake with the collector at " + endpoint_ +
                          " failed: is it started with --curve-keys, and is --collector-key its "
                          "server.pub? Spooling meanwhile");
       scheduleRedial(now);
@@ -304,6 +325,9 @@ void Upstream::pump(int64_t now) {
   // Without a collector (ZMQ_IMMEDIATE refuses sends) there is nothing to try; the monitor
   // reports the handshake that opens the way again.
   if (!connected_) return;
+  // Reads that found none of this link's records, per call: a link that owns little of a long
+  // backlog skips through it over several loop turns instead of stalling the others.
+  int skippedReads = 0;
   while (inflight_.size() < static_cast<size_t>(opts_.windowBatches)) {
     if (sendCursor_ < spool_.spool().firstUnacked()) {
       sendCursor_ = spool_.spool().firstUnacked();  // the spool bound dropped what we were at
@@ -329,7 +353,23 @@ void Upstream::pump(int64_t now) {
         return;
       }
       if (next == sendCursor_) return;
-      heldFrame_ = wire::encodeBatchFrame(next, items);
+      if (owns) {
+        std::erase_if(items, [this](const std::string& record) { return !owns(record); });
+        if (items.empty()) {
+          sendCursor_ = next;
+          if (inflight_.empty() && next > acked_) {
+            acked_ = next;
+            if (onAcked) onAcked();
+          }
+          if (sendCursor_ >= spool_.spool().nextIndex()) unsentSinceMono_ = 0;
+          if (++skippedReads >= kMaxSkippedReads) {
+            retryAtMono_ = now + kMs;  // carry on in a millisecond
+            return;
+          }
+          continue;
+        }
+      }
+      heldFrame_ = wire::encodeBatchFrame(wireSeq(next), items);
       heldSeq_ = next;
     }
     if (!socket_.send(zmq::buffer(heldFrame_), zmq::send_flags::dontwait)) {

@@ -1,8 +1,12 @@
-// Upstream: the agent's side of the agent -> collector hop (schema/PROTOCOL.md). It owns the
-// DEALER to the collector and its connection monitor, the hello and heartbeat timers, the
-// clock-offset estimate, and the send window: batches cut from the spool, in flight until the
-// collector acks them, sent again from the oldest unacked record after a timeout or a
+// Upstream: the agent's side of the agent -> collector hop to one collector (schema/PROTOCOL.md).
+// It owns the DEALER to the collector and its connection monitor, the hello and heartbeat
+// timers, the clock-offset estimate, and the send window: batches cut from the spool, in flight
+// until the collector acks them, sent again from the oldest unacked record after a timeout or a
 // reconnect. Commands from the collector go to onCommand.
+// With several collectors (agent/routing.h) each has its own Upstream, which sends only the
+// spool records `owns` accepts and skips the others; its acked() position then means "every
+// record below it that this link sends is acked", and the spool itself is acked only up to the
+// lowest such position of the links that are up.
 // Owned by the agent's loop thread; nothing in it is touched from another thread.
 #pragma once
 
@@ -11,6 +15,7 @@
 #include <deque>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include <zmq.hpp>
 
@@ -26,7 +31,8 @@ namespace trainscope::agent {
 
 class Upstream {
  public:
-  Upstream(zmq::context_t& ctx, const AgentOptions& opts, SpoolWriter& spool);
+  // `endpoint` is the collector's ingest endpoint, one of opts.collectors.
+  Upstream(zmq::context_t& ctx, const AgentOptions& opts, SpoolWriter& spool, std::string endpoint);
   ~Upstream();
   Upstream(const Upstream&) = delete;
   Upstream& operator=(const Upstream&) = delete;
@@ -52,9 +58,28 @@ class Upstream {
   void noteAppended(int64_t nowMono) {
     if (unsentSinceMono_ == 0) unsentSinceMono_ = nowMono;
   }
-  // Copies this part's counters and state into `s`.
-  void fill(AgentStats& s) const;
+  // Adds this link's counters to `s` and its state to s.collectors.
+  void fill(AgentStats& s, bool up) const;
 
+  const std::string& endpoint() const { return endpoint_; }
+  bool connected() const { return connected_; }
+  // Heard from (a handshake, an ack, a heartbeat reply, any frame) within `boundNs`; a link
+  // never heard from counts from connect().
+  bool heardWithin(int64_t nowMono, int64_t boundNs) const {
+    return nowMono - lastHeardMono_ <= boundNs;
+  }
+  // Every record below this index that this link sends has been acked by its collector.
+  uint64_t acked() const { return acked_; }
+  // The records this link sends changed (a collector went or came back): forget what is in
+  // flight and send again from the spool's oldest unacked record. Acks of batches sent before
+  // this are ignored from now on (they covered the old choice of records; see epoch_).
+  void rerouted(const std::string& why);
+
+  // Which spool records this link sends (a serialized item envelope in, true to send it);
+  // unset: all of them (a single collector).
+  std::function<bool(std::string_view record)> owns;
+  // Called when acked() moved forward; the owner acks the spool.
+  std::function<void()> onAcked;
   // Called for each Command envelope from the collector.
   std::function<void(const wire::Command&)> onCommand;
   // The number of ranks registered now, for heartbeats.
@@ -72,12 +97,23 @@ class Upstream {
   void sendHeartbeat();
   void scheduleRedial(int64_t nowMono);
 
+  // Batch.seq on the wire: the spool index after the batch's last record, with epoch_ in the
+  // bits above kIndexBits, so an ack of a batch sent before rerouted() cannot be mistaken for
+  // the ack of a batch sent after it that ends at the same index. Epoch 0 (one collector, or no
+  // change yet) sends the spool index itself, as a single-collector agent always did.
+  static constexpr int kIndexBits = 48;
+  uint64_t wireSeq(uint64_t index) const { return (epoch_ << kIndexBits) | index; }
+
   const AgentOptions& opts_;
   SpoolWriter& spool_;
+  const std::string endpoint_;
   zmq::socket_t socket_;
   zmq::socket_t monitor_;
   ClockOffsetEstimator offsets_;
 
+  uint64_t epoch_ = 0;             // rerouted() calls so far
+  uint64_t acked_ = 0;             // see acked()
+  int64_t lastHeardMono_ = 0;      // last frame or handshake from the collector
   uint64_t sendCursor_ = 0;        // next spool index to send
   uint64_t highestSent_ = 0;       // highest batch seq ever sent (acks above it are bogus)
   std::string heldFrame_;          // a built batch the socket refused, sent again as is

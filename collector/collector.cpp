@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -87,8 +88,23 @@ std::string storeName(const CollectorOptions& options) {
                               : options.store;
 }
 
-// The engine --store names, opened (SQLite in --data-dir by default).
-Result<std::unique_ptr<storage::Store>> openStore(const CollectorOptions& options) {
+// --name, or HOST:PORT from the hostname and --ingest's port (HOST:PID for a port picked at
+// start, which differs from run to run).
+std::string collectorName(const CollectorOptions& options) {
+  if (!options.name.empty()) return options.name;
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::strcpy(host, "collector");
+  std::string port = options.ingest.substr(options.ingest.rfind(':') + 1);
+  if (port.empty() || port == "0" || port == "*" || options.ingest.rfind("tcp://", 0) != 0) {
+    port = std::to_string(getpid());
+  }
+  return std::string(host) + ':' + port;
+}
+
+// The engine --store names, opened (SQLite in --data-dir by default); `name` is this
+// collector's in a store several share.
+Result<std::unique_ptr<storage::Store>> openStore(const CollectorOptions& options,
+                                                  const std::string& name) {
   const int64_t retentionNs = static_cast<int64_t>(options.retentionHours * 3600.0 * 1e9);
   if (sqliteStore(options)) {
     storage::SqliteOptions so;
@@ -102,6 +118,7 @@ Result<std::unique_ptr<storage::Store>> openStore(const CollectorOptions& option
   if (options.store.rfind("clickhouse://", 0) == 0) {
     storage::ClickHouseOptions co;
     co.url = options.store;
+    co.collector = name;
     co.retentionNs = retentionNs;
     auto store = storage::openClickHouseStore(co);
     if (!store) return Status::error(store.code(), "--store: " + store.message());
@@ -207,7 +224,8 @@ Status run(const CollectorOptions& options) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto store = openStore(options);
+  const std::string name = collectorName(options);
+  auto store = openStore(options, name);
   if (!store) return store.status();
   retention(**store);
 
@@ -304,7 +322,7 @@ Status run(const CollectorOptions& options) {
   }
   const std::string httpBound = httpAddr->host + ":" + std::to_string(httpServer.port());
   logInfo(kComponent, "collector ready: ingest " + ingestServer.endpoint() + ", http " + httpBound +
-                          ", database " + storeName(options) + ", web root " +
+                          ", database " + storeName(options) + ", name " + name + ", web root " +
                           (options.webRoot.empty() ? std::string("(none)") : options.webRoot) +
                           ", pid " + std::to_string(getpid()));
   if (!options.readyFile.empty()) {
@@ -321,6 +339,11 @@ Status run(const CollectorOptions& options) {
   // second from this thread (the pipeline serializes it with the writer thread's calls).
   constexpr int64_t kTickIntervalNs = 1'000'000'000;
   int64_t nextTick = monotonicNowNs() + kTickIntervalNs;
+  // With a store several collectors may share, jobs whose data another collector stores now are
+  // dropped from this one's detection this often (DetectPipeline::releaseJobsOwnedElsewhere):
+  // well within the hang detector's 10 s floor, so a job that moved away is not called hung.
+  constexpr int64_t kReleaseIntervalNs = 2'000'000'000;
+  int64_t nextRelease = monotonicNowNs() + kReleaseIntervalNs;
   for (;;) {
     timespec wait{0, 250'000'000};
     int sig = sigtimedwait(&signals, nullptr, &wait);
@@ -332,6 +355,14 @@ Status run(const CollectorOptions& options) {
     if (monotonicNowNs() >= nextTick) {
       if (pipeline) pipeline->tick();
       nextTick = monotonicNowNs() + kTickIntervalNs;
+    }
+    if (pipeline && !sqliteStore(options) && monotonicNowNs() >= nextRelease) {
+      if (size_t n = pipeline->releaseJobsOwnedElsewhere(name); n > 0) {
+        logInfo(kComponent, std::to_string(n) +
+                                " job(s) now stored by another collector: detection for them "
+                                "stopped here");
+      }
+      nextRelease = monotonicNowNs() + kReleaseIntervalNs;
     }
     // Capture deadlines and merges; a merge runs here, never on ingest's threads.
     captures.tick(clock.nowNs());

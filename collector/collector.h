@@ -27,6 +27,10 @@ struct CollectorOptions {
   std::string store;
   // Where agents connect (ZeroMQ). Port 0 or * picks a free port; the ready file says which.
   std::string ingest = "tcp://127.0.0.1:7601";
+  // This collector's name among several sharing one ClickHouse store: the API's jobs name the
+  // collector that stores each job's data now, and each collector runs detection only for its
+  // own. Unique among them. "": HOST:PORT (the hostname and --ingest's port).
+  std::string name;
   // HTTP API, dashboard and /metrics, as ADDR:PORT. Loopback by default: the API has no auth.
   std::string http = "127.0.0.1:7600";
   // Steps and host samples older than this (by receive time) are deleted: shorter keeps the

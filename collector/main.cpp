@@ -31,8 +31,14 @@ int main(int argc, char** argv) {
                  "storage engine: sqlite (default; DATA-DIR/trainscope.db) or "
                  "clickhouse://HOST:PORT/DB (a ClickHouse server's HTTP port and database, "
                  "created with its tables when missing; retention drops whole partitions of "
-                 "receive time)")
+                 "receive time), or clickhouse://HOST:PORT,HOST:PORT/DB?cluster=NAME (every "
+                 "shard's server of a cluster in the servers' remote_servers: sharded tables "
+                 "and Distributed tables over them). Several collectors may share one")
       ->capture_default_str();
+  app.add_option("--name", options.name,
+                 "this collector's name among several sharing a ClickHouse store (the API names "
+                 "each job's collector; detection runs on it only); unique among them "
+                 "[default: HOSTNAME:INGEST-PORT]");
   app.add_option("--ingest", options.ingest,
                  "ZeroMQ endpoint agents connect to, tcp://ADDR:PORT; port 0 or * picks a free "
                  "port (see --ready-file)")

@@ -66,6 +66,9 @@ std::string detectMetricsText(const PipelineStats& s, const detect::DetectStats&
   metric("trainscope_detect_store_failures_total", "counter",
          "Anomaly writes the store refused (kept for a retry).", s.writeFailures);
   metric("trainscope_detect_jobs", "gauge", "Jobs the detectors track now.", d.jobs);
+  metric("trainscope_detect_jobs_released_total", "counter",
+         "Jobs dropped from detection because another collector stores their data now.",
+         s.jobsReleased);
   return m.text();
 }
 
@@ -159,6 +162,23 @@ void DetectPipeline::tick() {
   feedProgressLocked();
   detectors_.tick(now);
   flushLocked();
+}
+
+size_t DetectPipeline::releaseJobsOwnedElsewhere(const std::string& self) {
+  auto rows = store_.jobs();  // outside the lock: the writer thread keeps feeding meanwhile
+  if (!rows) return 0;
+  MutexLock lock(&mu_);
+  size_t released = 0;
+  for (const auto& row : *rows) {
+    if (row.collector.empty() || row.collector == self) continue;
+    auto it = jobs_.find(row.job);
+    if (it == jobs_.end()) continue;
+    detectors_.forgetJob(row.job);
+    jobs_.erase(it);
+    ++released;
+  }
+  stats_.jobsReleased += released;
+  return released;
 }
 
 void DetectPipeline::onRankProgress(const ingest::RankProgressUpdate& update) {

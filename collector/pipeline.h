@@ -53,6 +53,7 @@ struct PipelineStats {
   uint64_t storeLookups = 0;     // rank/node reads from the store for missing context
   uint64_t capturesStarted = 0;  // automatic captures onOpened started
   uint64_t progressFed = 0;      // rank progresses (from hellos) passed to the detectors
+  uint64_t jobsReleased = 0;     // jobs dropped because another collector owns them now
 };
 
 // storage::AnomalyRow of an anomaly (kind and state by their stable names).
@@ -83,6 +84,12 @@ class DetectPipeline {
   void onRankProgress(const ingest::RankProgressUpdate& update);
   // Time-based detection (hangs); call about once a second.
   void tick();
+  // Several collectors sharing one store: drops the detector state of every job whose data
+  // another collector than `self` stored last (storage::JobRow::collector), so detection for
+  // a job runs only on the collector its agents send it to (agent/routing.h), and a job that
+  // moved away is not reported hung here for going silent. Reads the store's jobs; call every
+  // few seconds from the thread that calls tick(). Returns the jobs dropped.
+  size_t releaseJobsOwnedElsewhere(const std::string& self);
 
   PipelineStats stats() const;
   detect::DetectStats detectStats() const;

@@ -180,6 +180,84 @@ bool stepItem(std::string_view item, uint32_t* version, std::string_view* step) 
   return true;
 }
 
+namespace {
+
+// Walks a message's fields one at a time; length-delimited ones come with their bytes, the
+// others are skipped. next() is false at the end or on a malformed field.
+class FieldWalker {
+ public:
+  explicit FieldWalker(std::string_view msg)
+      : p_(reinterpret_cast<const uint8_t*>(msg.data())), end_(p_ + msg.size()) {}
+  bool next(uint64_t* field, std::string_view* bytes) {
+    while (p_ < end_) {
+      uint64_t t = 0;
+      uint64_t skipped = 0;
+      if (!readVarint(p_, end_, &t)) return false;
+      switch (t & 7) {
+        case kVarint:
+          if (!readVarint(p_, end_, &skipped)) return false;
+          break;
+        case 1:  // fixed64
+          if (end_ - p_ < 8) return false;
+          p_ += 8;
+          break;
+        case kLength:
+          if (!readLength(p_, end_, bytes)) return false;
+          *field = t >> 3;
+          return true;
+        case 5:  // fixed32
+          if (end_ - p_ < 4) return false;
+          p_ += 4;
+          break;
+        default:
+          return false;
+      }
+    }
+    return false;
+  }
+
+ private:
+  const uint8_t* p_;
+  const uint8_t* end_;
+};
+
+// The first length-delimited field `field` of a message.
+bool findString(std::string_view msg, uint64_t field, std::string_view* out) {
+  FieldWalker walk(msg);
+  uint64_t f = 0;
+  while (walk.next(&f, out)) {
+    if (f == field) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool itemRouteKey(std::string_view item, std::string_view* key) {
+  FieldWalker walk(item);
+  uint64_t field = 0;
+  std::string_view body;
+  while (walk.next(&field, &body)) {
+    // Envelope body fields and where the key lies in each (trainscope.proto).
+    switch (field) {
+      case 11:  // RankGoodbye.job
+      case 12:  // StepReport.job
+      case 13:  // HostSample.node
+        return findString(body, 1, key);
+      case 20:  // CommandStatus.job
+      case 21:  // FileChunk.job
+        return findString(body, 2, key);
+      case 10: {  // RankHello.rank (RankInfo) .job
+        std::string_view info;
+        return findString(body, 1, &info) && findString(info, 1, key);
+      }
+      default:
+        break;
+    }
+  }
+  return false;
+}
+
 void routeProtobufLogs() {
   google::protobuf::SetLogHandler(
       [](google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {

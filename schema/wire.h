@@ -66,6 +66,12 @@ std::string encodeBatchFrame(uint64_t seq, const std::vector<std::string>& items
 // returns true. False: the item holds something else or is malformed; decode it as an Envelope.
 bool stepItem(std::string_view item, uint32_t* version, std::string_view* step);
 
+// The key an agent routes a spooled item (a serialized Envelope) by when it has several
+// collectors: the job of a step report, rank hello, goodbye, command status or file chunk, the
+// node of a host sample. Read from the bytes without decoding the item (a few field skips).
+// Returns false for anything else or a malformed item (the caller picks a fixed route).
+bool itemRouteKey(std::string_view item, std::string_view* key);
+
 // The reason token of a decode failure, from its code: "oversized", "malformed", "version",
 // "empty" ("invalid" for a Status decode() does not return).
 std::string rejectReason(const Status& decodeFailure);

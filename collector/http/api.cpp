@@ -133,7 +133,8 @@ json jobJson(const storage::JobRow& job, int64_t nowNs) {
               {"step_rows", job.stepRows},
               {"first_seen_ns", job.firstSeenNs},
               {"last_seen_ns", job.lastSeenNs},
-              {"state", jobState(job, nowNs)}};
+              {"state", jobState(job, nowNs)},
+              {"collector", job.collector.empty() ? json(nullptr) : json(job.collector)}};
 }
 
 json rankJson(const storage::RankRow& r) {

@@ -86,6 +86,50 @@ Result<Endpoint> parseUrl(const std::string& url) {
   return out;
 }
 
+Result<StoreUrl> parseStoreUrl(const std::string& url) {
+  using R = Result<StoreUrl>;
+  StoreUrl out;
+  std::string base = url;
+  if (const size_t q = url.find('?'); q != std::string::npos) {
+    base = url.substr(0, q);
+    const std::string query = url.substr(q + 1);
+    const std::string key = "cluster=";
+    if (query.rfind(key, 0) != 0 || query.size() == key.size()) {
+      return R::error(StatusCode::kInvalidArgument,
+                      '\'' + url + "': the only parameter is cluster=NAME, got '" + query + '\'');
+    }
+    out.cluster = query.substr(key.size());
+    const bool nameOk = std::all_of(out.cluster.begin(), out.cluster.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+    });
+    if (!nameOk) {
+      return R::error(StatusCode::kInvalidArgument,
+                      '\'' + url + "': the cluster name must be letters, digits, '_' and '-'");
+    }
+  }
+  const std::string scheme = "clickhouse://";
+  const size_t slash = base.find('/', base.rfind(scheme, 0) == 0 ? scheme.size() : 0);
+  if (base.rfind(scheme, 0) != 0 || slash == std::string::npos) {
+    auto one = parseUrl(base);  // its message says what is wrong
+    if (!one) return R::error(one.code(), one.message());
+  }
+  const std::string hosts = base.substr(scheme.size(), slash - scheme.size());
+  const std::string database = base.substr(slash);
+  for (size_t at = 0; at <= hosts.size();) {
+    size_t comma = hosts.find(',', at);
+    if (comma == std::string::npos) comma = hosts.size();
+    auto one = parseUrl(scheme + hosts.substr(at, comma - at) + database);
+    if (!one) return R::error(one.code(), one.message());
+    out.servers.push_back(std::move(*one));
+    at = comma + 1;
+  }
+  if (out.cluster.empty() && out.servers.size() > 1) {
+    return R::error(StatusCode::kInvalidArgument,
+                    '\'' + url + "' lists several servers: name their cluster (?cluster=NAME)");
+  }
+  return out;
+}
+
 std::string quote(std::string_view text) {
   std::string out;
   out.reserve(text.size() + 2);
@@ -177,6 +221,7 @@ Result<std::string> HttpClient::query(const std::string& sql, std::optional<std:
   std::string target = "/?";
   if (withDatabase) target += "database=" + percentEncode(impl_->endpoint.database) + "&";
   if (data) target += "query=" + percentEncode(sql) + "&";
+  if (!impl_->endpoint.settings.empty()) target += impl_->endpoint.settings + "&";
   target.pop_back();
   bhttp::request<bhttp::string_body> req(bhttp::verb::post, target, 11);
   req.set(bhttp::field::host, impl_->endpoint.host + ':' + impl_->endpoint.port);

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -21,11 +22,25 @@ struct Endpoint {
   std::string host = "127.0.0.1";
   std::string port = "8123";
   std::string database = "trainscope";
+  // Settings sent with every query as URL parameters ("insert_distributed_sync=1"); "" none.
+  std::string settings;
 };
 
 // Parses "clickhouse://HOST:PORT/DB" (HOST may be [v6]; DB letters, digits and '_', not
 // starting with a digit). Errors name the part at fault.
 Result<Endpoint> parseUrl(const std::string& url);
+
+// What --store names: one server, or the servers of a cluster.
+struct StoreUrl {
+  std::vector<Endpoint> servers;  // one, or every shard's server in remote_servers' order
+  std::string cluster;            // "" for one server
+};
+
+// Parses "clickhouse://HOST:PORT/DB" or "clickhouse://HOST:PORT,HOST:PORT,.../DB?cluster=NAME"
+// (NAME a cluster of the servers' <remote_servers>, letters, digits, '_' and '-'; the servers'
+// HTTP endpoints listed one per shard, in the order remote_servers lists the shards). Errors
+// name the part at fault.
+Result<StoreUrl> parseStoreUrl(const std::string& url);
 
 // SQL string literal of `text`: quoted, with backslash and quote escaped (18.16 has no query
 // parameters, so every value in a query goes through this or is a number).

@@ -10,7 +10,7 @@
 
 namespace trainscope::storage::clickhouse {
 
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;
 
 constexpr const char* kStepColumns =
     "job, rank, step, start_ns, end_ns, duration_ns, compute_ns, comm_ns, exposed_comm_ns,"
@@ -18,11 +18,17 @@ constexpr const char* kStepColumns =
 constexpr const char* kHostColumns = "node, time_ns, received_ns, sample";
 constexpr const char* kJobColumns =
     "job, world_size, first_seen_ns, last_seen_ns, latest_step, step_rows";
+// What writeJob writes: the job, the collector whose row it is, then the rest.
+constexpr const char* kJobColumnsCollector =
+    "job, collector, world_size, first_seen_ns, last_seen_ns, latest_step, step_rows";
 constexpr const char* kRankColumns =
     "job, rank, world_size, local_rank, host, node, pid, probe_version, first_seen_ns,"
     " last_seen_ns, latest_step, ended, ended_step, groups_declared_ns, groups";
 constexpr const char* kNodeColumns =
     "name, host, agent_version, pid, first_seen_ns, last_seen_ns, offset_ns, rtt_ns,"
+    " spool_bytes, spool_dropped, ranks, latest_host_ns, latest_host";
+constexpr const char* kNodeColumnsCollector =
+    "name, collector, host, agent_version, pid, first_seen_ns, last_seen_ns, offset_ns, rtt_ns,"
     " spool_bytes, spool_dropped, ranks, latest_host_ns, latest_host";
 constexpr const char* kAnomalyColumns =
     "id, job, kind, ranks, nodes, onset_step, detected_step, detected_ns, magnitude, confidence,"
@@ -38,11 +44,12 @@ inline std::string insertSql(const char* table, const char* columns, bool versio
          ") FORMAT RowBinary";
 }
 
-void writeJob(RowWriter& w, const std::string& job, const ClickHouseStore::JobState& s);
+void writeJob(RowWriter& w, const std::string& job, const std::string& collector,
+              const ClickHouseStore::JobState& s);
 std::pair<std::string, ClickHouseStore::JobState> readJob(RowReader& r);
 void writeRank(RowWriter& w, const ClickHouseStore::RankState& s);
 ClickHouseStore::RankState readRank(RowReader& r);
-void writeNode(RowWriter& w, const ClickHouseStore::NodeState& s);
+void writeNode(RowWriter& w, const std::string& collector, const ClickHouseStore::NodeState& s);
 ClickHouseStore::NodeState readNode(RowReader& r);
 
 }  // namespace trainscope::storage::clickhouse

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -32,8 +33,15 @@ int64_t floorDiv(int64_t a, int64_t b) {
 
 Result<std::vector<JobRow>> ClickHouseStore::jobs() {
   using R = Result<std::vector<JobRow>>;
-  auto jobs = read(std::string("SELECT ") + kJobColumns +
-                   " FROM jobs FINAL ORDER BY last_seen_ns DESC, job FORMAT RowBinary");
+  // One row per job and collector: summed and combined here (a collector that got no
+  // registration of the job knows no world size), the owner is the collector that stored the
+  // job's data last. (Aliases differ from the columns: in ClickHouse an alias named
+  // like a column would replace it inside the other aggregates.)
+  auto jobs = read(
+      "SELECT job, argMaxIf(world_size, last_seen_ns, world_size > 0) AS ws, minIf(first_seen_ns,"
+      " first_seen_ns > 0) AS fs, max(last_seen_ns) AS ls, max(latest_step) AS lst,"
+      " sum(step_rows) AS sr, argMax(collector, last_seen_ns) AS owner FROM jobs FINAL"
+      " GROUP BY job ORDER BY ls DESC, job FORMAT RowBinary");
   if (!jobs) return jobs.status();
   auto counts = read(
       "SELECT job, toUInt64(count()), toUInt64(sum(ended)) FROM ranks FINAL GROUP BY job"
@@ -50,9 +58,11 @@ Result<std::vector<JobRow>> ClickHouseStore::jobs() {
   std::vector<JobRow> out;
   for (RowReader r(*jobs); !r.atEnd();) {
     auto [name, state] = readJob(r);
+    std::string owner(r.str());
     if (r.failed()) return R(malformed("jobs"));
     JobRow row;
     row.job = name;
+    row.collector = std::move(owner);
     row.worldSize = state.worldSize;
     row.firstSeenNs = state.firstSeenNs;
     row.lastSeenNs = state.lastSeenNs;
@@ -206,8 +216,18 @@ Result<std::vector<StepSummaryRow>> ClickHouseStore::summary(const SummaryQuery&
 
 Result<std::vector<NodeRow>> ClickHouseStore::nodes() {
   using R = Result<std::vector<NodeRow>>;
-  auto rows = read(std::string("SELECT ") + kNodeColumns +
-                   " FROM nodes FINAL ORDER BY name FORMAT RowBinary");
+  // One row per node and collector (each hears the node's hellos, heartbeats and host
+  // samples): the latest heard wins (the hello's fields from the latest that had a hello), the
+  // latest sample from whichever has it.
+  auto rows = read(
+      "SELECT name, argMaxIf(host, last_seen_ns, host != ''),"
+      " argMaxIf(agent_version, last_seen_ns, agent_version != ''),"
+      " argMaxIf(pid, last_seen_ns, pid != 0), min(first_seen_ns) AS fs, max(last_seen_ns) AS ls,"
+      " argMax(offset_ns, last_seen_ns), argMax(rtt_ns, last_seen_ns),"
+      " argMax(spool_bytes, last_seen_ns), argMax(spool_dropped, last_seen_ns),"
+      " argMax(ranks, last_seen_ns), max(latest_host_ns) AS lh,"
+      " argMax(latest_host, latest_host_ns) FROM nodes FINAL GROUP BY name ORDER BY name"
+      " FORMAT RowBinary");
   if (!rows) return rows.status();
   std::vector<NodeRow> out;
   for (RowReader r(*rows); !r.atEnd();) {
@@ -232,27 +252,33 @@ Result<uint64_t> ClickHouseStore::applyRetention(int64_t nowNs) {
   std::lock_guard lock(writeMu_);
   for (const char* table : {"steps", "host_samples"}) {
     const bool isSteps = std::string_view(table) == "steps";
-    auto parts = writer_->query("SELECT DISTINCT partition FROM system.parts WHERE database = " +
-                                quote(endpoint_.database) + " AND table = '" + table +
-                                "' AND active FORMAT TabSeparated");
-    if (!parts) return R::error(parts.code(), "storage: retention: " + parts.message());
-    std::vector<int64_t> expired;
-    for (size_t at = 0; at < parts->size();) {
-      size_t nl = parts->find('\n', at);
-      if (nl == std::string::npos) nl = parts->size();
-      std::string value = parts->substr(at, nl - at);
-      at = nl + 1;
-      if (value.empty()) continue;
-      int64_t p = std::stoll(value);
-      if (p <= lastExpired) expired.push_back(p);
+    // On a cluster the partitions lie in each shard's local table.
+    const std::string local = std::string(table) + (cluster_.empty() ? "" : "_local");
+    std::set<int64_t> expiredSet;
+    for (auto& server : servers_) {
+      auto parts = server->query("SELECT DISTINCT partition FROM system.parts WHERE database = " +
+                                 quote(endpoint_.database) + " AND table = " + quote(local) +
+                                 " AND active FORMAT TabSeparated");
+      if (!parts) return R::error(parts.code(), "storage: retention: " + parts.message());
+      for (size_t at = 0; at < parts->size();) {
+        size_t nl = parts->find('\n', at);
+        if (nl == std::string::npos) nl = parts->size();
+        std::string value = parts->substr(at, nl - at);
+        at = nl + 1;
+        if (value.empty()) continue;
+        int64_t p = std::stoll(value);
+        if (p <= lastExpired) expiredSet.insert(p);
+      }
     }
-    std::sort(expired.begin(), expired.end());
+    const std::vector<int64_t> expired(expiredSet.begin(), expiredSet.end());
     for (int64_t p : expired) {
       const std::string inPartition =
           "intDiv(received_ns, " + std::to_string(partitionNs_) + ") = " + std::to_string(p);
       uint64_t rows = 0;
       if (isSteps) {
-        // The jobs' row counts go down by what the partition held of each.
+        // The jobs' row counts go down by what the partition held of each: in this collector's
+        // own rows, whoever stored them. Its count of a job may wrap below zero; the sum over
+        // the collectors' rows (jobs(), modulo 2^64 like the column) is the true count.
         auto counts = writer_->query("SELECT job, toUInt64(count()) FROM steps FINAL WHERE " +
                                      inPartition + " GROUP BY job FORMAT RowBinary");
         if (!counts) return R::error(counts.code(), "storage: retention: " + counts.message());
@@ -261,10 +287,8 @@ Result<uint64_t> ClickHouseStore::applyRetention(int64_t nowNs) {
           uint64_t n = r.u64();
           if (r.failed()) return R(malformed("retention counts"));
           rows += n;
-          if (auto it = jobs_.find(name); it != jobs_.end()) {
-            it->second.stepRows -= std::min(n, it->second.stepRows);
-            dirtyJobs_.insert(name);
-          }
+          jobs_[name].stepRows -= n;
+          dirtyJobs_.insert(name);
         }
       } else {
         auto count = writer_->query("SELECT count() FROM host_samples FINAL WHERE " + inPartition +
@@ -272,9 +296,11 @@ Result<uint64_t> ClickHouseStore::applyRetention(int64_t nowNs) {
         if (!count) return R::error(count.code(), "storage: retention: " + count.message());
         rows = std::stoull(*count);
       }
-      auto dropped = writer_->query(std::string("ALTER TABLE ") + table + " DROP PARTITION " +
-                                    std::to_string(p));
-      if (!dropped) return R::error(dropped.code(), "storage: retention: " + dropped.message());
+      for (auto& server : servers_) {
+        auto dropped =
+            server->query("ALTER TABLE " + local + " DROP PARTITION " + std::to_string(p));
+        if (!dropped) return R::error(dropped.code(), "storage: retention: " + dropped.message());
+      }
       ++transactions_;
       deleted += rows;
       if (isSteps) stepRows_ -= std::min<uint64_t>(rows, stepRows_.load());
@@ -289,9 +315,16 @@ StoreStats ClickHouseStore::stats() {
   out.stepRows = stepRows_.load();
   out.duplicateSteps = duplicates_.load();
   out.transactions = transactions_.load();
-  auto bytes = read("SELECT sum(bytes_on_disk) FROM system.parts WHERE database = " +
-                    quote(endpoint_.database) + " AND active FORMAT TabSeparated");
-  if (bytes && !bytes->empty()) out.bytesOnDisk = std::stoull(*bytes);
+  const std::string sql =
+      "SELECT sum(bytes_on_disk) FROM system.parts WHERE database = " + quote(endpoint_.database) +
+      " AND active FORMAT TabSeparated";
+  // Every shard's parts; a client of its own for each, not the writer's (a scrape never waits
+  // for a write).
+  for (const Endpoint& server : serverEndpoints_) {
+    HttpClient client(server, std::chrono::milliseconds(options_.timeoutMs));
+    auto bytes = client.query(sql);
+    if (bytes && !bytes->empty()) out.bytesOnDisk += std::stoull(*bytes);
+  }
   return out;
 }
 

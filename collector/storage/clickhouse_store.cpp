@@ -20,44 +20,88 @@ using namespace clickhouse;  // NOLINT(google-build-using-namespace): this engin
 constexpr const char* kComponent = "storage";
 constexpr int64_t kHourNs = 3600LL * 1'000'000'000;
 constexpr int64_t kDayNs = 24 * kHourNs;
+// A job this collector stored nothing of for this long may have been another's meanwhile.
+constexpr int64_t kOwnerGapNs = 5'000'000'000;
 
 // The tables (ClickHouseStore's header says why they look like this). `{P}` is the partition
-// length in nanoseconds.
-constexpr const char* kSchema[] = {
-    "CREATE TABLE IF NOT EXISTS meta (key String, value String, version UInt64)"
-    " ENGINE = ReplacingMergeTree(version) ORDER BY key",
-    "CREATE TABLE IF NOT EXISTS steps (job String, rank UInt32, step Int64, start_ns Int64,"
-    " end_ns Int64, duration_ns Int64, compute_ns Int64, comm_ns Int64, exposed_comm_ns Int64,"
-    " data_ns Int64, records UInt64, dropped UInt64, received_ns Int64, detail String)"
-    " ENGINE = ReplacingMergeTree() PARTITION BY intDiv(received_ns, {P})"
-    " ORDER BY (job, step, rank)",
-    "CREATE TABLE IF NOT EXISTS host_samples (node String, time_ns Int64, received_ns Int64,"
-    " sample String) ENGINE = ReplacingMergeTree() PARTITION BY intDiv(received_ns, {P})"
-    " ORDER BY (node, time_ns)",
-    "CREATE TABLE IF NOT EXISTS jobs (job String, world_size UInt32, first_seen_ns Int64,"
-    " last_seen_ns Int64, latest_step Int64, step_rows UInt64, version UInt64)"
-    " ENGINE = ReplacingMergeTree(version) ORDER BY job",
-    "CREATE TABLE IF NOT EXISTS ranks (job String, rank UInt32, world_size UInt32,"
-    " local_rank UInt32, host String, node String, pid UInt32, probe_version String,"
-    " first_seen_ns Int64, last_seen_ns Int64, latest_step Int64, ended UInt8, ended_step Int64,"
-    " groups_declared_ns Int64, groups String, version UInt64)"
-    " ENGINE = ReplacingMergeTree(version) ORDER BY (job, rank)",
-    "CREATE TABLE IF NOT EXISTS nodes (name String, host String, agent_version String,"
-    " pid UInt32, first_seen_ns Int64, last_seen_ns Int64, offset_ns Int64, rtt_ns Int64,"
-    " spool_bytes UInt64, spool_dropped UInt64, ranks UInt32, latest_host_ns Int64,"
-    " latest_host Nullable(String), version UInt64)"
-    " ENGINE = ReplacingMergeTree(version) ORDER BY name",
-    "CREATE TABLE IF NOT EXISTS anomalies (id String, job String, kind String, ranks String,"
-    " nodes String, onset_step Int64, detected_step Int64, detected_ns Int64, magnitude Float64,"
-    " confidence Float64, evidence String, labels String, state String, resolved_step Int64,"
-    " resolved_ns Int64, summary String, capture_id Nullable(String), updated_ns Int64,"
-    " version UInt64) ENGINE = ReplacingMergeTree(version) ORDER BY (job, id)",
-    "CREATE TABLE IF NOT EXISTS captures (id String, job String, kind String, state String,"
-    " reason String, anomaly_id Nullable(String), ranks String, start_step Int64, steps UInt32,"
-    " history UInt32, max_bytes UInt64, created_ns Int64, updated_ns Int64,"
-    " finished_ns Nullable(Int64), deadline_ns Int64, trace_bytes Nullable(Int64),"
-    " summary String, rank_status String, version UInt64)"
-    " ENGINE = ReplacingMergeTree(version) ORDER BY (job, id)",
+// length in nanoseconds. On a cluster each data table is NAME_local on every shard, with NAME a
+// Distributed table over them, sharded by `shardKey` (all rows of a job, or of a node, on one
+// shard, so FINAL through the Distributed table is exact); meta stays a plain table on each.
+struct Table {
+  const char* name;
+  const char* columns;  // "(...) ENGINE = ..."
+  const char* shardKey;
+};
+constexpr Table kSchema[] = {
+    {"meta",
+     "(key String, value String, version UInt64) ENGINE = ReplacingMergeTree(version) ORDER BY key",
+     nullptr},
+    {"steps",
+     "(job String, rank UInt32, step Int64, start_ns Int64,"
+     " end_ns Int64, duration_ns Int64, compute_ns Int64, comm_ns Int64, exposed_comm_ns Int64,"
+     " data_ns Int64, records UInt64, dropped UInt64, received_ns Int64, detail String)"
+     " ENGINE = ReplacingMergeTree() PARTITION BY intDiv(received_ns, {P})"
+     " ORDER BY (job, step, rank)",
+     "job"},
+    {"host_samples",
+     "(node String, time_ns Int64, received_ns Int64,"
+     " sample String) ENGINE = ReplacingMergeTree() PARTITION BY intDiv(received_ns, {P})"
+     " ORDER BY (node, time_ns)",
+     "node"},
+    // One row per job and collector: what that collector stored of the job (jobs()).
+    {"jobs",
+     "(job String, collector String, world_size UInt32, first_seen_ns Int64,"
+     " last_seen_ns Int64, latest_step Int64, step_rows UInt64, version UInt64)"
+     " ENGINE = ReplacingMergeTree(version) ORDER BY (job, collector)",
+     "job"},
+    {"ranks",
+     "(job String, rank UInt32, world_size UInt32,"
+     " local_rank UInt32, host String, node String, pid UInt32, probe_version String,"
+     " first_seen_ns Int64, last_seen_ns Int64, latest_step Int64, ended UInt8, ended_step Int64,"
+     " groups_declared_ns Int64, groups String, version UInt64)"
+     " ENGINE = ReplacingMergeTree(version) ORDER BY (job, rank)",
+     "job"},
+    // One row per node and collector: what that collector heard of the node (nodes()).
+    {"nodes",
+     "(name String, collector String, host String, agent_version String,"
+     " pid UInt32, first_seen_ns Int64, last_seen_ns Int64, offset_ns Int64, rtt_ns Int64,"
+     " spool_bytes UInt64, spool_dropped UInt64, ranks UInt32, latest_host_ns Int64,"
+     " latest_host Nullable(String), version UInt64)"
+     " ENGINE = ReplacingMergeTree(version) ORDER BY (name, collector)",
+     "name"},
+    {"anomalies",
+     "(id String, job String, kind String, ranks String,"
+     " nodes String, onset_step Int64, detected_step Int64, detected_ns Int64, magnitude Float64,"
+     " confidence Float64, evidence String, labels String, state String, resolved_step Int64,"
+     " resolved_ns Int64, summary String, capture_id Nullable(String), updated_ns Int64,"
+     " version UInt64) ENGINE = ReplacingMergeTree(version) ORDER BY (job, id)",
+     "job"},
+    {"captures",
+     "(id String, job String, kind String, state String,"
+     " reason String, anomaly_id Nullable(String), ranks String, start_step Int64, steps UInt32,"
+     " history UInt32, max_bytes UInt64, created_ns Int64, updated_ns Int64,"
+     " finished_ns Nullable(Int64), deadline_ns Int64, trace_bytes Nullable(Int64),"
+     " summary String, rank_status String, version UInt64)"
+     " ENGINE = ReplacingMergeTree(version) ORDER BY (job, id)",
+     "job"},
+};
+
+// Schema version 1 kept one jobs and one nodes row per job and node; version 2 keeps one per
+// collector as well, so collectors sharing the database each count only what they stored.
+// Tables of version 1 are moved over at open (their rows become the collector '' rows).
+constexpr const char* kMigrateV1[] = {
+    "RENAME TABLE jobs TO jobs_v1, nodes TO nodes_v1",
+    "{CREATE jobs}",
+    "{CREATE nodes}",
+    "INSERT INTO jobs (job, collector, world_size, first_seen_ns, last_seen_ns, latest_step,"
+    " step_rows, version) SELECT job, '', world_size, first_seen_ns, last_seen_ns, latest_step,"
+    " step_rows, version FROM jobs_v1 FINAL",
+    "INSERT INTO nodes (name, collector, host, agent_version, pid, first_seen_ns, last_seen_ns,"
+    " offset_ns, rtt_ns, spool_bytes, spool_dropped, ranks, latest_host_ns, latest_host, version)"
+    " SELECT name, '', host, agent_version, pid, first_seen_ns, last_seen_ns, offset_ns, rtt_ns,"
+    " spool_bytes, spool_dropped, ranks, latest_host_ns, latest_host, version FROM nodes_v1 FINAL",
+    "DROP TABLE jobs_v1",
+    "DROP TABLE nodes_v1",
 };
 
 int64_t defaultPartitionNs(int64_t retentionNs) {
@@ -69,8 +113,10 @@ int64_t defaultPartitionNs(int64_t retentionNs) {
 
 namespace clickhouse {
 
-void writeJob(RowWriter& w, const std::string& job, const ClickHouseStore::JobState& s) {
+void writeJob(RowWriter& w, const std::string& job, const std::string& collector,
+              const ClickHouseStore::JobState& s) {
   w.str(job);
+  w.str(collector);
   w.u32(s.worldSize);
   w.i64(s.firstSeenNs);
   w.i64(s.lastSeenNs);
@@ -129,9 +175,10 @@ ClickHouseStore::RankState readRank(RowReader& r) {
   return s;
 }
 
-void writeNode(RowWriter& w, const ClickHouseStore::NodeState& s) {
+void writeNode(RowWriter& w, const std::string& collector, const ClickHouseStore::NodeState& s) {
   const NodeRow& n = s.row;
   w.str(n.node);
+  w.str(collector);
   w.str(n.host);
   w.str(n.agentVersion);
   w.u32(n.pid);
@@ -193,36 +240,109 @@ Result<std::unique_ptr<ClickHouseStore>> ClickHouseStore::open(const ClickHouseO
   if (options.timeoutMs <= 0) {
     return R::error(StatusCode::kInvalidArgument, "storage: timeoutMs must be > 0");
   }
-  auto endpoint = parseUrl(options.url);
-  if (!endpoint) return R::error(endpoint.code(), "storage: " + endpoint.message());
-  std::unique_ptr<ClickHouseStore> store(new ClickHouseStore(options, std::move(*endpoint)));
+  auto url = parseStoreUrl(options.url);
+  if (!url) return R::error(url.code(), "storage: " + url.message());
+  Endpoint primary = url->servers.front();
+  // On a cluster, inserts through a Distributed table return once every shard has its rows
+  // (not later, from a background queue): an ack then means the rows are stored.
+  if (!url->cluster.empty()) primary.settings = "insert_distributed_sync=1";
+  std::unique_ptr<ClickHouseStore> store(new ClickHouseStore(options, primary));
+  store->cluster_ = url->cluster;
+  store->collector_ = options.collector;
+  store->serverEndpoints_ = url->servers;
+  for (const auto& server : url->servers) {
+    store->servers_.push_back(
+        std::make_unique<HttpClient>(server, std::chrono::milliseconds(options.timeoutMs)));
+  }
   if (auto s = store->createSchema(); !s) return s;
   if (auto s = store->loadState(); !s) return s;
   return store;
 }
 
-Status ClickHouseStore::createSchema() {
-  std::lock_guard lock(writeMu_);
-  auto created = writer_->query("CREATE DATABASE IF NOT EXISTS " + endpoint_.database, {}, false);
-  if (!created) return Status::error(created.code(), "storage: " + created.message());
-  // The partition length is the one the tables were made with, when they exist.
-  auto stored =
-      writer_->query("SELECT value FROM meta FINAL WHERE key = 'partition_ns' FORMAT TabSeparated");
-  if (stored && !stored->empty()) {
-    partitionNs_ = std::stoll(*stored);
-  } else {
-    partitionNs_ =
-        options_.partitionNs != 0 ? options_.partitionNs : defaultPartitionNs(options_.retentionNs);
-  }
-  for (const char* sql : kSchema) {
-    std::string text(sql);
+std::string ClickHouseStore::createSql(const char* table, bool local) const {
+  for (const Table& t : kSchema) {
+    if (std::string_view(t.name) != table) continue;
+    std::string text =
+        std::string("CREATE TABLE IF NOT EXISTS ") + t.name + (local ? "_local " : " ") + t.columns;
     for (size_t at; (at = text.find("{P}")) != std::string::npos;) {
       text.replace(at, 3, std::to_string(partitionNs_));
     }
-    auto done = writer_->query(text);
-    if (!done) return Status::error(done.code(), "storage: creating tables: " + done.message());
+    return text;
   }
-  if (!stored || stored->empty()) {
+  return {};
+}
+
+Status ClickHouseStore::onEveryServer(const std::string& sql, const std::string& what) {
+  for (auto& server : servers_) {
+    auto done = server->query(sql);
+    if (!done) return Status::error(done.code(), "storage: " + what + ": " + done.message());
+  }
+  return Status::ok();
+}
+
+Status ClickHouseStore::createSchema() {
+  std::lock_guard lock(writeMu_);
+  for (auto& server : servers_) {
+    auto created = server->query("CREATE DATABASE IF NOT EXISTS " + endpoint_.database, {}, false);
+    if (!created) return Status::error(created.code(), "storage: " + created.message());
+  }
+  if (!cluster_.empty()) {
+    auto shards =
+        writer_->query("SELECT count() FROM system.clusters WHERE cluster = " + quote(cluster_) +
+                       " FORMAT TabSeparated");
+    if (!shards) return Status::error(shards.code(), "storage: " + shards.message());
+    const size_t n = std::stoul(*shards);
+    if (n != servers_.size()) {
+      return Status::error(StatusCode::kInvalidArgument,
+                           "storage: cluster " + cluster_ + " has " + std::to_string(n) +
+                               " shards in the servers' remote_servers, the URL lists " +
+                               std::to_string(servers_.size()) +
+                               " servers (one HTTP endpoint per shard, in that order)");
+    }
+  }
+  // The partition length and schema version are the ones the tables were made with, when they
+  // exist (no meta table yet reads as nothing stored).
+  auto storedMeta = [&](const char* key) {
+    auto v = writer_->query(std::string("SELECT value FROM meta FINAL WHERE key = '") + key +
+                            "' FORMAT TabSeparated");
+    return v ? *v : std::string();
+  };
+  const std::string stored = storedMeta("partition_ns");
+  partitionNs_ = !stored.empty()             ? std::stoll(stored)
+                 : options_.partitionNs != 0 ? options_.partitionNs
+                                             : defaultPartitionNs(options_.retentionNs);
+  const std::string storedVersion = storedMeta("schema_version");
+  if (!storedVersion.empty() && std::stoi(storedVersion) > kSchemaVersion) {
+    return Status::error(StatusCode::kUnsupported, "storage: database " + endpoint_.database +
+                                                       " has schema version " +
+                                                       std::to_string(std::stoi(storedVersion)) +
+                                                       ", newer than this collector knows (" +
+                                                       std::to_string(kSchemaVersion) + ")");
+  }
+  if (!storedVersion.empty() && std::stoi(storedVersion) == 1) {
+    for (const char* sql : kMigrateV1) {
+      std::string text(sql);
+      if (text == "{CREATE jobs}") text = createSql("jobs", false);
+      if (text == "{CREATE nodes}") text = createSql("nodes", false);
+      auto done = writer_->query(text);
+      if (!done) {
+        return Status::error(done.code(),
+                             "storage: moving schema version 1 to 2: " + done.message());
+      }
+    }
+    logInfo(kComponent, "ClickHouse store: schema version 1 moved to 2 (per-collector rows)");
+  }
+  for (const Table& t : kSchema) {
+    const bool sharded = !cluster_.empty() && t.shardKey != nullptr;
+    if (auto st = onEveryServer(createSql(t.name, sharded), "creating tables"); !st) return st;
+    if (!sharded) continue;
+    const std::string distributed = std::string("CREATE TABLE IF NOT EXISTS ") + t.name + " AS " +
+                                    t.name + "_local ENGINE = Distributed(" + cluster_ + ", " +
+                                    endpoint_.database + ", " + t.name + "_local, " + "sipHash64(" +
+                                    t.shardKey + "))";
+    if (auto st = onEveryServer(distributed, "creating tables"); !st) return st;
+  }
+  if (stored.empty() || storedVersion != std::to_string(kSchemaVersion)) {
     RowWriter w;
     const std::vector<std::pair<std::string, std::string>> meta = {
         {"schema_version", std::to_string(kSchemaVersion)},
@@ -230,39 +350,39 @@ Status ClickHouseStore::createSchema() {
     for (const auto& [key, value] : meta) {
       w.str(key);
       w.str(value);
-      w.u64(1);
+      w.u64(static_cast<uint64_t>(kSchemaVersion));  // a newer schema's row wins
     }
-    auto done = writer_->query("INSERT INTO meta (key, value, version) FORMAT RowBinary", w.data());
-    if (!done) return Status::error(done.code(), "storage: " + done.message());
-  }
-  auto version = writer_->query(
-      "SELECT value FROM meta FINAL WHERE key = 'schema_version' FORMAT TabSeparated");
-  if (!version) return Status::error(version.code(), "storage: " + version.message());
-  if (!version->empty() && std::stoi(*version) > kSchemaVersion) {
-    return Status::error(StatusCode::kUnsupported, "storage: database " + endpoint_.database +
-                                                       " has schema version " +
-                                                       std::to_string(std::stoi(*version)) +
-                                                       ", newer than this collector knows (" +
-                                                       std::to_string(kSchemaVersion) + ")");
+    for (auto& server : servers_) {
+      auto done =
+          server->query("INSERT INTO meta (key, value, version) FORMAT RowBinary", w.data());
+      if (!done) return Status::error(done.code(), "storage: " + done.message());
+    }
   }
   logInfo(kComponent, "ClickHouse store at " + endpoint_.host + ':' + endpoint_.port + '/' +
-                          endpoint_.database + " (partitions of " +
+                          endpoint_.database +
+                          (cluster_.empty() ? std::string()
+                                            : " (cluster " + cluster_ + ", " +
+                                                  std::to_string(servers_.size()) + " shards)") +
+                          " as collector '" + collector_ + "' (partitions of " +
                           std::to_string(partitionNs_ / kHourNs) + " h)");
   return Status::ok();
 }
 
 Status ClickHouseStore::loadState() {
   std::lock_guard lock(writeMu_);
-  auto jobs = writer_->query(std::string("SELECT ") + kJobColumns + ", version FROM jobs FINAL" +
-                             " FORMAT RowBinary");
+  // This collector's own rows of jobs and nodes; the ranks of every job (jobs the writer has
+  // not touched for a while are read again: takeOverLocked).
+  auto jobs = writer_->query(std::string("SELECT ") + kJobColumns + ", collector, version" +
+                             " FROM jobs FINAL FORMAT RowBinary");
   if (!jobs) return Status::error(jobs.code(), "storage: loading jobs: " + jobs.message());
   uint64_t rows = 0;
   for (RowReader r(*jobs); !r.atEnd();) {
     auto [name, state] = readJob(r);
+    const std::string_view collector = r.str();
     lastVersion_ = std::max(lastVersion_, r.u64());
     if (r.failed()) return Status::error(StatusCode::kMalformed, "storage: jobs do not decode");
-    rows += state.stepRows;
-    jobs_[name] = state;
+    rows += state.stepRows;  // every collector's: the step rows in the database
+    if (collector == collector_) jobs_[name] = state;
   }
   stepRows_ = rows;
   auto ranks = writer_->query(std::string("SELECT ") + kRankColumns +
@@ -276,7 +396,8 @@ Status ClickHouseStore::loadState() {
     ranks_[key] = std::move(state);
   }
   auto nodes = writer_->query(std::string("SELECT ") + kNodeColumns +
-                              ", version FROM nodes FINAL FORMAT RowBinary");
+                              ", version FROM nodes FINAL WHERE collector = " + quote(collector_) +
+                              " FORMAT RowBinary");
   if (!nodes) return Status::error(nodes.code(), "storage: loading nodes: " + nodes.message());
   for (RowReader r(*nodes); !r.atEnd();) {
     auto state = readNode(r);
@@ -325,6 +446,7 @@ Status ClickHouseStore::write(const WriteBatch& batch) {
   if (batch.empty()) return Status::ok();
   std::lock_guard lock(writeMu_);
   const int64_t now = batch.receivedNs != 0 ? batch.receivedNs : wallNowNs();
+  if (auto st = takeOverLocked(batch, now); !st) return st;
 
   // The batch's changes, applied to copies of the rows they touch; kept only once the step
   // and host rows are stored.
@@ -547,6 +669,69 @@ Status ClickHouseStore::write(const WriteBatch& batch) {
   return Status::ok();
 }
 
+Status ClickHouseStore::takeOverLocked(const WriteBatch& batch, int64_t now) {
+  // Another collector may have written a job this one did not store for a while (it owned the
+  // job meanwhile). Its ranks are read before the batch is applied to them, so a rank's
+  // first-seen time, registration and end are not overwritten with this collector's old view.
+  // And the job's row count is taken from the rows themselves: a collector killed between its
+  // step insert and its jobs insert stored rows it never counted, which the replay here finds
+  // stored (duplicates) and does not count either. This collector's own count becomes what the
+  // table holds minus what the others counted (modulo 2^64, like the sum in jobs()).
+  std::set<std::string_view> stale;
+  auto check = [&](const std::string& job) {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end() || now - it->second.lastSeenNs > kOwnerGapNs) stale.insert(job);
+  };
+  for (const auto& r : batch.steps) check(r.job());
+  for (const auto& r : batch.ranks) check(r.job());
+  for (const auto& r : batch.goodbyes) check(r.job());
+  for (const auto& g : batch.groups) check(g.job);
+  if (stale.empty()) return Status::ok();
+  std::string in;
+  for (std::string_view job : stale) {
+    if (!in.empty()) in += ", ";
+    in += quote(job);
+  }
+  auto rows = writer_->query(std::string("SELECT ") + kRankColumns +
+                             " FROM ranks FINAL WHERE job IN (" + in + ") FORMAT RowBinary");
+  if (!rows) return Status::error(rows.code(), "storage: reading ranks: " + rows.message());
+  for (RowReader r(*rows); !r.atEnd();) {
+    auto state = readRank(r);
+    if (r.failed()) return Status::error(StatusCode::kMalformed, "storage: ranks do not decode");
+    RankKey key{state.row.job, state.row.rank};
+    ranks_[key] = std::move(state);
+  }
+  // Raw rows, not FINAL: a copy not merged yet (an insert repeated after a lost reply) counts
+  // twice until the merge, the price of not reading every row of a large job here.
+  auto stored = writer_->query("SELECT job, toInt64(count()) FROM steps WHERE job IN (" + in +
+                               ") GROUP BY job FORMAT RowBinary");
+  auto counted =
+      writer_->query("SELECT job, toInt64(sum(step_rows)) FROM jobs FINAL WHERE job IN (" + in +
+                     ") AND collector != " + quote(collector_) + " GROUP BY job FORMAT RowBinary");
+  if (!stored) return Status::error(stored.code(), "storage: counting steps: " + stored.message());
+  if (!counted) {
+    return Status::error(counted.code(), "storage: counting steps: " + counted.message());
+  }
+  std::map<std::string, int64_t, std::less<>> own;
+  for (std::string_view job : stale) own[std::string(job)] = 0;
+  for (const auto* result : {&*stored, &*counted}) {
+    const int64_t sign = result == &*stored ? 1 : -1;
+    for (RowReader r(*result); !r.atEnd();) {
+      std::string_view job = r.str();
+      const int64_t n = r.i64();
+      if (r.failed()) return Status::error(StatusCode::kMalformed, "storage: step counts");
+      if (auto it = own.find(job); it != own.end()) it->second += sign * n;
+    }
+  }
+  for (const auto& [job, rows] : own) {
+    auto [it, fresh] = jobs_.try_emplace(job);
+    if (fresh) it->second.firstSeenNs = it->second.lastSeenNs = now;
+    it->second.stepRows = static_cast<uint64_t>(rows);
+    dirtyJobs_.insert(job);
+  }
+  return Status::ok();
+}
+
 Status ClickHouseStore::flushStateLocked() {
   if (!dirtyRanks_.empty()) {
     RowWriter w;
@@ -563,10 +748,10 @@ Status ClickHouseStore::flushStateLocked() {
     RowWriter w;
     const uint64_t version = nextVersionLocked();
     for (const auto& name : dirtyJobs_) {
-      writeJob(w, name, jobs_.at(name));
+      writeJob(w, name, collector_, jobs_.at(name));
       w.u64(version);
     }
-    auto done = writer_->query(insertSql("jobs", kJobColumns, true), w.data());
+    auto done = writer_->query(insertSql("jobs", kJobColumnsCollector, true), w.data());
     if (!done) return Status::error(done.code(), "storage: storing jobs: " + done.message());
     dirtyJobs_.clear();
   }
@@ -574,10 +759,10 @@ Status ClickHouseStore::flushStateLocked() {
     RowWriter w;
     const uint64_t version = nextVersionLocked();
     for (const auto& name : dirtyNodes_) {
-      writeNode(w, nodes_.at(name));
+      writeNode(w, collector_, nodes_.at(name));
       w.u64(version);
     }
-    auto done = writer_->query(insertSql("nodes", kNodeColumns, true), w.data());
+    auto done = writer_->query(insertSql("nodes", kNodeColumnsCollector, true), w.data());
     if (!done) return Status::error(done.code(), "storage: storing nodes: " + done.message());
     dirtyNodes_.clear();
   }

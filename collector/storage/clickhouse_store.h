@@ -10,6 +10,22 @@
 //                 ReplacingMergeTree(version): each write inserts the row's whole new state
 //                 with a larger version; reads take the latest with FINAL
 //   meta          the schema version and the partition length the tables were made with
+// Several collectors may share the database (agents send each job to one of them, and move it
+// when that one goes: agent/routing.h). Each collector has a name (ClickHouseOptions.collector)
+// and jobs and nodes hold one row per job (node) and collector: what that collector stored of
+// the job, or heard of the node. jobs() sums and combines them, and names as the job's
+// collector the one that stored its data last, so counts stay exact when a job moves and two
+// collectors never overwrite each other's counts. Ranks are one row each; a collector reads a
+// job's ranks again before writing them when it stored nothing of the job for a few seconds
+// (another collector may have owned it meanwhile), and recounts its share of the job's rows
+// from the table then (rows a killed collector stored but never counted are counted here).
+// A cluster (URL ?cluster=NAME, the servers of every shard listed): each data table is
+// NAME_local on every shard plus a Distributed table over them sharded by sipHash64(job) (host
+// samples and nodes by node), created by the store on each server (18.16 has no ON CLUSTER
+// without ZooKeeper). Writes go through the Distributed tables of the first server with
+// insert_distributed_sync=1 (acked only once every shard has its rows), reads through them;
+// a job's rows all lie on one shard, so FINAL stays exact. Retention drops partitions on each
+// shard.
 // Why this shape:
 // - Idempotency. A step report is stored once: before inserting, the writer asks which of the
 //   batch's (job, step, rank) keys are stored already and inserts only the others, so the
@@ -111,6 +127,13 @@ class ClickHouseStore final : public Store {
   Result<std::string> read(const std::string& sql);
   // Inserts the dirty jobs, ranks and nodes (writeMu_ held); clears the marks on success.
   Status flushStateLocked();
+  // For the batch's jobs this collector stored nothing of lately: reads their ranks and sets its
+  // own row count of each from the stored rows (writeMu_ held).
+  Status takeOverLocked(const WriteBatch& batch, int64_t nowNs);
+  // CREATE TABLE of kSchema's `table` (as table_local when `local`).
+  std::string createSql(const char* table, bool local) const;
+  // Runs a DDL statement on every server (writeMu_ held).
+  Status onEveryServer(const std::string& sql, const std::string& what);
   uint64_t nextVersionLocked();
   Result<std::vector<AnomalyRow>> queryAnomalies(const std::string& where);
   Result<std::vector<CaptureRow>> queryCaptures(const std::string& where, const char* order);
@@ -118,12 +141,17 @@ class ClickHouseStore final : public Store {
   ClickHouseOptions options_;
   clickhouse::Endpoint endpoint_;
   int64_t partitionNs_ = 0;  // set once at open
+  std::string cluster_;      // "" for one server; set once at open
+  std::string collector_;    // this collector's name in jobs and nodes; set once at open
+  std::vector<clickhouse::Endpoint> serverEndpoints_;  // one, or each shard's; set at open
 
   std::mutex writeMu_;
   std::unique_ptr<clickhouse::HttpClient> writer_;  // guarded by writeMu_
-  std::map<std::string, JobState> jobs_;            // guarded by writeMu_
-  std::map<RankKey, RankState> ranks_;              // guarded by writeMu_
-  std::map<std::string, NodeState> nodes_;          // guarded by writeMu_
+  // One client per server (DDL, retention's partitions), guarded by writeMu_.
+  std::vector<std::unique_ptr<clickhouse::HttpClient>> servers_;
+  std::map<std::string, JobState> jobs_;    // guarded by writeMu_
+  std::map<RankKey, RankState> ranks_;      // guarded by writeMu_
+  std::map<std::string, NodeState> nodes_;  // guarded by writeMu_
   // Rows changed in memory and not yet stored (a failed state insert), guarded by writeMu_.
   std::set<std::string> dirtyJobs_;
   std::set<RankKey> dirtyRanks_;

@@ -74,6 +74,9 @@ struct JobRow {
   int64_t latestStep = -1;  // highest step any rank reported
   uint64_t stepRows = 0;
   uint32_t ranksEnded = 0;  // ranks that said goodbye
+  // The collector that stored the job's data last, when collectors share the store
+  // (ClickHouse: ClickHouseOptions.collector); "" from an engine of one collector (SQLite).
+  std::string collector;
 };
 
 struct RankRow {
@@ -315,6 +318,9 @@ struct ClickHouseOptions {
   // (a seventh of it, between an hour and a day). Fixed when the tables are created.
   int64_t partitionNs = 0;
   int64_t timeoutMs = 30000;  // per HTTP request to the server
+  // This collector's name in the rows kept per collector (jobs, nodes): unique among the
+  // collectors sharing the database while they run. It names the job's collector in the API.
+  std::string collector = "collector";
 };
 
 // Opens a ClickHouse store, creating the database and tables when missing. Defined in

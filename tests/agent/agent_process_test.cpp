@@ -131,6 +131,19 @@ TEST_CASE("agent executable names the flag in its errors and documents every fla
     CHECK_THAT(p.output(), Catch::Contains("--collector"));
   }
   {
+    // Several collectors, comma-separated: each is checked, and one listed twice is refused.
+    Proc p({agentBin(), "--collector", "tcp://127.0.0.1:1,tcp://127.0.0.1:2", "--collector",
+            "tcp://127.0.0.1:1"},
+           tmp.sub("bad4.log"));
+    CHECK(p.wait() == 2);
+    CHECK_THAT(p.output(), Catch::Contains("--collector: 'tcp://127.0.0.1:1' is listed twice"));
+  }
+  {
+    Proc p({agentBin(), "--collector", "tcp://127.0.0.1:1,udp://x:2"}, tmp.sub("bad5.log"));
+    CHECK(p.wait() == 2);
+    CHECK_THAT(p.output(), Catch::Contains("--collector: 'udp://x:2'"));
+  }
+  {
     Proc p({agentBin(), "--sample-interval-ms", "0"}, tmp.sub("bad3.log"));
     CHECK(p.wait() == 2);
     CHECK_THAT(p.output(), Catch::Contains("--sample-interval-ms"));

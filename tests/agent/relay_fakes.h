@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -44,7 +45,7 @@ inline std::string freeTcpEndpoint(zmq::context_t& ctx) {
 
 inline AgentOptions testOptions(const TempDir& tmp, const std::string& collector) {
   AgentOptions o;
-  o.collector = collector;
+  o.collectors = {collector};
   o.endpoint = "ipc://" + tmp.sub("agent.sock");
   o.node = "test-node";
   o.spoolDir = tmp.sub("spool");
@@ -79,14 +80,14 @@ class AgentRunner {
   trainscope::Status result_;
 };
 
-inline wire::Envelope stepItem(int64_t step) {
+inline wire::Envelope stepItem(int64_t step, const std::string& job = "jobA", uint32_t rank = 3) {
   wire::Envelope e;
   // The real probe stamps its items; odd steps go without, so the agent's re-encoding path
   // is exercised next to the one that stores the probe's bytes as they came.
   if (step % 2 == 0) e.set_schema_version(wire::kSchemaVersion);
   auto* s = e.mutable_step();
-  s->set_job("jobA");
-  s->set_rank(3);
+  s->set_job(job);
+  s->set_rank(rank);
   s->set_step(step);
   s->set_duration_ns(100'000'000);
   auto* op = s->add_ops();
@@ -198,8 +199,9 @@ class FakeCollector {
     return false;
   }
 
-  std::vector<int64_t> steps;          // step items, in arrival order (repeats included)
-  std::vector<wire::Envelope> others;  // every non-step item
+  std::vector<int64_t> steps;  // step items, in arrival order (repeats included)
+  std::vector<std::pair<std::string, int64_t>> jobSteps;  // the same with their jobs
+  std::vector<wire::Envelope> others;                     // every non-step item
   int hellos = 0;
   int heartbeats = 0;
   int batches = 0;
@@ -221,6 +223,7 @@ class FakeCollector {
       for (const auto& item : env.batch().items()) {
         if (item.has_step()) {
           steps.push_back(item.step().step());
+          jobSteps.emplace_back(item.step().job(), item.step().step());
         } else {
           others.push_back(item);
         }

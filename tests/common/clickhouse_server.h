@@ -1,8 +1,10 @@
 // A clickhouse-server for tests: Debian's binary started in a fresh temp dir with its own
-// config, listening on a free loopback HTTP port only, and stopped (SIGTERM, then SIGKILL) with
-// its files removed when the object goes; a server whose test process dies gets SIGKILL from
-// the kernel (PR_SET_PDEATHSIG). Test thread only. Needs storage_clickhouse_dep (its HTTP
-// client tells when the server answers).
+// config (tools/clickhouse/config.xml and users.xml filled in), listening on free loopback
+// ports (HTTP, and the native TCP port a Distributed table uses between servers), and stopped
+// (SIGTERM, then SIGKILL) with its files removed when the object goes; a server whose test
+// process dies gets SIGKILL from the kernel (PR_SET_PDEATHSIG). startCluster() starts several
+// that know each other as the shards of one cluster (remote_servers). Test thread only. Needs
+// clickhouse_test_dep (the templates' directory; its HTTP client tells when a server answers).
 #pragma once
 
 #include <fcntl.h>
@@ -22,6 +24,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "collector/storage/clickhouse_http.h"
 
@@ -55,8 +59,27 @@ class ClickHouseServer {
   // Starts a server and waits (up to 60 s) until it answers; nullptr and *error when not.
   static std::unique_ptr<ClickHouseServer> start(std::string* error) {
     std::unique_ptr<ClickHouseServer> server(new ClickHouseServer());
-    if (!server->launch(error)) return nullptr;
+    if (!server->launch("", error)) return nullptr;
     return server;
+  }
+
+  // Starts `count` servers, each with <remote_servers> naming all of them (in this order) as
+  // the one-replica shards of `cluster`; empty and *error when one does not come up.
+  static std::vector<std::unique_ptr<ClickHouseServer>> startCluster(size_t count,
+                                                                     const std::string& cluster,
+                                                                     std::string* error) {
+    std::vector<std::unique_ptr<ClickHouseServer>> servers;
+    for (size_t i = 0; i < count; ++i) servers.emplace_back(new ClickHouseServer());
+    std::string remote = "  <remote_servers><" + cluster + ">";
+    for (const auto& s : servers) {
+      remote += "<shard><replica><host>127.0.0.1</host><port>" + std::to_string(s->tcpPort_) +
+                "</port></replica></shard>";
+    }
+    remote += "</" + cluster + "></remote_servers>";
+    for (auto& s : servers) {
+      if (!s->launch(remote, error)) return {};
+    }
+    return servers;
   }
 
   ~ClickHouseServer() {
@@ -81,7 +104,19 @@ class ClickHouseServer {
   ClickHouseServer(const ClickHouseServer&) = delete;
   ClickHouseServer& operator=(const ClickHouseServer&) = delete;
 
+  // clickhouse://127.0.0.1:PORT,.../DATABASE?cluster=NAME for servers from startCluster().
+  static std::string clusterUrl(const std::vector<std::unique_ptr<ClickHouseServer>>& servers,
+                                const std::string& database, const std::string& cluster) {
+    std::string hosts;
+    for (const auto& s : servers) {
+      if (!hosts.empty()) hosts += ',';
+      hosts += "127.0.0.1:" + std::to_string(s->port());
+    }
+    return "clickhouse://" + hosts + "/" + database + "?cluster=" + cluster;
+  }
+
   uint16_t port() const { return port_; }
+  uint16_t tcpPort() const { return tcpPort_; }
   const std::string& dir() const { return dir_; }
   // clickhouse://127.0.0.1:PORT/DATABASE
   std::string url(const std::string& database) const {
@@ -94,7 +129,21 @@ class ClickHouseServer {
   }
 
  private:
-  ClickHouseServer() = default;
+  ClickHouseServer() : port_(freePort()), tcpPort_(freePort()) {}
+
+  // tools/clickhouse/NAME with every {KEY} replaced; "" when the file cannot be read.
+  static std::string fillTemplate(const std::string& name,
+                                  const std::vector<std::pair<std::string, std::string>>& values) {
+    std::ifstream in(std::string(TRAINSCOPE_CLICKHOUSE_TEMPLATES) + "/" + name);
+    std::string text(std::istreambuf_iterator<char>(in), {});
+    for (const auto& [key, value] : values) {
+      const std::string mark = "{" + key + "}";
+      for (size_t at; (at = text.find(mark)) != std::string::npos;) {
+        text.replace(at, mark.size(), value);
+      }
+    }
+    return text;
+  }
 
   static uint16_t freePort() {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -112,55 +161,42 @@ class ClickHouseServer {
     return port;
   }
 
-  bool launch(std::string* error) {
+  bool launch(const std::string& remoteServers, std::string* error) {
     const std::string bin = binary();
     if (bin.empty()) {
       *error = "clickhouse-server is not installed";
       return false;
     }
+    // A server writes a part (a few files per column) for every insert: on a disk mounted with
+    // discard, unlinking a test's parts took minutes here. /dev/shm (memory) where it exists;
+    // $TRAINSCOPE_CLICKHOUSE_TMPDIR, then $TMPDIR, then /tmp otherwise.
+    const char* own = getenv("TRAINSCOPE_CLICKHOUSE_TMPDIR");
     const char* tmp = getenv("TMPDIR");
-    std::string tmpl =
-        std::string(tmp != nullptr && *tmp != 0 ? tmp : "/tmp") + "/trainscope-clickhouse-XXXXXX";
+    std::string base = own != nullptr && *own != 0              ? own
+                       : ::access("/dev/shm", W_OK | X_OK) == 0 ? "/dev/shm"
+                       : tmp != nullptr && *tmp != 0            ? tmp
+                                                                : "/tmp";
+    std::string tmpl = base + "/trainscope-clickhouse-XXXXXX";
     if (::mkdtemp(tmpl.data()) == nullptr) {
       *error = "mkdtemp failed";
       return false;
     }
     dir_ = tmpl;
-    port_ = freePort();
-    // HTTP on loopback only (no native TCP, no interserver port); small caches and two
-    // threads a query, so a test's server stays light on a shared machine.
-    std::ofstream(dir_ + "/config.xml") << R"(<?xml version="1.0"?>
-<yandex>
-  <logger><level>warning</level><log>)" << dir_
-                                        << R"(/server.log</log>
-    <errorlog>)" << dir_ << R"(/server.err.log</errorlog><console>0</console></logger>
-  <http_port>)" << port_ << R"(</http_port>
-  <listen_host>127.0.0.1</listen_host>
-  <path>)" << dir_ << R"(/data/</path>
-  <tmp_path>)" << dir_ << R"(/tmp/</tmp_path>
-  <user_files_path>)" << dir_ << R"(/user_files/</user_files_path>
-  <format_schema_path>)" << dir_ << R"(/format_schemas/</format_schema_path>
-  <users_config>)" << dir_ << R"(/users.xml</users_config>
-  <default_profile>default</default_profile>
-  <default_database>default</default_database>
-  <mark_cache_size>67108864</mark_cache_size>
-  <uncompressed_cache_size>67108864</uncompressed_cache_size>
-  <max_concurrent_queries>32</max_concurrent_queries>
-</yandex>
-)";
-    std::ofstream(dir_ + "/users.xml") << R"(<?xml version="1.0"?>
-<yandex>
-  <profiles><default><max_memory_usage>2000000000</max_memory_usage>
-    <max_threads>2</max_threads></default></profiles>
-  <users><default><password></password>
-    <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
-    <profile>default</profile><quota>default</quota></default></users>
-  <quotas><default><interval><duration>3600</duration><queries>0</queries><errors>0</errors>
-    <result_rows>0</result_rows><read_rows>0</read_rows><execution_time>0</execution_time>
-  </interval></default></quotas>
-</yandex>
-)";
-    const std::string config = "--config-file=" + dir_ + "/config.xml";
+    // Small caches and two threads a query, so a test's server stays light on a shared machine.
+    const std::string config = fillTemplate("config.xml", {{"DIR", dir_},
+                                                           {"HTTP_PORT", std::to_string(port_)},
+                                                           {"TCP_PORT", std::to_string(tcpPort_)},
+                                                           {"CACHE_BYTES", "67108864"},
+                                                           {"REMOTE_SERVERS", remoteServers}});
+    const std::string users = fillTemplate("users.xml", {{"MAX_MEMORY", "2000000000"}});
+    if (config.empty() || users.empty()) {
+      *error =
+          std::string("cannot read the config templates in ") + TRAINSCOPE_CLICKHOUSE_TEMPLATES;
+      return false;
+    }
+    std::ofstream(dir_ + "/config.xml") << config;
+    std::ofstream(dir_ + "/users.xml") << users;
+    const std::string configFlag = "--config-file=" + dir_ + "/config.xml";
     const std::string out = dir_ + "/stdout.log";
     const pid_t parent = ::getpid();
     pid_ = ::fork();
@@ -177,7 +213,7 @@ class ClickHouseServer {
         ::dup2(fd, 2);
         ::close(fd);
       }
-      ::execl(bin.c_str(), "clickhouse-server", config.c_str(), static_cast<char*>(nullptr));
+      ::execl(bin.c_str(), "clickhouse-server", configFlag.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
     storage::clickhouse::Endpoint endpoint;
@@ -200,6 +236,7 @@ class ClickHouseServer {
 
   std::string dir_;
   uint16_t port_ = 0;
+  uint16_t tcpPort_ = 0;
   pid_t pid_ = -1;
 };
 

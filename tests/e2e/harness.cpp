@@ -435,6 +435,16 @@ OneNode startOneNode(const TempDir& dir, const std::vector<std::string>& agentAr
   return n;
 }
 
+void requireExitZero(const std::vector<std::unique_ptr<Process>>& procs,
+                     std::chrono::milliseconds timeout) {
+  for (const auto& p : procs) {
+    auto rc = p->wait(timeout);
+    INFO(p->name() << " log:\n" << p->logTail());
+    REQUIRE(rc.has_value());
+    REQUIRE(*rc == 0);
+  }
+}
+
 std::unique_ptr<Process> startSim(const TempDir& dir, const std::vector<std::string>& args,
                                   const std::string& name) {
   std::vector<std::string> argv{binaryFromEnv("TRAINSCOPE_SIMTRAIN_BIN")};

@@ -130,6 +130,11 @@ struct OneNode {
 };
 OneNode startOneNode(const TempDir& dir, const std::vector<std::string>& agentArgs = {});
 
+// Waits up to `timeout` for each process to exit and requires that each exited with 0 (the
+// failure names it and shows its log's tail).
+void requireExitZero(const std::vector<std::unique_ptr<Process>>& procs,
+                     std::chrono::milliseconds timeout);
+
 // Starts trainscope-simtrain with `args`; its log is <dir>/<name>.log.
 std::unique_ptr<Process> startSim(const TempDir& dir, const std::vector<std::string>& args,
                                   const std::string& name = "simtrain");

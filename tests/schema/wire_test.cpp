@@ -4,6 +4,7 @@
 #include "schema/wire.h"
 
 #include <string>
+#include <string_view>
 
 #include <catch2/catch.hpp>
 
@@ -79,4 +80,51 @@ TEST_CASE("protobuf's own error log goes through a rate limit once routed") {
   INFO(text);
   CHECK(countOf(text, "invalid UTF-8") == 1);  // was 1,000: one line per frame
   CHECK(countOf(text, " protobuf: ") == 1);
+}
+
+TEST_CASE("itemRouteKey reads the job (a host sample's node) of every spooled item kind") {
+  auto key = [](wire::Envelope env) {
+    std::string bytes = wire::encode(env);
+    std::string_view k;
+    return wire::itemRouteKey(bytes, &k) ? std::string(k) : std::string("<none>");
+  };
+  wire::Envelope step;
+  step.mutable_step()->set_rank(7);  // fields before and after the job are skipped
+  step.mutable_step()->set_step(12);
+  step.mutable_step()->set_job("job-s");
+  step.mutable_step()->set_duration_ns(5);
+  step.mutable_step()->add_ops()->set_name("aten::mm");
+  CHECK(key(step) == "job-s");
+  wire::Envelope hello;
+  hello.mutable_rank_hello()->set_sent_ns(9);
+  hello.mutable_rank_hello()->mutable_rank()->set_rank(1);
+  hello.mutable_rank_hello()->mutable_rank()->set_job("job-h");
+  CHECK(key(hello) == "job-h");
+  wire::Envelope bye;
+  bye.mutable_rank_goodbye()->set_job("job-g");
+  CHECK(key(bye) == "job-g");
+  wire::Envelope host;
+  host.mutable_host()->set_time_ns(3);
+  host.mutable_host()->set_node("node-1");
+  host.mutable_host()->add_procs()->set_job("not-this");
+  CHECK(key(host) == "node-1");
+  wire::Envelope status;
+  status.mutable_command_status()->set_command_id("cmd");
+  status.mutable_command_status()->set_job("job-c");
+  CHECK(key(status) == "job-c");
+  wire::Envelope chunk;
+  chunk.mutable_file_chunk()->set_command_id("cmd");
+  chunk.mutable_file_chunk()->set_job("job-f");
+  chunk.mutable_file_chunk()->set_data(std::string(100, 'x'));
+  CHECK(key(chunk) == "job-f");
+  // An empty job is a key too; what has none, or is cut short, is not.
+  wire::Envelope noJob;
+  noJob.mutable_step()->set_step(1);
+  CHECK(key(noJob) == "<none>");
+  wire::Envelope hb;
+  hb.mutable_heartbeat()->set_node("n");
+  CHECK(key(hb) == "<none>");
+  const std::string cut = wire::encode(step).substr(0, 3);  // the body's length is cut off
+  std::string_view k;
+  CHECK_FALSE(wire::itemRouteKey(cut, &k));
 }

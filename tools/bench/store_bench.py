@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Storage engines side by side: SQLite against ClickHouse on the same synthetic job.
 
-Starts Debian's clickhouse-server (18.16 here) in a temp dir on a free loopback port with a
-config of its own (HTTP only, small caches, two threads a query), then runs api_bench twice
-with the same flags: once on SQLite in a temp dir and once with --store
+Starts Debian's clickhouse-server (18.16 here) in a temp dir on free loopback ports with the
+config under tools/clickhouse/ (the tests' as well; two threads a query), then runs api_bench
+twice with the same flags: once on SQLite in a temp dir and once with --store
 clickhouse://127.0.0.1:PORT/bench. api_bench fills the store through Store::write (the rate
 it prints is the engine's ingest rate for the batch size given) and times the JSON API's job
 summary through the collector's HTTP server (p50/p99/max). The server is stopped at the end,
@@ -25,43 +25,26 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from soak import free_port  # noqa: E402
 
-CONFIG = """<?xml version="1.0"?>
-<yandex>
-  <logger><level>warning</level><log>{dir}/server.log</log>
-    <errorlog>{dir}/server.err.log</errorlog><console>0</console></logger>
-  <http_port>{port}</http_port>
-  <listen_host>127.0.0.1</listen_host>
-  <path>{dir}/data/</path>
-  <tmp_path>{dir}/tmp/</tmp_path>
-  <user_files_path>{dir}/user_files/</user_files_path>
-  <format_schema_path>{dir}/format_schemas/</format_schema_path>
-  <users_config>{dir}/users.xml</users_config>
-  <default_profile>default</default_profile>
-  <default_database>default</default_database>
-  <mark_cache_size>268435456</mark_cache_size>
-  <uncompressed_cache_size>268435456</uncompressed_cache_size>
-</yandex>
-"""
-USERS = """<?xml version="1.0"?>
-<yandex>
-  <profiles><default><max_memory_usage>4000000000</max_memory_usage>
-    <max_threads>2</max_threads></default></profiles>
-  <users><default><password></password>
-    <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
-    <profile>default</profile><quota>default</quota></default></users>
-  <quotas><default><interval><duration>3600</duration><queries>0</queries><errors>0</errors>
-    <result_rows>0</result_rows><read_rows>0</read_rows><execution_time>0</execution_time>
-  </interval></default></quotas>
-</yandex>
-"""
+TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         "clickhouse")
+
+
+def fill_template(name, **values):
+    """tools/clickhouse/NAME (the tests' server config too) with every {KEY} replaced."""
+    with open(os.path.join(TEMPLATES, name)) as f:
+        text = f.read()
+    for key, value in values.items():
+        text = text.replace("{%s}" % key, str(value))
+    return text
 
 
 def start_server(binary, workdir):
     port = free_port()
     with open(os.path.join(workdir, "config.xml"), "w") as f:
-        f.write(CONFIG.format(dir=workdir, port=port))
+        f.write(fill_template("config.xml", DIR=workdir, HTTP_PORT=port, TCP_PORT=free_port(),
+                              CACHE_BYTES=268435456, REMOTE_SERVERS=""))
     with open(os.path.join(workdir, "users.xml"), "w") as f:
-        f.write(USERS.format(dir=workdir))
+        f.write(fill_template("users.xml", MAX_MEMORY=4000000000))
     log = open(os.path.join(workdir, "stdout.log"), "w")
     proc = subprocess.Popen([binary, "--config-file=" + os.path.join(workdir, "config.xml")],
                             stdout=log, stderr=subprocess.STDOUT)
