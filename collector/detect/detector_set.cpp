@@ -6,6 +6,7 @@
 #include <deque>
 #include <set>
 
+#include "collector/detect/expert_imbalance.h"
 #include "collector/detect/hang.h"
 #include "collector/detect/op_regression.h"
 #include "collector/detect/p2p_link.h"
@@ -31,10 +32,11 @@ double addedMs(const Anomaly& a) {
 }
 
 // `imbalance`: a workload_imbalance of the job is open, which may explain an op regression or
-// a step time that went down for a while (the draws were light).
-bool heldKind(const Anomaly& a, bool imbalance) {
+// a step time that went down for a while (the draws were light). `moe`: the job declared
+// expert-parallel groups, whose hot experts' operators run longer (expert_imbalance explains).
+bool heldKind(const Anomaly& a, bool imbalance, bool moe) {
   if (a.kind == AnomalyKind::kStraggler) return true;
-  if (a.kind == AnomalyKind::kOpRegression) return imbalance;
+  if (a.kind == AnomalyKind::kOpRegression) return imbalance || moe;
   if (a.kind != AnomalyKind::kStepShift) return false;
   auto it = a.labels.find("direction");
   return imbalance || (it != a.labels.end() && it->second == "slower");
@@ -43,7 +45,11 @@ bool heldKind(const Anomaly& a, bool imbalance) {
 bool explainerKind(AnomalyKind k) {
   return k == AnomalyKind::kStraggler || k == AnomalyKind::kOpRegression ||
          k == AnomalyKind::kSlowComm || k == AnomalyKind::kStageImbalance ||
-         k == AnomalyKind::kWorkloadImbalance;
+         k == AnomalyKind::kWorkloadImbalance || k == AnomalyKind::kExpertImbalance;
+}
+
+bool subset(const std::vector<uint32_t>& small, const std::vector<uint32_t>& big) {
+  return !small.empty() && std::includes(big.begin(), big.end(), small.begin(), small.end());
 }
 
 // Whether `by` explains `held` (see FoldOptions): same event (onsets close), the right kind
@@ -56,9 +62,19 @@ bool explains(const Anomaly& by, const Anomaly& held, const FoldOptions& o) {
   const bool sameEvent = std::llabs(by.onsetStep - held.onsetStep) <= o.onsetSteps;
   const bool stillSlowing =
       by.state == AnomalyState::kOpen && by.onsetStep <= held.onsetStep &&
-      (held.kind == AnomalyKind::kStepShift || by.kind == AnomalyKind::kWorkloadImbalance);
+      (held.kind == AnomalyKind::kStepShift || by.kind == AnomalyKind::kWorkloadImbalance ||
+       by.kind == AnomalyKind::kExpertImbalance);
   if (!sameEvent && !stillSlowing) return false;
   const double need = addedMs(held);
+  // The ranks holding hot experts compute longer (a straggler against their stage, their
+  // experts' operators slower than before): the skew itself. And the skew moves compute
+  // between the expert-parallel ranks, which op_regression's per-rank normalization (op time
+  // over the rank's compute) reads as operators of the cold ranks growing: the same event.
+  if (by.kind == AnomalyKind::kExpertImbalance) {
+    if (held.kind == AnomalyKind::kStraggler && subset(held.ranks, by.ranks)) return true;
+    if (held.kind == AnomalyKind::kOpRegression && (sameEvent || subset(held.ranks, by.ranks)))
+      return true;
+  }
   if (by.kind == AnomalyKind::kWorkloadImbalance) {
     // While the work moves between replicas, a rank or worker that drew heavy work a few steps
     // in a row looks slow (a straggler, its operators slower) against a noise estimate that
@@ -94,6 +110,7 @@ struct DetectorSet::Job {
         straggler(name, o.straggler, &staged),
         stageImbalance(name, o.stageImbalance, &staged),
         workloadImbalance(name, o.workloadImbalance, &staged),
+        expertImbalance(name, o.expertImbalance, &staged),
         slowComm(name, o.slowComm, &staged),
         p2pLink(name, o.p2pLink, &staged),
         opRegression(name, o.opRegression, &staged),
@@ -112,14 +129,16 @@ struct DetectorSet::Job {
   StragglerDetector straggler;
   StageImbalanceDetector stageImbalance;
   WorkloadImbalanceDetector workloadImbalance;
+  ExpertImbalanceDetector expertImbalance;
   SlowCommDetector slowComm;
   P2pLinkDetector p2pLink;
   OpRegressionDetector opRegression;
   HangDetector hang;
   std::vector<Held> held;
-  std::deque<Anomaly> explainers;           // recent stragglers, op regressions and slow comms
-  std::set<std::string> folded;             // ids whose resolution is dropped too
-  std::shared_ptr<const JobLayout> layout;  // the one the detectors use
+  std::deque<Anomaly> explainers;               // recent stragglers, op regressions and slow comms
+  std::set<std::string> folded;                 // ids whose resolution is dropped too
+  std::shared_ptr<const JobLayout> layout;      // the one the detectors use
+  std::shared_ptr<const ExpertGroups> experts;  // the one expertImbalance uses
   uint32_t worldSize = 0;
   uint64_t lastUse = 0;
   uint64_t stepsJudged = 0;
@@ -148,7 +167,7 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
   const bool imbalance = j.workloadImbalance.isOpen();
   for (Anomaly& a : events) {
     if (a.state == AnomalyState::kOpen) {
-      if (heldKind(a, imbalance)) {
+      if (heldKind(a, imbalance, j.expertImbalance.active())) {
         j.held.push_back(Job::Held{std::move(a), 0, 0, {}});
       } else {
         publish(std::move(a));
@@ -223,6 +242,7 @@ void DetectorSet::judge(Job& j, std::vector<AssembledStep>& steps, bool final) {
     j.straggler.onStep(s);
     j.stageImbalance.onStep(s);
     j.workloadImbalance.onStep(s);
+    j.expertImbalance.onStep(s);
     j.stepShift.onStep(s);
     ++j.stepsJudged;
     route(j, &s, false);
@@ -244,12 +264,16 @@ DetectorSet::Job& DetectorSet::job(const std::string& name) {
       forgetJob(oldest->first);
     }
     it = jobs_.emplace(name, std::make_unique<Job>(name, options_)).first;
-    if (auto l = layouts_.find(name); l != layouts_.end() && l->second) {
+    if (auto l = layouts_.find(name); l != layouts_.end()) {
       Job& j = *it->second;
-      j.layout = l->second;
-      j.straggler.setLayout(j.layout);
-      j.stageImbalance.setLayout(j.layout);
-      j.workloadImbalance.setLayout(j.layout);
+      j.layout = l->second.layout;
+      j.experts = l->second.experts;
+      if (j.layout) {
+        j.straggler.setLayout(j.layout);
+        j.stageImbalance.setLayout(j.layout);
+        j.workloadImbalance.setLayout(j.layout);
+      }
+      if (j.experts) j.expertImbalance.setGroups(j.experts, j.layout);
     }
   }
   it->second->lastUse = ++useCounter_;
@@ -398,11 +422,17 @@ bool sameLayout(const JobLayout* a, const JobLayout* b) {
   return true;
 }
 
+bool sameExperts(const ExpertGroups* a, const ExpertGroups* b) {
+  if (a == nullptr || b == nullptr) return a == b;
+  return a->groups == b->groups && a->names == b->names;
+}
+
 }  // namespace
 
 void DetectorSet::setTopology(const std::string& name, const topology::Topology& topology) {
   std::shared_ptr<const JobLayout> layout = layoutOf(topology);
-  auto [it, fresh] = layouts_.try_emplace(name, layout);
+  std::shared_ptr<const ExpertGroups> experts = expertGroupsOf(topology);
+  auto [it, fresh] = layouts_.try_emplace(name, Declared{layout, experts});
   if (fresh) {
     layoutOrder_.push_back(name);
     while (layoutOrder_.size() > std::max<size_t>(options_.maxJobs, 1)) {
@@ -410,15 +440,22 @@ void DetectorSet::setTopology(const std::string& name, const topology::Topology&
       layoutOrder_.pop_front();
     }
   } else {
-    it->second = layout;
+    it->second = Declared{layout, experts};
   }
   auto j = jobs_.find(name);
-  if (j == jobs_.end() || sameLayout(j->second->layout.get(), layout.get())) return;
+  if (j == jobs_.end()) return;
   Job& job = *j->second;
-  job.layout = layout;
-  job.straggler.setLayout(layout);
-  job.stageImbalance.setLayout(layout);
-  job.workloadImbalance.setLayout(layout);
+  const bool layoutSame = sameLayout(job.layout.get(), layout.get());
+  if (!layoutSame) {
+    job.layout = layout;
+    job.straggler.setLayout(layout);
+    job.stageImbalance.setLayout(layout);
+    job.workloadImbalance.setLayout(layout);
+  }
+  if (!layoutSame || !sameExperts(job.experts.get(), experts.get())) {
+    job.experts = experts;
+    job.expertImbalance.setGroups(experts, layout);
+  }
 }
 
 void DetectorSet::forgetJob(const std::string& name) {
