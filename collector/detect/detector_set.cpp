@@ -10,6 +10,7 @@
 #include "collector/detect/hang.h"
 #include "collector/detect/op_regression.h"
 #include "collector/detect/p2p_link.h"
+#include "collector/detect/robust.h"
 #include "collector/detect/slow_comm.h"
 #include "collector/detect/stage_imbalance.h"
 #include "collector/detect/step_assembler.h"
@@ -98,6 +99,45 @@ bool explains(const Anomaly& by, const Anomaly& held, const FoldOptions& o) {
   return explainerKind(by.kind);
 }
 
+// Judged steps kept for fillGain's step time (the median since the anomaly's onset).
+constexpr size_t kStepHistory = 16;
+
+// Every anomaly carries evidence.estimated_gain. Detectors that know the step's dependency
+// structure (straggler and stage_imbalance with a layout, workload_imbalance, expert_imbalance)
+// fill it with their what-if replay; for the others a simpler model, named in
+// labels.gain_model: "added_time" — the time the anomaly adds per step (added_ms_per_step),
+// all of it on the step's critical path (true of a synchronous job for a straggler, a slower
+// collective and an operator on every rank; an upper bound where part of it overlaps other
+// work or other ranks are nearly as slow), over the job's step time since the onset; "hang" —
+// the job
+// makes no progress, all of the step; "checkpoint" — a periodic spike's extra time over its
+// period.
+void fillGain(Anomaly& a, double stepMs) {
+  if (a.state != AnomalyState::kOpen || a.evidence.count("estimated_gain")) return;
+  auto ev = [&](const char* k) {
+    auto it = a.evidence.find(k);
+    return it == a.evidence.end() ? std::nan("") : it->second;
+  };
+  double gain = std::nan("");
+  std::string model;
+  if (a.kind == AnomalyKind::kHang) {
+    gain = 1.0;
+    model = "hang";
+  } else if (a.kind == AnomalyKind::kSpike) {
+    const double extra = ev("spike_ms") - ev("baseline_ms");
+    const double period = ev("period_steps") * ev("baseline_ms");
+    if (extra > 0 && period > 0) gain = extra / (period + extra);
+    model = "checkpoint";
+  } else if (stepMs > 0) {
+    const double added = ev("added_ms_per_step");
+    if (!std::isnan(added)) gain = added / stepMs;
+    model = "added_time";
+  }
+  if (std::isnan(gain)) return;
+  a.evidence["estimated_gain"] = std::clamp(gain, 0.0, 1.0);
+  a.labels["gain_model"] = model;
+}
+
 constexpr size_t kExplainerHistory = 256;
 constexpr int kMaxImbalanceWait = 8;  // judged steps a held anomaly waits on workload_imbalance
 
@@ -139,6 +179,8 @@ struct DetectorSet::Job {
   std::set<std::string> folded;                 // ids whose resolution is dropped too
   std::shared_ptr<const JobLayout> layout;      // the one the detectors use
   std::shared_ptr<const ExpertGroups> experts;  // the one expertImbalance uses
+  // (step, median duration in ms) of the latest judged steps, for fillGain.
+  Ring<std::pair<int64_t, double>> stepMs{kStepHistory};
   uint32_t worldSize = 0;
   uint64_t lastUse = 0;
   uint64_t stepsJudged = 0;
@@ -155,6 +197,15 @@ void DetectorSet::publish(Anomaly a) {
 
 void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
   std::vector<Anomaly> events = j.staged.take();
+  for (Anomaly& a : events) {
+    // The step time since the onset (the one the fix would shorten), else the latest known.
+    std::vector<double> since, all;
+    for (const auto& [step, ms] : j.stepMs.values()) {
+      all.push_back(ms);
+      if (step >= a.onsetStep) since.push_back(ms);
+    }
+    fillGain(a, !since.empty() ? medianInPlace(since) : all.empty() ? 0.0 : medianInPlace(all));
+  }
   auto remember = [&](const Anomaly& a) {
     j.explainers.push_back(a);
     if (j.explainers.size() > kExplainerHistory) j.explainers.pop_front();
@@ -235,7 +286,11 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
 }
 
 void DetectorSet::judge(Job& j, std::vector<AssembledStep>& steps, bool final) {
+  std::vector<double> durations;
   for (const AssembledStep& s : steps) {
+    durations.clear();
+    for (const RankStep& r : s.ranks) durations.push_back(r.report.duration_ns() / 1e6);
+    if (!durations.empty()) j.stepMs.push({s.step, medianInPlace(durations)});
     j.opRegression.onStep(s);
     j.slowComm.onStep(s);
     j.p2pLink.onStep(s);

@@ -174,14 +174,11 @@ topology::Topology topologyOf(const sim::ParallelLayout& L) {
 // The truth gain of each --parallel worker or stage fault (see TruthFault::gain): the same
 // job (same seed, so the same noise draws) run without that fault.
 void measureGains(const sim::SimOptions& o, std::vector<TruthFault>* truth) {
-  if (!o.parallel) return;
   for (size_t i = 0; i < o.injects.size(); ++i) {
+    using K = sim::Inject::Kind;
     const auto kind = o.injects[i].kind;
-    if (kind != sim::Inject::Kind::kWorker && kind != sim::Inject::Kind::kStage &&
-        kind != sim::Inject::Kind::kGpu && kind != sim::Inject::Kind::kSeqlen &&
-        kind != sim::Inject::Kind::kP2p && kind != sim::Inject::Kind::kExperts) {
-      continue;
-    }
+    // Hangs have no step to compare; spikes are notices.
+    if (kind == K::kHang || kind == K::kSpike) continue;
     sim::SimOptions without = o;
     without.injects.erase(without.injects.begin() + static_cast<std::ptrdiff_t>(i));
     sim::StepModel faulty(o);
