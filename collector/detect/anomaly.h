@@ -21,6 +21,8 @@ enum class AnomalyKind {
                        // names that stage's ranks (labels.stage)
   kWorkloadImbalance,  // the job is chronically slower than its balanced time while the
                        // slowest data-parallel replica changes from step to step; job-wide
+  kExpertImbalance,    // a MoE job's router sends more tokens to the experts at one
+                       // expert-parallel index; names those ranks (labels.ep_index)
 };
 
 // Stable lower-case names used in ids, the API and the CLI: "step_shift", "straggler", ...

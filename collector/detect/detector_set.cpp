@@ -6,9 +6,11 @@
 #include <deque>
 #include <set>
 
+#include "collector/detect/expert_imbalance.h"
 #include "collector/detect/hang.h"
 #include "collector/detect/op_regression.h"
 #include "collector/detect/p2p_link.h"
+#include "collector/detect/robust.h"
 #include "collector/detect/slow_comm.h"
 #include "collector/detect/stage_imbalance.h"
 #include "collector/detect/step_assembler.h"
@@ -31,10 +33,11 @@ double addedMs(const Anomaly& a) {
 }
 
 // `imbalance`: a workload_imbalance of the job is open, which may explain an op regression or
-// a step time that went down for a while (the draws were light).
-bool heldKind(const Anomaly& a, bool imbalance) {
+// a step time that went down for a while (the draws were light). `moe`: the job declared
+// expert-parallel groups, whose hot experts' operators run longer (expert_imbalance explains).
+bool heldKind(const Anomaly& a, bool imbalance, bool moe) {
   if (a.kind == AnomalyKind::kStraggler) return true;
-  if (a.kind == AnomalyKind::kOpRegression) return imbalance;
+  if (a.kind == AnomalyKind::kOpRegression) return imbalance || moe;
   if (a.kind != AnomalyKind::kStepShift) return false;
   auto it = a.labels.find("direction");
   return imbalance || (it != a.labels.end() && it->second == "slower");
@@ -43,7 +46,11 @@ bool heldKind(const Anomaly& a, bool imbalance) {
 bool explainerKind(AnomalyKind k) {
   return k == AnomalyKind::kStraggler || k == AnomalyKind::kOpRegression ||
          k == AnomalyKind::kSlowComm || k == AnomalyKind::kStageImbalance ||
-         k == AnomalyKind::kWorkloadImbalance;
+         k == AnomalyKind::kWorkloadImbalance || k == AnomalyKind::kExpertImbalance;
+}
+
+bool subset(const std::vector<uint32_t>& small, const std::vector<uint32_t>& big) {
+  return !small.empty() && std::includes(big.begin(), big.end(), small.begin(), small.end());
 }
 
 // Whether `by` explains `held` (see FoldOptions): same event (onsets close), the right kind
@@ -56,9 +63,19 @@ bool explains(const Anomaly& by, const Anomaly& held, const FoldOptions& o) {
   const bool sameEvent = std::llabs(by.onsetStep - held.onsetStep) <= o.onsetSteps;
   const bool stillSlowing =
       by.state == AnomalyState::kOpen && by.onsetStep <= held.onsetStep &&
-      (held.kind == AnomalyKind::kStepShift || by.kind == AnomalyKind::kWorkloadImbalance);
+      (held.kind == AnomalyKind::kStepShift || by.kind == AnomalyKind::kWorkloadImbalance ||
+       by.kind == AnomalyKind::kExpertImbalance);
   if (!sameEvent && !stillSlowing) return false;
   const double need = addedMs(held);
+  // The ranks holding hot experts compute longer (a straggler against their stage, their
+  // experts' operators slower than before): the skew itself. And the skew moves compute
+  // between the expert-parallel ranks, which op_regression's per-rank normalization (op time
+  // over the rank's compute) reads as operators of the cold ranks growing: the same event.
+  if (by.kind == AnomalyKind::kExpertImbalance) {
+    if (held.kind == AnomalyKind::kStraggler && subset(held.ranks, by.ranks)) return true;
+    if (held.kind == AnomalyKind::kOpRegression && (sameEvent || subset(held.ranks, by.ranks)))
+      return true;
+  }
   if (by.kind == AnomalyKind::kWorkloadImbalance) {
     // While the work moves between replicas, a rank or worker that drew heavy work a few steps
     // in a row looks slow (a straggler, its operators slower) against a noise estimate that
@@ -82,6 +99,45 @@ bool explains(const Anomaly& by, const Anomaly& held, const FoldOptions& o) {
   return explainerKind(by.kind);
 }
 
+// Judged steps kept for fillGain's step time (the median since the anomaly's onset).
+constexpr size_t kStepHistory = 16;
+
+// Every anomaly carries evidence.estimated_gain. Detectors that know the step's dependency
+// structure (straggler and stage_imbalance with a layout, workload_imbalance, expert_imbalance)
+// fill it with their what-if replay; for the others a simpler model, named in
+// labels.gain_model: "added_time" — the time the anomaly adds per step (added_ms_per_step),
+// all of it on the step's critical path (true of a synchronous job for a straggler, a slower
+// collective and an operator on every rank; an upper bound where part of it overlaps other
+// work or other ranks are nearly as slow), over the job's step time since the onset; "hang" —
+// the job
+// makes no progress, all of the step; "checkpoint" — a periodic spike's extra time over its
+// period.
+void fillGain(Anomaly& a, double stepMs) {
+  if (a.state != AnomalyState::kOpen || a.evidence.count("estimated_gain")) return;
+  auto ev = [&](const char* k) {
+    auto it = a.evidence.find(k);
+    return it == a.evidence.end() ? std::nan("") : it->second;
+  };
+  double gain = std::nan("");
+  std::string model;
+  if (a.kind == AnomalyKind::kHang) {
+    gain = 1.0;
+    model = "hang";
+  } else if (a.kind == AnomalyKind::kSpike) {
+    const double extra = ev("spike_ms") - ev("baseline_ms");
+    const double period = ev("period_steps") * ev("baseline_ms");
+    if (extra > 0 && period > 0) gain = extra / (period + extra);
+    model = "checkpoint";
+  } else if (stepMs > 0) {
+    const double added = ev("added_ms_per_step");
+    if (!std::isnan(added)) gain = added / stepMs;
+    model = "added_time";
+  }
+  if (std::isnan(gain)) return;
+  a.evidence["estimated_gain"] = std::clamp(gain, 0.0, 1.0);
+  a.labels["gain_model"] = model;
+}
+
 constexpr size_t kExplainerHistory = 256;
 constexpr int kMaxImbalanceWait = 8;  // judged steps a held anomaly waits on workload_imbalance
 
@@ -94,6 +150,7 @@ struct DetectorSet::Job {
         straggler(name, o.straggler, &staged),
         stageImbalance(name, o.stageImbalance, &staged),
         workloadImbalance(name, o.workloadImbalance, &staged),
+        expertImbalance(name, o.expertImbalance, &staged),
         slowComm(name, o.slowComm, &staged),
         p2pLink(name, o.p2pLink, &staged),
         opRegression(name, o.opRegression, &staged),
@@ -112,14 +169,18 @@ struct DetectorSet::Job {
   StragglerDetector straggler;
   StageImbalanceDetector stageImbalance;
   WorkloadImbalanceDetector workloadImbalance;
+  ExpertImbalanceDetector expertImbalance;
   SlowCommDetector slowComm;
   P2pLinkDetector p2pLink;
   OpRegressionDetector opRegression;
   HangDetector hang;
   std::vector<Held> held;
-  std::deque<Anomaly> explainers;           // recent stragglers, op regressions and slow comms
-  std::set<std::string> folded;             // ids whose resolution is dropped too
-  std::shared_ptr<const JobLayout> layout;  // the one the detectors use
+  std::deque<Anomaly> explainers;               // recent stragglers, op regressions and slow comms
+  std::set<std::string> folded;                 // ids whose resolution is dropped too
+  std::shared_ptr<const JobLayout> layout;      // the one the detectors use
+  std::shared_ptr<const ExpertGroups> experts;  // the one expertImbalance uses
+  // (step, median duration in ms) of the latest judged steps, for fillGain.
+  Ring<std::pair<int64_t, double>> stepMs{kStepHistory};
   uint32_t worldSize = 0;
   uint64_t lastUse = 0;
   uint64_t stepsJudged = 0;
@@ -136,6 +197,15 @@ void DetectorSet::publish(Anomaly a) {
 
 void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
   std::vector<Anomaly> events = j.staged.take();
+  for (Anomaly& a : events) {
+    // The step time since the onset (the one the fix would shorten), else the latest known.
+    std::vector<double> since, all;
+    for (const auto& [step, ms] : j.stepMs.values()) {
+      all.push_back(ms);
+      if (step >= a.onsetStep) since.push_back(ms);
+    }
+    fillGain(a, !since.empty() ? medianInPlace(since) : all.empty() ? 0.0 : medianInPlace(all));
+  }
   auto remember = [&](const Anomaly& a) {
     j.explainers.push_back(a);
     if (j.explainers.size() > kExplainerHistory) j.explainers.pop_front();
@@ -148,7 +218,7 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
   const bool imbalance = j.workloadImbalance.isOpen();
   for (Anomaly& a : events) {
     if (a.state == AnomalyState::kOpen) {
-      if (heldKind(a, imbalance)) {
+      if (heldKind(a, imbalance, j.expertImbalance.active())) {
         j.held.push_back(Job::Held{std::move(a), 0, 0, {}});
       } else {
         publish(std::move(a));
@@ -216,13 +286,18 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
 }
 
 void DetectorSet::judge(Job& j, std::vector<AssembledStep>& steps, bool final) {
+  std::vector<double> durations;
   for (const AssembledStep& s : steps) {
+    durations.clear();
+    for (const RankStep& r : s.ranks) durations.push_back(r.report.duration_ns() / 1e6);
+    if (!durations.empty()) j.stepMs.push({s.step, medianInPlace(durations)});
     j.opRegression.onStep(s);
     j.slowComm.onStep(s);
     j.p2pLink.onStep(s);
     j.straggler.onStep(s);
     j.stageImbalance.onStep(s);
     j.workloadImbalance.onStep(s);
+    j.expertImbalance.onStep(s);
     j.stepShift.onStep(s);
     ++j.stepsJudged;
     route(j, &s, false);
@@ -244,12 +319,16 @@ DetectorSet::Job& DetectorSet::job(const std::string& name) {
       forgetJob(oldest->first);
     }
     it = jobs_.emplace(name, std::make_unique<Job>(name, options_)).first;
-    if (auto l = layouts_.find(name); l != layouts_.end() && l->second) {
+    if (auto l = layouts_.find(name); l != layouts_.end()) {
       Job& j = *it->second;
-      j.layout = l->second;
-      j.straggler.setLayout(j.layout);
-      j.stageImbalance.setLayout(j.layout);
-      j.workloadImbalance.setLayout(j.layout);
+      j.layout = l->second.layout;
+      j.experts = l->second.experts;
+      if (j.layout) {
+        j.straggler.setLayout(j.layout);
+        j.stageImbalance.setLayout(j.layout);
+        j.workloadImbalance.setLayout(j.layout);
+      }
+      if (j.experts) j.expertImbalance.setGroups(j.experts, j.layout);
     }
   }
   it->second->lastUse = ++useCounter_;
@@ -398,11 +477,17 @@ bool sameLayout(const JobLayout* a, const JobLayout* b) {
   return true;
 }
 
+bool sameExperts(const ExpertGroups* a, const ExpertGroups* b) {
+  if (a == nullptr || b == nullptr) return a == b;
+  return a->groups == b->groups && a->names == b->names;
+}
+
 }  // namespace
 
 void DetectorSet::setTopology(const std::string& name, const topology::Topology& topology) {
   std::shared_ptr<const JobLayout> layout = layoutOf(topology);
-  auto [it, fresh] = layouts_.try_emplace(name, layout);
+  std::shared_ptr<const ExpertGroups> experts = expertGroupsOf(topology);
+  auto [it, fresh] = layouts_.try_emplace(name, Declared{layout, experts});
   if (fresh) {
     layoutOrder_.push_back(name);
     while (layoutOrder_.size() > std::max<size_t>(options_.maxJobs, 1)) {
@@ -410,15 +495,22 @@ void DetectorSet::setTopology(const std::string& name, const topology::Topology&
       layoutOrder_.pop_front();
     }
   } else {
-    it->second = layout;
+    it->second = Declared{layout, experts};
   }
   auto j = jobs_.find(name);
-  if (j == jobs_.end() || sameLayout(j->second->layout.get(), layout.get())) return;
+  if (j == jobs_.end()) return;
   Job& job = *j->second;
-  job.layout = layout;
-  job.straggler.setLayout(layout);
-  job.stageImbalance.setLayout(layout);
-  job.workloadImbalance.setLayout(layout);
+  const bool layoutSame = sameLayout(job.layout.get(), layout.get());
+  if (!layoutSame) {
+    job.layout = layout;
+    job.straggler.setLayout(layout);
+    job.stageImbalance.setLayout(layout);
+    job.workloadImbalance.setLayout(layout);
+  }
+  if (!layoutSame || !sameExperts(job.experts.get(), experts.get())) {
+    job.experts = experts;
+    job.expertImbalance.setGroups(experts, layout);
+  }
 }
 
 void DetectorSet::forgetJob(const std::string& name) {

@@ -5,7 +5,8 @@
 //
 // Per job it keeps a StepAssembler (reports from different ranks arrive in any order and
 // late; a step is judged once every rank reported it or graceSteps later) feeding the
-// step_shift, straggler, stage_imbalance, workload_imbalance, slow_comm (with its pipeline
+// step_shift, straggler, stage_imbalance, workload_imbalance, expert_imbalance, slow_comm
+// (with its pipeline
 // links, p2p_link.h) and op_regression detectors, and a HangDetector fed with
 // every report directly and with each rank's progress (rankProgress), which names the stuck
 // rank of a hang. Memory is bounded per job by the option limits and across jobs by
@@ -27,7 +28,8 @@
 // straggler or step_shift is held for holdSteps judged steps, and dropped (counted in
 // DetectStats::folded, with its resolution) when an anomaly that explains it opened within
 // onsetSteps of its onset: for a straggler an op regression on the same rank, for a rising
-// step_shift a straggler, op regression, slow_comm, stage_imbalance or workload_imbalance
+// step_shift a straggler, op regression, slow_comm, stage_imbalance, workload_imbalance or
+// expert_imbalance
 // (also one that opened earlier and is
 // still open: a small rise from a straggler can take the step_shift CUSUM many steps to
 // find); "explains" means its evidence added_ms_per_step is at least minExplained of the held
@@ -49,6 +51,7 @@
 
 #include "collector/detect/anomaly.h"
 #include "collector/detect/events.h"
+#include "collector/detect/expert_imbalance.h"
 #include "collector/detect/hang.h"
 #include "collector/detect/layout.h"
 #include "collector/detect/options.h"
@@ -109,7 +112,8 @@ class DetectorSet {
   // The job's parallel layout, derived by the caller from the groups its ranks declared
   // (collector/topology). With tensor- or pipeline-parallel groups the straggler detector
   // compares workers only with those of the same stage and stage_imbalance judges the stages
-  // (see straggler.h, stage_imbalance.h); without, the job is judged flat, as before. May come
+  // (see straggler.h, stage_imbalance.h); without, the job is judged flat, as before.
+  // Expert-parallel groups feed expert_imbalance (with or without a layout). May come
   // before the job's first report and again when the declarations change (a restart); a
   // layout equal to the one in use changes nothing. Kept for up to maxJobs jobs.
   void setTopology(const std::string& job, const topology::Topology& topology);
@@ -154,9 +158,13 @@ class DetectorSet {
   std::map<std::string, Ended> ended_;  // jobs whose ranks all ended
   std::deque<std::string> endedOrder_;  // oldest first
   HangDetector::NodeClock nodes_;       // node -> latest delivery (see "Delivery")
-  // Layouts given by setTopology, by job (nullptr: judged flat); at most maxJobs, the
-  // oldest given forgotten first.
-  std::map<std::string, std::shared_ptr<const JobLayout>> layouts_;
+  // Layouts and expert-parallel groups given by setTopology, by job (nullptr: judged flat,
+  // no MoE); at most maxJobs, the oldest given forgotten first.
+  struct Declared {
+    std::shared_ptr<const JobLayout> layout;
+    std::shared_ptr<const ExpertGroups> experts;
+  };
+  std::map<std::string, Declared> layouts_;
   std::deque<std::string> layoutOrder_;
 };
 

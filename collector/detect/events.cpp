@@ -9,7 +9,8 @@ namespace {
 constexpr AnomalyKind kAllKinds[] = {AnomalyKind::kStepShift,      AnomalyKind::kStraggler,
                                      AnomalyKind::kSlowComm,       AnomalyKind::kOpRegression,
                                      AnomalyKind::kHang,           AnomalyKind::kSpike,
-                                     AnomalyKind::kStageImbalance, AnomalyKind::kWorkloadImbalance};
+                                     AnomalyKind::kStageImbalance, AnomalyKind::kWorkloadImbalance,
+                                     AnomalyKind::kExpertImbalance};
 }  // namespace
 
 const char* anomalyKindName(AnomalyKind kind) {
@@ -30,6 +31,8 @@ const char* anomalyKindName(AnomalyKind kind) {
       return "stage_imbalance";
     case AnomalyKind::kWorkloadImbalance:
       return "workload_imbalance";
+    case AnomalyKind::kExpertImbalance:
+      return "expert_imbalance";
   }
   return "unknown";
 }

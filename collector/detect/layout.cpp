@@ -14,14 +14,17 @@ std::shared_ptr<const JobLayout> layoutOf(const topology::Topology& t) {
   if (tp <= 1 && pp <= 1) return nullptr;
   auto layout = std::make_shared<JobLayout>();
   layout->stages = std::max<uint32_t>(pp, 1);
-  // Workers by their coordinates along every axis but tp.
+  // Workers by their coordinates along pp and dp: tensor- and context-parallel ranks wait for
+  // each other in every layer (all_reduce, key/value all_gather), so they go together; the ep
+  // index is a function of the dp one.
   std::map<std::vector<int64_t>, size_t> byKey;
   uint32_t maxRank = 0;
   for (const auto& [rank, c] : t.coords) {
     std::vector<int64_t> key;
     std::string coords;
     for (size_t a = 0; a < topology::kAxes.size(); ++a) {
-      if (topology::kAxes[a] == wire::GROUP_TP) continue;
+      const wire::GroupKind k = topology::kAxes[a];
+      if (k == wire::GROUP_TP || k == wire::GROUP_CP || k == wire::GROUP_EP) continue;
       key.push_back(c.at[a] ? static_cast<int64_t>(*c.at[a]) : -1);
       if (!c.at[a]) continue;
       coords += coords.empty() ? '{' : ',';

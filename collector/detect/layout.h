@@ -20,7 +20,7 @@
 namespace trainscope::detect {
 
 struct Worker {
-  std::vector<uint32_t> ranks;  // sorted: the tensor-parallel group (one rank without tp)
+  std::vector<uint32_t> ranks;  // sorted: the tensor- (x context-) parallel group
   uint32_t stage = 0;           // pipeline stage (pp index); 0 without pipeline parallelism
   uint32_t replica = 0;         // data-parallel replica (dp index); 0 without data parallelism
   std::string coords;           // JSON text of its coordinates other than tp: {"pp":0,"dp":1}
@@ -38,8 +38,9 @@ struct JobLayout {
 
 // The layout of a topology, or nullptr when it tells the detectors nothing a flat job does not
 // (nothing declared, or neither tensor- nor pipeline-parallel groups larger than one rank):
-// such jobs keep the flat, job-wide comparisons. Workers are the ranks with the same
-// coordinates along every axis but tp.
+// such jobs keep the flat, job-wide comparisons. Workers are the ranks with the same pp and dp
+// coordinates (a tensor- and context-parallel group: they wait for each other in every layer;
+// coords names pp and dp only).
 std::shared_ptr<const JobLayout> layoutOf(const topology::Topology& topology);
 
 // One step seen through the layout: each worker's compute (the largest compute_ns of its ranks

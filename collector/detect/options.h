@@ -76,6 +76,16 @@ struct StageImbalanceOptions {
   int noiseWindow = 64;  // steps over which the ratios' step-to-step noise is learned
 };
 
+// On an expert-parallel index's all_to_all bytes received / the median of its group's other
+// ranks' (baseline 1.0); see expert_imbalance.h. No warm-up: the peers are the baseline.
+struct ExpertImbalanceOptions {
+  // minExcess: routers balance tokens only approximately (an auxiliary loss, capacity
+  // factors), so a few percent more tokens at one index are the job's normal; lower finds
+  // smaller skews, and calls a router's usual spread a skew.
+  PersistenceOptions persistence{.warmupSamples = 0, .minExcess = 0.05};
+  int noiseWindow = 64;  // steps over which the ratios' step-to-step noise is learned
+};
+
 // On the per-step spread of the data-parallel replicas' work (see workload_imbalance.h): the
 // sigma over replicas of their work ratios' step-to-step changes, as a fraction of the work.
 struct WorkloadImbalanceOptions {
@@ -189,6 +199,7 @@ struct DetectOptions {
   StragglerOptions straggler{};
   StageImbalanceOptions stageImbalance{};
   WorkloadImbalanceOptions workloadImbalance{};
+  ExpertImbalanceOptions expertImbalance{};
   SlowCommOptions slowComm{};
   P2pLinkOptions p2pLink{};
   OpRegressionOptions opRegression{};

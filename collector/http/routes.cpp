@@ -48,7 +48,7 @@ const Router& Api::router() {
           {"GET", "/api/v1/jobs/{job}/anomalies", Q{},
            [](const Api& a, const RouteRequest& r) { return a.jobAnomalies(r.param("job")); },
            "a job's anomalies (kinds `step_shift`, `straggler`, `slow_comm`, `op_regression`, "
-           "`hang`, `spike`, `stage_imbalance`, `workload_imbalance`)"},
+           "`hang`, `spike`, `stage_imbalance`, `workload_imbalance`, `expert_imbalance`)"},
           {"GET", "/api/v1/anomalies", Q{"since"},
            [](const Api& a, const RouteRequest& r) { return a.anomaliesSince(r.query()); },
            "anomalies of every job updated since `since` (ns since the epoch)"},

@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
                  "op:name=NAME,from=S,factor=F[,rank=R] | hang:rank=R,at=S | "
                  "spike:every=N,factor=F | stage:pp=S,factor=F[,from=N] | "
                  "worker:dp=I,pp=S,factor=F[,from=N] | gpu:rank=R,factor=F[,from=N] | "
-                 "p2p:from=R,to=Q,factor=F[,from=N] | seqlen:cv=X[,from=N]. comm slows rank R's "
+                 "p2p:from=R,to=Q,factor=F[,from=N] | seqlen:cv=X[,from=N] | "
+                 "experts:skew=X[,ep=K][,from=N]. comm slows rank R's "
                  "link to its ring neighbour R+1 (without rank: every link) by F, and with it "
                  "every rank's all_reduce; with --parallel, stage makes every rank of pipeline "
                  "stage S compute F times longer (stage imbalance), worker the tensor-parallel "
@@ -62,16 +63,22 @@ int main(int argc, char** argv) {
                  "previous stage; the first from= is R, a second one the first step); seqlen "
                  "gives each data-parallel replica (each rank without --parallel) a random "
                  "amount of work per step (log-normal, mean 1, coefficient of variation X), so "
-                 "the slowest replica moves from step to step. These five are present from "
-                 "step 0 unless from= says");
+                 "the slowest replica moves from step to step; experts (--parallel ep=E) gives the "
+                 "experts of expert-parallel index K (default 0) X times the tokens of the "
+                 "others, so those ranks' all_to_all and expert compute take longer and their "
+                 "peers wait in the all_to_all. These six are present from step 0 unless from= "
+                 "says");
   std::string parallel;
   auto* parallelOpt = app.add_option(
       "--parallel", parallel,
-      "tp=T,pp=P,dp=D: a tensor x pipeline x data parallel job (T * P * D ranks, Megatron's "
-      "rank order: rank = pp * D * T + dp * T + tp) whose ranks declare their groups; stages "
-      "pass microbatches by p2p send/recv, tensor-parallel ranks all_reduce after every "
-      "forward and backward, replicas all_reduce gradients per stage. Sets --ranks to T * P * D "
-      "unless given");
+      "tp=T,pp=P,dp=D[,cp=C,ep=E]: a tensor x context x pipeline x data (x expert) parallel "
+      "job (T * C * P * D ranks, Megatron's rank order: rank = ((pp * D + dp) * C + cp) * T + "
+      "tp) whose ranks declare their groups; stages pass microbatches by p2p send/recv, "
+      "tensor-parallel ranks all_reduce after every forward and backward, context-parallel "
+      "ranks all_gather keys and values, replicas all_reduce gradients per stage. ep=E (E "
+      "divides D): every forward and backward has a MoE layer whose tokens go to the experts' "
+      "ranks and back in two all_to_alls within each group of E consecutive replicas. Sets "
+      "--ranks to T * C * P * D unless given");
   app.add_option("--schedule", o.schedule, "pipeline schedule with --parallel (1f1b)")
       ->capture_default_str();
   app.add_option("--microbatches", o.microbatches,

@@ -41,6 +41,10 @@ std::vector<PipeOp> oneFOneB(uint32_t stage, uint32_t stages, uint32_t micro) {
 StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
   const ParallelLayout& L = *options_.parallel;
   const uint32_t P = L.pp;
+  const uint32_t T = L.tp;
+  const uint32_t C = L.cp;
+  const uint32_t E = L.ep;
+  const bool moe = E > 1;
   const uint32_t M = options_.microbatches > 0 ? options_.microbatches : 2 * P;
   const double stepNs = options_.stepMs * 1e6;
   const double sigma = options_.noise;
@@ -50,13 +54,18 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
   const double slots = static_cast<double>(M + P - 1);
   const double fwdNs = stepNs * kForwardShare / slots;
   const double bwdNs = stepNs * kBackwardShare / slots;
-  const int64_t tpXfer = L.tp > 1 ? toNs(0.04 * fwdNs) : 0;  // per layer-group all_reduce
+  const int64_t tpXfer = T > 1 ? toNs(0.04 * fwdNs) : 0;  // per layer-group all_reduce
+  const int64_t cpXfer = C > 1 ? toNs(0.04 * fwdNs) : 0;  // per layer-group KV all_gather
   const int64_t ppXfer = toNs(options_.latencyUs * 1e3 + 0.01 * fwdNs);
   const uint64_t actBytes = options_.bucketBytes / 4;  // one microbatch's activations
-  const uint32_t fwdOp = static_cast<uint32_t>(
-      std::find(opNames_.begin(), opNames_.end(), "aten::linear") - opNames_.begin());
-  const uint32_t bwdOp = static_cast<uint32_t>(
-      std::find(opNames_.begin(), opNames_.end(), "aten::linear_backward") - opNames_.begin());
+  auto opIndex = [&](const char* name) {
+    return static_cast<uint32_t>(std::find(opNames_.begin(), opNames_.end(), name) -
+                                 opNames_.begin());
+  };
+  const uint32_t fwdOp = opIndex("aten::linear");
+  const uint32_t bwdOp = opIndex("aten::linear_backward");
+  const uint32_t fwdExpertOp = opIndex(kExpertOp);
+  const uint32_t bwdExpertOp = opIndex(kExpertBackwardOp);
 
   StepTimeline tl;
   tl.step = step;
@@ -70,96 +79,190 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
   drawWorkload(step);
   std::vector<double> cf(options_.ranks);
   for (uint32_t r = 0; r < options_.ranks; ++r) cf[r] = computeFactor(r, step) * workload_[r];
+  // MoE: each expert-parallel index's share of the tokens this step (mean 1).
+  const std::vector<double> load = moe ? drawExpertLoad(step) : std::vector<double>(1, 1.0);
+  const double maxLoad = *std::max_element(load.begin(), load.end());
 
   std::vector<int64_t> pipeEnd(options_.ranks, 0);  // end of each rank's last backward
-  for (uint32_t d = 0; d < L.dp; ++d) {
-    // Per stage: its ops in schedule order, the next one to run, when the stage is free.
+  // Replicas run their pipelines independently, except that an expert-parallel group's E
+  // replicas exchange tokens in every MoE layer: such a block of replicas runs in lockstep.
+  for (uint32_t blk = 0; blk < L.dp / E; ++blk) {
+    // Per stage: its ops in schedule order, the next one to run; per stage and replica of the
+    // block, when it is free.
     std::vector<std::vector<PipeOp>> order(P);
     std::vector<size_t> next(P, 0);
-    std::vector<int64_t> ready(P, 0);
-    // When stage s finished forward / backward of microbatch m (0: not yet).
-    std::vector<std::vector<int64_t>> fwdEnd(P, std::vector<int64_t>(M, 0));
-    std::vector<std::vector<int64_t>> bwdEnd(P, std::vector<int64_t>(M, 0));
-    for (uint32_t s = 0; s < P; ++s) {
-      order[s] = oneFOneB(s, P, M);
-      // Data loading first, the same on the stage's tensor-parallel ranks.
-      const int64_t t0 = beginNs + kLoopOverheadNs;
-      const int64_t dataEnd = t0 + toNs(stepNs * kDataShare * warm * lognormal(sigma));
-      for (uint32_t t = 0; t < L.tp; ++t) {
-        tl.ranks[L.rankAt(s, d, t)].ranges.push_back({Phase::kData, t0, dataEnd});
+    std::vector<std::vector<int64_t>> ready(P, std::vector<int64_t>(E, 0));
+    // When stage s finished forward / backward of microbatch m (0: not yet), per replica.
+    std::vector<std::vector<std::vector<int64_t>>> fwdEnd(
+        P, std::vector<std::vector<int64_t>>(M, std::vector<int64_t>(E, 0)));
+    auto bwdEnd = fwdEnd;
+    for (uint32_t e = 0; e < E; ++e) {
+      const uint32_t d = blk * E + e;
+      for (uint32_t s = 0; s < P; ++s) {
+        if (e == 0) order[s] = oneFOneB(s, P, M);
+        // Data loading first, the same on the stage's tensor- and context-parallel ranks.
+        const int64_t t0 = beginNs + kLoopOverheadNs;
+        const int64_t dataEnd = t0 + toNs(stepNs * kDataShare * warm * lognormal(sigma));
+        for (uint32_t c = 0; c < C; ++c) {
+          for (uint32_t t = 0; t < T; ++t) {
+            tl.ranks[L.rankAt(s, d, t, c)].ranges.push_back({Phase::kData, t0, dataEnd});
+          }
+        }
+        ready[s][e] = dataEnd;
       }
-      ready[s] = dataEnd;
     }
     // Run whichever stage's next op has its input, until every stage is done: the schedule's
     // dependencies (forward from the stage before, backward from the stage after) in order.
     size_t left = static_cast<size_t>(P) * M * 2;
+    std::vector<int64_t> pre(static_cast<size_t>(E) * C);  // by (e, c): after tp (and cp)
     while (left > 0) {
       bool progressed = false;
       for (uint32_t s = 0; s < P; ++s) {
         if (next[s] >= order[s].size()) continue;
         const PipeOp op = order[s][next[s]];
-        int64_t avail = ready[s];  // the input is here by then (first stage: already)
-        int64_t sentAt = 0;
         std::optional<uint32_t> from;
         if (!op.backward && s > 0) {
-          if (fwdEnd[s - 1][op.micro] == 0) continue;
-          sentAt = fwdEnd[s - 1][op.micro];
+          if (fwdEnd[s - 1][op.micro][0] == 0) continue;
           from = s - 1;
         } else if (op.backward && s + 1 < P) {
-          if (bwdEnd[s + 1][op.micro] == 0) continue;
-          sentAt = bwdEnd[s + 1][op.micro];
+          if (bwdEnd[s + 1][op.micro][0] == 0) continue;
           from = s + 1;
         }
         const double base = op.backward ? bwdNs : fwdNs;
-        const double noise = lognormal(sigma);
-        int64_t latest = avail;
-        for (uint32_t t = 0; t < L.tp; ++t) {
-          const uint32_t r = L.rankAt(s, d, t);
-          RankStep& rs = tl.ranks[r];
-          // Each tensor-parallel rank receives its own shard from its peer: a slow link
-          // (--inject p2p) delays that rank alone, and its group waits for it below.
-          int64_t start = avail;
-          if (from) {
-            const uint32_t peer = L.rankAt(*from, d, t);
-            const int64_t xfer = p2pTransferNs(ppXfer, peer, r, step);
-            start = std::max(ready[s], sentAt + xfer);
-            // The receive waits from when the stage was ready; the sender's send is eager.
-            rs.p2ps.push_back({false, peer, actBytes, ready[s], start});
-            tl.ranks[peer].p2ps.push_back({true, r, actBytes, sentAt, sentAt + xfer});
+        // The dense part (attention, and the MLP without MoE) on every rank, then the
+        // tensor-parallel all_reduce and the context-parallel all_gather.
+        for (uint32_t e = 0; e < E; ++e) {
+          const uint32_t d = blk * E + e;
+          const int64_t sentAt = from ? (op.backward ? bwdEnd : fwdEnd)[*from][op.micro][e] : 0;
+          int64_t cpLatest = 0;
+          for (uint32_t c = 0; c < C; ++c) {
+            const double noise = lognormal(sigma);
+            int64_t latest = ready[s][e];
+            for (uint32_t t = 0; t < T; ++t) {
+              const uint32_t r = L.rankAt(s, d, t, c);
+              RankStep& rs = tl.ranks[r];
+              // Each tensor-parallel rank receives its own shard from its peer: a slow link
+              // (--inject p2p) delays that rank alone, and its group waits for it below.
+              int64_t start = ready[s][e];
+              if (from) {
+                const uint32_t peer = L.rankAt(*from, d, t, c);
+                const int64_t xfer = p2pTransferNs(ppXfer, peer, r, step);
+                start = std::max(ready[s][e], sentAt + xfer);
+                // The receive waits from when the stage was ready; the sender's send is eager.
+                rs.p2ps.push_back({false, peer, actBytes, ready[s][e], start});
+                tl.ranks[peer].p2ps.push_back({true, r, actBytes, sentAt, sentAt + xfer});
+              }
+              const uint32_t opI = op.backward ? bwdOp : fwdOp;
+              const double dense = moe ? 1.0 - kExpertShare : 1.0;
+              const int64_t len =
+                  std::max<int64_t>(1, toNs(base * dense * cf[r] * opFactor(opI, r, step) * noise));
+              rs.ops.push_back({opI, start, len});
+              rs.ranges.push_back(
+                  {op.backward ? Phase::kBackward : Phase::kForward, start, start + len});
+              latest = std::max(latest, start + len);
+            }
+            // Tensor-parallel ranks meet in an all_reduce: the others wait for the slowest.
+            const int64_t tpEnd = latest + tpXfer;
+            for (uint32_t t = 0; t < T && T > 1; ++t) {
+              RankStep& rs = tl.ranks[L.rankAt(s, d, t, c)];
+              const OpExec& o = rs.ops.back();
+              CollExec x;
+              x.bucket = op.micro;
+              x.bytes = actBytes;
+              x.arriveNs = o.startNs + o.durationNs;
+              x.completeNs = tpEnd;
+              x.group = CollExec::Group::kTp;
+              rs.colls.push_back(x);
+            }
+            pre[e * C + c] = tpEnd;
+            cpLatest = std::max(cpLatest, tpEnd);
           }
-          const uint32_t opIndex = op.backward ? bwdOp : fwdOp;
-          const int64_t len =
-              std::max<int64_t>(1, toNs(base * cf[r] * opFactor(opIndex, r, step) * noise));
-          rs.ops.push_back({opIndex, start, len});
-          latest = std::max(latest, start + len);
-        }
-        // Tensor-parallel ranks meet in an all_reduce: the others wait for the slowest.
-        const int64_t end = latest + tpXfer;
-        for (uint32_t t = 0; t < L.tp; ++t) {
-          RankStep& rs = tl.ranks[L.rankAt(s, d, t)];
-          const OpExec& o = rs.ops.back();
-          if (L.tp > 1) {
-            CollExec c;
-            c.bucket = op.micro;
-            c.bytes = actBytes;
-            c.arriveNs = o.startNs + o.durationNs;
-            c.completeNs = end;
-            c.group = CollExec::Group::kTp;
-            rs.colls.push_back(c);
+          // Context-parallel ranks gather each other's keys and values.
+          for (uint32_t c = 0; c < C && C > 1; ++c) {
+            for (uint32_t t = 0; t < T; ++t) {
+              CollExec x;
+              x.bucket = op.micro;
+              x.bytes = actBytes / C;
+              x.arriveNs = pre[e * C + c];
+              x.completeNs = cpLatest + cpXfer;
+              x.group = CollExec::Group::kCp;
+              x.op = CollExec::Op::kAllGather;
+              tl.ranks[L.rankAt(s, d, t, c)].colls.push_back(x);
+            }
+            pre[e * C + c] = cpLatest + cpXfer;
           }
-          rs.ranges.push_back({op.backward ? Phase::kBackward : Phase::kForward, o.startNs,
-                               o.startNs + o.durationNs});
         }
-        (op.backward ? bwdEnd : fwdEnd)[s][op.micro] = end;
-        ready[s] = end;
+        int64_t end = 0;
+        if (!moe) {
+          for (int64_t x : pre) end = std::max(end, x);
+        } else {
+          // MoE layer: the expert-parallel group (same stage, cp and tp index, the block's E
+          // replicas) dispatches tokens to the experts' ranks in an all_to_all, each rank runs
+          // its experts on the tokens it received, and a second all_to_all combines the
+          // results. A rank holding hot experts receives more tokens: its transfer and its
+          // expert compute take longer, and its peers wait for it in the combine.
+          const int64_t a2aXfer = toNs(options_.latencyUs * 1e3 + kAllToAllShare * base * maxLoad);
+          std::vector<double> noiseE(static_cast<size_t>(E) * C);
+          for (double& x : noiseE) x = lognormal(sigma);
+          for (uint32_t c = 0; c < C; ++c) {
+            for (uint32_t t = 0; t < T; ++t) {
+              int64_t dispatched = 0;
+              for (uint32_t e = 0; e < E; ++e) dispatched = std::max(dispatched, pre[e * C + c]);
+              dispatched += a2aXfer;
+              int64_t combined = 0;
+              std::vector<int64_t> expertEnd(E);
+              for (uint32_t e = 0; e < E; ++e) {
+                const uint32_t r = L.rankAt(s, blk * E + e, t, c);
+                const uint32_t opE = op.backward ? bwdExpertOp : fwdExpertOp;
+                const int64_t len =
+                    std::max<int64_t>(1, toNs(base * kExpertShare * cf[r] * load[e] *
+                                              opFactor(opE, r, step) * noiseE[e * C + c]));
+                expertEnd[e] = dispatched + len;
+                combined = std::max(combined, expertEnd[e]);
+                RankStep& rs = tl.ranks[r];
+                // Tokens this rank receives, in 1 % steps of a balanced share.
+                const uint64_t bytes = static_cast<uint64_t>(static_cast<double>(actBytes / 2) *
+                                                             std::round(load[e] * 100.0) / 100.0);
+                CollExec x;
+                x.bucket = op.micro;
+                x.bytes = bytes;
+                x.arriveNs = pre[e * C + c];
+                x.completeNs = dispatched;
+                x.group = CollExec::Group::kEp;
+                x.op = CollExec::Op::kAllToAll;
+                rs.colls.push_back(x);
+                rs.ops.push_back({opE, dispatched, len});
+                rs.ranges.push_back({op.backward ? Phase::kBackward : Phase::kForward, dispatched,
+                                     dispatched + len});
+              }
+              combined += a2aXfer;
+              for (uint32_t e = 0; e < E; ++e) {
+                RankStep& rs = tl.ranks[L.rankAt(s, blk * E + e, t, c)];
+                CollExec x = rs.colls.back();
+                x.arriveNs = expertEnd[e];
+                x.completeNs = combined;
+                rs.colls.push_back(x);
+              }
+              end = std::max(end, combined);
+            }
+          }
+        }
+        for (uint32_t e = 0; e < E; ++e) {
+          (op.backward ? bwdEnd : fwdEnd)[s][op.micro][e] = end;
+          ready[s][e] = end;
+        }
         ++next[s];
         --left;
         progressed = true;
       }
       if (!progressed) break;  // cannot happen with 1F1B; guards against a schedule bug
     }
-    for (uint32_t s = 0; s < P; ++s) {
-      for (uint32_t t = 0; t < L.tp; ++t) pipeEnd[L.rankAt(s, d, t)] = ready[s];
+    for (uint32_t e = 0; e < E; ++e) {
+      for (uint32_t s = 0; s < P; ++s) {
+        for (uint32_t c = 0; c < C; ++c) {
+          for (uint32_t t = 0; t < T; ++t) pipeEnd[L.rankAt(s, blk * E + e, t, c)] = ready[s][e];
+        }
+      }
     }
   }
 

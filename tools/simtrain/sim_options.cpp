@@ -65,6 +65,8 @@ const char* truthKindName(Inject::Kind kind) {
       return "workload_imbalance";
     case Inject::Kind::kP2p:
       return "slow_comm";
+    case Inject::Kind::kExperts:
+      return "expert_imbalance";
   }
   return "unknown";
 }
@@ -85,13 +87,14 @@ Result<Inject> parseInject(const std::string& spec) {
       // "src" is the first from= of a p2p spec (the sending rank); see parseInject's header.
       {"p2p", {Inject::Kind::kP2p, {"from", "to", "factor"}}},
       {"gpu", {Inject::Kind::kGpu, {"rank", "factor", "from"}}},
+      {"experts", {Inject::Kind::kExperts, {"skew", "ep", "from"}}},
   };
   auto k = kKinds.find(kind);
   if (k == kKinds.end()) {
     return Result<Inject>::error(
         "--inject '" + spec + "': unknown kind '" + kind +
-        "' (expected straggler, shift, comm, op, hang, spike, stage, worker, seqlen, p2p or "
-        "gpu)");
+        "' (expected straggler, shift, comm, op, hang, spike, stage, worker, seqlen, p2p, "
+        "gpu or experts)");
   }
   const auto& allowed = k->second.second;
   std::map<std::string, std::string> kv;
@@ -125,9 +128,10 @@ Result<Inject> parseInject(const std::string& spec) {
   for (const auto& a : allowed) {
     // Optional: an op fault on every rank, a comm fault on every link (fabric-wide).
     if ((kind == "op" || kind == "comm") && a == "rank") continue;
+    if (kind == "experts" && a == "ep") continue;  // index 0 holds the hot experts
     // These faults are present from the first step unless they say otherwise.
-    const bool fromOptional =
-        kind == "stage" || kind == "worker" || kind == "seqlen" || kind == "p2p" || kind == "gpu";
+    const bool fromOptional = kind == "stage" || kind == "worker" || kind == "seqlen" ||
+                              kind == "p2p" || kind == "gpu" || kind == "experts";
     if (fromOptional && a == "from") continue;
     if (!kv.count(a)) {
       return Result<Inject>::error("--inject '" + spec + "': missing key '" + a + "'");
@@ -175,14 +179,26 @@ Result<Inject> parseInject(const std::string& spec) {
     if (!r) return r.status();
     in.fromStep = *r;
   }
-  for (const char* key : {"pp", "dp"}) {
+  for (const char* key : {"pp", "dp", "ep"}) {
     if (!kv.count(key)) continue;
     auto r = parseInt(spec, key, kv[key], 0);
     if (!r) return r.status();
     if (*r > 4096) {
       return Result<Inject>::error("--inject '" + spec + "': " + key + " must be at most 4096");
     }
-    (std::string(key) == "pp" ? in.pp : in.dp) = static_cast<uint32_t>(*r);
+    const std::string k = key;
+    (k == "pp" ? in.pp : k == "dp" ? in.dp : in.ep) = static_cast<uint32_t>(*r);
+  }
+  if (kv.count("skew")) {
+    auto r = parseFactor(spec, kv["skew"]);
+    if (!r)
+      return Result<Inject>::error("--inject '" + spec + "': skew='" + kv["skew"] +
+                                   "' must be a number >= 1");
+    if (*r < 1.0) {
+      return Result<Inject>::error("--inject '" + spec + "': skew=" + kv["skew"] +
+                                   " must be >= 1 (the hot experts' tokens / the others')");
+    }
+    in.factor = *r;
   }
   if (kv.count("at")) {
     auto r = parseInt(spec, "at", kv["at"], 0);
@@ -216,25 +232,49 @@ Result<Inject> parseInject(const std::string& spec) {
   return in;
 }
 
-uint32_t ParallelLayout::rankAt(uint32_t ppIdx, uint32_t dpIdx, uint32_t tpIdx) const {
-  return ppIdx * (dp * tp) + dpIdx * tp + tpIdx;
+uint32_t ParallelLayout::rankAt(uint32_t ppIdx, uint32_t dpIdx, uint32_t tpIdx,
+                                uint32_t cpIdx) const {
+  return ((ppIdx * dp + dpIdx) * cp + cpIdx) * tp + tpIdx;
 }
 
 std::vector<uint32_t> ParallelLayout::tpGroup(uint32_t rank) const {
   std::vector<uint32_t> out;
-  for (uint32_t t = 0; t < tp; ++t) out.push_back(rankAt(ppIndex(rank), dpIndex(rank), t));
+  for (uint32_t t = 0; t < tp; ++t) {
+    out.push_back(rankAt(ppIndex(rank), dpIndex(rank), t, cpIndex(rank)));
+  }
   return out;
 }
 
 std::vector<uint32_t> ParallelLayout::ppGroup(uint32_t rank) const {
   std::vector<uint32_t> out;
-  for (uint32_t s = 0; s < pp; ++s) out.push_back(rankAt(s, dpIndex(rank), tpIndex(rank)));
+  for (uint32_t s = 0; s < pp; ++s) {
+    out.push_back(rankAt(s, dpIndex(rank), tpIndex(rank), cpIndex(rank)));
+  }
   return out;
 }
 
 std::vector<uint32_t> ParallelLayout::dpGroup(uint32_t rank) const {
   std::vector<uint32_t> out;
-  for (uint32_t d = 0; d < dp; ++d) out.push_back(rankAt(ppIndex(rank), d, tpIndex(rank)));
+  for (uint32_t d = 0; d < dp; ++d) {
+    out.push_back(rankAt(ppIndex(rank), d, tpIndex(rank), cpIndex(rank)));
+  }
+  return out;
+}
+
+std::vector<uint32_t> ParallelLayout::cpGroup(uint32_t rank) const {
+  std::vector<uint32_t> out;
+  for (uint32_t c = 0; c < cp; ++c) {
+    out.push_back(rankAt(ppIndex(rank), dpIndex(rank), tpIndex(rank), c));
+  }
+  return out;
+}
+
+std::vector<uint32_t> ParallelLayout::epGroup(uint32_t rank) const {
+  std::vector<uint32_t> out;
+  const uint32_t first = dpIndex(rank) - dpIndex(rank) % ep;
+  for (uint32_t e = 0; e < ep; ++e) {
+    out.push_back(rankAt(ppIndex(rank), first + e, tpIndex(rank), cpIndex(rank)));
+  }
   return out;
 }
 
@@ -255,15 +295,9 @@ Result<ParallelLayout> parseParallel(const std::string& spec) {
     }
     const std::string key = item.substr(0, eq);
     const std::string value = item.substr(eq + 1);
-    if (key == "cp" || key == "ep") {
-      if (value != "1") {
-        return R::error("--parallel '" + spec + "': " + key +
-                        " is not modelled by the simulator yet (only tp, pp and dp)");
-      }
-      continue;
-    }
-    if (key != "tp" && key != "pp" && key != "dp") {
-      return R::error("--parallel '" + spec + "': unknown key '" + key + "' (expected tp, pp, dp)");
+    if (key != "tp" && key != "pp" && key != "dp" && key != "cp" && key != "ep") {
+      return R::error("--parallel '" + spec + "': unknown key '" + key +
+                      "' (expected tp, pp, dp, cp, ep)");
     }
     if (!seen.insert(key).second) {
       return R::error("--parallel '" + spec + "': key '" + key + "' given twice");
@@ -274,7 +308,11 @@ Result<ParallelLayout> parseParallel(const std::string& spec) {
       return R::error("--parallel '" + spec + "': " + key + "='" + value +
                       "' must be an integer in 1..4096");
     }
-    (key == "tp" ? out.tp : key == "pp" ? out.pp : out.dp) = v;
+    (key == "tp"   ? out.tp
+     : key == "pp" ? out.pp
+     : key == "dp" ? out.dp
+     : key == "cp" ? out.cp
+                   : out.ep) = v;
   }
   return out;
 }
@@ -288,6 +326,12 @@ std::vector<uint32_t> injectRanks(const SimOptions& o, const Inject& in) {
       if (L.ppIndex(r) != in.pp) continue;
       if (in.kind == Inject::Kind::kWorker && L.dpIndex(r) != in.dp) continue;
       out.push_back(r);
+    }
+    return out;
+  }
+  if (in.kind == Inject::Kind::kExperts && o.parallel) {
+    for (uint32_t r = 0; r < world; ++r) {
+      if (o.parallel->epIndex(r) == in.ep) out.push_back(r);
     }
     return out;
   }
@@ -325,12 +369,18 @@ Status validate(const SimOptions& o, bool needAgents) {
   if (!(o.hangHoldS >= 0)) return Status::error("--hang-hold-s must be >= 0");
   if (o.parallel) {
     const ParallelLayout& L = *o.parallel;
-    if (static_cast<uint64_t>(L.tp) * L.pp * L.dp != world) {
+    const uint64_t made = static_cast<uint64_t>(L.tp) * L.cp * L.pp * L.dp;
+    if (made != world) {
       return Status::error("--parallel tp=" + std::to_string(L.tp) + ",pp=" + std::to_string(L.pp) +
-                           ",dp=" + std::to_string(L.dp) + " makes " +
-                           std::to_string(static_cast<uint64_t>(L.tp) * L.pp * L.dp) +
-                           " ranks, but the job has " + std::to_string(world) +
-                           " (--ranks/--world-size)");
+                           ",dp=" + std::to_string(L.dp) + ",cp=" + std::to_string(L.cp) +
+                           " makes " + std::to_string(made) + " ranks, but the job has " +
+                           std::to_string(world) + " (--ranks/--world-size)");
+    }
+    if (L.dp % L.ep != 0) {
+      return Status::error("--parallel: ep=" + std::to_string(L.ep) +
+                           " must divide dp=" + std::to_string(L.dp) +
+                           " (expert-parallel groups are carved out of the data-parallel "
+                           "replicas)");
     }
     if (o.schedule != "1f1b") {
       return Status::error(
@@ -366,6 +416,14 @@ Status validate(const SimOptions& o, bool needAgents) {
                                "index, stages one apart), so no p2p link joins them");
         }
       }
+      if (in.kind == Inject::Kind::kExperts && (L.ep < 2 || in.ep >= L.ep)) {
+        return Status::error("--inject '" + in.spec + "': " +
+                             (L.ep < 2 ? std::string("experts needs --parallel ep=E with E >= 2 "
+                                                     "(an expert-parallel MoE job)")
+                                       : "ep=" + std::to_string(in.ep) +
+                                             " is not below the expert-parallel size " +
+                                             std::to_string(L.ep)));
+      }
       if (in.kind == Inject::Kind::kComm && in.rank) {
         return Status::error("--inject '" + in.spec +
                              "': with --parallel, comm slows every data-parallel all_reduce; "
@@ -380,10 +438,11 @@ Status validate(const SimOptions& o, bool needAgents) {
   } else {
     for (const auto& in : o.injects) {
       if (in.kind == Inject::Kind::kStage || in.kind == Inject::Kind::kWorker ||
-          in.kind == Inject::Kind::kP2p || in.kind == Inject::Kind::kGpu) {
+          in.kind == Inject::Kind::kP2p || in.kind == Inject::Kind::kGpu ||
+          in.kind == Inject::Kind::kExperts) {
         return Status::error("--inject '" + in.spec +
-                             "': stage, worker, p2p and gpu faults need --parallel (stages, "
-                             "replicas and tensor-parallel groups)");
+                             "': stage, worker, p2p, gpu and experts faults need --parallel "
+                             "(stages, replicas, tensor- and expert-parallel groups)");
       }
     }
   }

@@ -25,7 +25,8 @@ struct Inject {
     kWorker,
     kSeqlen,
     kP2p,
-    kGpu
+    kGpu,
+    kExperts
   };
   Kind kind = Kind::kStraggler;
   std::optional<uint32_t> rank;  // straggler, hang, gpu; op when limited to one rank; comm: the
@@ -36,29 +37,42 @@ struct Inject {
   int64_t fromStep = 0;          // straggler, shift, comm, op, stage, worker, seqlen, p2p, gpu:
                                  // first affected step
   int64_t atStep = 0;            // hang: the step whose first collective rank never reaches
-  double factor = 1.0;           // straggler, shift, comm, op, spike, p2p, gpu: multiplier (> 0)
+  double factor = 1.0;           // straggler, shift, comm, op, spike, p2p, gpu: multiplier (> 0);
+                                 // experts: the skew (tokens of the hot experts / the others')
   std::string op;                // op: the operator name
   uint32_t pp = 0;               // stage, worker (--parallel): the pipeline stage slowed
   uint32_t dp = 0;               // worker: the data-parallel replica whose stage is slowed
+  uint32_t ep = 0;               // experts: the expert-parallel index holding the hot experts
   int64_t every = 0;             // spike: period in steps
   std::string spec;              // the text it was parsed from, for messages
 };
 
-// A tensor x pipeline x data parallel layout (--parallel tp=T,pp=P,dp=D). Global ranks follow
-// Megatron's order: rank = pp_index * (dp * tp) + dp_index * tp + tp_index.
+// A tensor x context x pipeline x data (x expert) parallel layout (--parallel
+// tp=T,pp=P,dp=D,cp=C,ep=E). Global ranks follow Megatron's order (tp fastest, then cp, dp,
+// pp): rank = pp_index * (dp * cp * tp) + dp_index * (cp * tp) + cp_index * tp + tp_index.
+// Expert parallelism is carved out of data parallelism, as Megatron does for the MoE layers:
+// an expert-parallel group holds the ranks of E consecutive data-parallel replicas with the same
+// pp, cp and tp index, and a rank's ep index is its dp index modulo E (E divides D).
 struct ParallelLayout {
   uint32_t tp = 1;
   uint32_t pp = 1;
   uint32_t dp = 1;
-  uint32_t world() const { return tp * pp * dp; }
+  uint32_t cp = 1;
+  uint32_t ep = 1;
+  uint32_t world() const { return tp * cp * pp * dp; }
   uint32_t tpIndex(uint32_t rank) const { return rank % tp; }
-  uint32_t dpIndex(uint32_t rank) const { return (rank / tp) % dp; }
-  uint32_t ppIndex(uint32_t rank) const { return rank / (tp * dp); }
-  uint32_t rankAt(uint32_t pp, uint32_t dp, uint32_t tp) const;
-  // The members of rank's tensor-, pipeline- (stage order) and data-parallel groups.
+  uint32_t cpIndex(uint32_t rank) const { return (rank / tp) % cp; }
+  uint32_t dpIndex(uint32_t rank) const { return (rank / (tp * cp)) % dp; }
+  uint32_t ppIndex(uint32_t rank) const { return rank / (tp * cp * dp); }
+  uint32_t epIndex(uint32_t rank) const { return dpIndex(rank) % ep; }
+  uint32_t rankAt(uint32_t pp, uint32_t dp, uint32_t tp, uint32_t cp = 0) const;
+  // The members of rank's tensor-, pipeline- (stage order), data-, context- and
+  // expert-parallel groups.
   std::vector<uint32_t> tpGroup(uint32_t rank) const;
   std::vector<uint32_t> ppGroup(uint32_t rank) const;
   std::vector<uint32_t> dpGroup(uint32_t rank) const;
+  std::vector<uint32_t> cpGroup(uint32_t rank) const;
+  std::vector<uint32_t> epGroup(uint32_t rank) const;
 };
 
 struct SimOptions {
@@ -115,12 +129,17 @@ struct SimOptions {
 // (with or without --parallel) gives every data-parallel replica (a rank of a flat job) a
 // random share of work each step: its forward and backward times are multiplied by a
 // log-normal draw of mean 1 and coefficient of variation X, new every step, so the slowest
-// replica moves at random. from defaults to 0 for these five. Unknown kinds, unknown, missing
+// replica moves at random. "experts:skew=X[,ep=K][,from=N]" (with --parallel ep=E > 1): the
+// experts held by expert-parallel index K (default 0) get X times the tokens of the others
+// (the mean load stays 1), so those ranks' expert compute and the all_to_all delivering to them
+// take longer while their expert-parallel peers wait in the all_to_all. from defaults to 0 for
+// these six. Unknown kinds, unknown, missing
 // or repeated keys and malformed values fail with a message naming them.
 Result<Inject> parseInject(const std::string& spec);
 
-// Parses --parallel "tp=2,pp=2,dp=2" (keys tp, pp, dp, each >= 1, any order, missing ones 1;
-// cp and ep are named as not modelled yet). The message names the key at fault.
+// Parses --parallel "tp=2,pp=2,dp=2[,cp=C,ep=E]" (keys tp, pp, dp, cp, ep, each >= 1, any
+// order, missing ones 1). The message names the key at fault; validate() checks that E
+// divides D.
 Result<ParallelLayout> parseParallel(const std::string& spec);
 
 // Checks the options as a whole (values in range, hosted ranks inside the world, injected
@@ -133,12 +152,13 @@ uint32_t worldSizeOf(const SimOptions& options);
 
 // The ranks an inject slows, for the truth file: its rank, every rank of the job (shift,
 // fabric-wide comm, an op on every rank, seqlen), the stage's ranks (stage), the worker's
-// tensor-parallel group (worker) or the link's two ends, sender first (p2p).
+// tensor-parallel group (worker) or the link's two ends, sender first (p2p); experts: every
+// rank of the hot expert-parallel index.
 std::vector<uint32_t> injectRanks(const SimOptions& options, const Inject& inject);
 
 // The kind's name in the truth file ("straggler", "step_shift", ...; a worker or gpu fault is
 // a "straggler", a stage fault a "stage_imbalance", seqlen a "workload_imbalance", p2p a
-// "slow_comm").
+// "slow_comm", experts an "expert_imbalance").
 const char* truthKindName(Inject::Kind kind);
 
 }  // namespace trainscope::sim

@@ -50,7 +50,32 @@ struct Names {
   ts_name group = 0;  // "dp": the gradient all_reduce
   ts_name tp = 0;     // --parallel: tensor-parallel all_reduces
   ts_name pp = 0;     // --parallel: pipeline sends and receives
+  ts_name cp = 0;     // --parallel cp > 1: context-parallel all_gathers
+  ts_name ep = 0;     // --parallel ep > 1: expert-parallel all_to_alls
+  ts_name of(CollExec::Group g) const {
+    switch (g) {
+      case CollExec::Group::kTp:
+        return tp;
+      case CollExec::Group::kCp:
+        return cp;
+      case CollExec::Group::kEp:
+        return ep;
+      default:
+        return group;
+    }
+  }
 };
+
+uint32_t collOp(CollExec::Op op) {
+  switch (op) {
+    case CollExec::Op::kAllGather:
+      return TS_COLL_ALL_GATHER;
+    case CollExec::Op::kAllToAll:
+      return TS_COLL_ALL_TO_ALL;
+    default:
+      return TS_COLL_ALL_REDUCE;
+  }
+}
 
 uint32_t rangeKind(Phase p) {
   switch (p) {
@@ -75,11 +100,11 @@ void emit(ts_probe* p, const Names& names, int64_t step, const RankStep& rs, boo
       ts_op(p, names.ops[o.op], o.startNs, o.durationNs);
     } else if (e.kind == RankEvent::Kind::kColl) {
       const auto& c = rs.colls[e.idx];
-      const ts_name group = c.group == CollExec::Group::kTp ? names.tp : names.group;
+      const ts_name group = names.of(c.group);
       if (c.completeNs == 0) {
-        ts_collective_begin(p, TS_COLL_ALL_REDUCE, group, c.bytes, c.arriveNs);
+        ts_collective_begin(p, collOp(c.op), group, c.bytes, c.arriveNs);
       } else {
-        ts_collective(p, TS_COLL_ALL_REDUCE, group, c.bytes, c.arriveNs, c.completeNs);
+        ts_collective(p, collOp(c.op), group, c.bytes, c.arriveNs, c.completeNs);
       }
     } else if (e.kind == RankEvent::Kind::kLink) {
       const auto& l = rs.links[e.idx];
@@ -93,14 +118,19 @@ void emit(ts_probe* p, const Names& names, int64_t step, const RankStep& rs, boo
   if (!hung && rs.endNs > 0) ts_step_end(p, step, rs.endNs);
 }
 
-// --parallel: declares rank's tensor-, pipeline- and data-parallel groups before its first
-// step, as a Megatron job does when it builds them. False (with a message) if refused.
+// --parallel: declares rank's tensor-, pipeline- and data-parallel groups (and context- and
+// expert-parallel ones where cp or ep > 1) before its first step, as a Megatron job does when
+// it builds them. False (with a message) if refused.
 bool declareGroups(ts_probe* p, const Names& names, const ParallelLayout& layout, uint32_t rank) {
-  const std::pair<ts_name, ts_group_kind> kinds[] = {
+  std::vector<std::pair<ts_name, ts_group_kind>> kinds = {
       {names.tp, TS_GROUP_TP}, {names.pp, TS_GROUP_PP}, {names.group, TS_GROUP_DP}};
+  if (layout.cp > 1) kinds.emplace_back(names.cp, TS_GROUP_CP);
+  if (layout.ep > 1) kinds.emplace_back(names.ep, TS_GROUP_EP);
   for (const auto& [name, kind] : kinds) {
     const std::vector<uint32_t> members = kind == TS_GROUP_TP   ? layout.tpGroup(rank)
                                           : kind == TS_GROUP_PP ? layout.ppGroup(rank)
+                                          : kind == TS_GROUP_CP ? layout.cpGroup(rank)
+                                          : kind == TS_GROUP_EP ? layout.epGroup(rank)
                                                                 : layout.dpGroup(rank);
     const std::vector<int32_t> ranks(members.begin(), members.end());
     ts_declare_group(p, name, kind, ranks.data(), static_cast<int32_t>(ranks.size()));
@@ -203,6 +233,8 @@ int run(const SimOptions& in) {
   names.group = ts_intern("dp");
   names.tp = ts_intern("tp");
   names.pp = ts_intern("pp");
+  names.cp = ts_intern("cp");
+  names.ep = ts_intern("ep");
 
   const size_t nAgents = options.agents.size();
   const uint32_t world = worldSizeOf(options);

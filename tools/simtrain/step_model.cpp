@@ -108,7 +108,9 @@ std::vector<std::string> StepModel::knownOps() {
   for (const auto& h : kHead) add(h.backward);
   for (const auto& b : kBlock) add(b.backward);
   add(kEmbedding.backward);
-  add(kOptimizerOp);
+  add(kExpertOp);  // --parallel ep > 1 only
+  add(kExpertBackwardOp);
+  add(kOptimizerOp);  // last: optimizeAndEnd relies on it
   return names;
 }
 
@@ -116,7 +118,8 @@ StepModel::StepModel(const SimOptions& options)
     : options_(options),
       rng_(options.seed),
       linkRng_(options.seed ^ 0x6c696e6b5f726e67ull),
-      p2pRng_(options.seed ^ 0x7032705f726e6721ull) {
+      p2pRng_(options.seed ^ 0x7032705f726e6721ull),
+      expertRng_(options.seed ^ 0x6578706572747321ull) {
   // The model always runs the whole job, whichever ranks this process hosts: every process of
   // a split job then draws the same timeline from the same seed.
   options_.ranks = worldSizeOf(options);
@@ -198,6 +201,24 @@ void StepModel::drawWorkload(int64_t step) {
     for (uint32_t r = 0; r < options_.ranks; ++r)
       workload_[r] *= f[L != nullptr ? L->dpIndex(r) : r];
   }
+}
+
+std::vector<double> StepModel::drawExpertLoad(int64_t step) {
+  const ParallelLayout& L = *options_.parallel;
+  std::vector<double> w(L.ep, 1.0);
+  std::normal_distribution<double> z(0.0, 1.0);
+  for (double& x : w) {
+    if (options_.noise > 0) x = std::exp(options_.noise * z(expertRng_));
+  }
+  for (const auto& in : options_.injects) {
+    if (in.kind == Inject::Kind::kExperts && step >= in.fromStep && in.ep < L.ep) {
+      w[in.ep] *= in.factor;
+    }
+  }
+  double sum = 0;
+  for (double x : w) sum += x;
+  for (double& x : w) x *= static_cast<double>(L.ep) / sum;
+  return w;
 }
 
 double StepModel::p2pFactor(uint32_t sender, uint32_t receiver, int64_t step) const {

@@ -1,7 +1,7 @@
 // The step model of the simulated job: given SimOptions and a seed, it produces for each step
 // and rank the timeline a synchronous data-parallel job would show (data loading, forward and
 // backward operators, gradient-bucket all_reduces, optimizer), or with --parallel that of a
-// pipelined tensor x pipeline x data parallel job. Pure: no clock, no I/O, no
+// pipelined tensor x context x pipeline x data (x expert) parallel job. Pure: no clock, no I/O, no
 // probe, so tests can check it directly. One StepModel is used from one thread.
 #pragma once
 
@@ -26,6 +26,14 @@ inline constexpr double kBucketShare = 0.03;
 inline constexpr int64_t kLoopOverheadNs = 20'000;
 // Warm-up steps run this much slower.
 inline constexpr double kWarmupFactor = 2.0;
+// --parallel with ep > 1 (MoE): the share of each forward and backward spent in the experts,
+// and the transfer of one token all_to_all as a share of a forward or backward (at a balanced
+// load; the rank receiving the most tokens sets it).
+inline constexpr double kExpertShare = 0.4;
+inline constexpr double kAllToAllShare = 0.05;
+// The experts' operators (grouped GEMMs over the tokens each expert received).
+inline constexpr const char* kExpertOp = "aten::_grouped_mm";
+inline constexpr const char* kExpertBackwardOp = "aten::_grouped_mm_backward";
 
 enum class Phase { kData, kForward, kBackward, kOptimizer, kCheckpoint };
 const char* phaseName(Phase phase);  // "data_loading", "forward", ...
@@ -43,12 +51,14 @@ struct OpExec {
 };
 
 struct CollExec {
-  enum class Group : uint8_t { kDp, kTp };  // which process group it runs in
+  enum class Group : uint8_t { kDp, kTp, kCp, kEp };  // which process group it runs in
+  enum class Op : uint8_t { kAllReduce, kAllGather, kAllToAll };
   uint32_t bucket = 0;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;  // all_to_all: the bytes this rank receives
   int64_t arriveNs = 0;
   int64_t completeNs = 0;  // 0 when it never completes (hang)
   Group group = Group::kDp;
+  Op op = Op::kAllReduce;
 };
 
 // One pipeline send or receive (--parallel): a send is posted when the stage finished the
@@ -135,6 +145,10 @@ class StepModel {
   // without the fault). Drawn from (seed, step) alone, so every process of a split job and a
   // run without other faults see the same draws. Fills workload_, by rank.
   void drawWorkload(int64_t step);
+  // --parallel ep > 1: each expert-parallel index's share of the tokens this step, mean 1: a
+  // little jitter (the router's) and, with --inject experts, the hot index's skew. Drawn from
+  // its own generator, so a run without the fault sees the same jitter.
+  std::vector<double> drawExpertLoad(int64_t step);
   // --inject p2p: how much longer rank `sender`'s pipeline transfer to `receiver` takes.
   double p2pFactor(uint32_t sender, uint32_t receiver, int64_t step) const;
   // One pipeline transfer's time: the healthy one, its link's slow-down and some jitter.
@@ -161,6 +175,7 @@ class StepModel {
   // Pipeline transfer jitter, its own generator for the same reason as linkRng_.
   std::mt19937_64 p2pRng_;
   std::normal_distribution<double> p2pNormal_{0.0, 1.0};
+  std::mt19937_64 expertRng_;     // drawExpertLoad's own, for the same reason
   std::vector<double> workload_;  // by rank: this step's seqlen factor (see drawWorkload)
   std::vector<std::string> opNames_;
   std::vector<OpTemplate> forward_;

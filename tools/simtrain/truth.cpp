@@ -45,6 +45,11 @@ nlohmann::json truthJson(const SimOptions& options) {
         t["from_rank"] = in.rank.value_or(0);
         t["to_rank"] = in.to;
         break;
+      case Inject::Kind::kExperts:
+        t["ep"] = in.ep;
+        t["skew"] = in.factor;
+        t["coords"] = {{"ep", in.ep}};
+        break;
       case Inject::Kind::kSpike:
         t["from_step"] = in.every;  // the first step that carries a checkpoint
         t["every"] = in.every;

@@ -15,7 +15,8 @@ namespace trainscope::sim {
 // plus "op" for op_regression and "every" for spike. A hang's factor is 0 (no slow-down: it
 // never finishes); its from_step is the step that hangs. A seqlen fault has "cv" and factor
 // 1 + cv (its size, for tables); a p2p fault "from_rank" and "to_rank" (ranks: both, sender
-// first); a gpu fault its rank's "coords".
+// first); a gpu fault its rank's "coords"; an experts fault its hot "ep" index, "skew" (its
+// factor) and "coords" {"ep": K}, ranks every rank at that expert-parallel index.
 nlohmann::json truthJson(const SimOptions& options);
 
 // Writes truthJson() to `path` (replacing it). The message names the path on failure.

@@ -197,6 +197,32 @@ TEST_CASE("detect: a straggler is not also reported as a step_shift") {
   CHECK(stragglers[0].evidence.at("added_ms_per_step") == Approx(40.0).margin(5.0));
   CHECK(ofKind(events, AnomalyKind::kStepShift).empty());
   CHECK(set.stats().folded >= 1);
+  // A flat job: the stated simpler gain model, the added time over the step time (about
+  // 40 ms of 140).
+  CHECK(stragglers[0].labels.at("gain_model") == "added_time");
+  CHECK(stragglers[0].evidence.at("estimated_gain") == Approx(40.0 / 140.0).margin(0.04));
+}
+
+TEST_CASE("detect: every anomaly carries estimated_gain (flat kinds: added time per step)") {
+  // The transfer 3x from step 300: slow_comm adds about 30 ms to a step of about 130 ms.
+  SynthJob job;
+  job.noise = 0.02;
+  job.transferFactor = [](int64_t s) { return s >= 300 ? 3.0 : 1.0; };
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  run(job, set, 0, 450, &events);
+  INFO(describe(events));
+  auto comm = ofKind(events, AnomalyKind::kSlowComm);
+  REQUIRE(!comm.empty());
+  CHECK(comm[0].labels.at("gain_model") == "added_time");
+  CHECK(comm[0].evidence.at("estimated_gain") == Approx(30.0 / 130.0).margin(0.05));
+  for (const Anomaly& a : events) {
+    if (a.state != AnomalyState::kOpen) continue;
+    INFO(a.summary);
+    CHECK(a.evidence.count("estimated_gain") == 1);
+    CHECK(a.evidence.at("estimated_gain") >= 0.0);
+    CHECK(a.evidence.at("estimated_gain") <= 1.0);
+  }
 }
 
 TEST_CASE("detect: an op regression on one rank is not also reported as a straggler") {

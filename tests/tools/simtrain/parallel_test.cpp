@@ -58,7 +58,7 @@ TEST_CASE("simtrain --parallel: flag errors name the key or flag") {
         std::string::npos);
   CHECK(parseParallel("tp=2,tp=2").message().find("given twice") != std::string::npos);
   CHECK(parseParallel("xp=2").message().find("unknown key 'xp'") != std::string::npos);
-  CHECK(parseParallel("ep=2").message().find("ep is not modelled") != std::string::npos);
+  CHECK(parseParallel("ep=0").message().find("ep='0' must be an integer") != std::string::npos);
   CHECK(parseParallel("tp").message().find("not key=value") != std::string::npos);
   SimOptions o = parallelJob(2, 2, 2);
   o.ranks = 6;

@@ -206,6 +206,83 @@ void addParallel(const EvalOptions& o, std::vector<Scenario>* out) {
   }
 }
 
+// MoE jobs (expert parallelism carved out of data parallelism, ep 2-8, one with context
+// parallelism too): healthy ones, balanced and edge-loaded, and an experts skew (the experts of
+// one expert-parallel index get 1.05-2x the tokens of the others) from step 0 or 100; plus a
+// slow worker and a slow stage in one MoE layout, so the all_to_all coupling of replicas is
+// seen not to hide them.
+void addExperts(const EvalOptions& o, std::vector<Scenario>* out) {
+  using L = ts::sim::ParallelLayout;
+  const std::vector<L> layouts =
+      o.quick ? std::vector<L>{L{2, 2, 4, 1, 2}, L{1, 1, 8, 1, 8}}
+              : std::vector<L>{L{2, 2, 4, 1, 2}, L{1, 2, 8, 1, 4}, L{1, 1, 8, 1, 8},
+                               L{2, 2, 2, 2, 2}, L{2, 4, 8, 1, 8}};
+  auto name = [](const L& l) {
+    std::string n =
+        "tp" + std::to_string(l.tp) + "pp" + std::to_string(l.pp) + "dp" + std::to_string(l.dp);
+    if (l.cp > 1) n += "cp" + std::to_string(l.cp);
+    return n + "ep" + std::to_string(l.ep) + " moe";
+  };
+  auto make = [&](const L& l, int64_t steps, uint64_t seed) {
+    Scenario s = base(l.world(), steps, 0.05, seed);
+    s.sim.parallel = l;
+    return s;
+  };
+  uint64_t seed = 9000;
+  for (const L& l : layouts) {
+    for (double edge : {0.0, 0.05}) {
+      if (l.pp == 1 && edge > 0) continue;
+      for (int j = 0; j < (o.quick ? 1 : 2); ++j) {
+        Scenario s = make(l, o.quick ? 300 : 1000, ++seed);
+        s.group = "healthy";
+        s.faultLabel = "healthy";
+        s.sim.edgeLoad = edge;
+        s.sim.injects.push_back(inject("spike:every=50,factor=3"));
+        s.name = "healthy " + name(l) + (edge > 0 ? " edge+5%" : "") + " noise 5% seed " +
+                 std::to_string(seed);
+        out->push_back(std::move(s));
+      }
+    }
+  }
+  const std::vector<double> mags =
+      o.quick ? std::vector<double>{1.1, 1.5} : std::vector<double>{1.05, 1.1, 1.2, 1.5, 2.0};
+  for (const L& l : layouts) {
+    std::vector<std::string> labels = {"experts"};
+    if (&l == &layouts.front()) labels = {"experts", "worker", "stage"};
+    for (const std::string& label : labels) {
+      for (int64_t from : {int64_t{0}, int64_t{100}}) {
+        for (int sd = 1; sd <= (o.quick ? 1 : 2); ++sd) {
+          for (double m : mags) {
+            Scenario s = make(l, 300, static_cast<uint64_t>(sd) * 37 + l.ep * 5 + l.pp);
+            s.faultLabel = label + ' ' + name(l);
+            s.magnitude = m;
+            s.sim.injects.push_back(inject("spike:every=75,factor=2.5"));
+            char f[32];
+            std::snprintf(f, sizeof f, "%g", m);
+            const std::string at = ",from=" + std::to_string(from);
+            const uint32_t pp = static_cast<uint32_t>(sd + 1) % l.pp;
+            const uint32_t dp = static_cast<uint32_t>(sd * 3 + 1) % l.dp;
+            std::string spec;
+            if (label == "experts") {
+              spec = "experts:skew=" + std::string(f) + ",ep=" + std::to_string(sd % l.ep) + at;
+            } else if (label == "worker") {
+              spec = "worker:dp=" + std::to_string(dp) + ",pp=" + std::to_string(pp) +
+                     ",factor=" + f + at;
+            } else {
+              spec = "stage:pp=" + std::to_string(pp) + ",factor=" + f + at;
+            }
+            ts::sim::Inject in = inject(spec);
+            s.group = ts::sim::truthKindName(in.kind);
+            s.sim.injects.push_back(in);
+            s.name = spec + " " + name(l) + " seed " + std::to_string(s.sim.seed);
+            out->push_back(std::move(s));
+          }
+        }
+      }
+    }
+  }
+}
+
 std::vector<Scenario> buildSuite(const EvalOptions& o) {
   if (o.noiseSweep) return noiseSweep(o);
   std::vector<Scenario> out;
@@ -330,6 +407,7 @@ std::vector<Scenario> buildSuite(const EvalOptions& o) {
     }
   }
   addParallel(o, &out);
+  addExperts(o, &out);
   if (!o.only.empty()) {
     std::vector<Scenario> kept;
     for (auto& s : out) {
@@ -399,6 +477,12 @@ int main(int argc, char** argv) {
       "stage, gpu (one rank of a tp group) and p2p (one pipeline link) faults x1.05-2.0 and "
       "seqlen (work moving between replicas) cv 0.05-0.3, from step 0 and 100, 300 steps, 2 "
       "seeds%s\n",
+      o.quick ? " (quick: 2 layouts, x1.1/x1.5, 1 seed)" : "");
+  std::printf(
+      "  MoE (expert parallelism from data parallelism, 2 all_to_alls per forward/backward): "
+      "healthy tp2pp2dp4ep2, tp1pp2dp8ep4, tp1pp1dp8ep8, tp2pp2dp2cp2ep2, tp2pp4dp8ep8, "
+      "balanced and edge-loaded; experts skew x1.05-2.0 at one ep index, and worker and stage "
+      "faults in tp2pp2dp4ep2, from step 0 and 100, 300 steps, 2 seeds%s\n",
       o.quick ? " (quick: 2 layouts, x1.1/x1.5, 1 seed)" : "");
   if (!o.quick) {
     std::printf(

@@ -39,6 +39,8 @@ struct Names {
   uint32_t group = 0;  // "dp": gradient all_reduces and ring links
   uint32_t tp = 0;     // --parallel: tensor-parallel all_reduces
   uint32_t pp = 0;     // --parallel: pipeline sends and receives
+  uint32_t cp = 0;     // --parallel cp > 1: context-parallel all_gathers
+  uint32_t ep = 0;     // --parallel ep > 1: expert-parallel all_to_alls
 };
 
 uint8_t rangeKind(sim::Phase p) {
@@ -94,13 +96,19 @@ void feedRank(RecordSink& folder, const Names& names, int64_t step, const sim::R
                                o.startNs + o.durationNs, 0));
     } else if (e.kind == sim::RankEvent::Kind::kColl) {
       const auto& c = rs.colls[e.idx];
-      const uint32_t group = c.group == sim::CollExec::Group::kTp ? names.tp : names.group;
+      using G = sim::CollExec::Group;
+      const uint32_t group = c.group == G::kTp   ? names.tp
+                             : c.group == G::kCp ? names.cp
+                             : c.group == G::kEp ? names.ep
+                                                 : names.group;
+      const uint8_t op = c.op == sim::CollExec::Op::kAllToAll    ? TS_COLL_ALL_TO_ALL
+                         : c.op == sim::CollExec::Op::kAllGather ? TS_COLL_ALL_GATHER
+                                                                 : TS_COLL_ALL_REDUCE;
       if (c.completeNs == 0) {
-        folder.add(0, makeRecord(RecordType::kCollBegin, TS_COLL_ALL_REDUCE, 0, group, 0,
-                                 c.arriveNs, 0, c.bytes));
+        folder.add(0, makeRecord(RecordType::kCollBegin, op, 0, group, 0, c.arriveNs, 0, c.bytes));
       } else {
-        folder.add(0, makeRecord(RecordType::kCollective, TS_COLL_ALL_REDUCE, 0, group, 0,
-                                 c.arriveNs, c.completeNs, c.bytes));
+        folder.add(0, makeRecord(RecordType::kCollective, op, 0, group, 0, c.arriveNs, c.completeNs,
+                                 c.bytes));
       }
     } else if (e.kind == sim::RankEvent::Kind::kLink) {
       // What ts_link_transfer records: the peer in `name`.
@@ -142,14 +150,18 @@ topology::Topology topologyOf(const sim::ParallelLayout& L) {
     topology::RankGroups g;
     g.rank = r;
     g.declaredNs = 1;
-    const std::pair<const char*, wire::GroupKind> kinds[] = {
+    std::vector<std::pair<const char*, wire::GroupKind>> kinds = {
         {"tp", wire::GROUP_TP}, {"pp", wire::GROUP_PP}, {"dp", wire::GROUP_DP}};
+    if (L.cp > 1) kinds.emplace_back("cp", wire::GROUP_CP);
+    if (L.ep > 1) kinds.emplace_back("ep", wire::GROUP_EP);
     for (const auto& [name, kind] : kinds) {
       wire::ProcessGroup pg;
       pg.set_name(name);
       pg.set_kind(kind);
       const auto members = kind == wire::GROUP_TP   ? L.tpGroup(r)
                            : kind == wire::GROUP_PP ? L.ppGroup(r)
+                           : kind == wire::GROUP_CP ? L.cpGroup(r)
+                           : kind == wire::GROUP_EP ? L.epGroup(r)
                                                     : L.dpGroup(r);
       for (uint32_t m : members) pg.add_ranks(m);
       g.groups.push_back(std::move(pg));
@@ -162,14 +174,11 @@ topology::Topology topologyOf(const sim::ParallelLayout& L) {
 // The truth gain of each --parallel worker or stage fault (see TruthFault::gain): the same
 // job (same seed, so the same noise draws) run without that fault.
 void measureGains(const sim::SimOptions& o, std::vector<TruthFault>* truth) {
-  if (!o.parallel) return;
   for (size_t i = 0; i < o.injects.size(); ++i) {
+    using K = sim::Inject::Kind;
     const auto kind = o.injects[i].kind;
-    if (kind != sim::Inject::Kind::kWorker && kind != sim::Inject::Kind::kStage &&
-        kind != sim::Inject::Kind::kGpu && kind != sim::Inject::Kind::kSeqlen &&
-        kind != sim::Inject::Kind::kP2p) {
-      continue;
-    }
+    // Hangs have no step to compare; spikes are notices.
+    if (kind == K::kHang || kind == K::kSpike) continue;
     sim::SimOptions without = o;
     without.injects.erase(without.injects.begin() + static_cast<std::ptrdiff_t>(i));
     sim::StepModel faulty(o);
@@ -210,6 +219,8 @@ ScenarioResult runScenario(const Scenario& scenario) {
   names.group = probe::internName("dp");
   names.tp = probe::internName("tp");
   names.pp = probe::internName("pp");
+  names.cp = probe::internName("cp");
+  names.ep = probe::internName("ep");
   measureGains(o, &res.truth);
 
   std::vector<probe::StepFolder> folders;

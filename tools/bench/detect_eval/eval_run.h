@@ -31,7 +31,7 @@ struct TruthFault {
   double factor = 1.0;
   std::string op;       // op_regression only
   int64_t startNs = 0;  // begin time of fromStep (hang: when the hung step began)
-  // --parallel faults (worker, stage, gpu, p2p, seqlen): the share of the step time the job saves
+  // Every fault but hangs and spikes: the share of the step time the job saves
   // without this fault, measured by running the same job (same seed) without it: the median
   // over the faulty steps of (T_fault - T_without) / T_fault. NaN where not measured.
   double gain = std::numeric_limits<double>::quiet_NaN();

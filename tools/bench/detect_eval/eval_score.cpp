@@ -69,6 +69,8 @@ std::string layoutName(const sim::SimOptions& o) {
   if (!o.parallel) return "";
   std::string s = "tp" + std::to_string(o.parallel->tp) + "pp" + std::to_string(o.parallel->pp) +
                   "dp" + std::to_string(o.parallel->dp);
+  if (o.parallel->cp > 1) s += "cp" + std::to_string(o.parallel->cp);
+  if (o.parallel->ep > 1) s += "ep" + std::to_string(o.parallel->ep);
   if (o.edgeLoad > 0) s += " edge+" + std::to_string(static_cast<int>(o.edgeLoad * 100)) + '%';
   return s;
 }

@@ -114,6 +114,16 @@ def sample(quick):
         ["gpu:rank=13,factor=1.3,from=100"], seed=41, parallel="tp=4,pp=2,dp=2")
     job("par gpu x1.2 @0 tp2pp2dp2", "straggler", "par_gpu", 1.2, 8, 250,
         ["gpu:rank=2,factor=1.2"], seed=42, parallel="tp=2,pp=2,dp=2")
+    # MoE: experts at one expert-parallel index get more tokens (experts skew), from step 0
+    # and later, and a healthy MoE job with context parallelism too.
+    job("par moe experts x1.5 @100 tp2pp2dp4ep2", "expert_imbalance", "par_experts", 1.5, 16,
+        250, ["experts:skew=1.5,ep=1,from=100"], seed=43, parallel="tp=2,pp=2,dp=4,ep=2")
+    job("par moe experts x1.3 @0 tp1pp2dp8ep4", "expert_imbalance", "par_experts", 1.3, 16,
+        250, ["experts:skew=1.3,ep=2"], seed=44, parallel="tp=1,pp=2,dp=8,ep=4")
+    job("par moe experts x1.2 @0 tp1pp1dp8ep8", "expert_imbalance", "par_experts", 1.2, 8,
+        250, ["experts:skew=1.2,ep=5"], seed=45, parallel="tp=1,pp=1,dp=8,ep=8")
+    job("par moe healthy tp2pp2dp2cp2ep2", "healthy", "healthy", 1.0, 16, 300, [], seed=46,
+        parallel="tp=2,pp=2,dp=2,cp=2,ep=2")
     job("par healthy tp2pp4dp2 edge 5%", "healthy", "healthy", 1.0, 16, 400, [], seed=35,
         parallel="tp=2,pp=4,dp=2", edge=0.05)
     job("par healthy tp4pp2dp8", "healthy", "healthy", 1.0, 64, 300, [], seed=36,
