@@ -18,6 +18,7 @@
 
 #include "collector/capture/manager.h"
 #include "collector/capture/request.h"
+#include "schema/capture_state.h"
 #include "tests/agent/temp_dir.h"
 #include "tests/collector/capture/seed_job.h"
 #include "tests/collector/http/fake_store.h"
@@ -159,7 +160,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   f.manager->tick(f.clock.nowNs());
   auto row = f.store.capture(id);
   check(row.isOk() && row.value().has_value());
-  check(row.value()->state != "running");
+  check(row.value()->state != wire::CaptureState::kRunning);
   check(f.manager->stats().bytes <= sent);
   return 0;
 }
