@@ -39,6 +39,16 @@ struct Cluster {
   std::vector<std::string> agentArgs;
 };
 
+// Waits for each simulated job to end and checks it exited 0.
+void finish(std::initializer_list<Process*> sims) {
+  for (Process* s : sims) {
+    auto rc = s->wait(90s);
+    INFO(s->name() << " log:\n" << s->logTail());
+    REQUIRE(rc.has_value());
+    CHECK(*rc == 0);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("e2e: a tp2 x pp2 x dp2 simulated job's topology API returns every rank's coordinates") {
@@ -58,12 +68,7 @@ TEST_CASE("e2e: a tp2 x pp2 x dp2 simulated job's topology API returns every ran
   };
   auto sim3d = runSim("3d", {"--parallel", "tp=2,pp=2,dp=2", "--microbatches", "4"});
   auto simFlat = runSim("flat", {"--ranks", "4"});
-  for (auto* s : {sim3d.get(), simFlat.get()}) {
-    auto rc = s->wait(90s);
-    INFO(s->name() << " log:\n" << s->logTail());
-    REQUIRE(rc.has_value());
-    CHECK(*rc == 0);
-  }
+  finish({sim3d.get(), simFlat.get()});
   // Every report was acknowledged, so the hellos before them were stored too.
   REQUIRE(waitFor([&] { return jobStepRows(spec.httpPort, "3d") == 8 * 30; }, 20s));
 
@@ -137,12 +142,7 @@ TEST_CASE("e2e: a slow stage and a slow tp worker come out of the anomalies API 
   };
   auto simStage = runSim("stage", "stage:pp=1,factor=1.5");
   auto simWorker = runSim("worker", "worker:dp=1,pp=0,factor=1.5,from=40");
-  for (auto* s : {simStage.get(), simWorker.get()}) {
-    auto rc = s->wait(90s);
-    INFO(s->name() << " log:\n" << s->logTail());
-    REQUIRE(rc.has_value());
-    CHECK(*rc == 0);
-  }
+  finish({simStage.get(), simWorker.get()});
   auto anomalies = [&](const std::string& job) {
     auto r = httpGet(spec.httpPort, "/api/v1/jobs/" + job + "/anomalies", 5s);
     return r.status == 200 ? r.json()["anomalies"] : json::array();
@@ -221,12 +221,7 @@ TEST_CASE("e2e: interleaved and zb-v simulated jobs: the topology API names the 
   };
   auto simIl = runSim("il", "interleaved:2");
   auto simV = runSim("zbv", "zb-v");
-  for (auto* s : {simIl.get(), simV.get()}) {
-    auto rc = s->wait(90s);
-    INFO(s->name() << " log:\n" << s->logTail());
-    REQUIRE(rc.has_value());
-    CHECK(*rc == 0);
-  }
+  finish({simIl.get(), simV.get()});
   REQUIRE(waitFor([&] { return jobStepRows(spec.httpPort, "il") == 8 * 40; }, 20s));
   REQUIRE(waitFor([&] { return jobStepRows(spec.httpPort, "zbv") == 8 * 40; }, 20s));
   auto get = [&](const std::string& target) {
