@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <optional>
+#include <tuple>
 
 namespace trainscope::pipeline {
 namespace {
@@ -363,7 +365,18 @@ double makespanNs(const Schedule& schedule, const std::vector<double>& stageNs, 
   if (P == 0 || micro == 0) return 0.0;
   Schedule s = schedule;
   if (!microbatchProblem(s, P, micro).empty()) s = Schedule{};
-  const auto lists = opLists(s, P, micro);
+  // The what-if model replays the same few schedules every step (zb-v's lists come from a list
+  // scheduler): each thread keeps the lists it built, a bounded handful.
+  thread_local std::map<std::tuple<Kind, uint32_t, uint32_t, uint32_t>,
+                        std::vector<std::vector<Op>>>
+      cache;
+  const auto key = std::make_tuple(s.kind, s.chunks, P, micro);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    if (cache.size() >= 64) cache.clear();
+    it = cache.emplace(key, opLists(s, P, micro)).first;
+  }
+  const auto& lists = it->second;
   const double m = static_cast<double>(micro);
   const auto ends = replay(
       s, P, micro, lists,

@@ -111,7 +111,7 @@ ScheduleGuess inferSchedule(const std::vector<int32_t>& stageOf, uint32_t stages
   // to a replica's stages (transfers and collectives add to every measured wait), wins. Per
   // replica, as a slow worker changes the waits of its own pipeline only. At most kReplicas
   // replicas are replayed: the rule needs only a few, and a step's view stays cheap.
-  constexpr size_t kReplicas = 8;
+  constexpr size_t kReplicas = 4;
   std::vector<std::pair<std::vector<double>, std::vector<double>>> views;  // (work, bubble)
   for (auto& [d, cells] : replicas) {
     (void)d;
@@ -144,7 +144,10 @@ ScheduleGuess inferSchedule(const std::vector<int32_t>& stageOf, uint32_t stages
     return d;
   };
   const uint32_t half = out.microbatches / 2;
-  double best = distance(*out.schedule, out.microbatches);
+  // A V must fit clearly better than 1F1B (the common schedule, and the one assumed before):
+  // with two stages the shape is one number, and noise or a slow stage can tilt it.
+  constexpr double kVMargin = 0.5;
+  double best = kVMargin * distance(*out.schedule, out.microbatches);
   for (const pl::Schedule c :
        {pl::Schedule{pl::Kind::kZbV, 2}, pl::Schedule{pl::Kind::kDualPipeV, 2}}) {
     if (!pl::microbatchProblem(c, stages, half).empty()) continue;
