@@ -144,10 +144,12 @@ void ExpertImbalanceDetector::onStep(const AssembledStep& step) {
   }
   // The microbatches the pipeline replay needs (0 without a layout: one stage, no replay).
   double micro = 0;
+  pipeline::Schedule schedule;
   if (layout_) {
     LayoutStep lv;
     viewStep(step, *layout_, &lv);
     micro = lv.microbatches;
+    schedule = lv.schedule;
   }
   std::vector<std::pair<size_t, double>> unitRatios;
   for (size_t i = 0; i < E; ++i) {
@@ -165,8 +167,8 @@ void ExpertImbalanceDetector::onStep(const AssembledStep& step) {
       fixedStage[s] = medianInPlace(fixed[i][s]);
     }
     if (complete) {
-      iv.gainNs =
-          std::max(0.0, pipelineStepNs(slowStage, micro) - pipelineStepNs(fixedStage, micro));
+      iv.gainNs = std::max(0.0, pipelineStepNs(slowStage, micro, schedule) -
+                                    pipelineStepNs(fixedStage, micro, schedule));
     }
     iv.hotCompute = medianInPlace(hot[i]);
     iv.peerCompute = medianInPlace(peer[i]);

@@ -61,8 +61,12 @@ std::shared_ptr<const JobLayout> layoutOf(const topology::Topology& t) {
   layout->tpGroups.erase(std::unique(layout->tpGroups.begin(), layout->tpGroups.end()),
                          layout->tpGroups.end());
   layout->workerOf.assign(static_cast<size_t>(maxRank) + 1, -1);
+  layout->stageOf.assign(static_cast<size_t>(maxRank) + 1, -1);
   for (size_t i = 0; i < layout->workers.size(); ++i) {
-    for (uint32_t r : layout->workers[i].ranks) layout->workerOf[r] = static_cast<int32_t>(i);
+    for (uint32_t r : layout->workers[i].ranks) {
+      layout->workerOf[r] = static_cast<int32_t>(i);
+      layout->stageOf[r] = static_cast<int32_t>(layout->workers[i].stage);
+    }
   }
   return layout;
 }
@@ -71,22 +75,41 @@ void viewStep(const AssembledStep& step, const JobLayout& layout, LayoutStep* ou
   const size_t nw = layout.workers.size();
   out->workerNs.assign(nw, 0.0);
   std::vector<double> durations;
-  std::vector<double> micro;
+  std::vector<topology::RankPipe> pipes;
   durations.reserve(step.ranks.size());
   for (const RankStep& r : step.ranks) {
     durations.push_back(static_cast<double>(r.report.duration_ns()));
-    uint64_t most = 0;
-    for (const auto& p : r.report.p2p()) {
-      if (p.op() == wire::RECV) most = std::max<uint64_t>(most, p.count());
-    }
-    if (most > 0) micro.push_back(static_cast<double>(most));
     const int32_t w = layout.workerOfRank(r.report.rank());
+    topology::RankPipe pipe;
+    pipe.rank = r.report.rank();
+    pipe.replica = w < 0 ? 0 : static_cast<int32_t>(layout.workers[static_cast<size_t>(w)].replica);
+    pipe.computeNs = static_cast<double>(r.report.compute_ns());
+    pipe.bubbleNs = static_cast<double>(r.report.bubble_ns());
+    pipe.sends = topology::transfersOf(r.report.p2p());
+    if (!pipe.sends.empty()) pipes.push_back(std::move(pipe));
     if (w < 0 || r.report.compute_ns() <= 0) continue;
     double& x = out->workerNs[static_cast<size_t>(w)];
     x = std::max(x, static_cast<double>(r.report.compute_ns()));
   }
   out->stepNs = medianInPlace(durations);
-  out->microbatches = micro.empty() ? 0.0 : medianInPlace(micro);
+  // Every layout-aware detector views the same step in turn, on the same thread: infer the
+  // schedule (replays of each candidate) once per step.
+  struct Last {
+    const JobLayout* layout = nullptr;
+    std::string job;
+    int64_t step = -1;
+    size_t ranks = 0;
+    topology::ScheduleGuess guess;
+  };
+  thread_local Last last;
+  if (last.layout != &layout || last.job != step.job || last.step != step.step ||
+      last.ranks != step.ranks.size()) {
+    last = Last{&layout, step.job, step.step, step.ranks.size(),
+                topology::inferSchedule(layout.stageOf, layout.stages, pipes)};
+  }
+  const topology::ScheduleGuess& guess = last.guess;
+  out->schedule = guess.schedule.value_or(pipeline::Schedule{});
+  out->microbatches = static_cast<double>(guess.microbatches);
   std::vector<std::vector<double>> perStage(layout.stages);
   for (size_t i = 0; i < nw; ++i) {
     if (out->workerNs[i] > 0) perStage[layout.workers[i].stage].push_back(out->workerNs[i]);
@@ -116,9 +139,14 @@ StepSummary medianOf(const std::vector<StepSummary>& steps, size_t stages) {
   col.clear();
   for (const StepSummary& v : steps) col.push_back(v.stepNs);
   out.stepNs = medianInPlace(col);
-  col.clear();
-  for (const StepSummary& v : steps) col.push_back(v.microbatches);
-  out.microbatches = medianInPlace(col);
+  // The schedule and microbatches most steps showed (they come together).
+  std::vector<topology::ScheduleGuess> guesses;
+  for (const StepSummary& v : steps) {
+    guesses.push_back({v.schedule, static_cast<uint32_t>(v.microbatches)});
+  }
+  const topology::ScheduleGuess g = topology::mostCommon(guesses);
+  out.schedule = g.schedule.value_or(pipeline::Schedule{});
+  out.microbatches = g.microbatches;
   return out;
 }
 
@@ -134,55 +162,23 @@ std::vector<std::string> nodesOf(const AssembledStep& step, const std::vector<ui
   return out;
 }
 
-double pipelineStepNs(const std::vector<double>& stageNs, double microbatches) {
-  const size_t P = stageNs.size();
-  if (P == 0) return 0.0;
-  if (!(microbatches >= 1)) return *std::max_element(stageNs.begin(), stageNs.end());
-  const size_t M = static_cast<size_t>(std::min(microbatches, 4096.0));
-  // Replays the 1F1B schedule: stage s runs P - s - 1 warm-up forwards, then one forward and
-  // one backward in turn, then the remaining backwards; a forward needs the previous stage's
-  // forward of that microbatch, a backward the next stage's backward.
-  std::vector<size_t> nextF(P, 0), nextB(P, 0);
-  std::vector<double> ready(P, 0.0);
-  std::vector<std::vector<double>> fEnd(P, std::vector<double>(M, -1.0));
-  std::vector<std::vector<double>> bEnd(P, std::vector<double>(M, -1.0));
-  size_t left = 2 * P * M;
-  while (left > 0) {
-    bool progressed = false;
-    for (size_t s = 0; s < P; ++s) {
-      const size_t f = nextF[s], b = nextB[s];
-      if (f + b >= 2 * M) continue;
-      const size_t warm = std::min(P - s - 1, M);
-      // In warm-up, or after a backward, or with no backward left to pair: a forward.
-      const bool forward = f < M && (f < warm || f - warm == b);
-      const size_t m = forward ? f : b;
-      double avail = ready[s];
-      if (forward && s > 0) {
-        if (fEnd[s - 1][m] < 0) continue;
-        avail = std::max(avail, fEnd[s - 1][m]);
-      } else if (!forward && s + 1 < P) {
-        if (bEnd[s + 1][m] < 0) continue;
-        avail = std::max(avail, bEnd[s + 1][m]);
-      }
-      const double len = stageNs[s] / static_cast<double>(M) *
-                         (forward ? kForwardFraction : 1.0 - kForwardFraction);
-      (forward ? fEnd : bEnd)[s][m] = ready[s] = avail + len;
-      ++(forward ? nextF : nextB)[s];
-      --left;
-      progressed = true;
-    }
-    if (!progressed) break;  // cannot happen with 1F1B
+double pipelineStepNs(const std::vector<double>& stageNs, double microbatches,
+                      const pipeline::Schedule& schedule) {
+  if (stageNs.empty()) return 0.0;
+  if (!(microbatches >= 1) || stageNs.size() == 1) {
+    return *std::max_element(stageNs.begin(), stageNs.end());
   }
-  return *std::max_element(ready.begin(), ready.end());
+  const auto m = static_cast<uint32_t>(std::min(microbatches, 4096.0));
+  return pipeline::makespanNs(schedule, stageNs, m);
 }
 
 double estimatedGain(std::vector<double> stageNs, size_t stage, double slowNs, double fixedNs,
-                     double microbatches, double stepNs) {
+                     double microbatches, double stepNs, const pipeline::Schedule& schedule) {
   if (stage >= stageNs.size() || !(stepNs > 0)) return 0.0;
   stageNs[stage] = slowNs;
-  const double slow = pipelineStepNs(stageNs, microbatches);
+  const double slow = pipelineStepNs(stageNs, microbatches, schedule);
   stageNs[stage] = fixedNs;
-  const double fixed = pipelineStepNs(stageNs, microbatches);
+  const double fixed = pipelineStepNs(stageNs, microbatches, schedule);
   return std::clamp((slow - fixed) / stepNs, 0.0, 1.0);
 }
 

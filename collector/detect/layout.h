@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "collector/detect/step_assembler.h"
+#include "collector/topology/schedule.h"
 #include "collector/topology/topology.h"
+#include "common/pipeline_schedule.h"
 
 namespace trainscope::detect {
 
@@ -33,6 +35,7 @@ struct JobLayout {
   std::vector<Worker> workers;        // by first rank
   std::vector<int32_t> workerOf;      // rank -> index into workers; -1: rank without coordinates
   std::vector<std::string> tpGroups;  // names of the declared tensor-parallel groups, sorted
+  std::vector<int32_t> stageOf;       // rank -> pipeline stage; -1: rank without coordinates
   int32_t workerOfRank(uint32_t rank) const { return rank < workerOf.size() ? workerOf[rank] : -1; }
 };
 
@@ -47,14 +50,15 @@ std::shared_ptr<const JobLayout> layoutOf(const topology::Topology& topology);
 // that reported one, as tensor-parallel ranks wait for each other in every layer: a worker goes
 // at its slowest rank, and one slow GPU is not diluted by its group's size; 0 when none
 // reported), each stage's work (the lower median of its workers'
-// compute, so one slow worker does not move it), the job's step time (median duration_ns) and
-// the microbatches per step (the most receives a rank posted to one pipeline peer, median over
-// ranks; 0 when the job reports no p2p).
+// compute, so one slow worker does not move it), the job's step time (median duration_ns), the
+// pipeline schedule and microbatches per step and replica the step's p2p shows
+// (collector/topology/schedule.h; 1F1B over 0 microbatches when the job reports no p2p).
 struct LayoutStep {
   std::vector<double> workerNs;
   std::vector<double> stageNs;
   double stepNs = 0;
   double microbatches = 0;
+  pipeline::Schedule schedule;
 };
 void viewStep(const AssembledStep& step, const JobLayout& layout, LayoutStep* out);
 
@@ -64,31 +68,34 @@ struct StepSummary {
   std::vector<double> stageNs;
   double stepNs = 0;
   double microbatches = 0;
+  pipeline::Schedule schedule;  // the one most steps showed
 };
 inline StepSummary summaryOf(const LayoutStep& v) {
-  return {v.stageNs, v.stepNs, v.microbatches};
+  return {v.stageNs, v.stepNs, v.microbatches, v.schedule};
 }
 StepSummary medianOf(const std::vector<StepSummary>& steps, size_t stages);
 
 // The nodes of `ranks` among the step's reports (unsorted, unique; EventLog sorts them).
 std::vector<std::string> nodesOf(const AssembledStep& step, const std::vector<uint32_t>& ranks);
 
-// The what-if model behind evidence.estimated_gain: replays one replica's 1F1B schedule (stage
-// s runs pp - s - 1 warm-up forwards, then one forward and one backward in turn; a forward
-// waits for the previous stage's, a backward for the next stage's) with each stage's work per
-// step split evenly over the microbatches, a third of it forward and two thirds backward, and
-// returns the makespan. Data-parallel replicas and tensor-parallel ranks meet in collectives,
-// so the job goes at its slowest replica: fixing the culprit saves what its replica's makespan
-// shrinks by. Without a pipeline (one stage) the step lasts the slowest worker. microbatches 0
-// (the job reports no p2p) takes the slowest stage alone. Simple on purpose, and stated as
-// such in the evidence: the optimizer (once per step, not per microbatch), compute that
-// overlaps communication, and schedules other than 1F1B are not modelled apart.
+// The what-if model behind evidence.estimated_gain: replays one replica's pipeline schedule
+// (common/pipeline_schedule.h: the job's own, as inferred from its p2p; each rank's ops in the
+// schedule's order, a forward waiting for the previous virtual stage's, a backward for the next
+// one's) with each stage's work per step split evenly over the microbatches and model chunks, a
+// third of it forward and two thirds backward (B and W a third each where the schedule splits
+// the backward), and returns the makespan. Data-parallel replicas and tensor-parallel ranks
+// meet in collectives, so the job goes at its slowest replica: fixing the culprit saves what its
+// replica's makespan shrinks by. Without a pipeline (one stage) the step lasts the slowest
+// worker. microbatches 0 (the job reports no p2p) takes the slowest stage alone. Simple on
+// purpose, and stated as such in the evidence: the optimizer (once per step, not per
+// microbatch) and compute that overlaps communication are not modelled apart.
 inline constexpr double kForwardFraction = 1.0 / 3.0;
-double pipelineStepNs(const std::vector<double>& stageNs, double microbatches);
+double pipelineStepNs(const std::vector<double>& stageNs, double microbatches,
+                      const pipeline::Schedule& schedule = {});
 
 // The fraction of the step time the job would save if `stage`'s work were `fixedNs` instead of
 // `slowNs` (all other stages at `stageNs`): (T(slow) - T(fixed)) / stepNs, within [0, 1].
 double estimatedGain(std::vector<double> stageNs, size_t stage, double slowNs, double fixedNs,
-                     double microbatches, double stepNs);
+                     double microbatches, double stepNs, const pipeline::Schedule& schedule = {});
 
 }  // namespace trainscope::detect

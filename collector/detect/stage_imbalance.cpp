@@ -68,8 +68,8 @@ void StageImbalanceDetector::onStep(const AssembledStep& step) {
     }
     const double otherNs = medianInPlace(others);
     const double stepMs = med.stepNs / 1e6;
-    const double gain =
-        estimatedGain(stageNs, stage, stageNs[stage], otherNs, med.microbatches, med.stepNs);
+    const double gain = estimatedGain(stageNs, stage, stageNs[stage], otherNs, med.microbatches,
+                                      med.stepNs, med.schedule);
     a.evidence = {{"stage_ms", stageNs[stage] / 1e6},
                   {"other_stages_ms", otherNs / 1e6},
                   {"ratio", a.magnitude},

@@ -230,8 +230,8 @@ void StragglerDetector::onLayoutStep(const AssembledStep& step) {
       const double peerNs = median(st.peer.latest(since));
       const StepSummary med = medianOf(views_.latest(since), L.stages);
       const double stepMs = med.stepNs / 1e6;
-      const double gain =
-          estimatedGain(med.stageNs, s, computeNs, peerNs, med.microbatches, med.stepNs);
+      const double gain = estimatedGain(med.stageNs, s, computeNs, peerNs, med.microbatches,
+                                        med.stepNs, med.schedule);
       a.evidence = {{"compute_ms", computeNs / 1e6},
                     {"peer_median_ms", peerNs / 1e6},
                     {"ratio", a.magnitude},

@@ -98,7 +98,7 @@ bool WorkloadImbalanceDetector::ratios(const AssembledStep& step, std::vector<do
   for (uint32_t d = 0; d < L.replicas; ++d) {
     if (count[d] > 0) (*out)[d] = sum[d] / count[d];
   }
-  *workNs = pipelineStepNs(view_.stageNs, view_.microbatches);
+  *workNs = pipelineStepNs(view_.stageNs, view_.microbatches, view_.schedule);
   size_t known = 0;
   for (double x : *out) known += std::isnan(x) ? 0 : 1;
   return known >= 2 && *workNs > 0;

@@ -27,9 +27,9 @@
 // Evidence: the per-step spread (median s_t since the onset), the slowest replica's excess over
 // the mean (median of max r / mean r - 1), how often the slowest replica changed between
 // consecutive steps and the largest share one replica had, the replica count, and
-// estimated_gain: per step (max r - mean r) x the replica's work (with a layout the 1F1B replay
-// of layout.h on the stages' work; without, the median compute) / the step time, the time the
-// job would save if every replica had the mean work; the median over the steps since the onset.
+// estimated_gain: per step (max r - mean r) x the replica's work (with a layout the schedule's
+// replay of layout.h on the stages' work; without, the median compute) / the step time, the time
+// the job would save if every replica had the mean work; the median over the steps since the onset.
 // Persistent differences (each replica's median ratio over up to the last 64 steps, once 16
 // are known) are taken out of it first, so a straggler's cost is not counted twice. The anomaly
 // is job-wide (every rank), added_ms_per_step = gain x step time (what folds a step_shift the

@@ -436,8 +436,43 @@ json coordsJson(const topology::Coords& c) {
   return out;
 }
 
+// Steps the topology endpoint reads back to infer the schedule (the latest and these before).
+constexpr int64_t kScheduleSteps = 9;
+
+topology::ScheduleGuess scheduleOf(const topology::Topology& t,
+                                   const std::vector<storage::StepRow>& steps) {
+  const uint32_t pp = t.sizes[0];  // kAxes[0] is pp
+  std::vector<int32_t> stageOf;
+  std::map<uint32_t, int32_t> replicaOf;
+  for (const auto& [rank, c] : t.coords) {
+    const auto s = c.along(wire::GROUP_PP);
+    if (!s) continue;
+    if (stageOf.size() <= rank) stageOf.resize(static_cast<size_t>(rank) + 1, -1);
+    stageOf[rank] = static_cast<int32_t>(*s);
+    replicaOf[rank] = static_cast<int32_t>(c.along(wire::GROUP_DP).value_or(0));
+  }
+  std::map<int64_t, std::vector<topology::RankPipe>> bySteps;
+  for (const auto& row : steps) {
+    topology::RankPipe p;
+    p.rank = row.rank;
+    const auto d = replicaOf.find(row.rank);
+    p.replica = d == replicaOf.end() ? 0 : d->second;
+    p.computeNs = static_cast<double>(row.computeNs);
+    p.bubbleNs = static_cast<double>(row.bubbleNs);
+    p.sends = topology::transfersOf(row.p2p);
+    if (!p.sends.empty()) bySteps[row.step].push_back(std::move(p));
+  }
+  std::vector<topology::ScheduleGuess> guesses;
+  for (const auto& [step, pipes] : bySteps) {
+    (void)step;
+    guesses.push_back(topology::inferSchedule(stageOf, pp, pipes));
+  }
+  return topology::mostCommon(guesses);
+}
+
 json topologyJson(const std::string& job, const topology::Topology& t,
-                  const std::vector<storage::RankRow>& ranks) {
+                  const std::vector<storage::RankRow>& ranks,
+                  const topology::ScheduleGuess& schedule) {
   json layout = json::object();
   for (size_t i = 0; i < topology::kAxes.size(); ++i) {
     if (t.sizes[i] > 0) layout[topology::kindName(topology::kAxes[i])] = t.sizes[i];
@@ -473,7 +508,9 @@ json topologyJson(const std::string& job, const topology::Topology& t,
               {"layout", std::move(layout)},
               {"ranks", std::move(list)},
               {"groups", std::move(groups)},
-              {"problems", t.problems}};
+              {"problems", t.problems},
+              {"schedule", topology::guessName(schedule)},
+              {"microbatches", schedule.microbatches}};
 }
 
 ApiResponse Api::ranks(const std::string& job) const {
@@ -504,7 +541,26 @@ ApiResponse Api::topology(const std::string& job) const {
   if (!rows) return errorResponse(500, rows.message());
   auto declared = store_.groups(job);
   if (!declared) return errorResponse(500, declared.message());
-  return jsonResponse(topologyJson(job, topology::derive(*declared), *rows));
+  const topology::Topology t = topology::derive(*declared);
+  // The schedule from the p2p of the latest steps every rank has finished (a few, so one odd
+  // step does not decide it).
+  topology::ScheduleGuess schedule;
+  if (t.sizes[0] > 1) {
+    int64_t latest = -1;
+    for (const auto& r : *rows) latest = std::max(latest, r.latestStep);
+    if (latest >= 0) {
+      storage::StepQuery q;
+      q.job = job;
+      q.fromStep = std::max<int64_t>(0, latest - kScheduleSteps);
+      q.toStep = latest;
+      q.detail = true;
+      q.limit = (kScheduleSteps + 1) * std::max<size_t>(rows->size(), 1);
+      auto steps = store_.steps(q);
+      if (!steps) return errorResponse(500, steps.message());
+      schedule = scheduleOf(t, *steps);
+    }
+  }
+  return jsonResponse(topologyJson(job, t, *rows, schedule));
 }
 
 ApiResponse Api::steps(const std::string& job, const Query& query) const {

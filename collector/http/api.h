@@ -19,6 +19,7 @@
 #include "collector/http/metrics.h"
 #include "collector/http/server.h"
 #include "collector/storage/store.h"
+#include "collector/topology/schedule.h"
 #include "collector/topology/topology.h"
 #include "common/byte_source.h"
 #include "common/clock.h"
@@ -174,9 +175,15 @@ nlohmann::json rankJson(const storage::RankRow& rank);
 nlohmann::json coordsJson(const topology::Coords& coords);
 // GET /api/v1/jobs/{job}/topology: {"job", "declared", "world_size", "ranks_declared",
 // "layout": {"pp": P, "dp": D, "tp": T, ...}, "ranks": [{"rank", "node", "host", "coords"}],
-// "groups": [{"name", "kind", "ranks", "declared_by"}], "problems": [...]}.
+// "groups": [{"name", "kind", "ranks", "declared_by"}], "problems": [...], "schedule":
+// "1f1b" | "interleaved:V" | "zb-v" | "dualpipe-v" | "unknown", "microbatches": M (0: unknown)}:
+// the pipeline schedule the job's latest steps show (collector/topology/schedule.h).
 nlohmann::json topologyJson(const std::string& job, const topology::Topology& topology,
-                            const std::vector<storage::RankRow>& ranks);
+                            const std::vector<storage::RankRow>& ranks,
+                            const topology::ScheduleGuess& schedule = {});
+// The schedule most of `steps` (rows with detail, any order) show, read through `topology`.
+topology::ScheduleGuess scheduleOf(const topology::Topology& topology,
+                                   const std::vector<storage::StepRow>& steps);
 nlohmann::json stepJson(const storage::StepRow& step, bool detail);
 // The same shapes written straight to text, for large pages.
 void writeStepJson(JsonWriter& w, const storage::StepRow& step, bool detail);

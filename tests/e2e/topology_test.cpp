@@ -2,7 +2,8 @@
 // declares its groups through the probe, and the real agents and collector serve each rank's
 // coordinates (GET /api/v1/jobs/{job}/topology and the ranks listing); its pipeline p2p
 // reaches the stored step reports; a flat job through the same collector declares nothing and
-// keeps today's listing.
+// keeps today's listing; interleaved and zb-v jobs get their schedule named.
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,16 @@ struct Cluster {
   std::vector<std::string> agentArgs;
 };
 
+// Waits for each simulated job to end and checks it exited 0.
+void finish(std::initializer_list<Process*> sims) {
+  for (Process* s : sims) {
+    auto rc = s->wait(90s);
+    INFO(s->name() << " log:\n" << s->logTail());
+    REQUIRE(rc.has_value());
+    CHECK(*rc == 0);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("e2e: a tp2 x pp2 x dp2 simulated job's topology API returns every rank's coordinates") {
@@ -57,12 +68,7 @@ TEST_CASE("e2e: a tp2 x pp2 x dp2 simulated job's topology API returns every ran
   };
   auto sim3d = runSim("3d", {"--parallel", "tp=2,pp=2,dp=2", "--microbatches", "4"});
   auto simFlat = runSim("flat", {"--ranks", "4"});
-  for (auto* s : {sim3d.get(), simFlat.get()}) {
-    auto rc = s->wait(90s);
-    INFO(s->name() << " log:\n" << s->logTail());
-    REQUIRE(rc.has_value());
-    CHECK(*rc == 0);
-  }
+  finish({sim3d.get(), simFlat.get()});
   // Every report was acknowledged, so the hellos before them were stored too.
   REQUIRE(waitFor([&] { return jobStepRows(spec.httpPort, "3d") == 8 * 30; }, 20s));
 
@@ -136,12 +142,7 @@ TEST_CASE("e2e: a slow stage and a slow tp worker come out of the anomalies API 
   };
   auto simStage = runSim("stage", "stage:pp=1,factor=1.5");
   auto simWorker = runSim("worker", "worker:dp=1,pp=0,factor=1.5,from=40");
-  for (auto* s : {simStage.get(), simWorker.get()}) {
-    auto rc = s->wait(90s);
-    INFO(s->name() << " log:\n" << s->logTail());
-    REQUIRE(rc.has_value());
-    CHECK(*rc == 0);
-  }
+  finish({simStage.get(), simWorker.get()});
   auto anomalies = [&](const std::string& job) {
     auto r = httpGet(spec.httpPort, "/api/v1/jobs/" + job + "/anomalies", 5s);
     return r.status == 200 ? r.json()["anomalies"] : json::array();
@@ -198,4 +199,64 @@ TEST_CASE("e2e: a slow stage and a slow tp worker come out of the anomalies API 
   REQUIRE(viaCli.size() == 1);
   CHECK(viaCli[0]["ranks"] == json{2, 3});
   CHECK(viaCli[0]["labels"]["coords"] == json{{"pp", 0}, {"dp", 1}});
+}
+
+// Pipeline schedules through the real processes: an interleaved:2 and a zb-v tp1 x pp4 x dp2
+// job (rank = pp * 2 + dp). The topology API names each schedule with its microbatches, as
+// inferred from the p2p the ranks reported; stage 0's rank exchanges with the last stage over
+// the interleaved pipeline's wrap (8 = (V - 1) M transfers each way, 16 = V M with stage 1),
+// while the V's last stage turns on itself and talks to stage 2 only.
+TEST_CASE("e2e: interleaved and zb-v simulated jobs: the topology API names the schedule") {
+  TempDir dir;
+  Cluster cluster(dir);
+  const CollectorSpec& spec = cluster.spec;
+  auto runSim = [&](const std::string& job, const std::string& schedule) {
+    std::vector<std::string> args = cluster.agentArgs;
+    for (const char* x : {"--steps", "40", "--step-ms", "20", "--fast", "--quiet", "--parallel",
+                          "tp=1,pp=4,dp=2", "--microbatches", "8"}) {
+      args.emplace_back(x);
+    }
+    args.insert(args.end(), {"--job", job, "--schedule", schedule});
+    return startSim(dir, args, "sim-" + job);
+  };
+  auto simIl = runSim("il", "interleaved:2");
+  auto simV = runSim("zbv", "zb-v");
+  finish({simIl.get(), simV.get()});
+  REQUIRE(waitFor([&] { return jobStepRows(spec.httpPort, "il") == 8 * 40; }, 20s));
+  REQUIRE(waitFor([&] { return jobStepRows(spec.httpPort, "zbv") == 8 * 40; }, 20s));
+  auto get = [&](const std::string& target) {
+    auto r = httpGet(spec.httpPort, target);
+    INFO(target << " -> " << r.status << " " << r.body);
+    REQUIRE(r.status == 200);
+    return r.json();
+  };
+  // (peer, op) -> count of one rank's step.
+  auto p2pOf = [&](const std::string& job, uint32_t rank) {
+    json steps = get("/api/v1/jobs/" + job + "/steps?rank=" + std::to_string(rank) +
+                     "&from=30&to=30&detail=1");
+    REQUIRE(steps["steps"].size() == 1);
+    std::map<std::pair<uint32_t, std::string>, uint64_t> out;
+    for (const auto& x : steps["steps"][0]["p2p"]) {
+      out[{x["peer"].get<uint32_t>(), x["op"].get<std::string>()}] += x["count"].get<uint64_t>();
+    }
+    return out;
+  };
+  using Counts = std::map<std::pair<uint32_t, std::string>, uint64_t>;
+
+  json il = get("/api/v1/jobs/il/topology");
+  INFO(il.dump());
+  CHECK(il["layout"] == json{{"pp", 4}, {"dp", 2}, {"tp", 1}});
+  CHECK(il["schedule"] == "interleaved:2");
+  CHECK(il["microbatches"] == 8);
+  CHECK(p2pOf("il", 0) ==
+        Counts{{{2, "send"}, 16}, {{2, "recv"}, 16}, {{6, "send"}, 8}, {{6, "recv"}, 8}});
+  CHECK(p2pOf("il", 6) ==
+        Counts{{{4, "send"}, 16}, {{4, "recv"}, 16}, {{0, "send"}, 8}, {{0, "recv"}, 8}});
+
+  json v = get("/api/v1/jobs/zbv/topology");
+  INFO(v.dump());
+  CHECK(v["schedule"] == "zb-v");
+  CHECK(v["microbatches"] == 8);
+  CHECK(p2pOf("zbv", 0) == Counts{{{2, "send"}, 16}, {{2, "recv"}, 16}});
+  CHECK(p2pOf("zbv", 7) == Counts{{{5, "send"}, 16}, {{5, "recv"}, 16}});
 }

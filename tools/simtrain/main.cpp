@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> injects;
   CLI::App app{
       "trainscope-simtrain: a simulated synchronous data-parallel training job (with --parallel,\n"
-      "a tensor x pipeline x data parallel one with a 1F1B pipeline). Each rank is a\n"
+      "a tensor x pipeline x data parallel one with a pipeline schedule). Each rank is a\n"
       "real probe instance reporting to an agent; faults can be injected and written to a\n"
       "truth file.\n"
       "Exit codes: 0 ok, 1 some step reports were not acknowledged in time, 2 bad flags."};
@@ -79,7 +79,12 @@ int main(int argc, char** argv) {
       "divides D): every forward and backward has a MoE layer whose tokens go to the experts' "
       "ranks and back in two all_to_alls within each group of E consecutive replicas. Sets "
       "--ranks to T * C * P * D unless given");
-  app.add_option("--schedule", o.schedule, "pipeline schedule with --parallel (1f1b)")
+  app.add_option("--schedule", o.schedule,
+                 "pipeline schedule with --parallel: 1f1b; interleaved:V (Megatron's interleaved "
+                 "1F1B, V model chunks per rank, microbatches a multiple of pp); zb-v "
+                 "(ZeroBubble's V schedule, backward split into input and weight gradients); "
+                 "dualpipe-v (DeepSeek's DualPipe-V, at least 2 * pp microbatches). Every "
+                 "schedule does the same work per rank: they differ in bubbles")
       ->capture_default_str();
   app.add_option("--microbatches", o.microbatches,
                  "microbatches per step and replica with --parallel; 0 = 2 * pp")

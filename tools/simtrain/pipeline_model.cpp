@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/pipeline_schedule.h"
 #include "tools/simtrain/step_model.h"
 
 namespace trainscope::sim {
@@ -12,28 +13,6 @@ namespace {
 
 int64_t toNs(double ns) {
   return static_cast<int64_t>(std::llround(ns));
-}
-
-// One forward or backward of one microbatch on one stage of one replica.
-struct PipeOp {
-  bool backward = false;
-  uint32_t micro = 0;
-};
-
-// The 1F1B order of a stage: warm-up forwards (as many as stages after it), then one forward
-// and one backward in turn, then the remaining backwards.
-std::vector<PipeOp> oneFOneB(uint32_t stage, uint32_t stages, uint32_t micro) {
-  std::vector<PipeOp> out;
-  const uint32_t warm = std::min(stages - stage - 1, micro);
-  uint32_t f = 0;
-  uint32_t b = 0;
-  for (; f < warm; ++f) out.push_back({false, f});
-  while (f < micro) {
-    out.push_back({false, f++});
-    out.push_back({true, b++});
-  }
-  while (b < micro) out.push_back({true, b++});
-  return out;
 }
 
 }  // namespace
@@ -83,23 +62,34 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
   const std::vector<double> load = moe ? drawExpertLoad(step) : std::vector<double>(1, 1.0);
   const double maxLoad = *std::max_element(load.begin(), load.end());
 
+  // The schedule's op list per pipeline rank (validate() refused what it cannot run). Every
+  // schedule does the same work per rank (a forward, a backward, per microbatch, split over the
+  // chunks; zb-v and dualpipe-v split the backward in halves B and W): only the bubbles differ.
+  namespace pl = trainscope::pipeline;
+  const pl::Schedule sched = pl::parseSchedule(options_.schedule).value();
+  const auto lists = pl::opLists(sched, P, M);
+  const uint32_t V = sched.chunks;
+  const uint32_t U = P * V;  // virtual stages
+  const bool split = pl::splitsBackward(sched);
+  size_t opsPerBlock = 0;
+  for (const auto& l : lists) opsPerBlock += l.size();
+
   std::vector<int64_t> pipeEnd(options_.ranks, 0);  // end of each rank's last backward
   // Replicas run their pipelines independently, except that an expert-parallel group's E
   // replicas exchange tokens in every MoE layer: such a block of replicas runs in lockstep.
   for (uint32_t blk = 0; blk < L.dp / E; ++blk) {
-    // Per stage: its ops in schedule order, the next one to run; per stage and replica of the
-    // block, when it is free.
-    std::vector<std::vector<PipeOp>> order(P);
+    // Per stage: the next op of its list to run; per stage and replica of the block, when it
+    // is free.
     std::vector<size_t> next(P, 0);
     std::vector<std::vector<int64_t>> ready(P, std::vector<int64_t>(E, 0));
-    // When stage s finished forward / backward of microbatch m (0: not yet), per replica.
+    // When virtual stage u finished forward / backward of microbatch m (0: not yet), per
+    // replica.
     std::vector<std::vector<std::vector<int64_t>>> fwdEnd(
-        P, std::vector<std::vector<int64_t>>(M, std::vector<int64_t>(E, 0)));
+        U, std::vector<std::vector<int64_t>>(M, std::vector<int64_t>(E, 0)));
     auto bwdEnd = fwdEnd;
     for (uint32_t e = 0; e < E; ++e) {
       const uint32_t d = blk * E + e;
       for (uint32_t s = 0; s < P; ++s) {
-        if (e == 0) order[s] = oneFOneB(s, P, M);
         // Data loading first, the same on the stage's tensor- and context-parallel ranks.
         const int64_t t0 = beginNs + kLoopOverheadNs;
         const int64_t dataEnd = t0 + toNs(stepNs * kDataShare * warm * lognormal(sigma));
@@ -111,55 +101,94 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
         ready[s][e] = dataEnd;
       }
     }
+    // The output an op waits for: the virtual stage before (forward) or after (backward), or,
+    // for the loss's backward and W, the same virtual stage's forward / B on this rank.
+    struct Input {
+      std::optional<uint32_t> from;  // virtual stage whose output it needs, if any
+      const std::vector<std::vector<std::vector<int64_t>>>* ends = nullptr;
+      uint32_t vs = 0;
+    };
+    auto inputOf = [&](uint32_t s, const pl::Op& op) {
+      Input in;
+      in.vs = pl::virtualOf(sched, P, s, op.chunk);
+      uint32_t from = 0;
+      if (op.pass != pl::Pass::kW && pl::inputOf(sched, P, in.vs, op.pass, &from)) {
+        in.from = from;
+        in.ends = op.pass == pl::Pass::kF ? &fwdEnd : &bwdEnd;
+      } else if (op.pass != pl::Pass::kF) {
+        in.from = in.vs;  // same rank: no transfer
+        in.ends = op.pass == pl::Pass::kB ? &fwdEnd : &bwdEnd;
+      }
+      return in;
+    };
     // Run whichever stage's next op has its input, until every stage is done: the schedule's
-    // dependencies (forward from the stage before, backward from the stage after) in order.
-    size_t left = static_cast<size_t>(P) * M * 2;
+    // dependencies in each rank's order.
+    size_t left = opsPerBlock;
     std::vector<int64_t> pre(static_cast<size_t>(E) * C);  // by (e, c): after tp (and cp)
     while (left > 0) {
       bool progressed = false;
       for (uint32_t s = 0; s < P; ++s) {
-        if (next[s] >= order[s].size()) continue;
-        const PipeOp op = order[s][next[s]];
-        std::optional<uint32_t> from;
-        if (!op.backward && s > 0) {
-          if (fwdEnd[s - 1][op.micro][0] == 0) continue;
-          from = s - 1;
-        } else if (op.backward && s + 1 < P) {
-          if (bwdEnd[s + 1][op.micro][0] == 0) continue;
-          from = s + 1;
+        if (next[s] >= lists[s].size()) continue;
+        const pl::Op op = lists[s][next[s]];
+        const Input in = inputOf(s, op);
+        if (in.from && (*in.ends)[*in.from][op.micro][0] == 0) continue;
+        // DualPipe-V's overlapped pair starts once the paired backward's input is there too;
+        // that backward's receive then completes under this forward's compute.
+        std::vector<int64_t> hold(E, 0);
+        if (op.pairedWithNext && next[s] + 1 < lists[s].size()) {
+          const pl::Op& nb = lists[s][next[s] + 1];
+          const Input pin = inputOf(s, nb);
+          if (pin.from && pin.from != in.vs) {
+            if ((*pin.ends)[*pin.from][nb.micro][0] == 0) continue;
+            for (uint32_t e = 0; e < E; ++e) hold[e] = (*pin.ends)[*pin.from][nb.micro][e];
+          }
         }
-        const double base = op.backward ? bwdNs : fwdNs;
+        const bool backward = op.pass != pl::Pass::kF;
+        // The peer rank the input comes from, when it is another rank.
+        const std::optional<uint32_t> fromStage =
+            in.from && op.pass != pl::Pass::kW && pl::rankOfVirtual(sched, P, *in.from) != s
+                ? std::optional<uint32_t>(pl::rankOfVirtual(sched, P, *in.from))
+                : std::nullopt;
+        const double base = (op.pass == pl::Pass::kF ? fwdNs : split ? bwdNs / 2 : bwdNs) / V;
+        // W (the weight gradient) needs no tensor-parallel exchange and no tokens: compute only.
+        const bool wOnly = op.pass == pl::Pass::kW;
         // The dense part (attention, and the MLP without MoE) on every rank, then the
         // tensor-parallel all_reduce and the context-parallel all_gather.
         for (uint32_t e = 0; e < E; ++e) {
           const uint32_t d = blk * E + e;
-          const int64_t sentAt = from ? (op.backward ? bwdEnd : fwdEnd)[*from][op.micro][e] : 0;
+          const int64_t sentAt = in.from ? (*in.ends)[*in.from][op.micro][e] : 0;
+          const int64_t readyAt = std::max(ready[s][e], hold[e]);
           int64_t cpLatest = 0;
           for (uint32_t c = 0; c < C; ++c) {
             const double noise = lognormal(sigma);
-            int64_t latest = ready[s][e];
+            int64_t latest = readyAt;
             for (uint32_t t = 0; t < T; ++t) {
               const uint32_t r = L.rankAt(s, d, t, c);
               RankStep& rs = tl.ranks[r];
               // Each tensor-parallel rank receives its own shard from its peer: a slow link
               // (--inject p2p) delays that rank alone, and its group waits for it below.
-              int64_t start = ready[s][e];
-              if (from) {
-                const uint32_t peer = L.rankAt(*from, d, t, c);
+              int64_t start = std::max(readyAt, sentAt);
+              if (fromStage) {
+                const uint32_t peer = L.rankAt(*fromStage, d, t, c);
                 const int64_t xfer = p2pTransferNs(ppXfer, peer, r, step);
-                start = std::max(ready[s][e], sentAt + xfer);
+                start = std::max(readyAt, sentAt + xfer);
                 // The receive waits from when the stage was ready; the sender's send is eager.
                 rs.p2ps.push_back({false, peer, actBytes, ready[s][e], start});
                 tl.ranks[peer].p2ps.push_back({true, r, actBytes, sentAt, sentAt + xfer});
               }
-              const uint32_t opI = op.backward ? bwdOp : fwdOp;
-              const double dense = moe ? 1.0 - kExpertShare : 1.0;
+              const uint32_t opI = backward ? bwdOp : fwdOp;
+              const double dense = moe && !wOnly ? 1.0 - kExpertShare : 1.0;
               const int64_t len =
                   std::max<int64_t>(1, toNs(base * dense * cf[r] * opFactor(opI, r, step) * noise));
               rs.ops.push_back({opI, start, len});
               rs.ranges.push_back(
-                  {op.backward ? Phase::kBackward : Phase::kForward, start, start + len});
+                  {backward ? Phase::kBackward : Phase::kForward, start, start + len});
               latest = std::max(latest, start + len);
+            }
+            if (wOnly) {
+              pre[e * C + c] = latest;
+              cpLatest = std::max(cpLatest, latest);
+              continue;
             }
             // Tensor-parallel ranks meet in an all_reduce: the others wait for the slowest.
             const int64_t tpEnd = latest + tpXfer;
@@ -178,7 +207,7 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
             cpLatest = std::max(cpLatest, tpEnd);
           }
           // Context-parallel ranks gather each other's keys and values.
-          for (uint32_t c = 0; c < C && C > 1; ++c) {
+          for (uint32_t c = 0; c < C && C > 1 && !wOnly; ++c) {
             for (uint32_t t = 0; t < T; ++t) {
               CollExec x;
               x.bucket = op.micro;
@@ -193,7 +222,7 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
           }
         }
         int64_t end = 0;
-        if (!moe) {
+        if (!moe || wOnly) {
           for (int64_t x : pre) end = std::max(end, x);
         } else {
           // MoE layer: the expert-parallel group (same stage, cp and tp index, the block's E
@@ -213,7 +242,7 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
               std::vector<int64_t> expertEnd(E);
               for (uint32_t e = 0; e < E; ++e) {
                 const uint32_t r = L.rankAt(s, blk * E + e, t, c);
-                const uint32_t opE = op.backward ? bwdExpertOp : fwdExpertOp;
+                const uint32_t opE = backward ? bwdExpertOp : fwdExpertOp;
                 const int64_t len =
                     std::max<int64_t>(1, toNs(base * kExpertShare * cf[r] * load[e] *
                                               opFactor(opE, r, step) * noiseE[e * C + c]));
@@ -232,8 +261,8 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
                 x.op = CollExec::Op::kAllToAll;
                 rs.colls.push_back(x);
                 rs.ops.push_back({opE, dispatched, len});
-                rs.ranges.push_back({op.backward ? Phase::kBackward : Phase::kForward, dispatched,
-                                     dispatched + len});
+                rs.ranges.push_back(
+                    {backward ? Phase::kBackward : Phase::kForward, dispatched, dispatched + len});
               }
               combined += a2aXfer;
               for (uint32_t e = 0; e < E; ++e) {
@@ -248,14 +277,15 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
           }
         }
         for (uint32_t e = 0; e < E; ++e) {
-          (op.backward ? bwdEnd : fwdEnd)[s][op.micro][e] = end;
+          if (op.pass == pl::Pass::kF) fwdEnd[in.vs][op.micro][e] = end;
+          if (op.pass == pl::Pass::kB) bwdEnd[in.vs][op.micro][e] = end;
           ready[s][e] = end;
         }
         ++next[s];
         --left;
         progressed = true;
       }
-      if (!progressed) break;  // cannot happen with 1F1B; guards against a schedule bug
+      if (!progressed) break;  // cannot happen: the op lists are dependency-ordered
     }
     for (uint32_t e = 0; e < E; ++e) {
       for (uint32_t s = 0; s < P; ++s) {

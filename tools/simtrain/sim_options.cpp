@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "common/pipeline_schedule.h"
 #include "tools/simtrain/step_model.h"
 
 namespace trainscope::sim {
@@ -382,12 +383,14 @@ Status validate(const SimOptions& o, bool needAgents) {
                            " (expert-parallel groups are carved out of the data-parallel "
                            "replicas)");
     }
-    if (o.schedule != "1f1b") {
-      return Status::error(
-          "--schedule '" + o.schedule +
-          "': only 1f1b is modelled (interleaved, zb-v and dualpipe-v are not yet)");
-    }
+    const auto schedule = pipeline::parseSchedule(o.schedule);
+    if (!schedule) return Status::error("--schedule " + schedule.message());
     if (o.microbatches > 4096) return Status::error("--microbatches must be in 1..4096");
+    const uint32_t micro = o.microbatches > 0 ? o.microbatches : 2 * L.pp;
+    if (const std::string p = pipeline::microbatchProblem(*schedule, L.pp, micro); !p.empty()) {
+      return Status::error("--schedule " + o.schedule + " with --microbatches " +
+                           std::to_string(micro) + ": " + p);
+    }
     for (const auto& in : o.injects) {
       if (in.kind == Inject::Kind::kHang) {
         return Status::error("--inject '" + in.spec + "': hang is not modelled with --parallel");

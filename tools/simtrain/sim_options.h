@@ -106,7 +106,8 @@ struct SimOptions {
   // data-parallel one; every rank declares its groups and pipeline stages exchange
   // activations and gradients by p2p send/recv following `schedule`.
   std::optional<ParallelLayout> parallel;
-  std::string schedule = "1f1b";  // pipeline schedule (--schedule); only 1f1b is modelled
+  std::string schedule = "1f1b";  // pipeline schedule (--schedule): 1f1b, interleaved:V, zb-v,
+                                  // dualpipe-v (common/pipeline_schedule.h)
   uint32_t microbatches = 0;      // per step and replica (--microbatches); 0 = 2 * pp
   double edgeLoad = 0.0;          // --edge-load: a naturally unbalanced pipeline; the first
                                   // stage works edgeLoad / 2 more (embedding), the last

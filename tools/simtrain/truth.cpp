@@ -57,6 +57,12 @@ nlohmann::json truthJson(const SimOptions& options) {
       default:
         break;
     }
+    if (options.parallel) {
+      // The pipeline a fault ran under: its effect (and the gain of fixing it) depends on it.
+      t["schedule"] = options.schedule;
+      t["microbatches"] =
+          options.microbatches > 0 ? options.microbatches : 2 * options.parallel->pp;
+    }
     list.push_back(std::move(t));
   }
   return list;

@@ -16,7 +16,8 @@ namespace trainscope::sim {
 // never finishes); its from_step is the step that hangs. A seqlen fault has "cv" and factor
 // 1 + cv (its size, for tables); a p2p fault "from_rank" and "to_rank" (ranks: both, sender
 // first); a gpu fault its rank's "coords"; an experts fault its hot "ep" index, "skew" (its
-// factor) and "coords" {"ep": K}, ranks every rank at that expert-parallel index.
+// factor) and "coords" {"ep": K}, ranks every rank at that expert-parallel index. With
+// --parallel each also has the pipeline "schedule" (as given) and "microbatches" (per step).
 nlohmann::json truthJson(const SimOptions& options);
 
 // Writes truthJson() to `path` (replacing it). The message names the path on failure.

@@ -39,7 +39,7 @@ TEST_CASE("layout: nothing declared, or data parallel only, is judged flat (no l
   CHECK(tpOnly->workers.size() == 4);
 }
 
-TEST_CASE("layout: the 1F1B what-if model replays the schedule") {
+TEST_CASE("layout: the 1F1B what-if model replays the schedule by default") {
   // Two equal stages, 4 microbatches: (M + P - 1) slots of one forward and one backward.
   CHECK(pipelineStepNs({60.0, 60.0}, 4) == Approx(75.0));
   CHECK(pipelineStepNs({40.0, 40.0, 40.0, 40.0}, 8) == Approx(11 * 5.0));
@@ -57,6 +57,25 @@ TEST_CASE("layout: the 1F1B what-if model replays the schedule") {
   CHECK(light > 0.0);
   CHECK(light < heavy);
   CHECK(estimatedGain({60.0, 60.0}, 5, 90.0, 60.0, 4, 110.0) == 0.0);
+}
+
+TEST_CASE("layout: the what-if model replays the job's own schedule") {
+  namespace pl = trainscope::pipeline;
+  const std::vector<double> even = {40.0, 40.0, 40.0, 40.0};
+  const pl::Schedule il = *pl::parseSchedule("interleaved:2");
+  const pl::Schedule zbv = *pl::parseSchedule("zb-v");
+  // Interleaving 2 chunks halves 1F1B's bubble: 40 + 15 / 2; the V fills most of the rest.
+  CHECK(pipelineStepNs(even, 8, il) == Approx(40.0 + 7.5));
+  CHECK(pipelineStepNs(even, 8, zbv) < pipelineStepNs(even, 8, il));
+  CHECK(pipelineStepNs(even, 8, zbv) >= 40.0);
+  // With less bubble to hide in, a slow stage costs the job more of the (shorter) step.
+  const double one = estimatedGain(even, 1, 60.0, 40.0, 8, 60.0);
+  const double v = estimatedGain(even, 1, 60.0, 40.0, 8, 60.0, zbv);
+  CHECK(one > 0.0);
+  CHECK(v >= one);
+  // A schedule that cannot run these microbatches is replayed as 1F1B (DualPipe-V needs 2P).
+  CHECK(pipelineStepNs(even, 4, *pl::parseSchedule("dualpipe-v")) ==
+        Approx(pipelineStepNs(even, 4)));
 }
 
 TEST_CASE("layout: viewStep takes workers' slowest rank, stages' lower median and microbatches") {

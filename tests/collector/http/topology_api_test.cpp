@@ -1,6 +1,7 @@
 // GET /api/v1/jobs/{job}/topology and the coordinates in the ranks listing, over the SQLite
 // store: a tp2 x pp2 x dp2 job's layout and coordinates; a job that declared nothing keeps
-// today's ranks listing (no "coords") and an empty layout; errors are 404 / 400.
+// today's ranks listing (no "coords") and an empty layout; the schedule the p2p of the latest
+// steps shows (unknown without a pipeline); errors are 404 / 400.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -68,6 +69,16 @@ TEST_CASE("topology API: coordinates of a tp2 x pp2 x dp2 job; undeclared jobs a
   p2p->set_count(2);
   p2p->set_total_ns(200'000);
   b.steps.push_back(rep);
+  // Rank 0 (stage 0) sent its stage-1 peer two microbatches' activations and got two
+  // gradients back: a 1F1B pipeline over 2 microbatches, as far as its p2p tells.
+  rep.set_rank(0);
+  rep.clear_p2p();
+  p2p = rep.add_p2p();
+  p2p->set_peer(4);
+  p2p->set_group("pp");
+  p2p->set_op(wire::SEND);
+  p2p->set_count(2);
+  b.steps.push_back(rep);
   addRank(b, "flat", 0, 2);
   addRank(b, "flat", 1, 2);
   REQUIRE(store.write(b).isOk());
@@ -89,6 +100,8 @@ TEST_CASE("topology API: coordinates of a tp2 x pp2 x dp2 job; undeclared jobs a
   CHECK(t["ranks_declared"] == 7);
   CHECK(t["layout"] == json{{"pp", 2}, {"dp", 2}, {"tp", 2}});
   CHECK(t["problems"].empty());
+  CHECK(t["schedule"] == "1f1b");
+  CHECK(t["microbatches"] == 2);
   CHECK(t["groups"].size() == 12);
   REQUIRE(t["ranks"].size() == 8);
   for (uint32_t r = 0; r < 8; ++r) {
@@ -125,6 +138,7 @@ TEST_CASE("topology API: coordinates of a tp2 x pp2 x dp2 job; undeclared jobs a
   CHECK(flat["declared"] == false);
   CHECK(flat["layout"].empty());
   CHECK(flat["groups"].empty());
+  CHECK(flat["schedule"] == "unknown");
   CHECK(flat["ranks"].size() == 2);
   CHECK(flat["ranks"][0]["coords"].empty());
   json flatRanks = get("/api/v1/jobs/flat/ranks");

@@ -64,8 +64,14 @@ TEST_CASE("simtrain --parallel: flag errors name the key or flag") {
   o.ranks = 6;
   CHECK(validate(o, true).message().find("makes 8 ranks, but the job has 6") != std::string::npos);
   o = parallelJob(2, 2, 2);
-  o.schedule = "zb-v";
-  CHECK(validate(o, true).message().find("only 1f1b") != std::string::npos);
+  o.schedule = "gpipe";
+  CHECK(validate(o, true).message().find("--schedule 'gpipe' is not a schedule") !=
+        std::string::npos);
+  o.schedule = "interleaved:2";
+  o.microbatches = 3;
+  CHECK(validate(o, true).message().find("--microbatches 3: interleaved") != std::string::npos);
+  o.schedule = "dualpipe-v";
+  CHECK(validate(o, true).message().find("2 * pp = 4") != std::string::npos);
   o = parallelJob(2, 2, 2);
   o.injects.push_back(*parseInject("hang:rank=1,at=3"));
   CHECK(validate(o, true).message().find("hang is not modelled with --parallel") !=

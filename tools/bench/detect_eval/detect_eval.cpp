@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -123,6 +125,31 @@ std::vector<Scenario> noiseSweep(const EvalOptions& o) {
   return out;
 }
 
+// The --inject spec of one parallel fault kind (worker, stage, gpu, p2p, seqlen) for seed sd at
+// factor f (seqlen: the cv) from step `from`: the place it hits moves with the seed.
+std::string parallelFault(const std::string& label, const ts::sim::ParallelLayout& L, int sd,
+                          const char* f, int64_t from) {
+  const uint32_t pp = static_cast<uint32_t>(sd + 1) % L.pp;
+  const uint32_t dp = static_cast<uint32_t>(sd * 3 + 1) % L.dp;
+  const uint32_t tp = static_cast<uint32_t>(sd) % L.tp;
+  const std::string at = ",from=" + std::to_string(from);
+  if (label == "worker") {
+    return "worker:dp=" + std::to_string(dp) + ",pp=" + std::to_string(pp) + ",factor=" + f + at;
+  }
+  if (label == "stage") return "stage:pp=" + std::to_string(pp) + ",factor=" + f + at;
+  if (label == "gpu") {
+    return "gpu:rank=" + std::to_string(L.rankAt(pp, dp, tp)) + ",factor=" + f + at;
+  }
+  if (label == "p2p") {
+    // Activations forward on odd seeds, gradients back on even ones.
+    const uint32_t a = L.rankAt(pp % (L.pp - 1), dp, tp);
+    const uint32_t b = L.rankAt(pp % (L.pp - 1) + 1, dp, tp);
+    return "p2p:from=" + std::to_string(sd % 2 == 1 ? a : b) +
+           ",to=" + std::to_string(sd % 2 == 1 ? b : a) + ",factor=" + f + at;
+  }
+  return std::string("seqlen:cv=") + f + at;
+}
+
 // Tensor x pipeline x data parallel jobs (1F1B, 2 * pp microbatches): healthy ones, balanced
 // and naturally unbalanced (--edge-load 5 %: the first stage 2.5 % heavier, the last 5 %), and
 // a slow worker (a tp group) or a slow stage from step 0 or 100, scored in groups of their own.
@@ -172,28 +199,8 @@ void addParallel(const EvalOptions& o, std::vector<Scenario>* out) {
             s.sim.injects.push_back(inject("spike:every=75,factor=2.5"));
             char f[32];
             std::snprintf(f, sizeof f, "%g", label == "seqlen" ? m - 1.0 : m);
-            const uint32_t pp = static_cast<uint32_t>(sd + 1) % l.pp;
-            const uint32_t dp = static_cast<uint32_t>(sd * 3 + 1) % l.dp;
-            const uint32_t tp = static_cast<uint32_t>(sd) % l.tp;
-            const ts::sim::ParallelLayout L{l.tp, l.pp, l.dp};
-            const std::string at = ",from=" + std::to_string(from);
-            std::string spec;
-            if (label == "worker") {
-              spec = "worker:dp=" + std::to_string(dp) + ",pp=" + std::to_string(pp) +
-                     ",factor=" + f + at;
-            } else if (label == "stage") {
-              spec = "stage:pp=" + std::to_string(pp) + ",factor=" + f + at;
-            } else if (label == "gpu") {
-              spec = "gpu:rank=" + std::to_string(L.rankAt(pp, dp, tp)) + ",factor=" + f + at;
-            } else if (label == "p2p") {
-              // Activations forward on odd seeds, gradients back on even ones.
-              const uint32_t a = L.rankAt(pp % (l.pp - 1), dp, tp);
-              const uint32_t b = L.rankAt(pp % (l.pp - 1) + 1, dp, tp);
-              spec = "p2p:from=" + std::to_string(sd % 2 == 1 ? a : b) +
-                     ",to=" + std::to_string(sd % 2 == 1 ? b : a) + ",factor=" + f + at;
-            } else {
-              spec = std::string("seqlen:cv=") + f + at;
-            }
+            const std::string spec =
+                parallelFault(label, ts::sim::ParallelLayout{l.tp, l.pp, l.dp}, sd, f, from);
             ts::sim::Inject in = inject(spec);
             s.group = ts::sim::truthKindName(in.kind);
             s.sim.injects.push_back(in);
@@ -203,6 +210,81 @@ void addParallel(const EvalOptions& o, std::vector<Scenario>* out) {
         }
       }
     }
+  }
+}
+
+// The pipeline schedules (--schedule): tp2pp4dp2 with 8 microbatches under 1f1b,
+// interleaved:2, zb-v and dualpipe-v, healthy (balanced and edge-loaded) and with each parallel
+// fault kind from step 0 and 100, labelled with the schedule so each gets its own rows.
+void addSchedules(const EvalOptions& o, std::vector<Scenario>* out) {
+  const ts::sim::ParallelLayout L{2, 4, 2};
+  const std::vector<double> mags =
+      o.quick ? std::vector<double>{1.2} : std::vector<double>{1.1, 1.2, 1.5, 2.0};
+  const std::vector<double> seqMags =
+      o.quick ? std::vector<double>{1.2} : std::vector<double>{1.1, 1.2, 1.3};
+  uint64_t seed = 11000;
+  for (const char* sched : {"1f1b", "interleaved:2", "zb-v", "dualpipe-v"}) {
+    auto make = [&](int64_t steps, uint64_t sd) {
+      Scenario s = base(L.world(), steps, 0.05, sd);
+      s.sim.parallel = L;
+      s.sim.schedule = sched;
+      s.sim.microbatches = 8;
+      return s;
+    };
+    for (double edge : {0.0, 0.05}) {
+      for (int j = 0; j < (o.quick ? 1 : 2); ++j) {
+        Scenario s = make(o.quick ? 300 : 1000, ++seed);
+        s.group = "healthy";
+        s.faultLabel = std::string("healthy sched ") + sched;
+        s.sim.edgeLoad = edge;
+        s.sim.injects.push_back(inject("spike:every=50,factor=3"));
+        s.name = std::string("healthy tp2pp4dp2 sched ") + sched + (edge > 0 ? " edge+5%" : "") +
+                 " seed " + std::to_string(seed);
+        out->push_back(std::move(s));
+      }
+    }
+    for (const std::string label : {"worker", "stage", "gpu", "p2p", "seqlen"}) {
+      for (int64_t from : {int64_t{0}, int64_t{100}}) {
+        const int sd = from == 0 ? 1 : 2;  // one seed per onset, the place moves with it
+        for (double m : label == "seqlen" ? seqMags : mags) {
+          Scenario s = make(300, static_cast<uint64_t>(sd) * 41 + 3);
+          s.faultLabel = label + " tp2pp4dp2 sched " + sched;
+          s.magnitude = m;
+          s.sim.injects.push_back(inject("spike:every=75,factor=2.5"));
+          char f[32];
+          std::snprintf(f, sizeof f, "%g", label == "seqlen" ? m - 1.0 : m);
+          const std::string spec = parallelFault(label, L, sd, f, from);
+          ts::sim::Inject in = inject(spec);
+          s.group = ts::sim::truthKindName(in.kind);
+          s.sim.injects.push_back(in);
+          s.name = spec + " tp2pp4dp2 sched " + sched + " seed " + std::to_string(s.sim.seed);
+          out->push_back(std::move(s));
+        }
+      }
+    }
+  }
+}
+
+// How well the collector's inference named each schedule (steps right of those inferred).
+void printScheduleInference(const std::vector<ts::bench::ScenarioResult>& results, std::FILE* out) {
+  std::map<std::string, std::pair<int64_t, int64_t>> bySched;  // (right, steps)
+  std::map<std::string, std::set<std::string>> wrong;
+  for (const auto& r : results) {
+    if (r.scheduleSteps == 0) continue;
+    const std::string k = r.scenario.sim.schedule;
+    bySched[k].first += r.scheduleRight;
+    bySched[k].second += r.scheduleSteps;
+    wrong[k].insert(r.scheduleWrong.begin(), r.scheduleWrong.end());
+  }
+  if (bySched.empty()) return;
+  std::fprintf(out, "\n==== schedule inference (collector/topology/schedule.h, per step) ====\n");
+  for (const auto& [k, n] : bySched) {
+    std::string w;
+    for (const auto& x : wrong[k]) w += (w.empty() ? "" : ", ") + x;
+    std::fprintf(out, "%-14s right %lld of %lld steps (%.4f)%s%s\n", k.c_str(),
+                 static_cast<long long>(n.first), static_cast<long long>(n.second),
+                 static_cast<double>(n.first) / static_cast<double>(n.second),
+                 w.empty() ? "" : "; wrong guesses: ", w.c_str());
   }
 }
 
@@ -407,6 +489,7 @@ std::vector<Scenario> buildSuite(const EvalOptions& o) {
     }
   }
   addParallel(o, &out);
+  addSchedules(o, &out);
   addExperts(o, &out);
   if (!o.only.empty()) {
     std::vector<Scenario> kept;
@@ -479,6 +562,11 @@ int main(int argc, char** argv) {
       "seeds%s\n",
       o.quick ? " (quick: 2 layouts, x1.1/x1.5, 1 seed)" : "");
   std::printf(
+      "  schedules (label 'sched'): tp2pp4dp2, 8 microbatches, 1f1b / interleaved:2 / zb-v / "
+      "dualpipe-v, 5%% noise: healthy balanced and edge-loaded (1000 steps, 2 seeds); worker, "
+      "stage, gpu, p2p x1.1-2.0 and seqlen cv 0.1-0.3 from step 0 and 100 (one seed each), 300 "
+      "steps\n");
+  std::printf(
       "  MoE (expert parallelism from data parallelism, 2 all_to_alls per forward/backward): "
       "healthy tp2pp2dp4ep2, tp1pp2dp8ep4, tp1pp1dp8ep8, tp2pp2dp2cp2ep2, tp2pp4dp8ep8, "
       "balanced and edge-loaded; experts skew x1.05-2.0 at one ep index, and worker and stage "
@@ -506,6 +594,7 @@ int main(int argc, char** argv) {
 
   bool passed = false;
   nlohmann::json js = ts::bench::scoreAndPrint(results, ts::bench::Targets{}, stdout, &passed);
+  printScheduleInference(results, stdout);
   std::printf("ran in %.1f s\n", secs);
   js["runtime_s"] = secs;
   js["scenarios"] = suite.size();

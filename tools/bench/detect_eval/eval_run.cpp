@@ -10,7 +10,9 @@
 #include "agent/probe/trainscope_probe.h"
 #include "collector/detect/detector_set.h"
 #include "collector/detect/robust.h"
+#include "collector/topology/schedule.h"
 #include "collector/topology/topology.h"
+#include "common/pipeline_schedule.h"
 #include "tools/simtrain/step_model.h"
 #include "tools/simtrain/truth.h"
 
@@ -140,6 +142,32 @@ std::vector<TruthFault> truthOf(const sim::SimOptions& o) {
     out.push_back(std::move(f));
   }
   return out;
+}
+
+// What the collector infers of the schedule from one step's reports, against the simulator's.
+void judgeSchedule(const sim::SimOptions& o, const std::vector<wire::StepReport>& reports,
+                   ScenarioResult* res) {
+  const sim::ParallelLayout& L = *o.parallel;
+  std::vector<int32_t> stageOf(o.ranks);
+  for (uint32_t r = 0; r < o.ranks; ++r) stageOf[r] = static_cast<int32_t>(L.ppIndex(r));
+  std::vector<topology::RankPipe> pipes;
+  for (const auto& rep : reports) {
+    pipes.push_back({rep.rank(), static_cast<int32_t>(L.dpIndex(rep.rank())),
+                     static_cast<double>(rep.compute_ns()), static_cast<double>(rep.bubble_ns()),
+                     topology::transfersOf(rep.p2p())});
+  }
+  const topology::ScheduleGuess g = topology::inferSchedule(stageOf, L.pp, pipes);
+  topology::ScheduleGuess want;
+  want.schedule = pipeline::parseSchedule(o.schedule).value();
+  want.microbatches = o.microbatches > 0 ? o.microbatches : 2 * L.pp;
+  const std::string got = topology::guessName(g) + '/' + std::to_string(g.microbatches);
+  ++res->scheduleSteps;
+  if (got == topology::guessName(want) + '/' + std::to_string(want.microbatches)) {
+    ++res->scheduleRight;
+  } else if (std::find(res->scheduleWrong.begin(), res->scheduleWrong.end(), got) ==
+             res->scheduleWrong.end()) {
+    res->scheduleWrong.push_back(got);
+  }
 }
 
 // The groups every rank of a --parallel job declares (as trainscope-simtrain's ranks do),
@@ -289,6 +317,7 @@ ScenarioResult runScenario(const Scenario& scenario) {
       folders[r].endPass();
       for (auto& f : folders[r].take()) reports.push_back(std::move(f.report));
     }
+    if (o.parallel && o.parallel->pp > 1 && !tl.hung) judgeSchedule(o, reports, &res);
     for (uint32_t i = 0; i < reports.size(); ++i) order[i] = i;
     std::shuffle(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(reports.size()),
                  shuffleRng);

@@ -45,6 +45,12 @@ struct ScenarioResult {
   uint64_t reports = 0;                     // step reports observed
   int64_t detectNs = 0;                     // thread CPU time inside observe() and tick()
   double stepNs = 0.0;                      // healthy step time (for hang latency in steps)
+  // --parallel with pp > 1: the steps whose schedule and microbatches the collector's inference
+  // (collector/topology/schedule.h, on the folded reports) got right, of those inferred, and
+  // the wrong guesses seen ("v-shape/16" ...), each once.
+  int64_t scheduleSteps = 0;
+  int64_t scheduleRight = 0;
+  std::vector<std::string> scheduleWrong;
 };
 
 // Runs the scenario to its end (or through the hang and hangTickS of silence).

@@ -84,11 +84,11 @@ def sample(quick):
     out = []
 
     def job(name, group, label, magnitude, ranks, steps, inject, fast=False, procs=1,
-            stagger_ms=0.0, step_ms=100.0, seed=1, parallel="", edge=0.0):
+            stagger_ms=0.0, step_ms=100.0, seed=1, parallel="", edge=0.0, schedule=""):
         out.append(dict(name=name, group=group, label=label, magnitude=magnitude, ranks=ranks,
                         steps=steps, inject=inject + [CKPT], fast=fast, procs=procs,
                         stagger_ms=stagger_ms, step_ms=step_ms, seed=seed, parallel=parallel,
-                        edge=edge))
+                        edge=edge, schedule=schedule))
 
     # Parallel layouts (issue 11): the jobs declare their tp/pp/dp groups; a slow stage, a slow
     # worker (tp group), from step 0 and later, and healthy pipelines (one unbalanced by design).
@@ -128,6 +128,28 @@ def sample(quick):
         parallel="tp=2,pp=4,dp=2", edge=0.05)
     job("par healthy tp4pp2dp8", "healthy", "healthy", 1.0, 64, 300, [], seed=36,
         parallel="tp=4,pp=2,dp=8")
+
+    # Pipeline schedules other than 1F1B (--schedule, 8 microbatches on pp 4): each fault kind
+    # under one of interleaved:2, zb-v, dualpipe-v, and healthy jobs under each.
+    tp2pp4dp2 = "tp=2,pp=4,dp=2"
+    job("par sched stage x1.5 @100 tp2pp4dp2 zb-v", "stage_imbalance", "par_sched_stage", 1.5,
+        16, 250, ["stage:pp=1,factor=1.5,from=100"], seed=51, parallel=tp2pp4dp2,
+        schedule="zb-v")
+    job("par sched worker x1.3 @0 tp2pp4dp2 interleaved:2", "straggler", "par_sched_worker",
+        1.3, 16, 250, ["worker:dp=1,pp=2,factor=1.3"], seed=52, parallel=tp2pp4dp2,
+        schedule="interleaved:2")
+    job("par sched gpu x1.3 @100 tp2pp4dp2 dualpipe-v", "straggler", "par_sched_gpu", 1.3, 16,
+        250, ["gpu:rank=9,factor=1.3,from=100"], seed=53, parallel=tp2pp4dp2,
+        schedule="dualpipe-v")
+    job("par sched p2p x1.5 @0 tp2pp4dp2 interleaved:2", "slow_comm", "par_sched_p2p", 1.5, 16,
+        250, ["p2p:from=4,to=8,factor=1.5"], seed=54, parallel=tp2pp4dp2,
+        schedule="interleaved:2")
+    job("par sched seqlen cv0.15 @100 tp2pp4dp2 dualpipe-v", "workload_imbalance",
+        "par_sched_seqlen", 1.15, 16, 250, ["seqlen:cv=0.15,from=100"], seed=55,
+        parallel=tp2pp4dp2, schedule="dualpipe-v")
+    for i, sched in enumerate(["interleaved:2", "zb-v", "dualpipe-v"]):
+        job("par sched healthy tp2pp4dp2 edge 5% " + sched, "healthy", "healthy", 1.0, 16, 300,
+            [], seed=56 + i, parallel=tp2pp4dp2, edge=0.05, schedule=sched)
 
     # Faults >= 10 %, 5 % noise, checkpoints, paced (100 ms steps) unless --fast.
     job("straggler x1.2 @60 16r", "straggler", "straggler", 1.2, 16, 250,
@@ -214,6 +236,8 @@ def sim_argv(a, sc, job, first, ranks, truth, agents):
         argv += ["--parallel", sc["parallel"]]
     if sc["edge"] > 0:
         argv += ["--edge-load", str(sc["edge"])]
+    if sc["schedule"]:
+        argv += ["--schedule", sc["schedule"]]
     return argv
 
 
