@@ -1,7 +1,5 @@
 #include "importer/timeline_writer.h"
 
-#include <zlib.h>
-
 #include <charconv>
 
 namespace trainscope::importer {
@@ -45,7 +43,7 @@ bool TimelineWriter::write(std::string_view event, int64_t tNs) {
   if (truncated_ || !error_.empty()) return false;
   if (maxBytes_ > 0) {
     const uint64_t pending =
-        compressBound(static_cast<uLong>(out_.unflushedBytes() + event.size()));
+        probe::GzipWriter::worstCaseBytes(out_.unflushedBytes() + event.size());
     if (out_.compressedBytes() + pending + kReserveBytes > maxBytes_) {
       truncated_ = true;
       std::string marker = events_ > 0 ? ",\n" : "";

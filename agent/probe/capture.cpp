@@ -174,7 +174,7 @@ wire::CommandStatus CaptureRecorder::begin(const wire::Command& cmd, int64_t las
   lastSeen_ = lastFinalStep;
   // The tail (marker, metadata object, gzip trailer) must fit whatever happens.
   const uint64_t tail = 640 + captureId_.size() + identity_.job.size() + identity_.host.size();
-  reserve_ = compressBound(static_cast<uLong>(tail)) + 64;
+  reserve_ = GzipWriter::worstCaseBytes(tail) + 64;
   // The bound check counts unflushed input as incompressible, so a small bound needs more
   // frequent flushes to be filled at all.
   flushEvery_ =
@@ -219,8 +219,7 @@ std::optional<wire::CommandStatus> CaptureRecorder::cutShort(std::string detail)
 
 bool CaptureRecorder::writeEvent(const std::string& event, int64_t tNs) {
   if (truncated_ || !error_.empty()) return false;
-  const uint64_t pending =
-      compressBound(static_cast<uLong>(file_.unflushedBytes() + event.size() + 2));
+  const uint64_t pending = GzipWriter::worstCaseBytes(file_.unflushedBytes() + event.size() + 2);
   if (file_.compressedBytes() + pending + reserve_ > maxBytes_) {
     truncated_ = true;
     std::string marker = anyEvent_ ? ",\n" : "";

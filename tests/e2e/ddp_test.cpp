@@ -127,7 +127,8 @@ TEST_CASE(
   expectCleanExits(ranks, 90s);
 
   // Every step of both ranks, each with compute and communication time.
-  const bool all = waitFor([&] { return jobStepRows(cs.httpPort, job) >= 60; }, 20s, 100ms);
+  const bool all =
+      waitFor([&, port = cs.httpPort] { return jobStepRows(port, job) >= 60; }, 20s, 100ms);
   INFO("step_rows: " << jobStepRows(cs.httpPort, job));
   CHECK(all);
   const auto rows = stepRows(cs.httpPort, job);
@@ -318,7 +319,8 @@ TEST_CASE(
     CHECK(ranks[r]->log().find(": done, loss " + refLoss) != std::string::npos);
   }
 
-  const bool all = waitFor([&] { return jobStepRows(cs.httpPort, job) >= 8 * steps; }, 30s, 100ms);
+  const bool all =
+      waitFor([&, port = cs.httpPort] { return jobStepRows(port, job) >= 8 * steps; }, 30s, 100ms);
   INFO("step rows: " << jobStepRows(cs.httpPort, job));
   REQUIRE(all);
 

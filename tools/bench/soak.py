@@ -23,6 +23,7 @@ import http.client
 import os
 import random
 import re
+import shlex
 import signal
 import socket
 import struct
@@ -91,11 +92,12 @@ class Processes(object):
         self.procs.append(proc)
         return proc
 
-    def start_collector(self, binary, ingest, http_port, extra=()):
+    def start_collector(self, binary, ingest, http_port, extra=(), wrap=()):
         """A collector on the loopback ports with its data under WORK/data, once it is ready;
-        exits naming its log when it does not start within 30 s."""
+        exits naming its log when it does not start within 30 s. `wrap`: a command it runs
+        under (e.g. heaptrack)."""
         ready = os.path.join(self.work, "collector.ready")
-        collector = self.start("collector", [
+        collector = self.start("collector", list(wrap) + [
             binary, "--data-dir", os.path.join(self.work, "data"),
             "--ingest", "tcp://127.0.0.1:%d" % ingest, "--http", "127.0.0.1:%d" % http_port,
             "--ready-file", ready] + list(extra))
@@ -188,8 +190,12 @@ def mutate(data, rng):
     return bytes(data)
 
 
+SIDE_KINDS = ("frames", "garbage", "http")
+
+
 class Traffic(object):
-    def __init__(self, ingest_port, http_port, seed):
+    def __init__(self, ingest_port, http_port, seed, kinds=SIDE_KINDS):
+        self.kinds = kinds
         self.ingest_port = ingest_port
         self.http_port = http_port
         self.stop = threading.Event()
@@ -268,8 +274,8 @@ class Traffic(object):
             time.sleep(0.02)
 
     def start(self):
-        self.threads = [threading.Thread(target=f, daemon=True)
-                        for f in (self.frames, self.garbage, self.http)]
+        self.threads = [threading.Thread(target=getattr(self, kind), daemon=True)
+                        for kind in self.kinds]
         for t in self.threads:
             t.start()
 
@@ -293,7 +299,17 @@ def main():
                    help="allowed RSS growth from the second to the last third (16)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--side", default=",".join(SIDE_KINDS),
+                   help="the side traffic, a comma-separated subset of %s, or 'none' (all)"
+                   % ",".join(SIDE_KINDS))
+    p.add_argument("--wrap", default="",
+                   help="run the collector under this command, e.g. 'heaptrack -o FILE' to find "
+                   "what grows (RSS is then the wrapper's process: read the tool's report)")
     args = p.parse_args()
+    side = () if args.side == "none" else tuple(k for k in args.side.split(",") if k)
+    for kind in side:
+        if kind not in SIDE_KINDS:
+            sys.exit("soak: --side: unknown kind '%s' (%s, or none)" % (kind, ",".join(SIDE_KINDS)))
 
     bins = binaries(args.build, "soak")
     if args.duration_s <= 0 or args.ranks <= 0 or args.step_ms <= 0:
@@ -306,9 +322,10 @@ def main():
 
     ok = True
     try:
-        collector = run.start_collector(bins["collector"], ingest, http_port)
+        collector = run.start_collector(bins["collector"], ingest, http_port,
+                                        wrap=shlex.split(args.wrap))
         endpoint = run.start_agent(bins["agent"], ingest, "soak0")
-        traffic = Traffic(ingest, http_port, args.seed)
+        traffic = Traffic(ingest, http_port, args.seed, side)
         traffic.start()
         t0 = time.time()
         sim = run.start("simtrain", [bins["simtrain"], "--agent", endpoint, "--job", "soak",

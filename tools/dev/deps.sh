@@ -5,7 +5,8 @@
 set -euo pipefail
 
 need=(pkg-config g++ meson ninja-build libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
-      libsqlite3-dev libboost-dev libunwind-dev catch2 nlohmann-json3-dev libcli11-dev zlib1g-dev)
+      libsqlite3-dev libboost-dev libunwind-dev catch2 nlohmann-json3-dev libcli11-dev zlib1g-dev
+      libisal-dev)
 mode=${1:-build}
 if [[ "$mode" == "test" ]]; then
   # Real-training tests (torch; libtorch-dev builds libtrainscope_torch.so, the ATen operator

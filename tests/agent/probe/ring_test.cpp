@@ -58,10 +58,10 @@ TEST_CASE("a ring wraps around many times in order") {
 TEST_CASE("a producer and a consumer thread see every record exactly once") {
   Ring ring(1024);
   constexpr int64_t kCount = 200000;
+  uint64_t failedPushes = 0;  // the producer's own count, read after join
   std::thread producer([&] {
     for (int64_t i = 0; i < kCount; ++i) {
-      while (!ring.push(rec(i))) {
-      }
+      while (!ring.push(rec(i))) ++failedPushes;
     }
   });
   int64_t expect = 0;
@@ -72,5 +72,7 @@ TEST_CASE("a producer and a consumer thread see every record exactly once") {
   producer.join();
   CHECK(inOrder);
   CHECK(expect == kCount);
-  CHECK(ring.dropped() > 0);  // the spin above retried, each failed push counted
+  // Each failed push counted once. (Whether the ring ever filled depends on the scheduler:
+  // a loaded machine may run the consumer fast enough that it never does.)
+  CHECK(ring.dropped() == failedPushes);
 }

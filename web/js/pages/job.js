@@ -61,7 +61,8 @@ export function jobPage(app, job, anomalyId) {
     const st = jobStatus(jr);
     status.textContent = st;
     status.className = 'state-' + st;
-    meta.textContent = `world size ${jr.world_size}, ${jr.ranks_seen - jr.ranks_ended} ranks reporting, latest step ${jr.latest_step}, ${openAnomalies(job)} open anomalies`;
+    meta.textContent = `world size ${jr.world_size}, ${jr.ranks_seen - jr.ranks_ended} ranks reporting, latest step ${jr.latest_step}, ${openAnomalies(job)} open anomalies` +
+      (jr.collector ? `, detection on collector ${jr.collector}` : '');
   };
   const loadRankList = async () => {
     ranks = (await get(`/api/v1/jobs/${enc(job)}/ranks`)).ranks;

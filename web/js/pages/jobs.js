@@ -19,6 +19,10 @@ export function jobsPage(app) {
     { key: 'seen', label: 'last report', get: (j) => j.last_seen_ns,
       render: (j) => new Date(j.last_seen_ns / 1e6).toLocaleTimeString() },
   ];
+  // Several collectors on one store: which one runs each job's detection (null on SQLite).
+  if ([...state.jobs.values()].some((j) => j.collector)) {
+    columns.splice(2, 0, { key: 'collector', label: 'collector', get: (j) => j.collector || '' });
+  }
   const rows = () => [...state.jobs.values()];
   const table = sortableTable(columns, rows(), 'seen', true);
   table.id = 'jobs-table';
