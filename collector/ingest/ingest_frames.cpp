@@ -289,7 +289,20 @@ void IngestServer::Impl::handleBatchFrame(const std::string& id, const wire::Bat
   steps.erase(steps.begin() + static_cast<std::ptrdiff_t>(kept), steps.end());
   details.erase(details.begin() + static_cast<std::ptrdiff_t>(kept), details.end());
   // The kept reports' details point into the frame: it lives as long as their commit.
-  if (kept > first) pending.frames.push_back(std::make_unique<zmq::message_t>(std::move(payload)));
+  if (kept > first) {
+    const char* before = static_cast<const char*>(payload.data());
+    const auto& held =
+        pending.frames.emplace_back(std::make_unique<zmq::message_t>(std::move(payload)));
+    // A small message (up to ZMQ_MAX_VSM_SIZE bytes) keeps its bytes inside the message_t, so
+    // the move above moved them too: the views follow them (ASan found them pointing into the
+    // freed original).
+    const char* after = static_cast<const char*>(held->data());
+    if (after != before) {
+      for (size_t i = first; i < kept; ++i) {
+        details[i] = std::string_view(after + (details[i].data() - before), details[i].size());
+      }
+    }
+  }
   finishBatch(id, peer, frame.seq, frame.items.size(), rejected);
 }
 

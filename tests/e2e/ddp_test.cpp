@@ -85,11 +85,7 @@ std::vector<std::unique_ptr<Process>> startDdpRanks(const TempDir& dir, const Dd
                                  "PYTHONPATH=" + s.pythonPath,
                                  "OMP_NUM_THREADS=1"};
     env.insert(env.end(), extraEnv.begin(), extraEnv.end());
-    // A sanitizer build's probe library needs the sanitizer runtime preloaded into python3.
-    if (const char* preload = std::getenv("TRAINSCOPE_PYTHON_PRELOAD"); preload && *preload) {
-      env.push_back(std::string("LD_PRELOAD=") + preload);
-      env.push_back("ASAN_OPTIONS=detect_leaks=0");
-    }
+    addPythonSanitizerEnv(env);
     const std::string name = stem + "-rank" + std::to_string(r);
     ranks.push_back(std::make_unique<Process>(name, argv, dir / (name + ".log"), env));
   }

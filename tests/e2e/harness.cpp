@@ -355,6 +355,13 @@ HttpResponse httpPost(uint16_t port, const std::string& target, const std::strin
 }
 
 // ---------------------------------------------------------------------------------------
+void addPythonSanitizerEnv(std::vector<std::string>& env) {
+  if (const char* preload = std::getenv("TRAINSCOPE_PYTHON_PRELOAD"); preload && *preload) {
+    env.push_back(std::string("LD_PRELOAD=") + preload);
+    env.emplace_back("ASAN_OPTIONS=detect_leaks=0");
+  }
+}
+
 std::string binaryFromEnv(const char* var) {
   const char* p = std::getenv(var);
   if (p == nullptr || *p == '\0') {

@@ -137,6 +137,10 @@ def main():
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("TRAINSCOPE_") and k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
         env["OMP_NUM_THREADS"] = "1"
+        # A sanitizer build's probe library needs the runtime preloaded into python3.
+        if os.environ.get("TRAINSCOPE_PYTHON_PRELOAD"):
+            env["LD_PRELOAD"] = os.environ["TRAINSCOPE_PYTHON_PRELOAD"]
+            env["ASAN_OPTIONS"] = "detect_leaks=0"
         cli = os.path.join(root, "bin", "trainscope")
         r = subprocess.run([cli, "run", "--print-env", "--job", "inst"], env=env,
                            capture_output=True, text=True)

@@ -61,6 +61,7 @@ std::vector<std::unique_ptr<Process>> startRanks(
         "RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r), "WORLD_SIZE=2",
         "MASTER_ADDR=127.0.0.1",     "MASTER_PORT=" + masterPort,       "PYTHONPATH=",
         "OMP_NUM_THREADS=1"};
+    addPythonSanitizerEnv(env);  // inherited through `trainscope run` by python3
     const std::string name = tag + "-rank" + std::to_string(r);
     ranks.push_back(std::make_unique<Process>(name, argv, dir / (name + ".log"), env));
   }

@@ -115,12 +115,13 @@ TEST_CASE("a declaration the probe refuses names the reason and declares nothing
         std::string::npos);
   CHECK(p.declareGroup(g, TS_GROUP_DP, twice).message().find("twice") != std::string::npos);
   CHECK(p.declareGroup(g, TS_GROUP_DP, negative).message().find("negative") != std::string::npos);
-  CHECK(p.declareGroup(g, static_cast<ts_group_kind>(9), ok).message().find("unknown kind 9") !=
-        std::string::npos);
   CHECK(p.declareGroup(Name(""), TS_GROUP_DP, ok).message().find("name") != std::string::npos);
   CHECK(p.declareGroup(g, TS_GROUP_DP, std::span<const int32_t>()).message().find("0 ranks") !=
         std::string::npos);
-  // Through the C ABI: ts_last_error says why.
+  // Through the C ABI: ts_last_error says why. (An unknown kind only through it: the C++ API
+  // takes the enum, and a value outside it is undefined behaviour, which UBSan reports.)
+  ts_declare_group(p.handle(), g.id(), 9, ok, 2);
+  CHECK(std::strstr(ts_last_error(), "unknown kind 9") != nullptr);
   ts_declare_group(p.handle(), g.id(), TS_GROUP_DP, notMember, 2);
   CHECK(std::strstr(ts_last_error(), "ts_declare_group: group 'g'") != nullptr);
   ts_declare_group(p.handle(), g.id(), TS_GROUP_DP, nullptr, 2);
