@@ -71,7 +71,8 @@ std::vector<std::unique_ptr<Process>> startDdpRanks(const TempDir& dir, const Dd
   const std::string stem =
       s.script.substr(s.script.rfind('/') + 1, s.script.rfind('.') - s.script.rfind('/') - 1);
   for (int r = 0; r < s.world; ++r) {
-    std::vector<std::string> argv{"/usr/bin/python3", s.script};
+    std::vector<std::string> argv = pythonCommand();
+    argv.push_back(s.script);
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<std::string> env{"RANK=" + std::to_string(r),
                                  "LOCAL_RANK=" + std::to_string(r),
@@ -85,7 +86,6 @@ std::vector<std::unique_ptr<Process>> startDdpRanks(const TempDir& dir, const Dd
                                  "PYTHONPATH=" + s.pythonPath,
                                  "OMP_NUM_THREADS=1"};
     env.insert(env.end(), extraEnv.begin(), extraEnv.end());
-    addPythonSanitizerEnv(env);
     const std::string name = stem + "-rank" + std::to_string(r);
     ranks.push_back(std::make_unique<Process>(name, argv, dir / (name + ".log"), env));
   }

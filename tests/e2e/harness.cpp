@@ -355,11 +355,12 @@ HttpResponse httpPost(uint16_t port, const std::string& target, const std::strin
 }
 
 // ---------------------------------------------------------------------------------------
-void addPythonSanitizerEnv(std::vector<std::string>& env) {
+std::vector<std::string> pythonCommand() {
   if (const char* preload = std::getenv("TRAINSCOPE_PYTHON_PRELOAD"); preload && *preload) {
-    env.push_back(std::string("LD_PRELOAD=") + preload);
-    env.emplace_back("ASAN_OPTIONS=detect_leaks=0");
+    return {"/usr/bin/env", std::string("LD_PRELOAD=") + preload, "ASAN_OPTIONS=detect_leaks=0",
+            "/usr/bin/python3"};
   }
+  return {"/usr/bin/python3"};
 }
 
 std::string binaryFromEnv(const char* var) {

@@ -91,11 +91,11 @@ HttpResponse httpPost(uint16_t port, const std::string& target, const std::strin
 // it is unset or the file is not executable: the part of the system it names is not built.
 std::string binaryFromEnv(const char* var);
 
-// In a sanitizer build our probe library leaves the sanitizer runtime to the program that
-// loads it: a python3 the test starts (directly or under `trainscope run`) gets it preloaded,
-// leak checks off (CPython keeps memory until exit by design). Appends to `env`; a no-op in a
-// plain build (TRAINSCOPE_PYTHON_PRELOAD empty).
-void addPythonSanitizerEnv(std::vector<std::string>& env);
+// The command that starts /usr/bin/python3. In a sanitizer build our probe library leaves the
+// sanitizer runtime to the program that loads it, so python3 gets it preloaded (leak checks
+// off: CPython keeps memory until exit by design) through `env` — and only python3: a
+// sanitized binary in between (`trainscope run`) carries its own and refuses a second.
+std::vector<std::string> pythonCommand();
 
 // Reads a whole file; "" when it cannot.
 std::string readFile(const std::string& path);

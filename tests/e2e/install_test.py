@@ -137,10 +137,12 @@ def main():
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("TRAINSCOPE_") and k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
         env["OMP_NUM_THREADS"] = "1"
-        # A sanitizer build's probe library needs the runtime preloaded into python3.
+        # A sanitizer build's probe library needs the runtime preloaded into python3, and only
+        # there: the sanitized `trainscope` binary carries its own.
+        python = ["/usr/bin/python3"]
         if os.environ.get("TRAINSCOPE_PYTHON_PRELOAD"):
-            env["LD_PRELOAD"] = os.environ["TRAINSCOPE_PYTHON_PRELOAD"]
-            env["ASAN_OPTIONS"] = "detect_leaks=0"
+            python = ["/usr/bin/env", "LD_PRELOAD=" + os.environ["TRAINSCOPE_PYTHON_PRELOAD"],
+                      "ASAN_OPTIONS=detect_leaks=0"] + python
         cli = os.path.join(root, "bin", "trainscope")
         r = subprocess.run([cli, "run", "--print-env", "--job", "inst"], env=env,
                            capture_output=True, text=True)
@@ -148,8 +150,8 @@ def main():
         check(r.returncode == 0 and plan.get("PYTHONPATH", "").startswith(pkg)
               and plan.get("TRAINSCOPE_PROBE_LIB", "").startswith(root),
               "trainscope run finds the installed package and probe (%r %r)" % (plan, r.stderr))
-        r = subprocess.run([cli, "run", "--job", "inst", "--agent", "ipc://" + sock, "--",
-                            "/usr/bin/python3", "-c", TRAIN], env=env, capture_output=True,
+        r = subprocess.run([cli, "run", "--job", "inst", "--agent", "ipc://" + sock, "--"]
+                           + python + ["-c", TRAIN], env=env, capture_output=True,
                            text=True, timeout=300)
         check(r.returncode == 0 and "trained" in r.stdout and "trainscope:" not in r.stderr,
               "an unmodified script runs under the installed trainscope run (%s)"
@@ -169,7 +171,7 @@ def main():
                  "m = sys.modules.get('trainscope.auto'); print(bool(m and m.state.on))" % pkg)
         for value, want in (("1", "True"), ("0", "False")):
             env["TRAINSCOPE_AUTO"] = value
-            r = subprocess.run(["/usr/bin/python3", "-c", probe], env=env, capture_output=True,
+            r = subprocess.run(python + ["-c", probe], env=env, capture_output=True,
                                text=True)
             check(r.stdout.strip() == want, "TRAINSCOPE_AUTO=%s with the installed .pth: "
                   "monitoring %s (%r)" % (value, want, r.stdout + r.stderr))

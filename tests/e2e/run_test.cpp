@@ -54,14 +54,15 @@ std::vector<std::unique_ptr<Process>> startRanks(
       argv.insert(argv.end(), runArgs->begin(), runArgs->end());
       argv.emplace_back("--");
     }
-    argv.insert(argv.end(), {"/usr/bin/python3", s.script});
+    const auto python = pythonCommand();
+    argv.insert(argv.end(), python.begin(), python.end());
+    argv.push_back(s.script);
     argv.insert(argv.end(), args.begin(), args.end());
     // No PYTHONPATH to the package: the script cannot import trainscope by itself.
     std::vector<std::string> env{
         "RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r), "WORLD_SIZE=2",
         "MASTER_ADDR=127.0.0.1",     "MASTER_PORT=" + masterPort,       "PYTHONPATH=",
         "OMP_NUM_THREADS=1"};
-    addPythonSanitizerEnv(env);  // inherited through `trainscope run` by python3
     const std::string name = tag + "-rank" + std::to_string(r);
     ranks.push_back(std::make_unique<Process>(name, argv, dir / (name + ".log"), env));
   }
