@@ -12,6 +12,22 @@ std::shared_ptr<const JobLayout> layoutOf(const topology::Topology& t) {
   const uint32_t tp = t.sizes[2];  // kAxes: pp, dp, tp, cp, ep
   const uint32_t pp = t.sizes[0];
   if (tp <= 1 && pp <= 1) return nullptr;
+  // Not before every rank of the layout has declared its groups: ranks declare as they start,
+  // and a layout missing some would name a stage or worker by the ranks seen so far, then be
+  // replaced as the rest arrive (restarting the detectors, with what they had opened orphaned).
+  // Until then the job keeps the flat comparisons.
+  uint64_t expected = 1;
+  for (size_t a = 0; a < topology::kAxes.size(); ++a) {
+    const wire::GroupKind k = topology::kAxes[a];
+    if (k == wire::GROUP_EP) continue;  // carved out of dp, not a factor of its own
+    expected *= std::max<uint32_t>(t.sizes[a], 1);
+  }
+  if (t.coords.size() < expected) return nullptr;
+  for (const auto& [rank, c] : t.coords) {  // another rank's group may name one before it speaks
+    for (size_t a = 0; a < topology::kAxes.size(); ++a) {
+      if (topology::kAxes[a] != wire::GROUP_EP && t.sizes[a] > 1 && !c.at[a]) return nullptr;
+    }
+  }
   auto layout = std::make_shared<JobLayout>();
   layout->stages = std::max<uint32_t>(pp, 1);
   // Workers by their coordinates along pp and dp: tensor- and context-parallel ranks wait for

@@ -40,8 +40,9 @@ struct JobLayout {
 };
 
 // The layout of a topology, or nullptr when it tells the detectors nothing a flat job does not
-// (nothing declared, or neither tensor- nor pipeline-parallel groups larger than one rank):
-// such jobs keep the flat, job-wide comparisons. Workers are the ranks with the same pp and dp
+// (nothing declared, neither tensor- nor pipeline-parallel groups larger than one rank, or not
+// yet every rank of the layout (pp x dp x tp x cp) with its coordinates): such jobs keep the
+// flat, job-wide comparisons. Workers are the ranks with the same pp and dp
 // coordinates (a tensor- and context-parallel group: they wait for each other in every layer;
 // coords names pp and dp only).
 std::shared_ptr<const JobLayout> layoutOf(const topology::Topology& topology);

@@ -39,6 +39,19 @@ TEST_CASE("layout: nothing declared, or data parallel only, is judged flat (no l
   CHECK(tpOnly->workers.size() == 4);
 }
 
+TEST_CASE("layout: none until every rank of the layout has declared its groups") {
+  // Ranks declare as they start: with 5 and 7 missing, stage 1's workers would be named {4}
+  // and {6}, then replaced when the rest arrive (seen live: a stage_imbalance opened on
+  // ranks 4 and 6 stayed open beside the one the restarted detector opened later).
+  ParallelSynth job;
+  job.undeclared = {5, 7};
+  CHECK(layoutOf(job.topology()) == nullptr);
+  job.undeclared = {};
+  auto layout = layoutOf(job.topology());
+  REQUIRE(layout != nullptr);
+  CHECK(layout->workers[2].ranks == std::vector<uint32_t>{4, 5});
+}
+
 TEST_CASE("layout: the 1F1B what-if model replays the schedule by default") {
   // Two equal stages, 4 microbatches: (M + P - 1) slots of one forward and one backward.
   CHECK(pipelineStepNs({60.0, 60.0}, 4) == Approx(75.0));

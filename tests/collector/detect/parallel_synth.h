@@ -37,6 +37,7 @@ struct ParallelSynth {
   std::function<double(int64_t, uint32_t)> stageFactor;
   std::function<double(int64_t, uint32_t, uint32_t)> workerFactor;
   std::function<double(int64_t, uint32_t)> rankFactor;
+  std::vector<uint32_t> undeclared;  // ranks that have not declared their groups yet
 
   uint32_t world() const { return tp * pp * dp; }
   uint32_t rankAt(uint32_t s, uint32_t d, uint32_t t) const { return s * dp * tp + d * tp + t; }
@@ -44,6 +45,7 @@ struct ParallelSynth {
   topology::Topology topology() const {
     std::vector<topology::RankGroups> all;
     for (uint32_t r = 0; r < world(); ++r) {
+      if (std::find(undeclared.begin(), undeclared.end(), r) != undeclared.end()) continue;
       const uint32_t t = r % tp, d = (r / tp) % dp, s = r / (tp * dp);
       topology::RankGroups g;
       g.rank = r;
