@@ -57,6 +57,9 @@ class CaptureService {
                                                    bool gzip) const = 0;
 };
 
+// `body` as the response, with the given status. Invalid UTF-8 in it (a job name is whatever
+// the probe sent) is replaced, not thrown on.
+ApiResponse jsonResponse(const nlohmann::json& body, unsigned status = 200);
 // A JSON error body {"error": message} with the given status.
 ApiResponse errorResponse(unsigned status, const std::string& message);
 // The HTTP status of a failure's code: the one place the stages' codes become HTTP numbers
@@ -121,11 +124,11 @@ class Api {
                     const std::vector<std::pair<std::string, std::string>>& query) const;
   ApiResponse summary(const std::string& job,
                       const std::vector<std::pair<std::string, std::string>>& query) const;
-  // The dashboard heatmap's data in one compact response (api.cpp says more).
+  // The dashboard heatmap's data in one compact response (window_api.cpp says more).
   ApiResponse heatmap(const std::string& job,
                       const std::vector<std::pair<std::string, std::string>>& query) const;
   // Bubble, overlap, MFU/HFU and all-to-all share per rank and step, and the bubble per
-  // pipeline stage and step, compact (the dashboard's parallel panel; api.cpp says more).
+  // pipeline stage and step, compact (the dashboard's parallel panel; window_api.cpp says more).
   ApiResponse parallel(const std::string& job,
                        const std::vector<std::pair<std::string, std::string>>& query) const;
   // Reads from= and to= (required, at most 10,000 steps) and the job's ranks, and checks that

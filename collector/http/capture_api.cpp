@@ -13,13 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-ApiResponse jsonBody(unsigned status, const json& body) {
-  ApiResponse r;
-  r.status = status;
-  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return r;
-}
-
 ApiResponse capturesOff() {
   return errorResponse(503, "captures are off");
 }
@@ -52,7 +45,7 @@ ApiResponse Api::startCapture(const std::string& job, std::string_view body) con
   if (!options_.captures) return capturesOff();
   auto started = options_.captures->start(job, body);
   if (!started) return errorResponse(started.status());
-  ApiResponse r = jsonBody(201, captureJson(*started));
+  ApiResponse r = jsonResponse(captureJson(*started), 201);
   r.headers.emplace_back("Location", "/api/v1/captures/" + percentEncode(started->id));
   return r;
 }
@@ -64,14 +57,14 @@ ApiResponse Api::jobCaptures(const std::string& job) const {
   if (!rows) return errorResponse(500, rows.message());
   json list = json::array();
   for (const auto& row : *rows) list.push_back(captureJson(row));
-  return jsonBody(200, json{{"captures", std::move(list)}});
+  return jsonResponse(json{{"captures", std::move(list)}});
 }
 
 ApiResponse Api::getCapture(const std::string& id) const {
   auto row = store_.capture(id);
   if (!row) return errorResponse(500, row.message());
   if (!*row) return errorResponse(404, "unknown capture '" + id + "'");
-  return jsonBody(200, captureJson(**row));
+  return jsonResponse(captureJson(**row));
 }
 
 ApiResponse Api::captureFile(const std::string& id, const std::optional<std::string>& rank,

@@ -22,10 +22,7 @@ ApiResponse fromReply(const ingest::ImportReply& reply) {
     }
     return r;
   }
-  ApiResponse r;
-  r.status = reply.created ? 201 : 200;
-  r.body = reply.body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return r;
+  return jsonResponse(reply.body, reply.created ? 201 : 200);
 }
 
 ApiResponse importsOff() {
