@@ -7,8 +7,11 @@
 #include "agent/agent.h"
 #include "agent/options.h"
 #include "common/config_file.h"
+#include "common/guarded_main.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int agentMain(int argc, char** argv) {
   using trainscope::LogLevel;
   trainscope::agent::AgentOptions opts;
   CLI::App app{
@@ -109,4 +112,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   return trainscope::agent::run(opts);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainscope::guardedMain("trainscope-agent", [&] { return agentMain(argc, argv); });
 }

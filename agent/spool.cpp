@@ -18,6 +18,7 @@
 
 #include "agent/private_dir.h"
 #include "common/log.h"
+#include "common/str_cat.h"
 
 namespace trainscope::agent {
 namespace {
@@ -112,7 +113,7 @@ Status Spool::quarantine(const std::string& name, const std::string& why) {
   }
   std::string to = dir + "/" + name;
   for (int n = 1; ::access(to.c_str(), F_OK) == 0; ++n) {
-    to = dir + "/" + name + "." + std::to_string(n);
+    to = strCat(dir, "/", name, ".", std::to_string(n));
   }
   const std::string from = opts_.dir + "/" + name;
   if (::rename(from.c_str(), to.c_str()) != 0) {

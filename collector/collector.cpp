@@ -169,7 +169,7 @@ std::string defaultWebRoot() {
   auto isDir = [&](const std::string& d) {
     return !d.empty() && std::filesystem::is_directory(d, ec);
   };
-  const std::string source = TRAINSCOPE_WEB_DIR;
+  std::string source = TRAINSCOPE_WEB_DIR;
   const std::string exeDir = executableDir();
   // A build-tree binary (the collector, a test) serves the source tree's pages as edited.
   if (isInside(exeDir, TRAINSCOPE_BUILD_ROOT) && isDir(source)) return source;

@@ -12,10 +12,13 @@
 #include "collector/http/origin.h"
 #include "collector/http/token.h"
 #include "common/config_file.h"
+#include "common/guarded_main.h"
 #include "common/log.h"
 #include "schema/wire.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int collectorMain(int argc, char** argv) {
   using trainscope::collector::CollectorOptions;
   CollectorOptions options;
   options.webRoot = trainscope::collector::defaultWebRoot();
@@ -186,4 +189,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainscope::guardedMain("trainscope-collector", [&] { return collectorMain(argc, argv); });
 }

@@ -5,6 +5,8 @@
 #include <ostream>
 #include <sstream>
 
+#include "common/str_cat.h"
+
 namespace trainscope {
 namespace {
 
@@ -72,8 +74,8 @@ Result<std::vector<ConfigEntry>> parseConfigText(const std::string& text, const 
     }
     const auto eq = s.find('=');
     if (eq == std::string::npos) {
-      return Result<std::vector<ConfigEntry>>::error(
-          at + "expected 'name = value' (the name of a long flag without '--'), got '" + s + "'");
+      return Result<std::vector<ConfigEntry>>::error(strCat(
+          at, "expected 'name = value' (the name of a long flag without '--'), got '", s, "'"));
     }
     ConfigEntry e;
     e.name = trim(s.substr(0, eq));

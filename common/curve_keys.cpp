@@ -46,7 +46,7 @@ std::string field(const std::string& text, const std::string& name) {
 Result<std::string> readText(const std::string& path, struct stat* sb) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return Result<std::string>::error(path + ": " + std::strerror(errno));
-  if (::fstat(fd, sb) != 0 || !S_ISREG(sb->st_mode) || sb->st_size > 64 * 1024) {
+  if (::fstat(fd, sb) != 0 || !S_ISREG(sb->st_mode) || sb->st_size > off_t{64} * 1024) {
     ::close(fd);
     return Result<std::string>::error(path + ": not a key file (a regular file under 64 KiB)");
   }

@@ -15,6 +15,7 @@
 #include "agent/probe/intern.h"
 #include "agent/probe/record.h"
 #include "agent/probe/trainscope_probe.h"
+#include "common/str_cat.h"
 #include "importer/span_maker.h"
 #include "importer/timeline_writer.h"
 
@@ -547,10 +548,11 @@ class Folder final : public TraceHandler {
             pn != processNames_.end() && !pn->second.empty() ? pn->second : "pid " + pid;
         auto tn = threadNames_.find(key);
         if (rs.laneDevice[i]) {
-          label = pidLabel + " stream " + tid;
+          label = strCat(pidLabel, " stream ", tid);
         } else {
-          label = pidLabel + " / " +
-                  (tn != threadNames_.end() && !tn->second.empty() ? tn->second : "thread " + tid);
+          label = tn != threadNames_.end() && !tn->second.empty()
+                      ? strCat(pidLabel, " / ", tn->second)
+                      : strCat(pidLabel, " / thread ", tid);
         }
         json name = {{"name", "thread_name"},
                      {"ph", "M"},
@@ -672,6 +674,7 @@ Result<std::vector<RankFold>> foldTrace(
     }
   }
   std::vector<RankFold> out;
+  out.reserve(total.size());
   for (auto& [rank, t] : total) out.push_back(t);
   return out;
 }

@@ -17,7 +17,7 @@ using json_lexer::Res;
 
 // The reader's first buffer: a small file is read whole into it; a large one doubles it up to
 // ReadOptions::bufferBytes, read by read.
-constexpr size_t kFirstBufferBytes = 64 * 1024;
+constexpr size_t kFirstBufferBytes = size_t{64} * 1024;
 
 class Reader {
  public:

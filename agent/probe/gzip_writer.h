@@ -55,7 +55,7 @@ class GzipWriter {
   uint64_t unflushedBytes() const { return unflushed_; }  // input since the last flush
 
  private:
-  static constexpr size_t kChunkBytes = 256 * 1024;  // input gathered per compressor call
+  static constexpr size_t kChunkBytes = size_t{256} * 1024;  // input gathered per compressor call
 
   // Runs the compressor over `data` with `flush`, writing what it gives; with `last`, until the
   // gzip trailer is out.

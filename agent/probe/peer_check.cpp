@@ -111,10 +111,8 @@ void PeerCheck::serve() {
       continue;
     }
     uint32_t uid = 0, pid = 0;
-    if (req[2] != kDomain) {
-      reply(socket_, req[1], "200", "OK");  // not one of ours
-    } else if (allowed(req[3], self, &uid, &pid)) {
-      reply(socket_, req[1], "200", "OK");
+    if (req[2] != kDomain || allowed(req[3], self, &uid, &pid)) {
+      reply(socket_, req[1], "200", "OK");  // not one of ours, or a listener we may talk to
     } else if (uid == UINT32_MAX) {
       logOnce(LogLevel::kError, "probe", "peer-unknown",
               "the agent endpoint's listener cannot be identified (no SO_PEERCRED in '" + req[3] +

@@ -116,7 +116,9 @@ NativeFrame symbolize(uintptr_t ip, bool exact) {
   // another function when the call was the last instruction (noreturn callees).
   const uintptr_t lookup = exact || ip == 0 ? ip : ip - 1;
   Dl_info info{};
-  const bool haveDl = dladdr(reinterpret_cast<void*>(lookup), &info) != 0;
+  // An address from the unwinder: dladdr takes it as a pointer.
+  const bool haveDl =
+      dladdr(reinterpret_cast<void*>(lookup), &info) != 0;  // NOLINT(performance-no-int-to-ptr)
   if (haveDl && info.dli_fname != nullptr) f.module = info.dli_fname;
   char name[512];
   unw_word_t off = 0;

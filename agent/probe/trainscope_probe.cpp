@@ -152,6 +152,9 @@ Instance* createInstance(const ts_probe_config* config) {
 
 extern "C" {
 
+// The C ABI keeps the header's ts_snake_case names (STYLE.md).
+// NOLINTBEGIN(readability-identifier-naming)
+
 void ts_config_init(ts_probe_config* config) {
   if (config == nullptr) return;
   *config = ts_probe_config{};
@@ -429,5 +432,7 @@ int32_t ts_probe_request_stacks(ts_probe* probe, const char* capture_id, char* p
 const char* ts_last_error(void) {
   return tLastError.c_str();
 }
+
+// NOLINTEND(readability-identifier-naming)
 
 }  // extern "C"

@@ -24,6 +24,9 @@
 extern "C" {
 #endif
 
+/* The C ABI is ts_snake_case (STYLE.md), outside the C++ naming that clang-tidy checks. */
+/* NOLINTBEGIN(readability-identifier-naming) */
+
 #define TS_PROBE_VERSION "0.1.0"
 
 typedef struct ts_probe ts_probe;
@@ -217,6 +220,8 @@ int32_t ts_probe_request_stacks(ts_probe* probe, const char* capture_id, char* p
 
 /* The last configuration error on this thread, or "". */
 const char* ts_last_error(void);
+
+/* NOLINTEND(readability-identifier-naming) */
 
 #ifdef __cplusplus
 }

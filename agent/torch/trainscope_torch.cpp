@@ -54,7 +54,7 @@ struct ThreadState {
   // built afresh per call for some scopes ("autograd::engine::evaluate_function: ..."), so a
   // hit is confirmed against the text.
   struct NameHash {
-    using is_transparent = void;
+    using is_transparent = void;  // NOLINT(readability-identifier-naming): the standard's name
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
   std::unordered_map<std::string, ts_name, NameHash, std::equal_to<>> byText;

@@ -17,6 +17,9 @@
 extern "C" {
 #endif
 
+/* The C ABI is snake_case (STYLE.md), outside the C++ naming that clang-tidy checks. */
+/* NOLINTBEGIN(readability-identifier-naming) */
+
 /* Starts recording operators into `probe` (NULL: the process's default probe). Calling it
  * again with another probe switches probes. Returns 0, or -1 when PyTorch refused the
  * callback (the reason is logged). */
@@ -30,6 +33,8 @@ int32_t trainscope_torch_enabled(void);
 
 /* Operators recorded since load (every thread, enabled periods only). */
 uint64_t trainscope_torch_ops_recorded(void);
+
+/* NOLINTEND(readability-identifier-naming) */
 
 #ifdef __cplusplus
 }

@@ -58,7 +58,8 @@ Result<std::unique_ptr<GzipReader>> GzipReader::open(const std::string& path,
   }
   // zlib's buffers are this (compressed input) and twice this (output): 256 KiB reads few
   // times on large files; a small file needs no more than its own size.
-  gzbuffer(f, static_cast<unsigned>(std::clamp<uint64_t>(size, 8 * 1024, 256 * 1024)));
+  gzbuffer(f, static_cast<unsigned>(
+                  std::clamp<uint64_t>(size, uint64_t{8} * 1024, uint64_t{256} * 1024)));
   std::unique_ptr<GzipReader> r(new GzipReader());
   r->file_ = f;
   r->path_ = path;

@@ -70,8 +70,8 @@ bool ExpertImbalanceDetector::isOpen() const {
 
 void ExpertImbalanceDetector::onStep(const AssembledStep& step) {
   if (!groups_) return;
-  const ExpertGroups& G = *groups_;
-  const size_t E = G.size;
+  const ExpertGroups& epGroups = *groups_;
+  const size_t epSize = epGroups.size;
   std::unordered_map<uint32_t, RankA2a> byRank;
   std::vector<double> durations, shares;
   for (const RankStep& r : step.ranks) {
@@ -84,7 +84,7 @@ void ExpertImbalanceDetector::onStep(const AssembledStep& step) {
     RankA2a a;
     a.compute = static_cast<double>(rep.compute_ns());
     for (const auto& c : rep.collectives()) {
-      if (c.op() != wire::ALL_TO_ALL || !G.names.count(c.group())) continue;
+      if (c.op() != wire::ALL_TO_ALL || !epGroups.names.count(c.group())) continue;
       a.bytes += static_cast<double>(c.bytes()) * static_cast<double>(c.count());
       a.timeNs += static_cast<double>(c.total_ns());
       a.seen = true;
@@ -94,22 +94,23 @@ void ExpertImbalanceDetector::onStep(const AssembledStep& step) {
   if (byRank.empty()) return;
 
   // Per index: its ratio per group, and the what-if of each group's stage were it hot.
-  std::vector<std::vector<double>> ratios(E);
+  std::vector<std::vector<double>> ratios(epSize);
   StepView view;
-  view.index.resize(E);
+  view.index.resize(epSize);
   view.stepNs = medianInPlace(durations);
   view.a2aShare = shares.empty() ? 0.0 : medianInPlace(shares);
   // By index, by stage: the slow and fixed stage work of each group, and wait ratios.
-  std::vector<std::vector<std::vector<double>>> slow(E, std::vector<std::vector<double>>(stages_)),
-      fixed(E, std::vector<std::vector<double>>(stages_));
-  std::vector<std::vector<double>> waits(E), hot(E), peer(E);
+  std::vector<std::vector<std::vector<double>>> slow(epSize,
+                                                     std::vector<std::vector<double>>(stages_)),
+      fixed(epSize, std::vector<std::vector<double>>(stages_));
+  std::vector<std::vector<double>> waits(epSize), hot(epSize), peer(epSize);
   std::vector<double> others;
-  for (size_t g = 0; g < G.groups.size(); ++g) {
-    const auto& members = G.groups[g];
-    std::vector<const RankA2a*> m(E, nullptr);
+  for (size_t g = 0; g < epGroups.groups.size(); ++g) {
+    const auto& members = epGroups.groups[g];
+    std::vector<const RankA2a*> m(epSize, nullptr);
     double sumCompute = 0, sumBytes = 0, minTime = 0;
     size_t n = 0;
-    for (size_t i = 0; i < E; ++i) {
+    for (size_t i = 0; i < epSize; ++i) {
       auto it = byRank.find(members[i]);
       if (it == byRank.end() || it->second.bytes <= 0) continue;
       m[i] = &it->second;
@@ -121,11 +122,11 @@ void ExpertImbalanceDetector::onStep(const AssembledStep& step) {
     if (n < 2) continue;
     const double meanCompute = sumCompute / static_cast<double>(n);
     const double meanBytes = sumBytes / static_cast<double>(n);
-    for (size_t i = 0; i < E; ++i) {
+    for (size_t i = 0; i < epSize; ++i) {
       if (m[i] == nullptr) continue;
       others.clear();
       std::vector<double> otherTimes;
-      for (size_t j = 0; j < E; ++j) {
+      for (size_t j = 0; j < epSize; ++j) {
         if (j == i || m[j] == nullptr) continue;
         others.push_back(m[j]->bytes);
         otherTimes.push_back(m[j]->timeNs);
@@ -152,7 +153,7 @@ void ExpertImbalanceDetector::onStep(const AssembledStep& step) {
     schedule = lv.schedule;
   }
   std::vector<std::pair<size_t, double>> unitRatios;
-  for (size_t i = 0; i < E; ++i) {
+  for (size_t i = 0; i < epSize; ++i) {
     if (ratios[i].empty()) continue;
     unitRatios.emplace_back(i, medianInPlace(ratios[i]));
     IndexView& iv = view.index[i];
@@ -190,7 +191,7 @@ void ExpertImbalanceDetector::onStep(const AssembledStep& step) {
     Anomaly a;
     a.job = job_;
     a.kind = AnomalyKind::kExpertImbalance;
-    for (const auto& g : G.groups) a.ranks.push_back(g[idx]);
+    for (const auto& g : epGroups.groups) a.ranks.push_back(g[idx]);
     std::sort(a.ranks.begin(), a.ranks.end());
     a.nodes = nodesOf(step, a.ranks);
     fillOpened(tr, step, &a);
@@ -217,8 +218,8 @@ void ExpertImbalanceDetector::onStep(const AssembledStep& step) {
                   {"wait_ratio", waitRatio},
                   {"hot_compute_ms", hotMs},
                   {"group_mean_compute_ms", peerMs},
-                  {"ep_size", static_cast<double>(E)},
-                  {"ep_groups", static_cast<double>(G.groups.size())},
+                  {"ep_size", static_cast<double>(epSize)},
+                  {"ep_groups", static_cast<double>(epGroups.groups.size())},
                   {"noise_sigma", set_->noise()},
                   {"exceed_level", tr.exceedLevel()},
                   {"exceeding_steps", tr.exceedCount()},
@@ -226,7 +227,7 @@ void ExpertImbalanceDetector::onStep(const AssembledStep& step) {
                   {"estimated_gain", g},
                   {"added_ms_per_step", gainNs / 1e6}};
     std::string names;
-    for (const auto& n : G.names) names += (names.empty() ? "" : ",") + n;
+    for (const auto& n : epGroups.names) names += (names.empty() ? "" : ",") + n;
     a.labels = {{"group", names},
                 {"ep_index", std::to_string(idx)},
                 {"coords", "{\"ep\":" + std::to_string(idx) + '}'}};

@@ -478,6 +478,7 @@ void SlowCommDetector::onKeyOpened(KeyState& ks, const std::string& key,
   }
 
   std::vector<uint32_t> members;
+  members.reserve(list.size());
   for (const CallSample& s : list) members.push_back(s.rank);
   const SlowEnd end = linkNamed || lv.fabric ? SlowEnd{} : slowEnd(ks, step.step);
   std::sort(members.begin(), members.end());

@@ -24,15 +24,15 @@ void StageImbalanceDetector::setLayout(std::shared_ptr<const JobLayout> layout) 
 
 void StageImbalanceDetector::onStep(const AssembledStep& step) {
   if (!layout_) return;
-  const JobLayout& L = *layout_;
-  viewStep(step, L, &view_);
+  const JobLayout& layout = *layout_;
+  viewStep(step, layout, &view_);
   views_.push(summaryOf(view_));
   std::vector<std::pair<size_t, double>> ratios;
   std::vector<double> others;
-  for (uint32_t s = 0; s < L.stages; ++s) {
+  for (uint32_t s = 0; s < layout.stages; ++s) {
     if (view_.stageNs[s] <= 0) continue;
     others.clear();
-    for (uint32_t q = 0; q < L.stages; ++q) {
+    for (uint32_t q = 0; q < layout.stages; ++q) {
       if (q != s && view_.stageNs[q] > 0) others.push_back(view_.stageNs[q]);
     }
     if (others.empty()) continue;
@@ -52,7 +52,7 @@ void StageImbalanceDetector::onStep(const AssembledStep& step) {
     Anomaly a;
     a.job = job_;
     a.kind = AnomalyKind::kStageImbalance;
-    for (const Worker& w : L.workers) {
+    for (const Worker& w : layout.workers) {
       if (w.stage == stage) a.ranks.insert(a.ranks.end(), w.ranks.begin(), w.ranks.end());
     }
     std::sort(a.ranks.begin(), a.ranks.end());
@@ -60,10 +60,10 @@ void StageImbalanceDetector::onStep(const AssembledStep& step) {
     fillOpened(tr, step, &a);
     // Medians since the onset: the stages' work, the step time, the microbatches.
     const size_t since = static_cast<size_t>(std::max<int64_t>(1, step.step - a.onsetStep + 1));
-    const StepSummary med = medianOf(views_.latest(since), L.stages);
+    const StepSummary med = medianOf(views_.latest(since), layout.stages);
     const std::vector<double>& stageNs = med.stageNs;
     others.clear();
-    for (uint32_t q = 0; q < L.stages; ++q) {
+    for (uint32_t q = 0; q < layout.stages; ++q) {
       if (q != stage && stageNs[q] > 0) others.push_back(stageNs[q]);
     }
     const double otherNs = medianInPlace(others);
@@ -76,7 +76,7 @@ void StageImbalanceDetector::onStep(const AssembledStep& step) {
                   {"noise_sigma", set_->noise()},
                   {"exceed_level", tr.exceedLevel()},
                   {"exceeding_steps", tr.exceedCount()},
-                  {"stages", static_cast<double>(L.stages)},
+                  {"stages", static_cast<double>(layout.stages)},
                   {"step_ms", stepMs},
                   {"estimated_gain", gain},
                   {"added_ms_per_step", (stageNs[stage] - otherNs) / 1e6}};

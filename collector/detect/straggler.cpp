@@ -5,6 +5,8 @@
 #include <limits>
 #include <numeric>
 
+#include "common/str_cat.h"
+
 namespace trainscope::detect {
 
 StragglerDetector::StragglerDetector(std::string job, const StragglerOptions& options,
@@ -119,13 +121,13 @@ void StragglerDetector::onStep(const AssembledStep& step) {
 }
 
 void StragglerDetector::observeRanks(const AssembledStep& step) {
-  const JobLayout& L = *layout_;
+  const JobLayout& layout = *layout_;
   const size_t window = static_cast<size_t>(std::max(1, o_.persistence.window));
   for (const RankStep& r : step.ranks) {
     const uint32_t rank = r.report.rank();
-    const int32_t w = L.workerOfRank(rank);
+    const int32_t w = layout.workerOfRank(rank);
     if (w < 0) continue;
-    const Worker& wk = L.workers[static_cast<size_t>(w)];
+    const Worker& wk = layout.workers[static_cast<size_t>(w)];
     if (wk.ranks.size() < 2) continue;
     WorkerState& st = workers_[static_cast<size_t>(w)];
     if (st.rankCompute.size() != wk.ranks.size()) {
@@ -138,7 +140,7 @@ void StragglerDetector::observeRanks(const AssembledStep& step) {
     double wait = 0;
     bool any = false;
     for (const auto& c : r.report.collectives()) {
-      if (!std::binary_search(L.tpGroups.begin(), L.tpGroups.end(), c.group())) continue;
+      if (!std::binary_search(layout.tpGroups.begin(), layout.tpGroups.end(), c.group())) continue;
       wait += static_cast<double>(c.total_ns());
       any = true;
     }
@@ -182,19 +184,19 @@ int StragglerDetector::singleRank(const WorkerState& st, const Worker& wk, size_
 }
 
 void StragglerDetector::onLayoutStep(const AssembledStep& step) {
-  const JobLayout& L = *layout_;
-  viewStep(step, L, &view_);
+  const JobLayout& layout = *layout_;
+  viewStep(step, layout, &view_);
   observeRanks(step);
   views_.push(summaryOf(view_));
   // Per stage, each worker's compute against the median of the stage's other workers.
-  std::vector<std::vector<size_t>> byStage(L.stages);
-  for (size_t w = 0; w < L.workers.size(); ++w) {
-    if (view_.workerNs[w] > 0) byStage[L.workers[w].stage].push_back(w);
+  std::vector<std::vector<size_t>> byStage(layout.stages);
+  for (size_t w = 0; w < layout.workers.size(); ++w) {
+    if (view_.workerNs[w] > 0) byStage[layout.workers[w].stage].push_back(w);
   }
   std::vector<std::pair<size_t, double>> ratios;
   std::vector<double> others;
   std::vector<PeerRatioSet::Event> events;
-  for (uint32_t s = 0; s < L.stages; ++s) {
+  for (uint32_t s = 0; s < layout.stages; ++s) {
     const auto& ws = byStage[s];
     if (ws.size() < 2) continue;
     ratios.clear();
@@ -212,7 +214,7 @@ void StragglerDetector::onLayoutStep(const AssembledStep& step) {
     stageSets_[s].push(step.step, ratios, &events);
     for (const auto& e : events) {
       WorkerState& st = workers_[e.unit];
-      const Worker& wk = L.workers[e.unit];
+      const Worker& wk = layout.workers[e.unit];
       const PersistenceTracker& tr = stageSets_[s].tracker(e.unit);
       if (e.transition == PersistenceTracker::Transition::kResolved) {
         if (st.open) log_->resolve(st.anomaly, tr.resolvedStep(), step.nowNs);
@@ -228,7 +230,7 @@ void StragglerDetector::onLayoutStep(const AssembledStep& step) {
       const size_t since = static_cast<size_t>(std::max<int64_t>(1, step.step - a.onsetStep + 1));
       const double computeNs = median(st.compute.latest(since));
       const double peerNs = median(st.peer.latest(since));
-      const StepSummary med = medianOf(views_.latest(since), L.stages);
+      const StepSummary med = medianOf(views_.latest(since), layout.stages);
       const double stepMs = med.stepNs / 1e6;
       const double gain = estimatedGain(med.stageNs, s, computeNs, peerNs, med.microbatches,
                                         med.stepNs, med.schedule);
@@ -268,22 +270,22 @@ void StragglerDetector::onLayoutStep(const AssembledStep& step) {
         a.evidence["tp_peers_compute_ms"] = peersNs / 1e6;
         a.evidence["rank_tp_wait_ms"] = rankWait / 1e6;
         a.evidence["tp_peers_wait_ms"] = peersWait / 1e6;
-        a.summary =
-            "rank " + std::to_string(rank) + " " + coords + " slows its worker (" +
-            rankList(wk.ranks) + "): compute " + formatMs(rankNs) + " vs " + formatMs(peersNs) +
-            " on its tensor-parallel peers, which wait " + formatMs(peersWait - rankWait) +
-            " per step for it in their collectives; the worker runs " + formatRatio(a.magnitude) +
-            " its stage's other workers from step " + std::to_string(a.onsetStep) + gainText;
+        a.summary = strCat(
+            "rank ", std::to_string(rank), " ", coords, " slows its worker (", rankList(wk.ranks),
+            "): compute ", formatMs(rankNs), " vs ", formatMs(peersNs),
+            " on its tensor-parallel peers, which wait ", formatMs(peersWait - rankWait),
+            " per step for it in their collectives; the worker runs ", formatRatio(a.magnitude),
+            " its stage's other workers from step ", std::to_string(a.onsetStep), gainText);
         st.anomaly = log_->open(std::move(a), rankSubject({rank}));
         st.open = true;
         continue;
       }
       a.labels["scope"] = "worker";
       const std::string who = rankList(wk.ranks);
-      a.summary = "worker " + wk.coords + " (" + who + ") is a straggler: compute " +
-                  formatRatio(a.magnitude) + " its stage's other workers (" + formatMs(computeNs) +
-                  " vs " + formatMs(peerNs) + ") from step " + std::to_string(a.onsetStep) +
-                  gainText;
+      a.summary =
+          strCat("worker ", wk.coords, " (", who, ") is a straggler: compute ",
+                 formatRatio(a.magnitude), " its stage's other workers (", formatMs(computeNs),
+                 " vs ", formatMs(peerNs), ") from step ", std::to_string(a.onsetStep), gainText);
       st.anomaly = log_->open(std::move(a), rankSubject(wk.ranks));
       st.open = true;
     }

@@ -74,28 +74,29 @@ bool WorkloadImbalanceDetector::ratios(const AssembledStep& step, std::vector<do
   // the host (a 2-rank CPU job on a loaded machine moved 17 % per step), which reads exactly
   // like moving work, and nothing tells replicas apart from pipeline stages there.
   if (!layout_) return false;
-  const JobLayout& L = *layout_;
-  viewStep(step, L, &view_);
+  const JobLayout& layout = *layout_;
+  viewStep(step, layout, &view_);
   // Each worker against the median worker of its stage, so stages of different length
   // compare alike; a replica's ratio is the mean over its workers.
-  std::vector<double> stageMedian(L.stages, 0.0);
-  for (uint32_t s = 0; s < L.stages; ++s) {
+  std::vector<double> stageMedian(layout.stages, 0.0);
+  for (uint32_t s = 0; s < layout.stages; ++s) {
     scratch.clear();
-    for (size_t w = 0; w < L.workers.size(); ++w) {
-      if (L.workers[w].stage == s && view_.workerNs[w] > 0) scratch.push_back(view_.workerNs[w]);
+    for (size_t w = 0; w < layout.workers.size(); ++w) {
+      if (layout.workers[w].stage == s && view_.workerNs[w] > 0)
+        scratch.push_back(view_.workerNs[w]);
     }
     stageMedian[s] = medianInPlace(scratch);
   }
-  std::vector<double> sum(L.replicas, 0.0);
-  std::vector<uint32_t> count(L.replicas, 0);
-  for (size_t w = 0; w < L.workers.size(); ++w) {
-    const Worker& wk = L.workers[w];
+  std::vector<double> sum(layout.replicas, 0.0);
+  std::vector<uint32_t> count(layout.replicas, 0);
+  for (size_t w = 0; w < layout.workers.size(); ++w) {
+    const Worker& wk = layout.workers[w];
     if (view_.workerNs[w] <= 0 || stageMedian[wk.stage] <= 0) continue;
     sum[wk.replica] += view_.workerNs[w] / stageMedian[wk.stage];
     ++count[wk.replica];
   }
-  out->assign(L.replicas, kNaN);
-  for (uint32_t d = 0; d < L.replicas; ++d) {
+  out->assign(layout.replicas, kNaN);
+  for (uint32_t d = 0; d < layout.replicas; ++d) {
     if (count[d] > 0) (*out)[d] = sum[d] / count[d];
   }
   *workNs = pipelineStepNs(view_.stageNs, view_.microbatches, view_.schedule);

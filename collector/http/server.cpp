@@ -31,7 +31,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
 namespace websocket = beast::websocket;
-using tcp = asio::ip::tcp;
+using tcp = asio::ip::tcp;  // NOLINT(readability-identifier-naming): Asio's own spelling
 
 // Headers are small (GET targets with a few parameters); this bounds a slow-loris header.
 constexpr uint32_t kMaxHeaderBytes = 16 * 1024;
@@ -40,7 +40,7 @@ constexpr const char* kServerName = "trainscope";
 // (a client that stopped reading must not hold up the collector's shutdown).
 constexpr auto kStopGrace = std::chrono::seconds(2);
 // A live message is written in frames of at most this size, each under liveWriteTimeoutMs.
-constexpr size_t kLiveWritePiece = 64 * 1024;
+constexpr size_t kLiveWritePiece = size_t{64} * 1024;
 
 std::string endpointText(const std::string& address, uint16_t port) {
   bool v6 = address.find(':') != std::string::npos;
@@ -434,11 +434,11 @@ class LiveSession : public std::enable_shared_from_this<LiveSession> {
     server_.liveSessions.erase(this);
   }
 
-  void start(bhttp::request<bhttp::string_body> req) {
+  void start(const bhttp::request<bhttp::string_body>& req) {
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
     ws_.set_option(websocket::stream_base::decorator(
         [](websocket::response_type& res) { res.set(bhttp::field::server, kServerName); }));
-    ws_.read_message_max(64 * 1024);
+    ws_.read_message_max(size_t{64} * 1024);
     ws_.async_accept(req,
                      [self = shared_from_this()](beast::error_code ec) { self->onAccept(ec); });
   }

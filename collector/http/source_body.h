@@ -17,6 +17,8 @@
 
 namespace trainscope::http {
 
+// Beast's Body concept names its members (value_type, writer, const_buffers_type).
+// NOLINTBEGIN(readability-identifier-naming)
 struct SourceBody {
   struct value_type {
     std::shared_ptr<ByteSource> source;
@@ -28,8 +30,8 @@ struct SourceBody {
    public:
     using const_buffers_type = boost::asio::const_buffer;
 
-    template <bool isRequest, class Fields>
-    writer(const boost::beast::http::header<isRequest, Fields>& /*header*/, const value_type& body)
+    template <bool IsRequest, class Fields>
+    writer(const boost::beast::http::header<IsRequest, Fields>& /*header*/, const value_type& body)
         : body_(body) {}
 
     void init(boost::beast::error_code& ec) { ec = {}; }
@@ -48,8 +50,9 @@ struct SourceBody {
 
    private:
     const value_type& body_;
-    std::array<char, 64 * 1024> buffer_{};
+    std::array<char, size_t{64} * 1024> buffer_{};
   };
 };
+// NOLINTEND(readability-identifier-naming)
 
 }  // namespace trainscope::http

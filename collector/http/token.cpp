@@ -2,6 +2,8 @@
 
 #include <fstream>
 
+#include "common/str_cat.h"
+
 namespace trainscope::http {
 
 Result<std::string> readTokenFile(const std::string& path, const std::string& flag) {
@@ -17,8 +19,8 @@ Result<std::string> readTokenFile(const std::string& path, const std::string& fl
   line = line.substr(first, line.find_last_not_of(kSpace) - first + 1);
   for (char c : line) {
     if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) {
-      return Result<std::string>::error(flag + ": the token in " + path +
-                                        " must not contain spaces or control characters");
+      return Result<std::string>::error(
+          strCat(flag, ": the token in ", path, " must not contain spaces or control characters"));
     }
   }
   return line;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/str_cat.h"
 #include "schema/wire.h"
 
 namespace trainscope::ingest {
@@ -160,27 +161,27 @@ std::optional<Rejection> validateGroups(const wire::RankHello& hello,
                                           " bytes, not " + std::to_string(g.name().size()) + at);
     }
     if (!wire::GroupKind_IsValid(g.kind())) {
-      return reject("invalid_groups",
-                    what + ": unknown kind " + std::to_string(static_cast<int>(g.kind())) + at);
+      return reject("invalid_groups", strCat(what, ": unknown kind ",
+                                             std::to_string(static_cast<int>(g.kind())), at));
     }
     if (g.ranks_size() == 0 || static_cast<uint32_t>(g.ranks_size()) > info.world_size()) {
-      return reject("invalid_groups", what + ": " + std::to_string(g.ranks_size()) +
-                                          " ranks; a group has 1..world_size " +
-                                          std::to_string(info.world_size()) + at);
+      return reject("invalid_groups", strCat(what, ": ", std::to_string(g.ranks_size()),
+                                             " ranks; a group has 1..world_size ",
+                                             std::to_string(info.world_size()), at));
     }
     // Sorted, not a bitmap of the world: world_size comes from outside and may be huge.
     sorted.assign(g.ranks().begin(), g.ranks().end());
     std::sort(sorted.begin(), sorted.end());
     if (sorted.back() >= info.world_size()) {
-      return reject("invalid_groups", what + ": rank " + std::to_string(sorted.back()) +
-                                          " >= world_size " + std::to_string(info.world_size()) +
-                                          at);
+      return reject("invalid_groups",
+                    strCat(what, ": rank ", std::to_string(sorted.back()), " >= world_size ",
+                           std::to_string(info.world_size()), at));
     }
     if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end()) {
-      return reject("invalid_groups", what + ": rank " + std::to_string(*dup) + " twice" + at);
+      return reject("invalid_groups", strCat(what, ": rank ", std::to_string(*dup), " twice", at));
     }
     if (!std::binary_search(sorted.begin(), sorted.end(), info.rank())) {
-      return reject("invalid_groups", what + ": does not hold the declaring rank" + at);
+      return reject("invalid_groups", strCat(what, ": does not hold the declaring rank", at));
     }
   }
   return std::nullopt;

@@ -9,6 +9,7 @@
 #include <boost/beast/http.hpp>
 
 #include "common/percent_encode.h"
+#include "common/str_cat.h"
 
 namespace trainscope::storage::clickhouse {
 namespace {
@@ -16,7 +17,7 @@ namespace {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
-using tcp = asio::ip::tcp;
+using tcp = asio::ip::tcp;  // NOLINT(readability-identifier-naming): Asio's own spelling
 
 // A reply larger than this is refused: the store's queries are bounded by their LIMITs.
 constexpr uint64_t kMaxReplyBytes = 1ull << 30;
@@ -118,7 +119,7 @@ Result<StoreUrl> parseStoreUrl(const std::string& url) {
   for (size_t at = 0; at <= hosts.size();) {
     size_t comma = hosts.find(',', at);
     if (comma == std::string::npos) comma = hosts.size();
-    auto one = parseUrl(scheme + hosts.substr(at, comma - at) + database);
+    auto one = parseUrl(strCat(scheme, std::string_view(hosts).substr(at, comma - at), database));
     if (!one) return R::error(one.code(), one.message());
     out.servers.push_back(std::move(*one));
     at = comma + 1;
@@ -239,7 +240,7 @@ Result<std::string> HttpClient::query(const std::string& sql, std::optional<std:
       // A kept-alive connection the server closed fails on first use: retry once on a fresh
       // one (see the header for inserts).
       if (reused && attempt == 0) continue;
-      return R::error(StatusCode::kUnavailable, where + ": " + error);
+      return R::error(StatusCode::kUnavailable, strCat(where, ": ", error));
     }
     auto& res = parser.get();
     if (res.result() != bhttp::status::ok) {

@@ -399,7 +399,7 @@ TEST_CASE("a file larger than a small spool never evicts telemetry acked to the 
   probe.hello();
   uint64_t seq = 0;
   for (int b = 0; b < 4; ++b) {
-    probe.sendSteps(++seq, b * 50, (b + 1) * 50);
+    probe.sendSteps(++seq, int64_t{b} * 50, int64_t{b + 1} * 50);
     REQUIRE(probe.awaitAck() == seq);
   }
   const std::string big = randomBytes(20u << 20, 5);
@@ -416,7 +416,7 @@ TEST_CASE("a file larger than a small spool never evicts telemetry acked to the 
   CHECK(s.uploadsActive == 1);
   // More telemetry while the file waits: acked, and still nothing dropped.
   for (int b = 4; b < 8; ++b) {
-    probe.sendSteps(++seq, b * 50, (b + 1) * 50);
+    probe.sendSteps(++seq, int64_t{b} * 50, int64_t{b + 1} * 50);
     REQUIRE(probe.awaitAck() == seq);
   }
   CHECK(agent.stats().spoolDropped == 0);

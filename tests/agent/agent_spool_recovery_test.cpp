@@ -71,7 +71,7 @@ TEST_CASE("four flipped bytes in a spool segment cost four reports, not the rest
     FakeProbe probe(ctx, opts.endpoint);
     probe.hello();
     for (int b = 0; b < kSteps / 50; ++b) {
-      probe.sendSteps(static_cast<uint64_t>(b + 1), b * 50, (b + 1) * 50);
+      probe.sendSteps(static_cast<uint64_t>(b) + 1, int64_t{b} * 50, int64_t{b + 1} * 50);
       REQUIRE(probe.awaitAck() == static_cast<uint64_t>(b + 1));
     }
   }

@@ -16,6 +16,7 @@ namespace {
 
 std::vector<std::string> jobNames(int n) {
   std::vector<std::string> out;
+  out.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) out.push_back("job-" + std::to_string(i));
   return out;
 }

@@ -349,7 +349,7 @@ TEST_CASE("a damaged run of several records loses exactly those records") {
     // Zero records 10, 11 and 12 (a block the disk lost).
     std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(16 + 10 * 108);
-    f << std::string(3 * 108, '\0');
+    f << std::string(size_t{3} * 108, '\0');
   }
   auto s = openSpool(dir, 8 << 20, 2 << 20);
   CHECK(s->stats().lostRecords == 3);

@@ -92,7 +92,7 @@ TEST_CASE("pipeline: a straggler is stored with its rank and node; a hang is fou
   CHECK(straggler->state == "open");
   CHECK(straggler->onsetStep >= 55);
   CHECK(straggler->updatedNs > 0);
-  CHECK(pipeline.stats().reportsFed == 150u * job.world);
+  CHECK(pipeline.stats().reportsFed == uint64_t{150} * job.world);
   CHECK(pipeline.stats().anomaliesOpened >= 1);
   CHECK(findKind(*rows, "hang") == nullptr);
 
@@ -209,7 +209,7 @@ TEST_CASE("pipeline: takeCommitted judges as onCommitted does, taking the report
     REQUIRE(rows);
     std::vector<std::string> found;
     for (const auto& r : *rows) found.push_back(r.kind + " " + std::to_string(r.onsetStep));
-    CHECK(pipeline.stats().reportsFed == 150u * job.world);
+    CHECK(pipeline.stats().reportsFed == uint64_t{150} * job.world);
     return found;
   };
   const auto copied = run(false);

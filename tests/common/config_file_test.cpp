@@ -43,6 +43,7 @@ Parsed parse(std::vector<std::string> args, const std::string& text) {
   std::vector<std::string> argv{"test-daemon", "--config", path};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<const char*> cargv;
+  cargv.reserve(argv.size());
   for (auto& a : argv) cargv.push_back(a.c_str());
   std::ostringstream out;
   std::ostringstream err;

@@ -344,6 +344,7 @@ TEST_CASE("e2e: healthy jobs ending cleanly one rank at a time open no anomaly")
     return args;
   };
   std::vector<std::unique_ptr<Process>> sims;
+  sims.reserve(16);
   for (int r = 0; r < 16; ++r) {
     sims.push_back(startSim(dir,
                             simArgs("clean-procs", {"--ranks", "1", "--first-rank",
@@ -358,8 +359,10 @@ TEST_CASE("e2e: healthy jobs ending cleanly one rank at a time open no anomaly")
   }
   // Every step stored, then time for what a clean end used to bring: late hellos, exits seen
   // by the agents' process watch, resends; and for the 2 s hang floor to pass twice over.
-  REQUIRE(waitFor([&] { return jobStepRows(spec.httpPort, "clean-procs") == 16 * 150; }, 30s));
-  REQUIRE(waitFor([&] { return jobStepRows(spec.httpPort, "clean-stagger") == 8 * 150; }, 30s));
+  REQUIRE(
+      waitFor([&] { return jobStepRows(spec.httpPort, "clean-procs") == int64_t{16} * 150; }, 30s));
+  REQUIRE(waitFor([&] { return jobStepRows(spec.httpPort, "clean-stagger") == int64_t{8} * 150; },
+                  30s));
   std::this_thread::sleep_for(6s);
   for (const std::string job : {"clean-procs", "clean-stagger"}) {
     const json list = jobAnomalies(spec.httpPort, job);

@@ -22,11 +22,13 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/str_cat.h"
 #include "tests/e2e/harness.h"
 #include "tools/cli/capture_cmd.h"
 
 using namespace trainscope::e2e;
 using nlohmann::json;
+using trainscope::strCat;
 
 namespace {
 
@@ -82,11 +84,11 @@ Cluster startCluster(const TempDir& dir, const std::string& name,
   REQUIRE(up);
   for (int i = 0; i < 2; ++i) {
     const std::string node = "node" + std::to_string(i);
-    c.agents.push_back({node, "ipc://" + (dir / (name + "-" + node + ".sock")),
-                        dir / (name + "-spool-" + node), c.spec.ingest()});
+    c.agents.push_back({node, "ipc://" + (dir / strCat(name, "-", node, ".sock")),
+                        dir / strCat(name, "-spool-", node), c.spec.ingest()});
     // The agent ships only files under its --capture-dir: where the simulators write them.
     const AgentSpec& as = c.agents.back();
-    const std::string agentName = name + "-agent-" + node;
+    const std::string agentName = strCat(name, "-agent-", node);
     c.agentProcs.push_back(std::make_unique<Process>(
         agentName,
         std::vector<std::string>{binaryFromEnv("TRAINSCOPE_AGENT_BIN"), "--collector", as.collector,

@@ -315,8 +315,8 @@ TEST_CASE(
     CHECK(ranks[r]->log().find(": done, loss " + refLoss) != std::string::npos);
   }
 
-  const bool all =
-      waitFor([&, port = cs.httpPort] { return jobStepRows(port, job) >= 8 * steps; }, 30s, 100ms);
+  const bool all = waitFor(
+      [&, port = cs.httpPort] { return jobStepRows(port, job) >= int64_t{8} * steps; }, 30s, 100ms);
   INFO("step rows: " << jobStepRows(cs.httpPort, job));
   REQUIRE(all);
 
@@ -351,7 +351,7 @@ TEST_CASE(
   // tp all-reduces (forward, and on stage 1 backward too) and one dp all-reduce; a bubble; MFU
   // from the FLOPs the script stated.
   const auto rows = stepRows(cs.httpPort, job, true);
-  REQUIRE(rows.size() == 8u * steps);
+  REQUIRE(rows.size() == size_t{8} * steps);
   int good = 0;
   for (const auto& row : rows) {
     const int rank = row.at("rank").get<int>();

@@ -129,7 +129,7 @@ TempDir::~TempDir() {
 
 // ---------------------------------------------------------------------------------------
 Process::Process(std::string name, std::vector<std::string> argv, std::string logPath,
-                 std::vector<std::string> extraEnv)
+                 const std::vector<std::string>& extraEnv)
     : name_(std::move(name)), logPath_(std::move(logPath)) {
   installGuards();
   REQUIRE(!argv.empty());
@@ -144,9 +144,11 @@ Process::Process(std::string name, std::vector<std::string> argv, std::string lo
   }
   for (const auto& x : extraEnv) env.push_back(x);
   std::vector<char*> envp;
+  envp.reserve(env.size() + 1);
   for (auto& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (auto& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
 

@@ -43,7 +43,7 @@ class TempDir {
 class Process {
  public:
   Process(std::string name, std::vector<std::string> argv, std::string logPath,
-          std::vector<std::string> extraEnv = {});
+          const std::vector<std::string>& extraEnv = {});
   ~Process();
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;

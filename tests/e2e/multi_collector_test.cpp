@@ -225,7 +225,7 @@ TEST_CASE(
   std::printf(
       "collector set changes seen by the 4 agents: %zu (4: only the kill); rows in the "
       "shards' tables before merges: %lld of %lld\n",
-      moves, static_cast<long long>(local), static_cast<long long>(2 * rows));
+      moves, static_cast<long long>(local), static_cast<long long>(rows) * 2);
   std::fflush(stdout);
   if (moves == agents.size()) {
     CHECK(local == 2 * rows);

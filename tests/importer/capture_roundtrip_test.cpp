@@ -67,7 +67,8 @@ std::vector<FoldedStep> foldSteps(uint32_t rank, double slow, bool wholeMicros =
     fwd.name = internName("forward");
     folder.add(0, fwd);
     for (int i = 0; i < 5; ++i) {
-      Record op = rec(RecordType::kOp, t + 1'200'000 + i * 900'001, t + 1'900'000 + i * 900'001);
+      Record op = rec(RecordType::kOp, t + 1'200'000 + int64_t{i} * 900'001,
+                      t + 1'900'000 + int64_t{i} * 900'001);
       op.name = internName(i % 2 == 0 ? "aten::mm" : "aten::add \"quoted\"");
       folder.add(1, op);
       Record inner = rec(RecordType::kOp, op.t0 + 5, op.t0 + 105);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collector/ingest/validate.h"
+#include "common/guarded_main.h"
 #include "importer/import_job.h"
 #include "tests/agent/temp_dir.h"
 #include "tests/importer/bundle.h"
@@ -84,7 +85,9 @@ bool importAndCheck(const std::vector<std::string>& files, const std::string& la
 
 }  // namespace
 
-int main() {
+namespace {
+
+int realTracesMain() {
   fs::path root;
   bool committed = false;
   if (const char* env = std::getenv("TRAINSCOPE_REAL_TRACES"); env != nullptr && *env != '\0') {
@@ -127,4 +130,10 @@ int main() {
   if (committed) expect(imported == 5, "not all 5 imports of tests/data/import/hta succeeded");
   std::printf("%d imports succeeded, %d checks failed\n", imported, failures);
   return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main() {
+  return trainscope::guardedMain("real_traces_test", [&] { return realTracesMain(); });
 }

@@ -61,7 +61,7 @@ std::string gzip(const std::string& text) {
   return out;
 }
 
-std::string readError(const std::string& text, ReadOptions o = {}) {
+std::string readError(const std::string& text, const ReadOptions& o = {}) {
   Collect c;
   auto r = trainscope::importer::readTraceBytes(text, c, o);
   return r ? std::string("ok") : r.message();

@@ -360,7 +360,7 @@ TEST_CASE("cli captures: table of a job's captures", "[cli]") {
 }
 
 TEST_CASE("cli stacks: threads per rank, the rank whose main thread differs is marked", "[cli]") {
-  auto thread = [](int tid, const std::string& name, std::vector<std::string> fns,
+  auto thread = [](int tid, const std::string& name, const std::vector<std::string>& fns,
                    json python = json::array()) {
     json native = json::array();
     for (const auto& f : fns) {

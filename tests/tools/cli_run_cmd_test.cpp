@@ -15,7 +15,7 @@ using namespace trainscope::cli;
 
 namespace {
 
-GetEnv envOf(std::map<std::string, std::string> vars) {
+GetEnv envOf(const std::map<std::string, std::string>& vars) {
   return [vars](const std::string& name) -> std::optional<std::string> {
     auto it = vars.find(name);
     if (it == vars.end()) return std::nullopt;

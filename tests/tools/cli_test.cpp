@@ -86,7 +86,7 @@ struct Collector {
     n.agentVersion = "0.1.0";
     n.lastSeenNs = now - 4 * kSec;
     n.rttNs = 250'000;
-    n.spoolBytes = 3 * 1024 * 1024;
+    n.spoolBytes = uint64_t{3} * 1024 * 1024;
     n.spoolDropped = 2;
     n.ranks = 2;
     trainscope::wire::HostSample h;
@@ -125,7 +125,7 @@ TEST_CASE("cli: durations, bytes, ages and percents are formatted with units", "
   CHECK(formatAge(3 * kSec + 999 * kMs) == "3s ago");
   CHECK(formatAge(125 * kSec) == "2m ago");
   CHECK(formatAge(7200 * kSec) == "2h ago");
-  CHECK(formatAge(3 * 86400 * kSec) == "3d ago");
+  CHECK(formatAge(int64_t{3} * 86400 * kSec) == "3d ago");
   CHECK(formatPercent(37.46) == "37.5%");
 }
 

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/str_cat.h"
 #include "schema/capture_state.h"
 
 namespace trainscope::cli {
@@ -281,12 +282,12 @@ Result<std::vector<uint32_t>> parseRankList(const std::string& text) {
     }
     if (!ok) {
       return Result<std::vector<uint32_t>>::error(
-          "--ranks '" + text + "': '" + item +
-          "' is not a rank or a range A-B (expected e.g. 0,3,5-7)");
+          strCat("--ranks '", text, "': '", item,
+                 "' is not a rank or a range A-B (expected e.g. 0,3,5-7)"));
     }
     if (b < a) {
-      return Result<std::vector<uint32_t>>::error("--ranks '" + text + "': range '" + item +
-                                                  "' ends before it starts");
+      return Result<std::vector<uint32_t>>::error(
+          strCat("--ranks '", text, "': range '", item, "' ends before it starts"));
     }
     for (uint32_t r = a; r <= b; ++r) ranks.insert(r);
     pos = comma + 1;

@@ -186,7 +186,7 @@ void addImportCommand(CLI::App& app, Action* action);
 // words after the first "--" of the command line, which runCli keeps from CLI11 (its "--"
 // handling hands them to the parent app, which rejects them); nothing when there was no "--".
 void addRunCommand(CLI::App& app, Action* action,
-                   std::optional<std::vector<std::string>> afterDashes);
+                   const std::optional<std::vector<std::string>>& afterDashes);
 
 // The whole CLI: parses `args` (without the program name), runs the chosen subcommand and
 // returns the exit code. Usage errors print CLI11's message and return kExitUsage.

@@ -16,7 +16,7 @@ namespace {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
-using tcp = asio::ip::tcp;
+using tcp = asio::ip::tcp;  // NOLINT(readability-identifier-naming): Asio's own spelling
 
 }  // namespace
 
@@ -107,7 +107,8 @@ Result<HttpReply> httpRequest(const ServerUrl& server, const HttpRequest& reques
     stream.socket().close(ignored);
   });
   resolver.async_resolve(
-      server.host, server.port, [&](beast::error_code ec, tcp::resolver::results_type results) {
+      server.host, server.port,
+      [&](beast::error_code ec, const tcp::resolver::results_type& results) {
         if (ec) return fail(ec);
         stream.async_connect(results, [&](beast::error_code ec2, const tcp::endpoint&) {
           if (ec2) return fail(ec2);

@@ -231,7 +231,7 @@ int runRun(Context& ctx, const RunArgs& args) {
 }
 
 void addRunCommand(CLI::App& app, Action* action,
-                   std::optional<std::vector<std::string>> afterDashes) {
+                   const std::optional<std::vector<std::string>>& afterDashes) {
   auto args = std::make_shared<RunArgs>();
   auto* sub = app.add_subcommand(
       "run",

@@ -7,10 +7,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/guarded_main.h"
 #include "tools/simtrain/sim_options.h"
 #include "tools/simtrain/sim_runner.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int simtrainMain(int argc, char** argv) {
   using namespace trainscope::sim;
   SimOptions o;
   std::vector<std::string> injects;
@@ -132,4 +135,10 @@ int main(int argc, char** argv) {
     o.injects.push_back(*in);
   }
   return run(o);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainscope::guardedMain("trainscope-simtrain", [&] { return simtrainMain(argc, argv); });
 }

@@ -18,23 +18,23 @@ int64_t toNs(double ns) {
 }  // namespace
 
 StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
-  const ParallelLayout& L = *options_.parallel;
-  const uint32_t P = L.pp;
-  const uint32_t T = L.tp;
-  const uint32_t C = L.cp;
-  const uint32_t E = L.ep;
-  const bool moe = E > 1;
-  const uint32_t M = options_.microbatches > 0 ? options_.microbatches : 2 * P;
+  const ParallelLayout& par = *options_.parallel;
+  const uint32_t pp = par.pp;
+  const uint32_t tp = par.tp;
+  const uint32_t cp = par.cp;
+  const uint32_t ep = par.ep;
+  const bool moe = ep > 1;
+  const uint32_t micros = options_.microbatches > 0 ? options_.microbatches : 2 * pp;
   const double stepNs = options_.stepMs * 1e6;
   const double sigma = options_.noise;
   const double warm = step < options_.warmup ? kWarmupFactor : 1.0;
-  // A healthy step is about --step-ms: the pipeline runs M + P - 1 slots of one forward and
-  // one backward (the P - 1 extra are the bubble).
-  const double slots = static_cast<double>(M + P - 1);
+  // A healthy step is about --step-ms: the pipeline runs micros + pp - 1 slots of one forward and
+  // one backward (the pp - 1 extra are the bubble).
+  const double slots = static_cast<double>(micros + pp - 1);
   const double fwdNs = stepNs * kForwardShare / slots;
   const double bwdNs = stepNs * kBackwardShare / slots;
-  const int64_t tpXfer = T > 1 ? toNs(0.04 * fwdNs) : 0;  // per layer-group all_reduce
-  const int64_t cpXfer = C > 1 ? toNs(0.04 * fwdNs) : 0;  // per layer-group KV all_gather
+  const int64_t tpXfer = tp > 1 ? toNs(0.04 * fwdNs) : 0;  // per layer-group all_reduce
+  const int64_t cpXfer = cp > 1 ? toNs(0.04 * fwdNs) : 0;  // per layer-group KV all_gather
   const int64_t ppXfer = toNs(options_.latencyUs * 1e3 + 0.01 * fwdNs);
   const uint64_t actBytes = options_.bucketBytes / 4;  // one microbatch's activations
   auto opIndex = [&](const char* name) {
@@ -67,35 +67,35 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
   // chunks; zb-v and dualpipe-v split the backward in halves B and W): only the bubbles differ.
   namespace pl = trainscope::pipeline;
   const pl::Schedule sched = pl::parseSchedule(options_.schedule).value();
-  const auto lists = pl::opLists(sched, P, M);
-  const uint32_t V = sched.chunks;
-  const uint32_t U = P * V;  // virtual stages
+  const auto lists = pl::opLists(sched, pp, micros);
+  const uint32_t chunks = sched.chunks;
+  const uint32_t vstages = pp * chunks;  // virtual stages
   const bool split = pl::splitsBackward(sched);
   size_t opsPerBlock = 0;
   for (const auto& l : lists) opsPerBlock += l.size();
 
   std::vector<int64_t> pipeEnd(options_.ranks, 0);  // end of each rank's last backward
-  // Replicas run their pipelines independently, except that an expert-parallel group's E
+  // Replicas run their pipelines independently, except that an expert-parallel group's ep
   // replicas exchange tokens in every MoE layer: such a block of replicas runs in lockstep.
-  for (uint32_t blk = 0; blk < L.dp / E; ++blk) {
+  for (uint32_t blk = 0; blk < par.dp / ep; ++blk) {
     // Per stage: the next op of its list to run; per stage and replica of the block, when it
     // is free.
-    std::vector<size_t> next(P, 0);
-    std::vector<std::vector<int64_t>> ready(P, std::vector<int64_t>(E, 0));
+    std::vector<size_t> next(pp, 0);
+    std::vector<std::vector<int64_t>> ready(pp, std::vector<int64_t>(ep, 0));
     // When virtual stage u finished forward / backward of microbatch m (0: not yet), per
     // replica.
     std::vector<std::vector<std::vector<int64_t>>> fwdEnd(
-        U, std::vector<std::vector<int64_t>>(M, std::vector<int64_t>(E, 0)));
+        vstages, std::vector<std::vector<int64_t>>(micros, std::vector<int64_t>(ep, 0)));
     auto bwdEnd = fwdEnd;
-    for (uint32_t e = 0; e < E; ++e) {
-      const uint32_t d = blk * E + e;
-      for (uint32_t s = 0; s < P; ++s) {
+    for (uint32_t e = 0; e < ep; ++e) {
+      const uint32_t d = blk * ep + e;
+      for (uint32_t s = 0; s < pp; ++s) {
         // Data loading first, the same on the stage's tensor- and context-parallel ranks.
         const int64_t t0 = beginNs + kLoopOverheadNs;
         const int64_t dataEnd = t0 + toNs(stepNs * kDataShare * warm * lognormal(sigma));
-        for (uint32_t c = 0; c < C; ++c) {
-          for (uint32_t t = 0; t < T; ++t) {
-            tl.ranks[L.rankAt(s, d, t, c)].ranges.push_back({Phase::kData, t0, dataEnd});
+        for (uint32_t c = 0; c < cp; ++c) {
+          for (uint32_t t = 0; t < tp; ++t) {
+            tl.ranks[par.rankAt(s, d, t, c)].ranges.push_back({Phase::kData, t0, dataEnd});
           }
         }
         ready[s][e] = dataEnd;
@@ -110,9 +110,9 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
     };
     auto inputOf = [&](uint32_t s, const pl::Op& op) {
       Input in;
-      in.vs = pl::virtualOf(sched, P, s, op.chunk);
+      in.vs = pl::virtualOf(sched, pp, s, op.chunk);
       uint32_t from = 0;
-      if (op.pass != pl::Pass::kW && pl::inputOf(sched, P, in.vs, op.pass, &from)) {
+      if (op.pass != pl::Pass::kW && pl::inputOf(sched, pp, in.vs, op.pass, &from)) {
         in.from = from;
         in.ends = op.pass == pl::Pass::kF ? &fwdEnd : &bwdEnd;
       } else if (op.pass != pl::Pass::kF) {
@@ -124,52 +124,52 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
     // Run whichever stage's next op has its input, until every stage is done: the schedule's
     // dependencies in each rank's order.
     size_t left = opsPerBlock;
-    std::vector<int64_t> pre(static_cast<size_t>(E) * C);  // by (e, c): after tp (and cp)
+    std::vector<int64_t> pre(static_cast<size_t>(ep) * cp);  // by (e, c): after tp (and cp)
     while (left > 0) {
       bool progressed = false;
-      for (uint32_t s = 0; s < P; ++s) {
+      for (uint32_t s = 0; s < pp; ++s) {
         if (next[s] >= lists[s].size()) continue;
         const pl::Op op = lists[s][next[s]];
         const Input in = inputOf(s, op);
         if (in.from && (*in.ends)[*in.from][op.micro][0] == 0) continue;
         // DualPipe-V's overlapped pair starts once the paired backward's input is there too;
         // that backward's receive then completes under this forward's compute.
-        std::vector<int64_t> hold(E, 0);
+        std::vector<int64_t> hold(ep, 0);
         if (op.pairedWithNext && next[s] + 1 < lists[s].size()) {
           const pl::Op& nb = lists[s][next[s] + 1];
           const Input pin = inputOf(s, nb);
           if (pin.from && pin.from != in.vs) {
             if ((*pin.ends)[*pin.from][nb.micro][0] == 0) continue;
-            for (uint32_t e = 0; e < E; ++e) hold[e] = (*pin.ends)[*pin.from][nb.micro][e];
+            for (uint32_t e = 0; e < ep; ++e) hold[e] = (*pin.ends)[*pin.from][nb.micro][e];
           }
         }
         const bool backward = op.pass != pl::Pass::kF;
         // The peer rank the input comes from, when it is another rank.
         const std::optional<uint32_t> fromStage =
-            in.from && op.pass != pl::Pass::kW && pl::rankOfVirtual(sched, P, *in.from) != s
-                ? std::optional<uint32_t>(pl::rankOfVirtual(sched, P, *in.from))
+            in.from && op.pass != pl::Pass::kW && pl::rankOfVirtual(sched, pp, *in.from) != s
+                ? std::optional<uint32_t>(pl::rankOfVirtual(sched, pp, *in.from))
                 : std::nullopt;
-        const double base = (op.pass == pl::Pass::kF ? fwdNs : split ? bwdNs / 2 : bwdNs) / V;
+        const double base = (op.pass == pl::Pass::kF ? fwdNs : split ? bwdNs / 2 : bwdNs) / chunks;
         // W (the weight gradient) needs no tensor-parallel exchange and no tokens: compute only.
         const bool wOnly = op.pass == pl::Pass::kW;
         // The dense part (attention, and the MLP without MoE) on every rank, then the
         // tensor-parallel all_reduce and the context-parallel all_gather.
-        for (uint32_t e = 0; e < E; ++e) {
-          const uint32_t d = blk * E + e;
+        for (uint32_t e = 0; e < ep; ++e) {
+          const uint32_t d = blk * ep + e;
           const int64_t sentAt = in.from ? (*in.ends)[*in.from][op.micro][e] : 0;
           const int64_t readyAt = std::max(ready[s][e], hold[e]);
           int64_t cpLatest = 0;
-          for (uint32_t c = 0; c < C; ++c) {
+          for (uint32_t c = 0; c < cp; ++c) {
             const double noise = lognormal(sigma);
             int64_t latest = readyAt;
-            for (uint32_t t = 0; t < T; ++t) {
-              const uint32_t r = L.rankAt(s, d, t, c);
+            for (uint32_t t = 0; t < tp; ++t) {
+              const uint32_t r = par.rankAt(s, d, t, c);
               RankStep& rs = tl.ranks[r];
               // Each tensor-parallel rank receives its own shard from its peer: a slow link
               // (--inject p2p) delays that rank alone, and its group waits for it below.
               int64_t start = std::max(readyAt, sentAt);
               if (fromStage) {
-                const uint32_t peer = L.rankAt(*fromStage, d, t, c);
+                const uint32_t peer = par.rankAt(*fromStage, d, t, c);
                 const int64_t xfer = p2pTransferNs(ppXfer, peer, r, step);
                 start = std::max(readyAt, sentAt + xfer);
                 // The receive waits from when the stage was ready; the sender's send is eager.
@@ -186,14 +186,14 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
               latest = std::max(latest, start + len);
             }
             if (wOnly) {
-              pre[e * C + c] = latest;
+              pre[e * cp + c] = latest;
               cpLatest = std::max(cpLatest, latest);
               continue;
             }
             // Tensor-parallel ranks meet in an all_reduce: the others wait for the slowest.
             const int64_t tpEnd = latest + tpXfer;
-            for (uint32_t t = 0; t < T && T > 1; ++t) {
-              RankStep& rs = tl.ranks[L.rankAt(s, d, t, c)];
+            for (uint32_t t = 0; t < tp && tp > 1; ++t) {
+              RankStep& rs = tl.ranks[par.rankAt(s, d, t, c)];
               const OpExec& o = rs.ops.back();
               CollExec x;
               x.bucket = op.micro;
@@ -203,49 +203,49 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
               x.group = CollExec::Group::kTp;
               rs.colls.push_back(x);
             }
-            pre[e * C + c] = tpEnd;
+            pre[e * cp + c] = tpEnd;
             cpLatest = std::max(cpLatest, tpEnd);
           }
           // Context-parallel ranks gather each other's keys and values.
-          for (uint32_t c = 0; c < C && C > 1 && !wOnly; ++c) {
-            for (uint32_t t = 0; t < T; ++t) {
+          for (uint32_t c = 0; c < cp && cp > 1 && !wOnly; ++c) {
+            for (uint32_t t = 0; t < tp; ++t) {
               CollExec x;
               x.bucket = op.micro;
-              x.bytes = actBytes / C;
-              x.arriveNs = pre[e * C + c];
+              x.bytes = actBytes / cp;
+              x.arriveNs = pre[e * cp + c];
               x.completeNs = cpLatest + cpXfer;
               x.group = CollExec::Group::kCp;
               x.op = CollExec::Op::kAllGather;
-              tl.ranks[L.rankAt(s, d, t, c)].colls.push_back(x);
+              tl.ranks[par.rankAt(s, d, t, c)].colls.push_back(x);
             }
-            pre[e * C + c] = cpLatest + cpXfer;
+            pre[e * cp + c] = cpLatest + cpXfer;
           }
         }
         int64_t end = 0;
         if (!moe || wOnly) {
           for (int64_t x : pre) end = std::max(end, x);
         } else {
-          // MoE layer: the expert-parallel group (same stage, cp and tp index, the block's E
+          // MoE layer: the expert-parallel group (same stage, cp and tp index, the block's ep
           // replicas) dispatches tokens to the experts' ranks in an all_to_all, each rank runs
           // its experts on the tokens it received, and a second all_to_all combines the
           // results. A rank holding hot experts receives more tokens: its transfer and its
           // expert compute take longer, and its peers wait for it in the combine.
           const int64_t a2aXfer = toNs(options_.latencyUs * 1e3 + kAllToAllShare * base * maxLoad);
-          std::vector<double> noiseE(static_cast<size_t>(E) * C);
+          std::vector<double> noiseE(static_cast<size_t>(ep) * cp);
           for (double& x : noiseE) x = lognormal(sigma);
-          for (uint32_t c = 0; c < C; ++c) {
-            for (uint32_t t = 0; t < T; ++t) {
+          for (uint32_t c = 0; c < cp; ++c) {
+            for (uint32_t t = 0; t < tp; ++t) {
               int64_t dispatched = 0;
-              for (uint32_t e = 0; e < E; ++e) dispatched = std::max(dispatched, pre[e * C + c]);
+              for (uint32_t e = 0; e < ep; ++e) dispatched = std::max(dispatched, pre[e * cp + c]);
               dispatched += a2aXfer;
               int64_t combined = 0;
-              std::vector<int64_t> expertEnd(E);
-              for (uint32_t e = 0; e < E; ++e) {
-                const uint32_t r = L.rankAt(s, blk * E + e, t, c);
+              std::vector<int64_t> expertEnd(ep);
+              for (uint32_t e = 0; e < ep; ++e) {
+                const uint32_t r = par.rankAt(s, blk * ep + e, t, c);
                 const uint32_t opE = backward ? bwdExpertOp : fwdExpertOp;
                 const int64_t len =
                     std::max<int64_t>(1, toNs(base * kExpertShare * cf[r] * load[e] *
-                                              opFactor(opE, r, step) * noiseE[e * C + c]));
+                                              opFactor(opE, r, step) * noiseE[e * cp + c]));
                 expertEnd[e] = dispatched + len;
                 combined = std::max(combined, expertEnd[e]);
                 RankStep& rs = tl.ranks[r];
@@ -255,7 +255,7 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
                 CollExec x;
                 x.bucket = op.micro;
                 x.bytes = bytes;
-                x.arriveNs = pre[e * C + c];
+                x.arriveNs = pre[e * cp + c];
                 x.completeNs = dispatched;
                 x.group = CollExec::Group::kEp;
                 x.op = CollExec::Op::kAllToAll;
@@ -265,8 +265,8 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
                     {backward ? Phase::kBackward : Phase::kForward, dispatched, dispatched + len});
               }
               combined += a2aXfer;
-              for (uint32_t e = 0; e < E; ++e) {
-                RankStep& rs = tl.ranks[L.rankAt(s, blk * E + e, t, c)];
+              for (uint32_t e = 0; e < ep; ++e) {
+                RankStep& rs = tl.ranks[par.rankAt(s, blk * ep + e, t, c)];
                 CollExec x = rs.colls.back();
                 x.arriveNs = expertEnd[e];
                 x.completeNs = combined;
@@ -276,7 +276,7 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
             }
           }
         }
-        for (uint32_t e = 0; e < E; ++e) {
+        for (uint32_t e = 0; e < ep; ++e) {
           if (op.pass == pl::Pass::kF) fwdEnd[in.vs][op.micro][e] = end;
           if (op.pass == pl::Pass::kB) bwdEnd[in.vs][op.micro][e] = end;
           ready[s][e] = end;
@@ -287,22 +287,23 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
       }
       if (!progressed) break;  // cannot happen: the op lists are dependency-ordered
     }
-    for (uint32_t e = 0; e < E; ++e) {
-      for (uint32_t s = 0; s < P; ++s) {
-        for (uint32_t c = 0; c < C; ++c) {
-          for (uint32_t t = 0; t < T; ++t) pipeEnd[L.rankAt(s, blk * E + e, t, c)] = ready[s][e];
+    for (uint32_t e = 0; e < ep; ++e) {
+      for (uint32_t s = 0; s < pp; ++s) {
+        for (uint32_t c = 0; c < cp; ++c) {
+          for (uint32_t t = 0; t < tp; ++t)
+            pipeEnd[par.rankAt(s, blk * ep + e, t, c)] = ready[s][e];
         }
       }
     }
   }
 
   // Replicas all_reduce each stage's gradients (one collective per dp group), then optimize.
-  const int64_t dpXfer = L.dp > 1 ? transferNs(commFactor(step)) : 0;
-  const uint64_t gradBytes = options_.bucketBytes * std::max<uint32_t>(options_.buckets, 1) / P;
+  const int64_t dpXfer = par.dp > 1 ? transferNs(commFactor(step)) : 0;
+  const uint64_t gradBytes = options_.bucketBytes * std::max<uint32_t>(options_.buckets, 1) / pp;
   std::vector<int64_t> gradsReady(pipeEnd);
-  for (uint32_t r = 0; r < options_.ranks && L.dp > 1; ++r) {
+  for (uint32_t r = 0; r < options_.ranks && par.dp > 1; ++r) {
     int64_t last = 0;
-    for (uint32_t q : L.dpGroup(r)) last = std::max(last, pipeEnd[q]);
+    for (uint32_t q : par.dpGroup(r)) last = std::max(last, pipeEnd[q]);
     CollExec c;
     c.bytes = gradBytes;
     c.arriveNs = pipeEnd[r];

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/pipeline_schedule.h"
+#include "common/str_cat.h"
 #include "tools/simtrain/step_model.h"
 
 namespace trainscope::sim {
@@ -75,6 +76,10 @@ const char* truthKindName(Inject::Kind kind) {
 Result<Inject> parseInject(const std::string& spec) {
   const auto colon = spec.find(':');
   const std::string kind = spec.substr(0, colon);
+  // "--inject 'SPEC': " and the rest of the message.
+  const auto refuse = [&spec](const auto&... parts) {
+    return Result<Inject>::error(strCat("--inject '", spec, "': ", parts...));
+  };
   static const std::map<std::string, std::pair<Inject::Kind, std::set<std::string>>> kKinds = {
       {"straggler", {Inject::Kind::kStraggler, {"rank", "from", "factor"}}},
       {"shift", {Inject::Kind::kShift, {"from", "factor"}}},
@@ -92,10 +97,9 @@ Result<Inject> parseInject(const std::string& spec) {
   };
   auto k = kKinds.find(kind);
   if (k == kKinds.end()) {
-    return Result<Inject>::error(
-        "--inject '" + spec + "': unknown kind '" + kind +
-        "' (expected straggler, shift, comm, op, hang, spike, stage, worker, seqlen, p2p, "
-        "gpu or experts)");
+    return refuse("unknown kind '", kind,
+                  "' (expected straggler, shift, comm, op, hang, spike, stage, worker, seqlen, "
+                  "p2p, gpu or experts)");
   }
   const auto& allowed = k->second.second;
   std::map<std::string, std::string> kv;
@@ -108,20 +112,19 @@ Result<Inject> parseInject(const std::string& spec) {
       const std::string item = rest.substr(pos, comma - pos);
       const auto eq = item.find('=');
       if (eq == std::string::npos || eq == 0) {
-        return Result<Inject>::error("--inject '" + spec + "': '" + item + "' is not key=value");
+        return refuse("'", item, "' is not key=value");
       }
       std::string key = item.substr(0, eq);
       if (!allowed.count(key)) {
         std::string list;
-        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-        return Result<Inject>::error("--inject '" + spec + "': unknown key '" + key + "' for " +
-                                     kind + " (allowed: " + list + ")");
+        for (const auto& a : allowed) list.append(list.empty() ? "" : ", ").append(a);
+        return refuse("unknown key '", key, "' for ", kind, " (allowed: ", list, ")");
       }
       // p2p:from=R,to=Q,factor=F[,from=N]: the first from= names the sending rank.
       if (kind == "p2p" && key == "from" && !kv.count("src")) key = "src";
       if (!kv.emplace(key, item.substr(eq + 1)).second) {
-        return Result<Inject>::error("--inject '" + spec + "': key '" + key + "' given " +
-                                     (kind == "p2p" && key == "from" ? "three times" : "twice"));
+        return refuse("key '", key, "' given ",
+                      kind == "p2p" && key == "from" ? "three times" : "twice");
       }
       pos = comma + 1;
     }
@@ -135,13 +138,11 @@ Result<Inject> parseInject(const std::string& spec) {
                               kind == "p2p" || kind == "gpu" || kind == "experts";
     if (fromOptional && a == "from") continue;
     if (!kv.count(a)) {
-      return Result<Inject>::error("--inject '" + spec + "': missing key '" + a + "'");
+      return refuse("missing key '", a, "'");
     }
   }
   if (kind == "p2p" && !kv.count("src")) {
-    return Result<Inject>::error("--inject '" + spec +
-                                 "': missing key 'from' (the sending rank: "
-                                 "p2p:from=R,to=Q,factor=F[,from=STEP])");
+    return refuse("missing key 'from' (the sending rank: p2p:from=R,to=Q,factor=F[,from=STEP])");
   }
 
   Inject in;
@@ -153,7 +154,7 @@ Result<Inject> parseInject(const std::string& spec) {
     auto r = parseInt(spec, shown, kv[key], 0);
     if (!r) return r.status();
     if (*r > 1'000'000) {
-      return Result<Inject>::error("--inject '" + spec + "': " + shown + " rank too large");
+      return refuse(shown, " rank too large");
     }
     if (std::string(key) == "to") {
       in.to = static_cast<uint32_t>(*r);
@@ -170,8 +171,7 @@ Result<Inject> parseInject(const std::string& spec) {
       used = 0;
     }
     if (used == 0 || used != kv["cv"].size() || !(cv > 0) || cv > 2) {
-      return Result<Inject>::error("--inject '" + spec + "': cv='" + kv["cv"] +
-                                   "' must be a number in (0, 2]");
+      return refuse("cv='" + kv["cv"] + "' must be a number in (0, 2]");
     }
     in.cv = cv;
   }
@@ -185,19 +185,16 @@ Result<Inject> parseInject(const std::string& spec) {
     auto r = parseInt(spec, key, kv[key], 0);
     if (!r) return r.status();
     if (*r > 4096) {
-      return Result<Inject>::error("--inject '" + spec + "': " + key + " must be at most 4096");
+      return refuse(key, " must be at most 4096");
     }
     const std::string k = key;
     (k == "pp" ? in.pp : k == "dp" ? in.dp : in.ep) = static_cast<uint32_t>(*r);
   }
   if (kv.count("skew")) {
     auto r = parseFactor(spec, kv["skew"]);
-    if (!r)
-      return Result<Inject>::error("--inject '" + spec + "': skew='" + kv["skew"] +
-                                   "' must be a number >= 1");
+    if (!r) return refuse("skew='" + kv["skew"] + "' must be a number >= 1");
     if (*r < 1.0) {
-      return Result<Inject>::error("--inject '" + spec + "': skew=" + kv["skew"] +
-                                   " must be >= 1 (the hot experts' tokens / the others')");
+      return refuse("skew=" + kv["skew"] + " must be >= 1 (the hot experts' tokens / the others')");
     }
     in.factor = *r;
   }
@@ -216,8 +213,7 @@ Result<Inject> parseInject(const std::string& spec) {
     if (!r) return r.status();
     in.factor = *r;
     if (in.kind == Inject::Kind::kSpike && in.factor < 1.0) {
-      return Result<Inject>::error("--inject '" + spec + "': factor=" + kv["factor"] +
-                                   " must be >= 1 for a spike");
+      return refuse("factor=" + kv["factor"] + " must be >= 1 for a spike");
     }
   }
   if (kv.count("name")) {
@@ -226,8 +222,7 @@ Result<Inject> parseInject(const std::string& spec) {
     if (std::find(known.begin(), known.end(), in.op) == known.end()) {
       std::string list;
       for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
-      return Result<Inject>::error("--inject '" + spec + "': name='" + in.op +
-                                   "' is not an operator of the model (known: " + list + ")");
+      return refuse("name='" + in.op + "' is not an operator of the model (known: " + list + ")");
     }
   }
   return in;
@@ -280,7 +275,9 @@ std::vector<uint32_t> ParallelLayout::epGroup(uint32_t rank) const {
 }
 
 Result<ParallelLayout> parseParallel(const std::string& spec) {
-  using R = Result<ParallelLayout>;
+  const auto refuse = [&spec](const auto&... parts) {
+    return Result<ParallelLayout>::error(strCat("--parallel '", spec, "': ", parts...));
+  };
   ParallelLayout out;
   std::set<std::string> seen;
   size_t pos = 0;
@@ -291,23 +288,20 @@ Result<ParallelLayout> parseParallel(const std::string& spec) {
     pos = comma + 1;
     const auto eq = item.find('=');
     if (eq == std::string::npos || eq == 0) {
-      return R::error("--parallel '" + spec + "': '" + item +
-                      "' is not key=value (tp=T,pp=P,dp=D)");
+      return refuse("'", item, "' is not key=value (tp=T,pp=P,dp=D)");
     }
     const std::string key = item.substr(0, eq);
     const std::string value = item.substr(eq + 1);
     if (key != "tp" && key != "pp" && key != "dp" && key != "cp" && key != "ep") {
-      return R::error("--parallel '" + spec + "': unknown key '" + key +
-                      "' (expected tp, pp, dp, cp, ep)");
+      return refuse("unknown key '", key, "' (expected tp, pp, dp, cp, ep)");
     }
     if (!seen.insert(key).second) {
-      return R::error("--parallel '" + spec + "': key '" + key + "' given twice");
+      return refuse("key '", key, "' given twice");
     }
     uint32_t v = 0;
     auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
     if (ec != std::errc() || ptr != value.data() + value.size() || v < 1 || v > 4096) {
-      return R::error("--parallel '" + spec + "': " + key + "='" + value +
-                      "' must be an integer in 1..4096");
+      return refuse(key, "='", value, "' must be an integer in 1..4096");
     }
     (key == "tp"   ? out.tp
      : key == "pp" ? out.pp
@@ -322,10 +316,10 @@ std::vector<uint32_t> injectRanks(const SimOptions& o, const Inject& in) {
   std::vector<uint32_t> out;
   const uint32_t world = worldSizeOf(o);
   if ((in.kind == Inject::Kind::kStage || in.kind == Inject::Kind::kWorker) && o.parallel) {
-    const ParallelLayout& L = *o.parallel;
+    const ParallelLayout& par = *o.parallel;
     for (uint32_t r = 0; r < world; ++r) {
-      if (L.ppIndex(r) != in.pp) continue;
-      if (in.kind == Inject::Kind::kWorker && L.dpIndex(r) != in.dp) continue;
+      if (par.ppIndex(r) != in.pp) continue;
+      if (in.kind == Inject::Kind::kWorker && par.dpIndex(r) != in.dp) continue;
       out.push_back(r);
     }
     return out;
@@ -369,25 +363,26 @@ Status validate(const SimOptions& o, bool needAgents) {
   if (o.flushTimeoutMs < 0) return Status::error("--flush-timeout-ms must be >= 0");
   if (!(o.hangHoldS >= 0)) return Status::error("--hang-hold-s must be >= 0");
   if (o.parallel) {
-    const ParallelLayout& L = *o.parallel;
-    const uint64_t made = static_cast<uint64_t>(L.tp) * L.cp * L.pp * L.dp;
+    const ParallelLayout& par = *o.parallel;
+    const uint64_t made = static_cast<uint64_t>(par.tp) * par.cp * par.pp * par.dp;
     if (made != world) {
-      return Status::error("--parallel tp=" + std::to_string(L.tp) + ",pp=" + std::to_string(L.pp) +
-                           ",dp=" + std::to_string(L.dp) + ",cp=" + std::to_string(L.cp) +
-                           " makes " + std::to_string(made) + " ranks, but the job has " +
-                           std::to_string(world) + " (--ranks/--world-size)");
+      return Status::error("--parallel tp=" + std::to_string(par.tp) +
+                           ",pp=" + std::to_string(par.pp) + ",dp=" + std::to_string(par.dp) +
+                           ",cp=" + std::to_string(par.cp) + " makes " + std::to_string(made) +
+                           " ranks, but the job has " + std::to_string(world) +
+                           " (--ranks/--world-size)");
     }
-    if (L.dp % L.ep != 0) {
-      return Status::error("--parallel: ep=" + std::to_string(L.ep) +
-                           " must divide dp=" + std::to_string(L.dp) +
+    if (par.dp % par.ep != 0) {
+      return Status::error("--parallel: ep=" + std::to_string(par.ep) +
+                           " must divide dp=" + std::to_string(par.dp) +
                            " (expert-parallel groups are carved out of the data-parallel "
                            "replicas)");
     }
     const auto schedule = pipeline::parseSchedule(o.schedule);
     if (!schedule) return Status::error("--schedule " + schedule.message());
     if (o.microbatches > 4096) return Status::error("--microbatches must be in 1..4096");
-    const uint32_t micro = o.microbatches > 0 ? o.microbatches : 2 * L.pp;
-    if (const std::string p = pipeline::microbatchProblem(*schedule, L.pp, micro); !p.empty()) {
+    const uint32_t micro = o.microbatches > 0 ? o.microbatches : 2 * par.pp;
+    if (const std::string p = pipeline::microbatchProblem(*schedule, par.pp, micro); !p.empty()) {
       return Status::error("--schedule " + o.schedule + " with --microbatches " +
                            std::to_string(micro) + ": " + p);
     }
@@ -395,23 +390,23 @@ Status validate(const SimOptions& o, bool needAgents) {
       if (in.kind == Inject::Kind::kHang) {
         return Status::error("--inject '" + in.spec + "': hang is not modelled with --parallel");
       }
-      if (in.kind == Inject::Kind::kStage && in.pp >= L.pp) {
+      if (in.kind == Inject::Kind::kStage && in.pp >= par.pp) {
         return Status::error("--inject '" + in.spec + "': pp=" + std::to_string(in.pp) +
-                             " is not below the pipeline's " + std::to_string(L.pp) + " stages");
+                             " is not below the pipeline's " + std::to_string(par.pp) + " stages");
       }
-      if (in.kind == Inject::Kind::kWorker && (in.pp >= L.pp || in.dp >= L.dp)) {
+      if (in.kind == Inject::Kind::kWorker && (in.pp >= par.pp || in.dp >= par.dp)) {
         return Status::error(
             "--inject '" + in.spec + "': " +
-            (in.pp >= L.pp ? "pp=" + std::to_string(in.pp) + " is not below the pipeline's " +
-                                 std::to_string(L.pp) + " stages"
-                           : "dp=" + std::to_string(in.dp) + " is not below the " +
-                                 std::to_string(L.dp) + " data-parallel replicas"));
+            (in.pp >= par.pp ? "pp=" + std::to_string(in.pp) + " is not below the pipeline's " +
+                                   std::to_string(par.pp) + " stages"
+                             : "dp=" + std::to_string(in.dp) + " is not below the " +
+                                   std::to_string(par.dp) + " data-parallel replicas"));
       }
       if (in.kind == Inject::Kind::kP2p && in.rank && *in.rank < world && in.to < world) {
         const uint32_t a = *in.rank, b = in.to;
         const bool neighbours =
-            L.dpIndex(a) == L.dpIndex(b) && L.tpIndex(a) == L.tpIndex(b) &&
-            (L.ppIndex(a) + 1 == L.ppIndex(b) || L.ppIndex(b) + 1 == L.ppIndex(a));
+            par.dpIndex(a) == par.dpIndex(b) && par.tpIndex(a) == par.tpIndex(b) &&
+            (par.ppIndex(a) + 1 == par.ppIndex(b) || par.ppIndex(b) + 1 == par.ppIndex(a));
         if (!neighbours) {
           return Status::error("--inject '" + in.spec + "': ranks " + std::to_string(a) + " and " +
                                std::to_string(b) +
@@ -419,13 +414,13 @@ Status validate(const SimOptions& o, bool needAgents) {
                                "index, stages one apart), so no p2p link joins them");
         }
       }
-      if (in.kind == Inject::Kind::kExperts && (L.ep < 2 || in.ep >= L.ep)) {
+      if (in.kind == Inject::Kind::kExperts && (par.ep < 2 || in.ep >= par.ep)) {
         return Status::error("--inject '" + in.spec + "': " +
-                             (L.ep < 2 ? std::string("experts needs --parallel ep=E with E >= 2 "
-                                                     "(an expert-parallel MoE job)")
-                                       : "ep=" + std::to_string(in.ep) +
-                                             " is not below the expert-parallel size " +
-                                             std::to_string(L.ep)));
+                             (par.ep < 2 ? std::string("experts needs --parallel ep=E with E >= 2 "
+                                                       "(an expert-parallel MoE job)")
+                                         : "ep=" + std::to_string(in.ep) +
+                                               " is not below the expert-parallel size " +
+                                               std::to_string(par.ep)));
       }
       if (in.kind == Inject::Kind::kComm && in.rank) {
         return Status::error("--inject '" + in.spec +

@@ -358,7 +358,7 @@ int run(const SimOptions& in) {
       "(records %llu, reports %llu)\n",
       options.job.c_str(), static_cast<long long>(stepsDone), options.ranks,
       static_cast<unsigned long long>(t.acked), static_cast<unsigned long long>(expected),
-      static_cast<unsigned long long>(t.dropped + t.backlogDropped),
+      static_cast<unsigned long long>(t.dropped) + t.backlogDropped,
       static_cast<unsigned long long>(t.dropped),
       static_cast<unsigned long long>(t.backlogDropped));
   std::fflush(stdout);

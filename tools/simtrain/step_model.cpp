@@ -169,9 +169,10 @@ double StepModel::computeFactor(uint32_t rank, int64_t step) const {
     if (in.kind == Inject::Kind::kStraggler && in.rank == rank) f *= in.factor;
     if (!options_.parallel) continue;
     if (in.kind == Inject::Kind::kGpu && in.rank == rank) f *= in.factor;
-    const ParallelLayout& L = *options_.parallel;
-    if (in.kind == Inject::Kind::kStage && L.ppIndex(rank) == in.pp) f *= in.factor;
-    if (in.kind == Inject::Kind::kWorker && L.ppIndex(rank) == in.pp && L.dpIndex(rank) == in.dp)
+    const ParallelLayout& par = *options_.parallel;
+    if (in.kind == Inject::Kind::kStage && par.ppIndex(rank) == in.pp) f *= in.factor;
+    if (in.kind == Inject::Kind::kWorker && par.ppIndex(rank) == in.pp &&
+        par.dpIndex(rank) == in.dp)
       f *= in.factor;
   }
   // A naturally unbalanced pipeline (--edge-load): embedding on the first stage, head and
@@ -186,8 +187,8 @@ double StepModel::computeFactor(uint32_t rank, int64_t step) const {
 
 void StepModel::drawWorkload(int64_t step) {
   workload_.assign(options_.ranks, 1.0);
-  const ParallelLayout* L = options_.parallel ? &*options_.parallel : nullptr;
-  const uint32_t replicas = L != nullptr ? L->dp : options_.ranks;
+  const ParallelLayout* par = options_.parallel ? &*options_.parallel : nullptr;
+  const uint32_t replicas = par != nullptr ? par->dp : options_.ranks;
   for (size_t i = 0; i < options_.injects.size(); ++i) {
     const Inject& in = options_.injects[i];
     if (in.kind != Inject::Kind::kSeqlen || step < in.fromStep) continue;
@@ -199,25 +200,25 @@ void StepModel::drawWorkload(int64_t step) {
     std::vector<double> f(replicas);
     for (double& x : f) x = std::exp(sigma * z(g) - sigma * sigma / 2);
     for (uint32_t r = 0; r < options_.ranks; ++r)
-      workload_[r] *= f[L != nullptr ? L->dpIndex(r) : r];
+      workload_[r] *= f[par != nullptr ? par->dpIndex(r) : r];
   }
 }
 
 std::vector<double> StepModel::drawExpertLoad(int64_t step) {
-  const ParallelLayout& L = *options_.parallel;
-  std::vector<double> w(L.ep, 1.0);
+  const ParallelLayout& par = *options_.parallel;
+  std::vector<double> w(par.ep, 1.0);
   std::normal_distribution<double> z(0.0, 1.0);
   for (double& x : w) {
     if (options_.noise > 0) x = std::exp(options_.noise * z(expertRng_));
   }
   for (const auto& in : options_.injects) {
-    if (in.kind == Inject::Kind::kExperts && step >= in.fromStep && in.ep < L.ep) {
+    if (in.kind == Inject::Kind::kExperts && step >= in.fromStep && in.ep < par.ep) {
       w[in.ep] *= in.factor;
     }
   }
   double sum = 0;
   for (double x : w) sum += x;
-  for (double& x : w) x *= static_cast<double>(L.ep) / sum;
+  for (double& x : w) x *= static_cast<double>(par.ep) / sum;
   return w;
 }
 

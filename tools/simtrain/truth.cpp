@@ -31,10 +31,10 @@ nlohmann::json truthJson(const SimOptions& options) {
         break;
       case Inject::Kind::kGpu:
         if (options.parallel && in.rank) {
-          const ParallelLayout& L = *options.parallel;
-          t["coords"] = {{"pp", L.ppIndex(*in.rank)},
-                         {"dp", L.dpIndex(*in.rank)},
-                         {"tp", L.tpIndex(*in.rank)}};
+          const ParallelLayout& par = *options.parallel;
+          t["coords"] = {{"pp", par.ppIndex(*in.rank)},
+                         {"dp", par.dpIndex(*in.rank)},
+                         {"tp", par.tpIndex(*in.rank)}};
         }
         break;
       case Inject::Kind::kSeqlen:

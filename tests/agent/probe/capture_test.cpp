@@ -47,7 +47,7 @@ std::vector<Record> stepRecords(int64_t s, int ops = 2) {
   std::vector<Record> v;
   const int64_t t = stepStart(s);
   for (int i = 0; i < ops; ++i) {
-    Record r = rec(RecordType::kOp, s, t + 1000 + i * 100, t + 1050 + i * 100);
+    Record r = rec(RecordType::kOp, s, t + 1000 + int64_t{i} * 100, t + 1050 + int64_t{i} * 100);
     r.name = trainscope::probe::internName("aten::mm");
     r.ring = 1;
     v.push_back(r);
@@ -337,6 +337,7 @@ TEST_CASE("capture worker writes on its own thread and ends a capture it cannot 
   auto states = [&] {
     std::lock_guard<std::mutex> lock(mu);
     std::vector<std::string> out;
+    out.reserve(seen.size());
     for (const auto& st : seen) out.push_back(st.state());
     return out;
   };

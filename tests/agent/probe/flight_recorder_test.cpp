@@ -21,7 +21,7 @@ TEST_CASE("flight recorder keeps the last K steps, oldest evicted first") {
   FlightRecorder fr(3, 1u << 20);
   for (int64_t s = 1; s <= 5; ++s) fr.add(s, records(s, 10));
   CHECK(fr.steps() == 3);
-  CHECK(fr.bytes() == 3 * 10 * sizeof(Record));
+  CHECK(fr.bytes() == size_t{3} * 10 * sizeof(Record));
   CHECK(fr.heldSteps() == std::vector<int64_t>{3, 4, 5});
   auto snap = fr.snapshot(4, 10);
   REQUIRE(snap.size() == 20);

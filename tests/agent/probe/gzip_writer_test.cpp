@@ -50,7 +50,7 @@ TEST_CASE("small and large writes read back exactly, compressedBytes is the file
       CHECK(w.compressedBytes() >= fileSize(path));  // all of it handed to the file
     }
   }
-  const std::string big = randomBytes(700 * 1024, 1);  // one write larger than a chunk
+  const std::string big = randomBytes(size_t{700} * 1024, 1);  // one write larger than a chunk
   REQUIRE(w.write(big));
   expected += big;
   REQUIRE(w.write(""));

@@ -86,7 +86,7 @@ TEST_CASE("many instances recorded from one thread each fold their own steps") {
     }
     const ts_probe_stats st = probes[static_cast<size_t>(r)].stats();
     CHECK(st.steps_folded == kSteps);
-    CHECK(st.records == kSteps * 4);
+    CHECK(st.records == uint64_t{kSteps} * 4);
     CHECK(st.dropped == 0);
     CHECK(st.flight_steps == kSteps);
   }

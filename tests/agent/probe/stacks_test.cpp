@@ -75,7 +75,7 @@ int64_t providerFor(char* buf, int64_t cap, void* user) {
   const std::string json = "{\"" + std::to_string(*static_cast<int*>(user)) +
                            "\": [{\"function\": \"train_step\", \"file\": \"train.py\", "
                            "\"line\": 42}]}";
-  if (static_cast<int64_t>(json.size()) <= cap) std::memcpy(buf, json.data(), json.size());
+  if (static_cast<int64_t>(json.size()) <= cap) json.copy(buf, json.size());
   return static_cast<int64_t>(json.size());
 }
 

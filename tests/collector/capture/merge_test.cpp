@@ -51,7 +51,7 @@ TEST_CASE("two ranks with different node offsets line up on the collector clock"
   CHECK(out->failures.empty());
   CHECK(failures.empty());
   CHECK(out->bytes > 0);
-  CHECK(out->events == 2 * (6 + 2));  // 6 events and 2 metadata events per rank
+  CHECK(out->events == uint64_t{2} * (6 + 2));  // 6 events and 2 metadata events per rank
 
   json doc = readMerged(dir.sub("trace.json.gz"));
   CHECK(doc["trainscope"]["id"] == "cap-1-abcd");

@@ -31,14 +31,16 @@ void deliverByNode(SynthJob& job, DetectorSet& set, int64_t steps, int64_t lagSt
       }
       RankContext c = job.ctx(r.rank());
       c.receivedNs = job.now();
-      REQUIRE(set.observe(std::move(r), c).isOk());
+      const auto observed = set.observe(std::move(r), c);
+      REQUIRE(observed.isOk());
     }
     set.nodeDelivered(job.nodeOf(0), job.now());
     if ((s + 1) % lagSteps == 0 || s + 1 == steps) {
       for (auto& r : held) {
         RankContext c = job.ctx(r.rank());
         c.receivedNs = job.now();
-        REQUIRE(set.observe(std::move(r), c).isOk());
+        const auto observed = set.observe(std::move(r), c);
+        REQUIRE(observed.isOk());
       }
       held.clear();
       set.nodeDelivered(job.nodeOf(job.world - 1), job.now());

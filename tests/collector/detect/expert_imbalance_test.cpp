@@ -104,7 +104,8 @@ struct MoeSynth {
         RankContext c;
         c.node = "node" + std::to_string(rep.rank() / 4);
         c.worldSize = dp;
-        REQUIRE(set.observe(std::move(rep), c).isOk());
+        const auto observed = set.observe(std::move(rep), c);
+        REQUIRE(observed.isOk());
       }
       for (auto& a : set.takeEvents()) events->push_back(std::move(a));
     }

@@ -82,7 +82,7 @@ TEST_CASE(
   CHECK(ofKind(tickUntil(set, t0 + 20 * kSec, t0 + 60 * kSec, kSec), AnomalyKind::kHang).empty());
 
   // Rank 6 comes back.
-  job.clock_ = t0 + 61 * kSec;
+  job.clockNs = t0 + 61 * kSec;
   std::vector<Anomaly> after;
   std::map<uint32_t, int64_t> rest;
   for (uint32_t r = 0; r < 8; ++r) rest[r] = r == 6 ? 1000 : 499;  // only rank 6 reports 500
@@ -218,7 +218,7 @@ std::vector<Anomaly> silence(DetectorSet& set, SynthJob& job, int64_t step, cons
           b != s.begun.end() ? b->second : static_cast<uint64_t>(step) + (waits ? 1 : 0);
       RankContext c = job.ctx(r);
       c.receivedNs = t;
-      auto p = progressOf(step - 1, step, began + (waits ? 50 : 30) * 1'000'000,
+      auto p = progressOf(step - 1, step, began + int64_t{waits ? 50 : 30} * 1'000'000,
                           waits ? began + 50'000'000 : 0, begun);
       REQUIRE(set.rankProgress(job.job, r, p, c).isOk());
     }
@@ -255,7 +255,7 @@ TEST_CASE(
   CHECK(hangs[0].summary.find("not in a collective") != std::string::npos);
 
   // Rank 3 moves again: resolved.
-  job.clock_ = t0 + 31 * kSec;
+  job.clockNs = t0 + 31 * kSec;
   std::vector<Anomaly> after;
   std::map<uint32_t, int64_t> rest;
   for (uint32_t r = 0; r < 8; ++r) rest[r] = r == 3 ? 1000 : 299;
@@ -438,7 +438,7 @@ TEST_CASE("hang: goodbyes, exits and late reports of an ended job open nothing; 
   CHECK(tickUntil(set, job.now(), job.now() + 120 * kSec, kSec).empty());
 
   // The same id runs again (a restart from step 0, new end times): a new job state.
-  job.clock_ += 200 * kSec;
+  job.clockNs += 200 * kSec;
   std::vector<Anomaly> again;
   feed(job, set, 0, 50, {}, &again);
   CHECK(set.stats().jobs == 1);
@@ -485,7 +485,8 @@ TEST_CASE(
     for (auto& r : held) {
       RankContext c = job.ctx(r.rank());
       c.receivedNs = job.now();
-      REQUIRE(set.observe(std::move(r), c).isOk());
+      const auto observed = set.observe(std::move(r), c);
+      REQUIRE(observed.isOk());
     }
     held.clear();
     set.nodeDelivered("node-0", job.now());

@@ -77,6 +77,7 @@ TEST_CASE("offline: a rise and the return are placed, with the levels, jumps and
   std::mt19937_64 rng(3);
   std::normal_distribution<double> n(0.0, 0.05);
   std::vector<double> series;
+  series.reserve(2000);
   for (int i = 0; i < 2000; ++i)
     series.push_back((i >= 500 && i < 1200 ? 150.0 : 100.0) * (1 + n(rng)));
   const Segmentation s = segmentSeries(series);
@@ -200,6 +201,7 @@ TEST_CASE("offline: periodic spikes (checkpoints) are no change points") {
   std::mt19937_64 rng(4);
   std::normal_distribution<double> n(0.0, 0.05);
   std::vector<double> series;
+  series.reserve(20000);
   for (int i = 0; i < 20000; ++i) series.push_back((i % 250 == 0 ? 400.0 : 100.0) * (1 + n(rng)));
   CHECK(segmentSeries(series).changePoints.empty());
 }
@@ -287,6 +289,7 @@ TEST_CASE("offline: options: penalty, penalty scale, minimum segment and model")
   // Irregular blocks of 9-20 values: each is a segment, unless segments must be longer.
   const std::vector<size_t> blocks{12, 15, 9, 20, 11, 14, 17, 10, 13, 19, 16, 12, 18, 9, 15};
   std::vector<size_t> truth;
+  truth.reserve(blocks.size());
   size_t at = 0;
   for (size_t b : blocks) truth.push_back(at += b);
   truth.pop_back();

@@ -14,7 +14,7 @@ std::vector<Anomaly> runWith(std::function<double(int64_t, uint32_t, const std::
                              int64_t steps, uint64_t seed) {
   SynthJob job;
   job.seed = seed;
-  job.rng_.seed(seed);
+  job.rng.seed(seed);
   job.opFactor = std::move(f);
   DetectorSet set;
   std::vector<Anomaly> events;
@@ -74,7 +74,7 @@ TEST_CASE(
   for (bool wholeJob : {false, true}) {
     SynthJob job;
     job.seed = 35;
-    job.rng_.seed(35);
+    job.rng.seed(35);
     auto factor = [wholeJob](int64_t s, uint32_t r) {
       return s >= 1000 && (wholeJob || r == 3) ? 1.5 : 1.0;
     };

@@ -59,7 +59,7 @@ struct PipeJob {
         send->set_group("pp");
         send->set_op(wire::SEND);
         send->set_count(micro);
-        send->set_bytes(micro * (1u << 20));
+        send->set_bytes(uint64_t{micro} << 20);
         send->set_total_ns(total);
         send->set_min_ns(least);
         send->set_max_ns(most);
@@ -68,7 +68,7 @@ struct PipeJob {
         recv->set_group("pp");
         recv->set_op(wire::RECV);
         recv->set_count(micro);
-        recv->set_bytes(micro * (1u << 20));
+        recv->set_bytes(uint64_t{micro} << 20);
         recv->set_total_ns(static_cast<int64_t>(5e6 * (1.0 + n(rng))));  // waits: the bubble
         reps.push_back(std::move(rep));
       }

@@ -85,7 +85,7 @@ struct ParallelSynth {
           const uint32_t r = rankAt(st, d, t);
           double sum = 0;
           for (uint32_t m = 0; m < microbatches; ++m) {
-            sum += stageMs * 1e6 / microbatches * std::max(0.2, 1.0 + n(rng_));
+            sum += stageMs * 1e6 / microbatches * std::max(0.2, 1.0 + n(rng));
           }
           compute[r] = sum * f * (rankFactor ? rankFactor(s, r) : 1.0);
           stages[st] = std::max(stages[st], compute[r]);
@@ -99,8 +99,8 @@ struct ParallelSynth {
       rep.set_job(job);
       rep.set_rank(r);
       rep.set_step(s);
-      rep.set_start_ns(clock_);
-      rep.set_end_ns(clock_ + static_cast<int64_t>(stepNs));
+      rep.set_start_ns(clockNs);
+      rep.set_end_ns(clockNs + static_cast<int64_t>(stepNs));
       rep.set_duration_ns(static_cast<int64_t>(stepNs));
       rep.set_compute_ns(static_cast<int64_t>(compute[r]));
       const uint32_t st = r / (tp * dp);
@@ -123,7 +123,7 @@ struct ParallelSynth {
       }
       out.push_back(std::move(rep));
     }
-    clock_ += static_cast<int64_t>(stepNs);
+    clockNs += static_cast<int64_t>(stepNs);
     return out;
   }
 
@@ -145,14 +145,14 @@ struct ParallelSynth {
     }
   }
 
-  std::mt19937_64 rng_{seed};
-  int64_t clock_ = 1'700'000'000'000'000'000;
+  std::mt19937_64 rng{seed};
+  int64_t clockNs = 1'700'000'000'000'000'000;
 };
 
 // Runs `steps` steps of the job (from its seed) through a default DetectorSet, told the job's
 // layout first unless `declare` is false (a job that declares nothing), and returns the events.
 inline std::vector<Anomaly> runLayoutJob(ParallelSynth& job, int64_t steps, bool declare = true) {
-  job.rng_.seed(job.seed);
+  job.rng.seed(job.seed);
   DetectorSet set;
   if (declare) set.setTopology(job.job, job.topology());
   std::vector<Anomaly> events;

@@ -53,7 +53,7 @@ TEST_CASE("slow_comm: no alarm on 20,000 healthy steps x 8 ranks with 5% noise")
   for (uint64_t seed : {41u, 42u}) {
     SynthJob job;
     job.seed = seed;
-    job.rng_.seed(seed);
+    job.rng.seed(seed);
     DetectorSet set;
     std::vector<Anomaly> events;
     run(job, set, 0, 20000, &events);
@@ -65,7 +65,7 @@ TEST_CASE("slow_comm: no alarm on 20,000 healthy steps x 8 ranks with 5% noise")
 TEST_CASE("slow_comm: a 10% slower all-reduce is found on its group with onset, then resolved") {
   SynthJob job;
   job.seed = 43;
-  job.rng_.seed(43);
+  job.rng.seed(43);
   job.world = 8;
   job.ranksPerNode = 4;  // two nodes: the group spans one link
   job.transferFactor = [](int64_t s) { return s >= 2000 && s < 3000 ? 1.10 : 1.0; };
@@ -93,7 +93,7 @@ TEST_CASE("slow_comm: a 10% slower all-reduce is found on its group with onset, 
 TEST_CASE("slow_comm: a 2x slower all-reduce is found within a few steps") {
   SynthJob job;
   job.seed = 44;
-  job.rng_.seed(44);
+  job.rng.seed(44);
   job.transferFactor = [](int64_t s) { return s >= 1000 ? 2.0 : 1.0; };
   DetectorSet set;
   std::vector<Anomaly> events;
@@ -109,7 +109,7 @@ TEST_CASE("slow_comm: a 2x slower all-reduce is found within a few steps") {
 TEST_CASE("slow_comm: a straggler inflates its peers' comm time but is not slow communication") {
   SynthJob job;
   job.seed = 45;
-  job.rng_.seed(45);
+  job.rng.seed(45);
   job.computeFactor = [](int64_t s, uint32_t r) { return r == 3 && s >= 1000 ? 2.0 : 1.0; };
   DetectorSet set;
   std::vector<Anomaly> events;
@@ -200,7 +200,7 @@ namespace {
 struct RingJob {
   explicit RingJob(uint64_t seed) {
     base.seed = seed;
-    base.rng_.seed(seed);
+    base.rng.seed(seed);
     rng.seed(seed * 31 + 7);
     base.transferFactor = [this](int64_t s) {
       double slowest = 1.0;
@@ -248,7 +248,8 @@ std::vector<Anomaly> runRing(RingJob& job, int64_t steps,
     for (auto& rep : job.step(s)) {
       if (edit) edit(rep);
       const uint32_t r = rep.rank();
-      REQUIRE(set.observe(std::move(rep), job.ctx(r)).isOk());
+      const auto observed = set.observe(std::move(rep), job.ctx(r));
+      REQUIRE(observed.isOk());
     }
     set.tick(job.base.now());
     for (auto& e : set.takeEvents()) events.push_back(std::move(e));

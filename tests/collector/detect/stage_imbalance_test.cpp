@@ -77,7 +77,7 @@ TEST_CASE("stage_imbalance: a slow worker is not a slow stage; a flat job has no
   ParallelSynth flat;
   flat.seed = 25;
   flat.stageFactor = [](int64_t s, uint32_t st) { return s >= 100 && st == 1 ? 1.5 : 1.0; };
-  flat.rng_.seed(flat.seed);
+  flat.rng.seed(flat.seed);
   DetectorSet set;
   std::vector<Anomaly> flatEvents;
   flat.run(set, 0, 300, &flatEvents);
@@ -88,7 +88,7 @@ TEST_CASE("stage_imbalance: the layout may come after the first reports (late he
   ParallelSynth job;
   job.seed = 26;
   job.stageFactor = [](int64_t s, uint32_t st) { return s >= 100 && st == 1 ? 1.4 : 1.0; };
-  job.rng_.seed(job.seed);
+  job.rng.seed(job.seed);
   DetectorSet set;
   std::vector<Anomaly> events;
   job.run(set, 0, 20, &events);

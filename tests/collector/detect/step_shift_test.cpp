@@ -15,7 +15,7 @@ TEST_CASE(
   for (uint64_t seed : {1u, 2u}) {
     SynthJob job;
     job.seed = seed;
-    job.rng_.seed(seed);
+    job.rng.seed(seed);
     job.checkpointEvery = 100;
     DetectorSet set;
     std::vector<Anomaly> events;
@@ -33,7 +33,7 @@ TEST_CASE(
 TEST_CASE("step_shift: a 10% job-wide slowdown is found with its onset and resolved when it ends") {
   SynthJob job;
   job.seed = 11;
-  job.rng_.seed(11);
+  job.rng.seed(11);
   job.computeFactor = [](int64_t s, uint32_t) { return s >= 3000 && s < 5000 ? 1.10 : 1.0; };
   job.transferFactor = [](int64_t s) { return s >= 3000 && s < 5000 ? 1.10 : 1.0; };
   DetectorSet set;
@@ -59,7 +59,7 @@ TEST_CASE("step_shift: a 10% job-wide slowdown is found with its onset and resol
 TEST_CASE("step_shift: a 2x slowdown is found within a few steps of its onset") {
   SynthJob job;
   job.seed = 12;
-  job.rng_.seed(12);
+  job.rng.seed(12);
   job.computeFactor = [](int64_t s, uint32_t) { return s >= 1500 ? 2.0 : 1.0; };
   DetectorSet set;
   std::vector<Anomaly> events;
@@ -112,7 +112,7 @@ TEST_CASE("step_shift: a speed-up is a shift with direction faster") {
 TEST_CASE("step_shift: periodic spikes do not hide a real shift and are left out of its level") {
   SynthJob job;
   job.seed = 13;
-  job.rng_.seed(13);
+  job.rng.seed(13);
   job.checkpointEvery = 50;
   job.computeFactor = [](int64_t s, uint32_t) { return s >= 2000 ? 1.3 : 1.0; };
   DetectorSet set;
@@ -129,7 +129,7 @@ TEST_CASE("step_shift: periodic spikes do not hide a real shift and are left out
 TEST_CASE("step_shift: a 2x shift starting right after a checkpoint step is not taken for spikes") {
   SynthJob job;
   job.seed = 14;
-  job.rng_.seed(14);
+  job.rng.seed(14);
   job.checkpointEvery = 50;
   job.computeFactor = [](int64_t s, uint32_t) { return s >= 2001 ? 2.0 : 1.0; };
   DetectorSet set;

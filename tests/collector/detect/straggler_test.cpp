@@ -13,7 +13,7 @@ std::vector<Anomaly> runWith(std::function<double(int64_t, uint32_t)> f, int64_t
                              uint64_t seed) {
   SynthJob job;
   job.seed = seed;
-  job.rng_.seed(seed);
+  job.rng.seed(seed);
   job.computeFactor = std::move(f);
   DetectorSet set;
   std::vector<Anomaly> events;
@@ -97,7 +97,7 @@ TEST_CASE("straggler: a rank 2x its peers from step 0 or 3 is reported with that
 TEST_CASE("straggler: a rank always 2% slower than its peers (inside minExcess) raises nothing") {
   SynthJob job;
   job.seed = 28;
-  job.rng_.seed(28);
+  job.rng.seed(28);
   job.computeFactor = [](int64_t, uint32_t r) { return r == 3 ? 1.02 : 1.0; };
   job.opFactor = [](int64_t, uint32_t r, const std::string&) { return r == 3 ? 1.02 : 1.0; };
   DetectorSet set;
@@ -111,7 +111,7 @@ TEST_CASE("straggler: a rank always 2% slower than its peers (inside minExcess) 
 TEST_CASE("straggler: a rank 10% slower in a steady job (1% noise) is named within 5 steps") {
   SynthJob job;
   job.seed = 28;
-  job.rng_.seed(28);
+  job.rng.seed(28);
   job.noise = 0.01;
   job.computeFactor = [](int64_t s, uint32_t r) { return r == 6 && s >= 1000 ? 1.10 : 1.0; };
   DetectorSet set;

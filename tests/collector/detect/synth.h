@@ -40,7 +40,7 @@ struct SynthJob {
 
   std::vector<wire::StepReport> step(int64_t s) {
     std::normal_distribution<double> n(0.0, noise);
-    auto noisy = [&](double v) { return v * std::max(0.2, 1.0 + n(rng_)); };
+    auto noisy = [&](double v) { return v * std::max(0.2, 1.0 + n(rng)); };
     double warm = s < warmupSteps ? 5.0 : 1.0;
     std::vector<double> compute(world);
     std::vector<int64_t> arrival(world);
@@ -48,7 +48,7 @@ struct SynthJob {
     for (uint32_t r = 0; r < world; ++r) {
       double f = computeFactor ? computeFactor(s, r) : 1.0;
       compute[r] = noisy(computeMs * 1e6) * f * warm;
-      arrival[r] = clock_ + static_cast<int64_t>(compute[r]);
+      arrival[r] = clockNs + static_cast<int64_t>(compute[r]);
       lastArrival = std::max(lastArrival, arrival[r]);
     }
     double tf = transferFactor ? transferFactor(s) : 1.0;
@@ -64,9 +64,9 @@ struct SynthJob {
       rep.set_job(job);
       rep.set_rank(r);
       rep.set_step(s);
-      rep.set_start_ns(clock_);
+      rep.set_start_ns(clockNs);
       rep.set_end_ns(end);
-      rep.set_duration_ns(end - clock_);
+      rep.set_duration_ns(end - clockNs);
       rep.set_compute_ns(static_cast<int64_t>(compute[r]));
       rep.set_comm_ns(completion - arrival[r]);
       rep.set_exposed_comm_ns(completion - arrival[r]);
@@ -96,7 +96,7 @@ struct SynthJob {
       c->set_last_completion_ns(completion);
       out.push_back(std::move(rep));
     }
-    clock_ = end;
+    clockNs = end;
     return out;
   }
 
@@ -106,10 +106,10 @@ struct SynthJob {
     c.worldSize = world;
     return c;
   }
-  int64_t now() const { return clock_; }
+  int64_t now() const { return clockNs; }
 
-  std::mt19937_64 rng_{seed};
-  int64_t clock_ = 1'700'000'000'000'000'000;
+  std::mt19937_64 rng{seed};
+  int64_t clockNs = 1'700'000'000'000'000'000;
 };
 
 // Feeds steps [from, to) into the set, reports in a shuffled order with some ranks one step

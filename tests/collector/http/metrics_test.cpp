@@ -278,7 +278,7 @@ TEST_CASE("store metrics: silent jobs and nodes age out, a cap keeps the newest,
     j.lastSeenNs = now - ageS * kSec;
     store.jobRows.push_back(j);
   };
-  job("ended-2-days-ago", 2 * 24 * 3600);
+  job("ended-2-days-ago", int64_t{2} * 24 * 3600);
   job("ended-just-now", 5);
   job("running", 0);
   job("older", 60);

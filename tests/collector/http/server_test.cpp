@@ -715,7 +715,8 @@ TEST_CASE("heatmap ranges that overflow int64 or exceed the cell bound are 400, 
   }
   CHECK(f.error("/api/v1/jobs/train/heatmap?from=0&to=9999", 400).find("at most 1024 steps") !=
         std::string::npos);
-  CHECK(f.get("/api/v1/jobs/train/heatmap?from=0&to=1023")["compute_ns"].size() == 4096u * 1024u);
+  CHECK(f.get("/api/v1/jobs/train/heatmap?from=0&to=1023")["compute_ns"].size() ==
+        size_t{4096} * 1024);
 }
 
 TEST_CASE("an exception in a handler is a 500, counted in /metrics; the server keeps serving",

@@ -30,17 +30,17 @@ TestConnection::TestConnection(uint16_t port) : impl_(std::make_unique<Impl>()) 
 
 TestConnection::~TestConnection() = default;
 
-TestResponse TestConnection::request(const std::string& method, const std::string& target,
-                                     std::vector<std::pair<std::string, std::string>> headers,
-                                     std::string body) {
-  send(method, target, std::move(headers), std::move(body));
+TestResponse TestConnection::request(
+    const std::string& method, const std::string& target,
+    const std::vector<std::pair<std::string, std::string>>& headers, std::string body) {
+  send(method, target, headers, std::move(body));
   auto r = receive();
   if (!r) throw std::runtime_error("no response to " + method + " " + target + ": " + r.message());
   return std::move(r.value());
 }
 
 void TestConnection::send(const std::string& method, const std::string& target,
-                          std::vector<std::pair<std::string, std::string>> headers,
+                          const std::vector<std::pair<std::string, std::string>>& headers,
                           std::string body) {
   http::request<http::string_body> req(http::string_to_verb(method), target, 11);
   req.method_string(method);

@@ -33,11 +33,12 @@ class TestConnection {
 
   // send() then receive(); throws when the response cannot be read.
   TestResponse request(const std::string& method, const std::string& target,
-                       std::vector<std::pair<std::string, std::string>> headers = {},
+                       const std::vector<std::pair<std::string, std::string>>& headers = {},
                        std::string body = "");
   // Writes one HTTP/1.1 request (Host: 127.0.0.1, the body's Content-Length when there is one).
   void send(const std::string& method, const std::string& target,
-            std::vector<std::pair<std::string, std::string>> headers = {}, std::string body = "");
+            const std::vector<std::pair<std::string, std::string>>& headers = {},
+            std::string body = "");
   // Reads one response of at most bodyLimit body bytes; the error says why it could not.
   Result<TestResponse> receive(uint64_t bodyLimit = 64u << 20);
   // Reads only the next response's header (the server has begun answering); receive() then

@@ -547,7 +547,8 @@ TEST_CASE(
     "counted and dropped, the rank kept") {
   Fixture f;
   Client c(f.ctx, f.server->endpoint());
-  auto helloBatch = [](uint64_t seq, uint32_t rank, int64_t declaredNs, std::vector<uint32_t> tp) {
+  auto helloBatch = [](uint64_t seq, uint32_t rank, int64_t declaredNs,
+                       const std::vector<uint32_t>& tp) {
     wire::Envelope env;
     env.mutable_batch()->set_seq(seq);
     auto* rh = env.mutable_batch()->add_items()->mutable_rank_hello();

@@ -113,7 +113,7 @@ TEST_CASE("clickhouse: the partition length is fixed by the first open and kept 
   }
   ClickHouseOptions o;
   o.url = clickHouseServer().url("partitions");
-  o.retentionNs = 30 * 24 * hour;
+  o.retentionNs = int64_t{30} * 24 * hour;
   auto store = ClickHouseStore::open(o);
   REQUIRE(store);
   CHECK((*store)->partitionNs() == 2 * hour);

@@ -34,7 +34,7 @@ wire::RankInfo info(const std::string& job, uint32_t rank) {
 }
 
 GroupsUpdate update(const std::string& job, uint32_t rank, int64_t declaredNs,
-                    const std::string& name, std::vector<uint32_t> ranks) {
+                    const std::string& name, const std::vector<uint32_t>& ranks) {
   GroupsUpdate u;
   u.job = job;
   u.groups.rank = rank;

@@ -56,23 +56,23 @@ int64_t opNs(const StepModel& m, const RankStep& rs, const char* name) {
 }  // namespace
 
 TEST_CASE("simtrain moe: Megatron rank order with cp, ep groups from consecutive replicas") {
-  auto L = parseParallel("tp=2,pp=2,dp=4,cp=2,ep=2");
-  REQUIRE(L.isOk());
-  CHECK(L->world() == 32);
+  auto par = parseParallel("tp=2,pp=2,dp=4,cp=2,ep=2");
+  REQUIRE(par.isOk());
+  CHECK(par->world() == 32);
   // rank = ((pp * dp + dp_index) * cp + cp_index) * tp + tp_index
-  const uint32_t r = L->rankAt(1, 3, 1, 1);
+  const uint32_t r = par->rankAt(1, 3, 1, 1);
   CHECK(r == ((1 * 4 + 3) * 2 + 1) * 2 + 1);
-  CHECK(L->ppIndex(r) == 1);
-  CHECK(L->dpIndex(r) == 3);
-  CHECK(L->cpIndex(r) == 1);
-  CHECK(L->tpIndex(r) == 1);
-  CHECK(L->epIndex(r) == 1);
-  CHECK(L->cpGroup(r) == std::vector<uint32_t>{r - 2, r});
+  CHECK(par->ppIndex(r) == 1);
+  CHECK(par->dpIndex(r) == 3);
+  CHECK(par->cpIndex(r) == 1);
+  CHECK(par->tpIndex(r) == 1);
+  CHECK(par->epIndex(r) == 1);
+  CHECK(par->cpGroup(r) == std::vector<uint32_t>{r - 2, r});
   // dp 2 and 3 form one expert-parallel group (same pp, cp, tp).
-  CHECK(L->epGroup(r) == std::vector<uint32_t>{L->rankAt(1, 2, 1, 1), r});
-  CHECK(L->epGroup(L->rankAt(0, 0, 0, 0)) ==
-        std::vector<uint32_t>{L->rankAt(0, 0, 0, 0), L->rankAt(0, 1, 0, 0)});
-  CHECK(L->dpGroup(r).size() == 4);
+  CHECK(par->epGroup(r) == std::vector<uint32_t>{par->rankAt(1, 2, 1, 1), r});
+  CHECK(par->epGroup(par->rankAt(0, 0, 0, 0)) ==
+        std::vector<uint32_t>{par->rankAt(0, 0, 0, 0), par->rankAt(0, 1, 0, 0)});
+  CHECK(par->dpGroup(r).size() == 4);
 }
 
 TEST_CASE("simtrain moe: flag and inject errors name the key") {
@@ -107,7 +107,7 @@ TEST_CASE("simtrain moe: two token all_to_alls per forward and backward in the e
   REQUIRE(validate(o, true).isOk());
   StepModel m(o);
   StepTimeline tl = m.step(3, 1'000'000'000);
-  const ParallelLayout& L = *o.parallel;
+  const ParallelLayout& par = *o.parallel;
   for (const RankStep& rs : tl.ranks) {
     const A2a a = allToAll(rs);
     // 4 microbatches x (forward + backward) x (dispatch + combine).
@@ -117,8 +117,8 @@ TEST_CASE("simtrain moe: two token all_to_alls per forward and backward in the e
     CHECK(rs.endNs == tl.endNs);
   }
   // Both ranks of an expert-parallel group leave each all_to_all together.
-  const uint32_t a = L.rankAt(1, 0, 1), b = L.rankAt(1, 1, 1);
-  REQUIRE(L.epGroup(a) == std::vector<uint32_t>{a, b});
+  const uint32_t a = par.rankAt(1, 0, 1), b = par.rankAt(1, 1, 1);
+  REQUIRE(par.epGroup(a) == std::vector<uint32_t>{a, b});
   std::vector<int64_t> ca, cb;
   for (const CollExec& c : tl.ranks[a].colls) {
     if (c.op == CollExec::Op::kAllToAll) ca.push_back(c.completeNs);
@@ -146,7 +146,7 @@ TEST_CASE("simtrain moe: experts skew loads the hot index; its peers wait in the
   SimOptions o = moeJob(1, 2, 4, 1, 4);
   o.injects.push_back(*parseInject("experts:skew=2,ep=1,from=5"));
   REQUIRE(validate(o, true).isOk());
-  const ParallelLayout& L = *o.parallel;
+  const ParallelLayout& par = *o.parallel;
   StepModel m(o);
   int64_t begin = 0;
   StepTimeline before, after;
@@ -156,8 +156,8 @@ TEST_CASE("simtrain moe: experts skew loads the hot index; its peers wait in the
     if (s == 4) before = tl;
     if (s == 6) after = tl;
   }
-  const uint32_t hot = L.rankAt(0, 1, 0), cold = L.rankAt(0, 2, 0);
-  REQUIRE(L.epIndex(hot) == 1);
+  const uint32_t hot = par.rankAt(0, 1, 0), cold = par.rankAt(0, 2, 0);
+  REQUIRE(par.epIndex(hot) == 1);
   // Before the onset every rank receives the same bytes and computes as long on its experts.
   CHECK(allToAll(before.ranks[hot]).bytes == allToAll(before.ranks[cold]).bytes);
   CHECK(opNs(m, before.ranks[hot], kExpertOp) == opNs(m, before.ranks[cold], kExpertOp));
@@ -177,8 +177,8 @@ TEST_CASE("simtrain moe: experts skew loads the hot index; its peers wait in the
   CHECK(truth[0]["from_step"] == 5);
   CHECK(truth[0]["factor"] == 2.0);
   std::vector<uint32_t> hotRanks;
-  for (uint32_t r = 0; r < L.world(); ++r) {
-    if (L.epIndex(r) == 1) hotRanks.push_back(r);
+  for (uint32_t r = 0; r < par.world(); ++r) {
+    if (par.epIndex(r) == 1) hotRanks.push_back(r);
   }
   CHECK(truth[0]["ranks"].get<std::vector<uint32_t>>() == hotRanks);
 }

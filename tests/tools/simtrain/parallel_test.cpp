@@ -39,16 +39,16 @@ int64_t waited(const RankStep& rs) {
 }  // namespace
 
 TEST_CASE("simtrain --parallel: Megatron rank order and the groups each rank declares") {
-  auto L = parseParallel("pp=2,tp=2,dp=2");
-  REQUIRE(L.isOk());
-  CHECK(L->world() == 8);
+  auto par = parseParallel("pp=2,tp=2,dp=2");
+  REQUIRE(par.isOk());
+  CHECK(par->world() == 8);
   // rank 5 = pp 1, dp 0, tp 1
-  CHECK(L->ppIndex(5) == 1);
-  CHECK(L->dpIndex(5) == 0);
-  CHECK(L->tpIndex(5) == 1);
-  CHECK(L->tpGroup(5) == std::vector<uint32_t>{4, 5});
-  CHECK(L->ppGroup(5) == std::vector<uint32_t>{1, 5});
-  CHECK(L->dpGroup(5) == std::vector<uint32_t>{5, 7});
+  CHECK(par->ppIndex(5) == 1);
+  CHECK(par->dpIndex(5) == 0);
+  CHECK(par->tpIndex(5) == 1);
+  CHECK(par->tpGroup(5) == std::vector<uint32_t>{4, 5});
+  CHECK(par->ppGroup(5) == std::vector<uint32_t>{1, 5});
+  CHECK(par->dpGroup(5) == std::vector<uint32_t>{5, 7});
   CHECK(parseParallel("tp=4")->world() == 4);
   CHECK(parseParallel("tp=2,cp=1")->tp == 2);
 }
@@ -84,8 +84,8 @@ TEST_CASE("simtrain --parallel: flag errors name the key or flag") {
 }
 
 TEST_CASE("simtrain --parallel: 1F1B stages pass microbatches by paired p2p; later stages wait") {
-  const uint32_t M = 4;
-  StepModel model(parallelJob(2, 2, 2, M));
+  const uint32_t micros = 4;
+  StepModel model(parallelJob(2, 2, 2, micros));
   StepTimeline tl = model.step(10, 1'000'000'000);
   REQUIRE(tl.ranks.size() == 8);
   REQUIRE(tl.endNs > tl.beginNs);
@@ -103,20 +103,21 @@ TEST_CASE("simtrain --parallel: 1F1B stages pass microbatches by paired p2p; lat
     }
   }
   CHECK(sends.size() == recvs);
-  // Each stage-0 rank sends M activations forward and gets M gradients back.
+  // Each stage-0 rank sends micros activations forward and gets micros gradients back.
   for (uint32_t r : {0u, 1u, 2u, 3u}) {
     const auto& rs = tl.ranks[r];
     CHECK(std::count_if(rs.p2ps.begin(), rs.p2ps.end(),
-                        [&](const P2pExec& x) { return x.send && x.peer == r + 4; }) == M);
+                        [&](const P2pExec& x) { return x.send && x.peer == r + 4; }) == micros);
     CHECK(std::count_if(rs.p2ps.begin(), rs.p2ps.end(),
-                        [&](const P2pExec& x) { return !x.send && x.peer == r + 4; }) == M);
+                        [&](const P2pExec& x) { return !x.send && x.peer == r + 4; }) == micros);
   }
   // The last stage waits for its first microbatch while stage 0 computes it: a bubble.
   CHECK(waited(tl.ranks[4]) > 0);
   // Tensor-parallel all_reduces run in the tp group, the gradient all_reduce in dp.
   const auto& r0 = tl.ranks[0];
-  CHECK(std::count_if(r0.colls.begin(), r0.colls.end(),
-                      [](const CollExec& c) { return c.group == CollExec::Group::kTp; }) == 2 * M);
+  CHECK(std::count_if(r0.colls.begin(), r0.colls.end(), [](const CollExec& c) {
+          return c.group == CollExec::Group::kTp;
+        }) == 2 * micros);
   CHECK(std::count_if(r0.colls.begin(), r0.colls.end(),
                       [](const CollExec& c) { return c.group == CollExec::Group::kDp; }) == 1);
   // Every rank ends the step together.
