@@ -117,7 +117,7 @@ run_stage fuzz fuzz_stage
 run_stage release release_stage
 run_stage asan asan_stage
 run_stage tsan tsan_stage
-run_stage tidy lint_test tidy tools/lint.sh --tidy-only --changed --build build-asan
+run_stage tidy lint_test tidy tools/lint.sh --tidy-only --changed --no-cache --build build-asan
 
 echo "== stage times: $(IFS=,; echo "${stage_times[*]}" | sed 's/,/, /g')"
 # One closing line in the plain form CI readers understand, summed over the stages.

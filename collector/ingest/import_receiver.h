@@ -51,9 +51,9 @@ struct ImportReceiverOptions {
 };
 
 // An answer for the HTTP layer, which maps the code to an HTTP status (http::httpStatusOf).
-// NOLINTNEXTLINE(bugprone-exception-escape): nlohmann::json's destructor may allocate (it
-// unwinds deep values on a heap stack); out of memory there ends the process either way.
-struct ImportReply {
+// nlohmann::json's destructor may allocate (it unwinds deep values on a heap stack), which
+// bugprone-exception-escape reports; out of memory there ends the process either way.
+struct ImportReply {     // NOLINT(bugprone-exception-escape)
   Status status;         // ok, or the refusal with its code and message
   bool created = false;  // a new import session (HTTP 201)
   nlohmann::json body;   // the answer; with a refused chunk, where to resume

@@ -339,7 +339,8 @@ TEST_CASE(
     bool send = false;
     bool recv = false;
     for (const auto& p : row.at("p2p")) {
-      if (p.at("peer").get<int>() != 1 - rank || p.at("bytes").get<int64_t>() != 32 * 128 * 4) {
+      if (p.at("peer").get<int>() != 1 - rank ||
+          p.at("bytes").get<int64_t>() != int64_t{32} * 128 * 4) {
         continue;
       }
       send = send || p.at("op") == "send";

@@ -70,7 +70,7 @@ TEST_CASE("e2e: a tp2 x pp2 x dp2 simulated job's topology API returns every ran
   auto simFlat = runSim("flat", {"--ranks", "4"});
   finish({sim3d.get(), simFlat.get()});
   // Every report was acknowledged, so the hellos before them were stored too.
-  REQUIRE(waitFor([&] { return jobStepRows(spec.httpPort, "3d") == 8 * 30; }, 20s));
+  REQUIRE(waitFor([&] { return jobStepRows(spec.httpPort, "3d") == int64_t{8} * 30; }, 20s));
 
   auto get = [&](const std::string& target) {
     auto r = httpGet(spec.httpPort, target);
@@ -222,8 +222,8 @@ TEST_CASE("e2e: interleaved and zb-v simulated jobs: the topology API names the 
   auto simIl = runSim("il", "interleaved:2");
   auto simV = runSim("zbv", "zb-v");
   finish({simIl.get(), simV.get()});
-  REQUIRE(waitFor([&] { return jobStepRows(spec.httpPort, "il") == 8 * 40; }, 20s));
-  REQUIRE(waitFor([&] { return jobStepRows(spec.httpPort, "zbv") == 8 * 40; }, 20s));
+  REQUIRE(waitFor([&] { return jobStepRows(spec.httpPort, "il") == int64_t{8} * 40; }, 20s));
+  REQUIRE(waitFor([&] { return jobStepRows(spec.httpPort, "zbv") == int64_t{8} * 40; }, 20s));
   auto get = [&](const std::string& target) {
     auto r = httpGet(spec.httpPort, target);
     INFO(target << " -> " << r.status << " " << r.body);

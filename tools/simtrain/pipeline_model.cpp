@@ -250,7 +250,7 @@ StepTimeline StepModel::pipelineStep(int64_t step, int64_t beginNs) {
                 combined = std::max(combined, expertEnd[e]);
                 RankStep& rs = tl.ranks[r];
                 // Tokens this rank receives, in 1 % steps of a balanced share.
-                const uint64_t bytes = static_cast<uint64_t>(static_cast<double>(actBytes / 2) *
+                const uint64_t bytes = static_cast<uint64_t>(static_cast<double>(actBytes) / 2 *
                                                              std::round(load[e] * 100.0) / 100.0);
                 CollExec x;
                 x.bucket = op.micro;

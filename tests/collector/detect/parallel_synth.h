@@ -50,7 +50,7 @@ struct ParallelSynth {
       topology::RankGroups g;
       g.rank = r;
       g.declaredNs = 1;
-      auto add = [&](const char* name, wire::GroupKind kind, std::vector<uint32_t> members) {
+      auto add = [&](const char* name, wire::GroupKind kind, const std::vector<uint32_t>& members) {
         wire::ProcessGroup pg;
         pg.set_name(name);
         pg.set_kind(kind);
@@ -111,7 +111,7 @@ struct ParallelSynth {
         c->set_op(wire::ALL_REDUCE);
         c->set_group("tp");
         c->set_bytes(1u << 20);
-        c->set_count(2 * microbatches);
+        c->set_count(uint64_t{microbatches} * 2);
         c->set_total_ns(static_cast<int64_t>(slowest - compute[r] + 0.5e6));
       }
       if (pp > 1) {

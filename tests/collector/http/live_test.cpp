@@ -424,8 +424,8 @@ TEST_CASE("origin: a foreign web page can neither change anything nor open the l
   const std::string port = std::to_string(server.port());
   const std::string self = "127.0.0.1:" + port;
   trainscope::testing::TestConnection c(server.port());
-  auto post = [&](std::vector<std::pair<std::string, std::string>> headers) {
-    return c.request("POST", "/api/v1/jobs", std::move(headers), "{}");
+  auto post = [&](const std::vector<std::pair<std::string, std::string>>& headers) {
+    return c.request("POST", "/api/v1/jobs", headers, "{}");
   };
 
   // Cross-site request forgery: a page elsewhere posts to the collector.

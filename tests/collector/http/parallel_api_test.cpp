@@ -40,7 +40,7 @@ wire::StepReport step(const std::string& job, uint32_t rank, int64_t s, bool p2p
   rep.set_exposed_collective_ns(50'000);
   if (p2p) {
     rep.set_p2p_ns(400'000);
-    rep.set_bubble_ns((rank + 1) * 100'000 + s * 10'000);
+    rep.set_bubble_ns(static_cast<int64_t>(rank + 1) * 100'000 + s * 10'000);
   }
   return rep;
 }

@@ -117,7 +117,7 @@ TEST_CASE("simtrain --parallel: 1F1B stages pass microbatches by paired p2p; lat
   const auto& r0 = tl.ranks[0];
   CHECK(std::count_if(r0.colls.begin(), r0.colls.end(), [](const CollExec& c) {
           return c.group == CollExec::Group::kTp;
-        }) == 2 * micros);
+        }) == std::ptrdiff_t{2} * micros);
   CHECK(std::count_if(r0.colls.begin(), r0.colls.end(),
                       [](const CollExec& c) { return c.group == CollExec::Group::kDp; }) == 1);
   // Every rank ends the step together.
