@@ -30,19 +30,19 @@ std::vector<Op> oneFOneB(uint32_t stage, uint32_t stages, uint32_t micro) {
 }
 
 // Megatron-LM's interleaved 1F1B (forward_backward_pipelining_with_interleaving): the k-th
-// forward of a rank runs chunk (k mod PV) / P on microbatch (k / PV) * P + k mod P, so
-// microbatches go through the chunks in groups of P; the backwards go through the chunks in
-// reverse. Warm-up: 2 (P - s - 1) + (V - 1) P forwards, then 1F1B, then the rest backwards.
+// forward of a rank runs chunk (k mod pp·V) / pp on microbatch (k / (pp·V)) * pp + k mod pp, so
+// microbatches go through the chunks in groups of pp; the backwards go through the chunks in
+// reverse. Warm-up: 2 (pp - s - 1) + (V - 1) pp forwards, then 1F1B, then the rest backwards.
 std::vector<Op> interleaved(uint32_t stage, uint32_t stages, uint32_t micro, uint32_t chunks) {
-  const uint32_t P = stages;
+  const uint32_t pp = stages;
   const uint32_t total = micro * chunks;
   auto at = [&](uint32_t k, bool backward) {
-    const uint32_t inGroup = k % (P * chunks);
-    uint32_t chunk = inGroup / P;
+    const uint32_t inGroup = k % (pp * chunks);
+    uint32_t chunk = inGroup / pp;
     if (backward) chunk = chunks - 1 - chunk;
-    return Op{backward ? Pass::kB : Pass::kF, chunk, (k / (P * chunks)) * P + k % P};
+    return Op{backward ? Pass::kB : Pass::kF, chunk, (k / (pp * chunks)) * pp + k % pp};
   };
-  const uint32_t warm = std::min(2 * (P - stage - 1) + (chunks - 1) * P, total);
+  const uint32_t warm = std::min(2 * (pp - stage - 1) + (chunks - 1) * pp, total);
   std::vector<Op> out;
   for (uint32_t k = 0; k < warm; ++k) out.push_back(at(k, false));
   for (uint32_t i = 0; warm + i < total; ++i) {
@@ -53,15 +53,15 @@ std::vector<Op> interleaved(uint32_t stage, uint32_t stages, uint32_t micro, uin
   return out;
 }
 
-// DeepSeek's DualPipe-V (dualpipev.py, DualPipeV.step), rank s of P over M >= 2P microbatches
-// in its eight phases. A backward "with zero bubble" runs B now and queues W for a later
-// weight_chunk(); the others run B and W together. forward_backward_chunk(a, b) is a forward
+// DeepSeek's DualPipe-V (dualpipev.py, DualPipeV.step), rank s of pp stages over micros >= 2 pp
+// microbatches in its eight phases. A backward "with zero bubble" runs B now and queues W for a
+// later weight_chunk(); the others run B and W together. forward_backward_chunk(a, b) is a forward
 // of chunk a overlapped with a backward of chunk b: DualPipe interleaves the two layer by
 // layer on two streams so that one's communication (pipeline transfers, MoE all-to-all) runs
 // under the other's compute. We approximate it as the forward then the backward, back to back,
 // starting once both inputs are there: the order, dependencies and bubbles are DualPipe-V's,
 // the time saved by hiding communication inside the pair is not modelled.
-std::vector<Op> dualPipeV(uint32_t s, uint32_t P, uint32_t M) {
+std::vector<Op> dualPipeV(uint32_t s, uint32_t pp, uint32_t micros) {
   std::vector<Op> out;
   uint32_t f[2] = {0, 0};
   uint32_t b[2] = {0, 0};
@@ -85,19 +85,19 @@ std::vector<Op> dualPipeV(uint32_t s, uint32_t P, uint32_t M) {
     fwd(cf, true);
     bwd(cb, false);
   };
-  for (uint32_t i = 0; i < 2 * (P - s - 1); ++i) fwd(0);  // 1: nF0
-  for (uint32_t i = 0; i < s + 1; ++i) {                  // 2: nF0F1
+  for (uint32_t i = 0; i < 2 * (pp - s - 1); ++i) fwd(0);  // 1: nF0
+  for (uint32_t i = 0; i < s + 1; ++i) {                   // 2: nF0F1
     fwd(0);
     fwd(1);
   }
-  for (uint32_t i = 0; i < P - s - 1; ++i) {  // 3: nB1W1F1 (zero bubble)
+  for (uint32_t i = 0; i < pp - s - 1; ++i) {  // 3: nB1W1F1 (zero bubble)
     bwd(1, true);
     weight();
     fwd(1);
   }
-  const uint32_t main = M - 2 * P + s + 1;
+  const uint32_t main = micros - 2 * pp + s + 1;
   for (uint32_t i = 0; i < main; ++i) {  // 4: nF0B1F1B0
-    if (i == 0 && s == P - 1) {
+    if (i == 0 && s == pp - 1) {
       fwd(0);  // the last rank does not overlap these two, to shorten the bubble
       bwd(1, false);
     } else {
@@ -105,7 +105,7 @@ std::vector<Op> dualPipeV(uint32_t s, uint32_t P, uint32_t M) {
     }
     pair(1, 0);
   }
-  for (uint32_t i = 0; i < P - s - 1; ++i) {  // 5: nB1F1B0
+  for (uint32_t i = 0; i < pp - s - 1; ++i) {  // 5: nB1F1B0
     bwd(1, false);
     pair(1, 0);
   }
@@ -116,7 +116,7 @@ std::vector<Op> dualPipeV(uint32_t s, uint32_t P, uint32_t M) {
     if (i == (s + 1) / 2 && s % 2 == 0) zb = true;
     bwd(0, zb);
   }
-  for (uint32_t i = 0; i < P - s - 1; ++i) {  // 7: nWB0 (zero bubble)
+  for (uint32_t i = 0; i < pp - s - 1; ++i) {  // 7: nWB0 (zero bubble)
     weight();
     bwd(0, true);
   }
@@ -127,14 +127,14 @@ std::vector<Op> dualPipeV(uint32_t s, uint32_t P, uint32_t M) {
 // ZeroBubble's V schedule, built the way the ZB paper builds its schedules: a list scheduler
 // run over unit-time F, B and W on every rank at once. A rank that is free runs a ready B
 // (critical path, oldest microbatch first, chunk 1 before chunk 0 on ties), else a ready F
-// while it holds fewer than 2P chunk activations (1F1B's peak memory; chunk 1 first, as it is
+// while it holds fewer than 2 pp chunk activations (1F1B's peak memory; chunk 1 first, as it is
 // nearer the loss), else a pending W (a weight gradient fills what would be a bubble). The
 // per-rank orders it produces are what the replay and the simulator then run with real times.
-std::vector<std::vector<Op>> zbV(uint32_t P, uint32_t M) {
+std::vector<std::vector<Op>> zbV(uint32_t pp, uint32_t micros) {
   const Schedule sched{Kind::kZbV, 2};
-  const uint32_t U = 2 * P;
-  std::vector<std::vector<Op>> out(P);
-  std::vector<std::vector<int64_t>> fEnd(U, std::vector<int64_t>(M, -1));
+  const uint32_t vstages = 2 * pp;
+  std::vector<std::vector<Op>> out(pp);
+  std::vector<std::vector<int64_t>> fEnd(vstages, std::vector<int64_t>(micros, -1));
   auto bEnd = fEnd;
   struct RankState {
     uint32_t f[2] = {0, 0};
@@ -144,13 +144,13 @@ std::vector<std::vector<Op>> zbV(uint32_t P, uint32_t M) {
     uint32_t inFlight = 0;
     size_t done = 0;
   };
-  std::vector<RankState> st(P);
-  const size_t perRank = static_cast<size_t>(M) * 2 * 3;
+  std::vector<RankState> st(pp);
+  const size_t perRank = static_cast<size_t>(micros) * 2 * 3;
   int64_t t = 0;
   auto readyAt = [](int64_t end, int64_t now) { return end >= 0 && end <= now; };
   for (;;) {
     bool left = false;
-    for (uint32_t s = 0; s < P; ++s) {
+    for (uint32_t s = 0; s < pp; ++s) {
       RankState& r = st[s];
       if (r.done == perRank) continue;
       left = true;
@@ -158,16 +158,16 @@ std::vector<std::vector<Op>> zbV(uint32_t P, uint32_t M) {
       std::optional<Op> pick;
       // B: oldest microbatch first; chunk 1 (the earlier virtual stage backward) on ties.
       for (uint32_t c : {1u, 0u}) {
-        if (r.b[c] >= M || r.b[c] >= r.f[c]) continue;
-        const uint32_t vs = virtualOf(sched, P, s, c);
-        const int64_t in = vs + 1 == U ? fEnd[vs][r.b[c]] : bEnd[vs + 1][r.b[c]];
+        if (r.b[c] >= micros || r.b[c] >= r.f[c]) continue;
+        const uint32_t vs = virtualOf(sched, pp, s, c);
+        const int64_t in = vs + 1 == vstages ? fEnd[vs][r.b[c]] : bEnd[vs + 1][r.b[c]];
         if (!readyAt(in, t)) continue;
         if (!pick || r.b[c] < pick->micro) pick = Op{Pass::kB, c, r.b[c]};
       }
-      if (!pick && r.inFlight < 2 * P) {
+      if (!pick && r.inFlight < 2 * pp) {
         for (uint32_t c : {1u, 0u}) {
-          if (r.f[c] >= M) continue;
-          const uint32_t vs = virtualOf(sched, P, s, c);
+          if (r.f[c] >= micros) continue;
+          const uint32_t vs = virtualOf(sched, pp, s, c);
           if (vs > 0 && !readyAt(fEnd[vs - 1][r.f[c]], t)) continue;
           pick = Op{Pass::kF, c, r.f[c]};
           break;
@@ -178,7 +178,7 @@ std::vector<std::vector<Op>> zbV(uint32_t P, uint32_t M) {
         r.weights.pop_front();
       }
       if (!pick) continue;
-      const uint32_t vs = virtualOf(sched, P, s, pick->chunk);
+      const uint32_t vs = virtualOf(sched, pp, s, pick->chunk);
       r.freeAt = t + 1;
       if (pick->pass == Pass::kF) {
         fEnd[vs][pick->micro] = t + 1;
@@ -195,7 +195,7 @@ std::vector<std::vector<Op>> zbV(uint32_t P, uint32_t M) {
     }
     if (!left) break;
     ++t;  // unit-time ops: every decision happens at an integer time
-    if (t > static_cast<int64_t>(perRank) * P * 4) break;  // guards against a policy bug
+    if (t > static_cast<int64_t>(perRank) * pp * 4) break;  // guards against a policy bug
   }
   return out;
 }
@@ -305,8 +305,8 @@ std::vector<std::vector<Op>> opLists(const Schedule& s, uint32_t stages, uint32_
 std::vector<double> replay(const Schedule& s, uint32_t stages, uint32_t micro,
                            const std::vector<std::vector<Op>>& lists, const OpNs& opNs,
                            std::vector<double>* idleNs) {
-  const uint32_t U = stages * s.chunks;
-  std::vector<std::vector<double>> fEnd(U, std::vector<double>(micro, -1.0));
+  const uint32_t vstages = stages * s.chunks;
+  std::vector<std::vector<double>> fEnd(vstages, std::vector<double>(micro, -1.0));
   auto bEnd = fEnd;
   std::vector<size_t> next(stages, 0);
   std::vector<double> ready(stages, 0.0);
@@ -361,25 +361,25 @@ std::vector<double> replay(const Schedule& s, uint32_t stages, uint32_t micro,
 
 double makespanNs(const Schedule& schedule, const std::vector<double>& stageNs, uint32_t micro,
                   std::vector<double>* idleNs) {
-  const uint32_t P = static_cast<uint32_t>(stageNs.size());
-  if (P == 0 || micro == 0) return 0.0;
+  const uint32_t pp = static_cast<uint32_t>(stageNs.size());
+  if (pp == 0 || micro == 0) return 0.0;
   Schedule s = schedule;
-  if (!microbatchProblem(s, P, micro).empty()) s = Schedule{};
+  if (!microbatchProblem(s, pp, micro).empty()) s = Schedule{};
   // The what-if model replays the same few schedules every step (zb-v's lists come from a list
   // scheduler): each thread keeps the lists it built, a bounded handful.
   thread_local std::map<std::tuple<Kind, uint32_t, uint32_t, uint32_t>,
                         std::vector<std::vector<Op>>>
       cache;
-  const auto key = std::make_tuple(s.kind, s.chunks, P, micro);
+  const auto key = std::make_tuple(s.kind, s.chunks, pp, micro);
   auto it = cache.find(key);
   if (it == cache.end()) {
     if (cache.size() >= 64) cache.clear();
-    it = cache.emplace(key, opLists(s, P, micro)).first;
+    it = cache.emplace(key, opLists(s, pp, micro)).first;
   }
   const auto& lists = it->second;
   const double m = static_cast<double>(micro);
   const auto ends = replay(
-      s, P, micro, lists,
+      s, pp, micro, lists,
       [&](uint32_t r, const Op& op) { return stageNs[r] / m * workShare(s, op.pass); }, idleNs);
   return *std::max_element(ends.begin(), ends.end());
 }

@@ -157,6 +157,7 @@ StepSummary medianOf(const std::vector<StepSummary>& steps, size_t stages) {
   out.stepNs = medianInPlace(col);
   // The schedule and microbatches most steps showed (they come together).
   std::vector<topology::ScheduleGuess> guesses;
+  guesses.reserve(steps.size());
   for (const StepSummary& v : steps) {
     guesses.push_back({v.schedule, static_cast<uint32_t>(v.microbatches)});
   }

@@ -35,6 +35,7 @@ std::vector<std::pair<uint32_t, uint64_t>> transfersIn(const Range& p2p) {
     if (p.op() == wire::RECV) byPeer[p.peer()].second += p.count();
   }
   std::vector<std::pair<uint32_t, uint64_t>> out;
+  out.reserve(byPeer.size());
   for (const auto& [peer, n] : byPeer) out.emplace_back(peer, std::max(n.first, n.second));
   return out;
 }

@@ -22,8 +22,8 @@ Schedule parsed(const std::string& text) {
 }
 
 // Bubble ratio of a balanced pipeline: the share of the makespan a rank is not working.
-double bubble(const Schedule& s, uint32_t P, uint32_t M) {
-  const double span = makespanNs(s, std::vector<double>(P, 300.0), M);
+double bubble(const Schedule& s, uint32_t pp, uint32_t micros) {
+  const double span = makespanNs(s, std::vector<double>(pp, 300.0), micros);
   REQUIRE(span > 0);
   return 1.0 - 300.0 / span;
 }
@@ -64,25 +64,25 @@ TEST_CASE("pipeline schedules: virtual stages wrap (interleaved) or turn on the 
 TEST_CASE("pipeline schedules: op lists are complete and dependency-ordered") {
   for (const char* name : {"1f1b", "interleaved:2", "interleaved:3", "zb-v", "dualpipe-v"}) {
     const Schedule s = parsed(name);
-    for (uint32_t P : {1u, 2u, 3u, 4u, 8u}) {
-      for (uint32_t M : {1u, 2u, 4u, 8u, 12u, 16u, 24u}) {
-        if (!microbatchProblem(s, P, M).empty()) continue;
-        INFO(name << " pp=" << P << " micro=" << M);
-        const auto lists = opLists(s, P, M);
-        REQUIRE(lists.size() == P);
-        for (uint32_t r = 0; r < P; ++r) {
+    for (uint32_t pp : {1u, 2u, 3u, 4u, 8u}) {
+      for (uint32_t micros : {1u, 2u, 4u, 8u, 12u, 16u, 24u}) {
+        if (!microbatchProblem(s, pp, micros).empty()) continue;
+        INFO(name << " pp=" << pp << " micro=" << micros);
+        const auto lists = opLists(s, pp, micros);
+        REQUIRE(lists.size() == pp);
+        for (uint32_t r = 0; r < pp; ++r) {
           std::set<std::tuple<int, uint32_t, uint32_t>> seen;
           for (const Op& op : lists[r]) {
             CHECK(op.chunk < s.chunks);
-            CHECK(op.micro < M);
+            CHECK(op.micro < micros);
             CHECK(seen.insert({static_cast<int>(op.pass), op.chunk, op.micro}).second);
           }
           const size_t passes = splitsBackward(s) ? 3 : 2;
-          CHECK(lists[r].size() == passes * s.chunks * M);
+          CHECK(lists[r].size() == passes * s.chunks * micros);
         }
         // The replay runs every op only if each one's input came first in some rank's order.
         size_t ran = 0;
-        replay(s, P, M, lists, [&](uint32_t, const Op&) {
+        replay(s, pp, micros, lists, [&](uint32_t, const Op&) {
           ++ran;
           return 1.0;
         });
@@ -95,15 +95,15 @@ TEST_CASE("pipeline schedules: op lists are complete and dependency-ordered") {
 }
 
 TEST_CASE("pipeline schedules: same work per rank, smaller bubbles than 1F1B") {
-  for (uint32_t P : {2u, 4u, 8u}) {
-    const uint32_t M = 2 * P;
-    INFO("pp=" << P << " micro=" << M);
-    const double one = bubble(parsed("1f1b"), P, M);
-    const double il2 = bubble(parsed("interleaved:2"), P, M);
-    const double zbv = bubble(parsed("zb-v"), P, M);
-    const double dpv = bubble(parsed("dualpipe-v"), P, M);
-    // 1F1B's bubble is (P - 1) / (M + P - 1) of each rank's step.
-    CHECK(one == Approx(static_cast<double>(P - 1) / (M + P - 1)).epsilon(1e-9));
+  for (uint32_t pp : {2u, 4u, 8u}) {
+    const uint32_t micros = 2 * pp;
+    INFO("pp=" << pp << " micro=" << micros);
+    const double one = bubble(parsed("1f1b"), pp, micros);
+    const double il2 = bubble(parsed("interleaved:2"), pp, micros);
+    const double zbv = bubble(parsed("zb-v"), pp, micros);
+    const double dpv = bubble(parsed("dualpipe-v"), pp, micros);
+    // 1F1B's bubble is (pp - 1) / (micros + pp - 1) of each rank's step.
+    CHECK(one == Approx(static_cast<double>(pp - 1) / (micros + pp - 1)).epsilon(1e-9));
     CHECK(il2 < one);
     CHECK(zbv <= il2 + 0.02);
     CHECK(dpv < one);
@@ -111,11 +111,11 @@ TEST_CASE("pipeline schedules: same work per rank, smaller bubbles than 1F1B") {
     for (const char* n : {"1f1b", "interleaved:2", "zb-v", "dualpipe-v"}) {
       const Schedule s = parsed(n);
       std::vector<double> idle;
-      const auto lists = opLists(s, P, M);
+      const auto lists = opLists(s, pp, micros);
       const auto ends = replay(
-          s, P, M, lists, [&](uint32_t, const Op& op) { return 300.0 / M * workShare(s, op.pass); },
-          &idle);
-      for (uint32_t r = 0; r < P; ++r) CHECK(ends[r] - idle[r] == Approx(300.0));
+          s, pp, micros, lists,
+          [&](uint32_t, const Op& op) { return 300.0 / micros * workShare(s, op.pass); }, &idle);
+      for (uint32_t r = 0; r < pp; ++r) CHECK(ends[r] - idle[r] == Approx(300.0));
     }
   }
 }

@@ -18,7 +18,7 @@ struct Job {
   uint32_t tp = 2, pp = 4, dp = 2;
   uint32_t rankAt(uint32_t s, uint32_t d, uint32_t t) const { return (s * dp + d) * tp + t; }
   std::vector<int32_t> stageOf() const {
-    std::vector<int32_t> out(tp * pp * dp);
+    std::vector<int32_t> out(size_t{tp} * pp * dp);
     for (uint32_t r = 0; r < out.size(); ++r) out[r] = static_cast<int32_t>(r / (tp * dp));
     return out;
   }
