@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What CI runs (.ci/run): the checks of the tree in stages, each in its own build directory
 # (tools/dev/builds.sh says how each is configured). Default stages (CI): format, main, fuzz,
-# release. The others are run on request.
+# release, tidy. The others are run on request.
 #   format    clang-format --dry-run -Werror over every C++ file git tracks (tools/lint.sh)
 #   main      GCC debugoptimized (build/): the whole suite, unit and whole-system tests
 #   fuzz      clang with ASan + UBSan (build-asan/), the libFuzzer targets only: each replays its
@@ -12,9 +12,10 @@
 #             python3 tests get the sanitizer runtime preloaded        [on request]
 #   tsan      clang with TSan (build-tsan/): the threaded tests only (suite threads: probe
 #             runtime, ingest, HTTP); builds only what they need       [on request]
-#   tidy      clang-tidy (.clang-tidy, every finding an error) over the C++ files changed since
-#             TRAINSCOPE_TIDY_BASE (default: the merge base with main, or HEAD~1 on main)
-#             [on request]
+#   tidy      clang-tidy (.clang-tidy, every finding an error, build-asan/'s compile database)
+#             over the C++ files changed since the last tree that passed whole (.ci/tidy-clean,
+#             written by tools/lint.sh --tidy-only --record; TRAINSCOPE_TIDY_BASE overrides),
+#             a changed header through every source that includes it; no result cache
 # Installs missing Debian packages first. Ends with one line summed over the stages,
 # "tests: N passed, N failed, N skipped" (a lint stage counts as one test), and exits non-zero
 # when any stage failed.
@@ -23,7 +24,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 only=${TRAINSCOPE_TEST_STAGES:+,$TRAINSCOPE_TEST_STAGES,}
-default_stages=,format,main,fuzz,release,
+default_stages=,format,main,fuzz,release,tidy,
 if [[ ${1:-} == --only ]]; then
   only=,$2,
   shift 2
