@@ -2,8 +2,38 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 
 namespace trainscope::detect {
+namespace {
+
+// The stages' work as compared here when every stage has one worker (no data parallelism): the
+// lower median of each stage's ranks' compute. A worker's compute is its slowest rank's
+// (layout.h), so there one slow GPU would read as a heavier stage; the lower median moves only
+// when the stage's own work grows (all its ranks compute longer), and the slow GPU is the
+// straggler detector's, judged against its tensor-parallel peers.
+void loneWorkerStageWork(const AssembledStep& step, const JobLayout& layout,
+                         std::vector<double>* out) {
+  std::vector<std::vector<double>> byStage(layout.stages);
+  for (const RankStep& r : step.ranks) {
+    const uint32_t rank = r.report.rank();
+    if (rank >= layout.stageOf.size() || layout.stageOf[rank] < 0) continue;
+    if (r.report.compute_ns() <= 0) continue;
+    const auto stage = static_cast<size_t>(layout.stageOf[rank]);
+    if (stage < byStage.size())
+      byStage[stage].push_back(static_cast<double>(r.report.compute_ns()));
+  }
+  out->assign(layout.stages, 0.0);
+  for (size_t s = 0; s < byStage.size(); ++s) {
+    auto& v = byStage[s];
+    if (v.empty()) continue;
+    const auto lower = v.begin() + static_cast<std::ptrdiff_t>((v.size() - 1) / 2);
+    std::nth_element(v.begin(), lower, v.end());
+    (*out)[s] = *lower;
+  }
+}
+
+}  // namespace
 
 StageImbalanceDetector::StageImbalanceDetector(std::string job,
                                                const StageImbalanceOptions& options, EventLog* log)
@@ -27,16 +57,21 @@ void StageImbalanceDetector::onStep(const AssembledStep& step) {
   const JobLayout& layout = *layout_;
   viewStep(step, layout, &view_);
   views_.push(summaryOf(view_));
+  const std::vector<double>* work = &view_.stageNs;
+  if (layout.replicas == 1) {
+    loneWorkerStageWork(step, layout, &rankWork_);
+    work = &rankWork_;
+  }
   std::vector<std::pair<size_t, double>> ratios;
   std::vector<double> others;
   for (uint32_t s = 0; s < layout.stages; ++s) {
-    if (view_.stageNs[s] <= 0) continue;
+    if ((*work)[s] <= 0) continue;
     others.clear();
     for (uint32_t q = 0; q < layout.stages; ++q) {
-      if (q != s && view_.stageNs[q] > 0) others.push_back(view_.stageNs[q]);
+      if (q != s && (*work)[q] > 0) others.push_back((*work)[q]);
     }
     if (others.empty()) continue;
-    ratios.emplace_back(s, view_.stageNs[s] / medianInPlace(others));
+    ratios.emplace_back(s, (*work)[s] / medianInPlace(others));
   }
   std::vector<PeerRatioSet::Event> events;
   set_->push(step.step, ratios, &events);

@@ -8,7 +8,10 @@
 // minExcess is larger than the straggler's on purpose: real pipelines are a little unbalanced
 // by construction (the first stage carries the embedding, the last the head and the loss), and
 // that is the layout the job chose, not a regression; a stage a few percent heavier is left
-// alone. The anomaly names every rank of the stage, labels.stage, and evidence.estimated_gain
+// alone. Where every stage has a single worker (no data parallelism) the stages are compared
+// by the lower median of their ranks' compute instead, so that one slow GPU, which sets its
+// worker's pace, is not read as a heavier stage (the straggler detector names it). The anomaly
+// names every rank of the stage, labels.stage, and evidence.estimated_gain
 // (the what-if of layout.h with the stage at the other stages' median work). Only for jobs with
 // a layout of two or more stages (setLayout); used from the caller's thread only.
 #pragma once
@@ -45,8 +48,9 @@ class StageImbalanceDetector {
   std::shared_ptr<const JobLayout> layout_;
   std::unique_ptr<PeerRatioSet> set_;
   std::vector<StageState> stages_;
-  Ring<StepSummary> views_;  // for the evidence (medians since onset)
-  LayoutStep view_;          // scratch
+  Ring<StepSummary> views_;       // for the evidence (medians since onset)
+  LayoutStep view_;               // scratch
+  std::vector<double> rankWork_;  // scratch: the stages' work with one worker each (see .cpp)
 };
 
 }  // namespace trainscope::detect

@@ -20,11 +20,13 @@ StragglerDetector::StragglerDetector(std::string job, const StragglerOptions& op
 void StragglerDetector::setLayout(std::shared_ptr<const JobLayout> layout) {
   layout_ = std::move(layout);
   stageSets_.clear();
+  rankSets_.clear();
   workers_.clear();
   views_.clear();
   if (!layout_) return;
   for (uint32_t s = 0; s < layout_->stages; ++s) {
     stageSets_.emplace_back(o_.persistence, o_.noiseWindow);
+    rankSets_.emplace_back(o_.persistence, o_.noiseWindow);
   }
   const size_t window = static_cast<size_t>(std::max(1, o_.persistence.window));
   workers_.assign(layout_->workers.size(), WorkerState(window));
@@ -198,6 +200,7 @@ void StragglerDetector::onLayoutStep(const AssembledStep& step) {
   std::vector<PeerRatioSet::Event> events;
   for (uint32_t s = 0; s < layout.stages; ++s) {
     const auto& ws = byStage[s];
+    if (ws.size() == 1 && layout.replicas == 1) judgeLoneWorker(step, s, ws[0]);
     if (ws.size() < 2) continue;
     ratios.clear();
     for (size_t w : ws) {
@@ -253,31 +256,11 @@ void StragglerDetector::onLayoutStep(const AssembledStep& step) {
           singleRank(st, wk, since, computeNs - peerNs, &rankNs, &peersNs, &rankWait, &peersWait);
       if (one >= 0) {
         // One GPU: its tp peers wait for it in their collectives (see the header).
-        const size_t pos = static_cast<size_t>(one);
-        const uint32_t rank = wk.ranks[pos];
-        std::string coords = wk.coords;
-        if (pos < wk.tp.size() && wk.tp[pos] >= 0) {
-          coords.pop_back();  // '}'
-          coords += std::string(coords.size() > 1 ? "," : "") +
-                    "\"tp\":" + std::to_string(wk.tp[pos]) + '}';
-        }
-        a.ranks = {rank};
-        a.nodes = nodesOf(step, a.ranks);
-        a.labels["coords"] = coords;
-        a.labels["worker"] = wk.coords;
-        a.labels["scope"] = "rank";
-        a.evidence["rank_compute_ms"] = rankNs / 1e6;
-        a.evidence["tp_peers_compute_ms"] = peersNs / 1e6;
-        a.evidence["rank_tp_wait_ms"] = rankWait / 1e6;
-        a.evidence["tp_peers_wait_ms"] = peersWait / 1e6;
-        a.summary = strCat(
-            "rank ", std::to_string(rank), " ", coords, " slows its worker (", rankList(wk.ranks),
-            "): compute ", formatMs(rankNs), " vs ", formatMs(peersNs),
-            " on its tensor-parallel peers, which wait ", formatMs(peersWait - rankWait),
-            " per step for it in their collectives; the worker runs ", formatRatio(a.magnitude),
-            " its stage's other workers from step ", std::to_string(a.onsetStep), gainText);
-        st.anomaly = log_->open(std::move(a), rankSubject({rank}));
-        st.open = true;
+        const std::string tail =
+            strCat("; the worker runs ", formatRatio(a.magnitude),
+                   " its stage's other workers from step ", std::to_string(a.onsetStep), gainText);
+        openRank(step, static_cast<size_t>(one), wk, rankNs, peersNs, rankWait, peersWait, tail,
+                 std::move(a), &st);
         continue;
       }
       a.labels["scope"] = "worker";
@@ -289,6 +272,138 @@ void StragglerDetector::onLayoutStep(const AssembledStep& step) {
       st.anomaly = log_->open(std::move(a), rankSubject(wk.ranks));
       st.open = true;
     }
+  }
+}
+
+void StragglerDetector::openRank(const AssembledStep& step, size_t pos, const Worker& wk,
+                                 double rankNs, double peersNs, double rankWait, double peersWait,
+                                 const std::string& tail, Anomaly a, WorkerState* st) {
+  const uint32_t rank = wk.ranks[pos];
+  std::string coords = wk.coords;
+  if (pos < wk.tp.size() && wk.tp[pos] >= 0) {
+    coords.pop_back();  // '}'
+    coords +=
+        std::string(coords.size() > 1 ? "," : "") + "\"tp\":" + std::to_string(wk.tp[pos]) + '}';
+  }
+  a.ranks = {rank};
+  a.nodes = nodesOf(step, a.ranks);
+  a.labels["coords"] = coords;
+  a.labels["worker"] = wk.coords;
+  a.labels["scope"] = "rank";
+  a.evidence["rank_compute_ms"] = rankNs / 1e6;
+  a.evidence["tp_peers_compute_ms"] = peersNs / 1e6;
+  const bool waits = !std::isnan(rankWait) && !std::isnan(peersWait);
+  if (waits) {
+    a.evidence["rank_tp_wait_ms"] = rankWait / 1e6;
+    a.evidence["tp_peers_wait_ms"] = peersWait / 1e6;
+  }
+  a.summary = strCat("rank ", std::to_string(rank), " ", coords, " slows its worker (",
+                     rankList(wk.ranks), "): compute ", formatMs(rankNs), " vs ", formatMs(peersNs),
+                     " on its tensor-parallel peers",
+                     waits ? strCat(", which wait ", formatMs(peersWait - rankWait),
+                                    " per step for it in their collectives")
+                           : std::string(" (the job reports no tensor-parallel collectives)"),
+                     tail);
+  st->anomaly = log_->open(std::move(a), rankSubject({rank}));
+  st->open = true;
+}
+
+void StragglerDetector::judgeLoneWorker(const AssembledStep& step, uint32_t stage, size_t w) {
+  const JobLayout& layout = *layout_;
+  const Worker& wk = layout.workers[w];
+  const size_t n = wk.ranks.size();
+  if (n < 2) return;
+  // This step's compute of the worker's ranks (0: not reported).
+  std::vector<double> compute(n, 0.0);
+  for (const RankStep& r : step.ranks) {
+    const uint32_t rank = r.report.rank();
+    if (layout.workerOfRank(rank) != static_cast<int32_t>(w)) continue;
+    const auto it = std::lower_bound(wk.ranks.begin(), wk.ranks.end(), rank);
+    if (it != wk.ranks.end() && *it == rank)
+      compute[static_cast<size_t>(it - wk.ranks.begin())] =
+          static_cast<double>(r.report.compute_ns());
+  }
+  std::vector<std::pair<size_t, double>> ratios;
+  std::vector<double> others;
+  for (size_t i = 0; i < n; ++i) {
+    if (compute[i] <= 0) continue;
+    others.clear();
+    for (size_t j = 0; j < n; ++j) {
+      if (j != i && compute[j] > 0) others.push_back(compute[j]);
+    }
+    if (others.empty()) continue;
+    const double peer = medianInPlace(others);
+    ratios.emplace_back(i, peer > 0 ? compute[i] / peer : 1.0);
+  }
+  std::vector<PeerRatioSet::Event> events;
+  rankSets_[stage].push(step.step, ratios, &events);
+  WorkerState& st = workers_[w];
+  for (const auto& e : events) {
+    if (e.transition != PersistenceTracker::Transition::kResolved) continue;
+    if (st.open && st.anomaly.ranks == std::vector<uint32_t>{wk.ranks[e.unit]}) {
+      log_->resolve(st.anomaly, rankSets_[stage].tracker(e.unit).resolvedStep(), step.nowNs);
+      st.open = false;
+    }
+  }
+  // A rank whose ratio stays high is named once the wait test agrees: judged again every step
+  // while its excursion lasts, as the tp collectives' evidence builds up with the steps.
+  for (const auto& r : ratios) {
+    if (st.open) break;  // one anomaly per worker
+    const size_t unit = r.first;
+    const PersistenceTracker& tr = rankSets_[stage].tracker(unit);
+    if (!tr.active()) continue;
+    Anomaly a;
+    a.job = job_;
+    a.kind = AnomalyKind::kStraggler;
+    fillOpened(tr, step, &a);
+    const size_t since = static_cast<size_t>(std::max<int64_t>(1, step.step - a.onsetStep + 1));
+    if (st.rankCompute.size() != n) continue;
+    // The rank's excess over its tensor-parallel peers since the onset; it is named only when
+    // their collectives show them waiting for it (singleRank), as for a worker with peers.
+    std::vector<double> peerMedians;
+    for (size_t j = 0; j < n; ++j) {
+      if (j != unit) peerMedians.push_back(median(st.rankCompute[j].latest(since)));
+    }
+    const double rankMedian = median(st.rankCompute[unit].latest(since));
+    const double peerMedian = medianInPlace(peerMedians);
+    double rankNs = 0, peersNs = 0, rankWait = 0, peersWait = 0;
+    const int one = singleRank(st, wk, since, rankMedian - peerMedian, &rankNs, &peersNs, &rankWait,
+                               &peersWait);
+    if (one != static_cast<int>(unit)) {
+      // No tensor-parallel collectives reported at all: nothing shows who waits, and nothing
+      // contradicts the compute either (ranks of one tp group do the same work), so the rank
+      // is named on its compute alone. Collectives that show no one waiting for it keep it
+      // unnamed: its extra compute costs the step nothing then.
+      bool anyWait = false;
+      for (const auto& ring : st.rankWait) {
+        for (double x : ring.latest(since)) anyWait = anyWait || !std::isnan(x);
+      }
+      if (anyWait || !(rankMedian > peerMedian)) continue;
+      rankNs = rankMedian;
+      peersNs = peerMedian;
+      rankWait = peersWait = std::numeric_limits<double>::quiet_NaN();
+    }
+    const StepSummary med = medianOf(views_.latest(since), layout.stages);
+    const double gain = estimatedGain(med.stageNs, stage, med.stageNs[stage],
+                                      med.stageNs[stage] - (rankNs - peersNs), med.microbatches,
+                                      med.stepNs, med.schedule);
+    a.evidence = {{"compute_ms", rankNs / 1e6},
+                  {"peer_median_ms", peersNs / 1e6},
+                  {"ratio", a.magnitude},
+                  {"noise_sigma", rankSets_[stage].noise()},
+                  {"exceed_level", tr.exceedLevel()},
+                  {"exceeding_steps", tr.exceedCount()},
+                  {"peers", static_cast<double>(n - 1)},
+                  {"step_ms", med.stepNs / 1e6},
+                  {"estimated_gain", gain},
+                  {"added_ms_per_step", (rankNs - peersNs) / 1e6}};
+    a.labels = {{"stage", std::to_string(wk.stage)}};
+    const std::string tail = strCat(
+        "; its stage has no other worker, so it is judged against its tensor-parallel peers: ",
+        formatRatio(a.magnitude), " their compute from step ", std::to_string(a.onsetStep),
+        "; about ", std::to_string(static_cast<int>(std::lround(gain * 100))),
+        " % of the step to gain");
+    openRank(step, unit, wk, rankNs, peersNs, rankWait, peersWait, tail, std::move(a), &st);
   }
 }
 

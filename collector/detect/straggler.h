@@ -30,6 +30,10 @@
 // tensor-parallel collectives (the groups declared with kind tp) show the others waiting for it:
 // it waits least there, and the others' wait exceeds its own by at least half its compute
 // excess. A whole worker slowed alike (a slow node, a hot host) is named as the worker.
+// Without data parallelism a stage has one worker and no peers: its ranks are then compared
+// with each other (rank compute / median of its tensor-parallel peers', PeerRatioSet per stage)
+// and a rank is named by the same wait test (or on its compute alone when the job reports no
+// tensor-parallel collectives); a whole stage slowed alike is stage_imbalance's.
 #pragma once
 
 #include <cstdint>
@@ -69,6 +73,14 @@ class StragglerDetector {
   };
   // Each worker rank's compute and tensor-parallel wait this step (see "One slow GPU").
   void observeRanks(const AssembledStep& step);
+  // A worker alone in its stage (no data parallelism): its ranks against each other, a rank
+  // named when its tensor-parallel peers wait for it (see "One slow GPU").
+  void judgeLoneWorker(const AssembledStep& step, uint32_t stage, size_t worker);
+  // Opens `a` (kind, onset, magnitude, evidence filled) as one rank of worker `wk` (labels,
+  // rank evidence, summary ending in `tail`).
+  void openRank(const AssembledStep& step, size_t pos, const Worker& wk, double rankNs,
+                double peersNs, double rankWait, double peersWait, const std::string& tail,
+                Anomaly a, WorkerState* st);
   // The position in the worker's ranks of the one rank that slows it, or -1 (see above).
   int singleRank(const WorkerState& st, const Worker& wk, size_t since, double excessNs,
                  double* rankNs, double* peersNs, double* rankWaitNs, double* peersWaitNs) const;
@@ -96,6 +108,7 @@ class StragglerDetector {
   // Layout mode (see above).
   std::shared_ptr<const JobLayout> layout_;
   std::vector<PeerRatioSet> stageSets_;  // one per stage: its workers' ratios
+  std::vector<PeerRatioSet> rankSets_;   // one per stage: its lone worker's ranks' ratios
   std::vector<WorkerState> workers_;     // by worker index
   Ring<StepSummary> views_;              // for the evidence (medians since onset)
   LayoutStep view_;                      // scratch

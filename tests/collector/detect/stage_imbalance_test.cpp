@@ -100,3 +100,36 @@ TEST_CASE("stage_imbalance: the layout may come after the first reports (late he
   REQUIRE(opened.size() == 1);
   CHECK(opened[0].labels.at("stage") == "1");
 }
+
+TEST_CASE(
+    "stage_imbalance: without data parallelism a slow stage is found, a slow GPU is not one") {
+  // tp4 x pp4 x dp1: each stage is a single worker. A stage whose every rank computes longer
+  // is a slow stage; one slow rank (its worker's pace) is the straggler detector's.
+  ParallelSynth job;
+  job.seed = 27;
+  job.tp = 4;
+  job.pp = 4;
+  job.dp = 1;
+  job.tpWaits = true;
+  job.stageFactor = [](int64_t s, uint32_t st) { return s >= 100 && st == 2 ? 1.2 : 1.0; };
+  auto events = runLayoutJob(job, 300);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kStageImbalance);
+  REQUIRE(opened.size() == 1);
+  CHECK(opened[0].labels.at("stage") == "2");
+  CHECK(opened[0].ranks == std::vector<uint32_t>{8, 9, 10, 11});
+  CHECK(opened[0].onsetStep >= 98);
+  CHECK(opened[0].detectedStep - opened[0].onsetStep <= 10);
+  CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
+
+  ParallelSynth gpu = job;
+  gpu.seed = 28;
+  gpu.stageFactor = nullptr;
+  gpu.rankFactor = [](int64_t s, uint32_t r) { return s >= 100 && r == 9 ? 1.3 : 1.0; };
+  auto gpuEvents = runLayoutJob(gpu, 300);
+  INFO(describe(gpuEvents));
+  CHECK(ofKind(gpuEvents, AnomalyKind::kStageImbalance).empty());
+  auto named = ofKind(gpuEvents, AnomalyKind::kStraggler);
+  REQUIRE(named.size() == 1);
+  CHECK(named[0].ranks == std::vector<uint32_t>{9});
+}

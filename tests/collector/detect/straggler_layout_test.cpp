@@ -154,3 +154,63 @@ TEST_CASE(
   REQUIRE(named.size() == 1);
   CHECK(named[0].ranks == std::vector<uint32_t>{2, 3});
 }
+
+TEST_CASE(
+    "straggler layout: without data parallelism a slow GPU is named alone, not a slow stage") {
+  // tp4 x pp2 x dp1: every stage is one worker, so there are no peer workers; the rank is
+  // judged against its tensor-parallel peers, and its stage is not called heavier.
+  ParallelSynth job;
+  job.seed = 74;
+  job.tp = 4;
+  job.dp = 1;
+  job.noise = 0.03;
+  job.tpWaits = true;
+  job.rankFactor = [](int64_t s, uint32_t r) { return s >= 100 && r == 5 ? 1.1 : 1.0; };
+  auto events = runLayoutJob(job, 300);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kStraggler);
+  REQUIRE(opened.size() == 1);
+  const Anomaly& a = opened[0];
+  CHECK(a.ranks == std::vector<uint32_t>{5});
+  CHECK(a.labels.at("scope") == "rank");
+  CHECK(a.labels.at("stage") == "1");
+  CHECK(a.onsetStep >= 98);
+  CHECK(a.onsetStep <= 102);
+  CHECK(a.detectedStep - a.onsetStep <= 10);
+  CHECK(a.evidence.at("tp_peers_wait_ms") > a.evidence.at("rank_tp_wait_ms"));
+  // The stage goes at its slowest rank: 10 % of the stage's compute, a few % of the step.
+  CHECK(a.evidence.at("estimated_gain") > 0.02);
+  CHECK(a.evidence.at("estimated_gain") < 0.1);
+  CHECK(ofKind(events, AnomalyKind::kStageImbalance).empty());
+
+  // The same GPU slow from the first step, in a job that reports no tp collectives: named on
+  // its compute alone, with onset 0.
+  ParallelSynth plain;
+  plain.seed = 75;
+  plain.tp = 4;
+  plain.dp = 1;
+  plain.noise = 0.03;
+  plain.rankFactor = [](int64_t, uint32_t r) { return r == 2 ? 1.2 : 1.0; };
+  auto quiet = runLayoutJob(plain, 200);
+  INFO(describe(quiet));
+  auto named = ofKind(quiet, AnomalyKind::kStraggler);
+  REQUIRE(named.size() == 1);
+  CHECK(named[0].ranks == std::vector<uint32_t>{2});
+  CHECK(named[0].onsetStep == 0);
+  CHECK(named[0].evidence.count("tp_peers_wait_ms") == 0);
+  CHECK(ofKind(quiet, AnomalyKind::kStageImbalance).empty());
+}
+
+TEST_CASE("straggler layout: no alarm on 2,000 healthy steps of tp4 x pp4 x dp1, unbalanced") {
+  ParallelSynth job;
+  job.seed = 76;
+  job.tp = 4;
+  job.pp = 4;
+  job.dp = 1;
+  job.tpWaits = true;
+  job.stageLoad = {1.025, 1.0, 1.0, 1.05};
+  auto events = runLayoutJob(job, 2000);
+  INFO(describe(events));
+  CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
+  CHECK(ofKind(events, AnomalyKind::kStageImbalance).empty());
+}

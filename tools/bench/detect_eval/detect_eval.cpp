@@ -2,8 +2,10 @@
 // simulator's step model, folded by the real probe folder, judged by a default DetectorSet)
 // and prints per-kind precision, recall, ranks named, latency, false alarms and cost.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -265,6 +267,209 @@ void addSchedules(const EvalOptions& o, std::vector<Scenario>* out) {
   }
 }
 
+// The sweep (label 'sweep', issue 11's evaluation grid): layouts from 8 to 1,024 ranks (tp 2-8,
+// pp 2-8, dp 1-32, two with expert parallelism) under each pipeline schedule, with every fault
+// kind the layout has (worker and seqlen need dp >= 2, experts ep >= 2) at x1.1/x1.5/x2 (seqlen
+// cv 0.1-0.3, experts skew 1.1-2) from step 0 and step 100, and healthy jobs per layout and
+// schedule, balanced and edge-loaded. One seed per cell (the grid is large): the seed, and with
+// it the place a fault hits, moves with layout, schedule and magnitude. The large layouts run a
+// thinner grid so the whole sweep stays within minutes on two cores: simulating and folding a
+// 1,024-rank step costs about 200 ms of CPU.
+struct SweepLayout {
+  ts::sim::ParallelLayout par;
+  int64_t faultSteps;    // steps of a fault job
+  int64_t healthySteps;  // steps of a healthy job
+  // Which (magnitude, onset) cells: kFull every magnitude from step 0 and 100; kEnds x1.1 and
+  // x2 only; kOne one cell per kind and schedule, turning with the schedule (x1.1 @0, x1.5 @100,
+  // x2 @0, x1.1 @100), so each magnitude and onset is still seen.
+  enum class Grid { kFull, kEnds, kOne } grid;
+};
+
+std::string sweepLayoutName(const ts::sim::ParallelLayout& l) {
+  std::string n =
+      "tp" + std::to_string(l.tp) + "pp" + std::to_string(l.pp) + "dp" + std::to_string(l.dp);
+  if (l.ep > 1) n += "ep" + std::to_string(l.ep);
+  return n;
+}
+
+std::vector<SweepLayout> sweepLayouts(bool quick) {
+  using L = ts::sim::ParallelLayout;
+  using G = SweepLayout::Grid;
+  if (quick) return {{L{2, 2, 2}, 200, 300, G::kFull}, {L{2, 4, 4, 1, 2}, 200, 300, G::kEnds}};
+  return {{L{2, 2, 2}, 300, 1000, G::kFull},       {L{8, 2, 1}, 300, 1000, G::kFull},
+          {L{2, 4, 4, 1, 2}, 300, 1000, G::kFull}, {L{4, 4, 4}, 300, 600, G::kFull},
+          {L{8, 4, 8}, 200, 300, G::kEnds},        {L{4, 8, 32, 1, 8}, 150, 150, G::kOne}};
+}
+
+void addSweep(const EvalOptions& o, std::vector<Scenario>* out) {
+  const std::vector<SweepLayout> layouts = sweepLayouts(o.quick);
+  const std::vector<double> mags = {1.1, 1.5, 2.0};
+  const std::vector<double> seqMags = {1.1, 1.2, 1.3};
+  auto checked = [](Scenario s) {
+    if (auto st = ts::sim::validate(s.sim, false); !st) {
+      std::fprintf(stderr, "detect_eval: internal sweep error in '%s': %s\n", s.name.c_str(),
+                   st.message().c_str());
+      std::exit(2);
+    }
+    return s;
+  };
+  uint64_t healthySeed = 13000;
+  for (size_t li = 0; li < layouts.size(); ++li) {
+    const SweepLayout& SL = layouts[li];
+    const ts::sim::ParallelLayout& L = SL.par;
+    const std::string ln = sweepLayoutName(L);
+    for (size_t si = 0; si < 4; ++si) {
+      const char* sched = std::array{"1f1b", "interleaved:2", "zb-v", "dualpipe-v"}[si];
+      auto make = [&](int64_t steps, uint64_t seed) {
+        Scenario s = base(L.world(), steps, 0.05, seed);
+        s.sim.parallel = L;
+        s.sim.schedule = sched;
+        return s;
+      };
+      for (double edge : {0.0, 0.05}) {
+        Scenario s = make(SL.healthySteps, ++healthySeed);
+        s.group = "healthy";
+        s.faultLabel = std::string("healthy sweep ") + ln + " " + sched;
+        s.sim.edgeLoad = edge;
+        s.sim.injects.push_back(inject("spike:every=50,factor=3"));
+        s.name = "healthy sweep " + ln + " sched " + sched + (edge > 0 ? " edge+5%" : "") +
+                 " seed " + std::to_string(healthySeed);
+        out->push_back(checked(std::move(s)));
+      }
+      std::vector<std::pair<size_t, int64_t>> cells;  // (magnitude index, onset)
+      for (int64_t from : {int64_t{0}, int64_t{100}}) {
+        for (size_t mi = 0; mi < mags.size(); ++mi) {
+          if (SL.grid == SweepLayout::Grid::kEnds && mi == 1) continue;
+          if (SL.grid != SweepLayout::Grid::kOne) cells.emplace_back(mi, from);
+        }
+      }
+      if (SL.grid == SweepLayout::Grid::kOne) {
+        cells.emplace_back(std::array<size_t, 4>{0, 1, 2, 0}[si], si % 2 == 1 ? 100 : 0);
+      }
+      for (const std::string label : {"worker", "gpu", "stage", "p2p", "seqlen", "experts"}) {
+        if ((label == "worker" || label == "seqlen") && L.dp < 2) continue;
+        if (label == "experts" && L.ep < 2) continue;
+        for (const auto& [mi, from] : cells) {
+          // seqlen: the magnitude is 1 + cv, as in the other suites.
+          const double m = label == "seqlen" ? seqMags[mi] : mags[mi];
+          // The place moves with the cell; the noise draws with the seed.
+          const int sd = static_cast<int>(li + si * 3 + mi + (from > 0 ? 5 : 0));
+          Scenario s =
+              make(SL.faultSteps, 20000 + li * 1000 + si * 100 + mi * 10 + (from > 0 ? 1 : 0));
+          s.faultLabel = label + " sweep " + ln + " " + sched;
+          s.magnitude = m;
+          s.sim.injects.push_back(inject("spike:every=75,factor=2.5"));
+          char f[32];
+          std::snprintf(f, sizeof f, "%g", label == "seqlen" ? m - 1.0 : m);
+          std::string spec;
+          if (label == "experts") {
+            spec = "experts:skew=" + std::string(f) + ",ep=" + std::to_string(sd % L.ep) +
+                   ",from=" + std::to_string(from);
+          } else {
+            spec = parallelFault(label, L, sd, f, from);
+          }
+          ts::sim::Inject in = inject(spec);
+          s.group = ts::sim::truthKindName(in.kind);
+          s.sim.injects.push_back(in);
+          s.name =
+              spec + " sweep " + ln + " sched " + sched + " seed " + std::to_string(s.sim.seed);
+          out->push_back(checked(std::move(s)));
+        }
+      }
+    }
+  }
+}
+
+// The sweep's fault cells folded two ways, kind x schedule (over layouts) and kind x layout
+// (over schedules), scored by the same rules as the full table (which is printed before this),
+// plus the healthy sweep jobs' false alarms per layout and schedule: the summary a reader
+// compares with the targets.
+void printSweepSummary(const std::vector<ts::bench::ScenarioResult>& results, std::FILE* out) {
+  std::vector<ts::bench::ScenarioResult> bySched, byLayout;
+  std::map<std::string, std::pair<int64_t, int64_t>> healthy;  // "layout sched" -> steps, FAs
+  for (const auto& r : results) {
+    const std::string& label = r.scenario.faultLabel;
+    const size_t at = label.find(" sweep ");
+    if (at == std::string::npos) continue;
+    // "<kind> sweep <layout> <schedule>"
+    const std::string kind = label.substr(0, at);
+    const std::string rest = label.substr(at + 7);
+    const std::string layout = rest.substr(0, rest.find(' '));
+    const std::string sched = rest.substr(rest.find(' ') + 1);
+    if (r.scenario.group == "healthy") {
+      int64_t fa = 0;
+      for (const auto& a : r.detections) fa += a.kind != ts::detect::AnomalyKind::kSpike;
+      auto& h = healthy[layout + " " + sched];
+      h.first += r.stepsJudged;
+      h.second += fa;
+      continue;
+    }
+    bySched.push_back(r);
+    bySched.back().scenario.faultLabel = kind + " " + sched;
+    byLayout.push_back(r);
+    byLayout.back().scenario.faultLabel = kind + " " + layout;
+  }
+  if (bySched.empty() && healthy.empty()) return;
+  const ts::bench::Targets targets;
+  auto table = [&](const std::vector<ts::bench::ScenarioResult>& rs, const char* title) {
+    if (rs.empty()) return nlohmann::json();
+    std::FILE* sink = std::tmpfile();
+    if (sink == nullptr) return nlohmann::json();
+    bool passed = false;
+    nlohmann::json js = ts::bench::scoreAndPrint(rs, targets, sink, &passed);
+    std::fclose(sink);
+    std::fprintf(out, "\n==== sweep summary: %s (x1.1-2, seqlen cv 0.1-0.3; targets apply) ====\n",
+                 title);
+    std::fprintf(out, "%-26s %6s %6s %7s %8s %8s %8s %10s %7s\n", "kind", "faults", "found",
+                 "recall", "ranks_ok", "lat_med", "lat_p90", "gain_ok", "target");
+    for (const auto& [label, k] : js["groups"]["parallel fault >= 10%"]["kinds"].items()) {
+      auto num = [&](const char* key) {
+        return k[key].is_number() ? k[key].get<double>() : std::nan("");
+      };
+      const double rec = num("recall"), ranks = num("ranks_named");
+      const double med = num("latency_median_steps"), p90 = num("latency_p90_steps");
+      const bool met = rec >= targets.recall && ranks >= targets.ranksNamed &&
+                       med <= targets.latencyMedian && p90 <= targets.latencyP90;
+      char gain[32] = "-";
+      if (k.contains("gain_judged")) {
+        std::snprintf(gain, sizeof gain, "%d/%d", k["gain_within_005"].get<int>(),
+                      k["gain_judged"].get<int>());
+      }
+      char medS[16] = "-", p90S[16] = "-";
+      if (!std::isnan(med)) std::snprintf(medS, sizeof medS, "%.1f", med);
+      if (!std::isnan(p90)) std::snprintf(p90S, sizeof p90S, "%.1f", p90);
+      std::fprintf(out, "%-26s %6d %6d %7.3f %8.3f %8s %8s %10s %7s\n", label.c_str(),
+                   k["faults"].get<int>(), k["found"].get<int>(), rec, ranks, medS, p90S, gain,
+                   met ? "met" : "NOT met");
+    }
+    return js;
+  };
+  table(byLayout, "kind x layout, over the 4 schedules");
+  const nlohmann::json js = table(bySched, "kind x schedule, over the layouts");
+  if (js.is_object() && js["groups"].contains("parallel fault >= 10%")) {
+    std::fprintf(out, "\nsweep precision by detected kind (secondary: another injected kind):\n");
+    for (const auto& [kind, p] : js["groups"]["parallel fault >= 10%"]["precision"].items()) {
+      std::fprintf(out,
+                   "  %-20s matched %5d  secondary %4d  false %3d  precision excl. "
+                   "secondary %.3f\n",
+                   kind.c_str(), p["matched"].get<int>(), p["secondary"].get<int>(),
+                   p["false"].get<int>(), p["precision_excluding_secondary"].get<double>());
+    }
+  }
+  if (!healthy.empty()) {
+    std::fprintf(out, "\nsweep healthy jobs (5%% noise, balanced + edge-loaded, checkpoints):\n");
+    int64_t steps = 0, fas = 0;
+    for (const auto& [key, v] : healthy) {
+      std::fprintf(out, "  %-32s %7lld job-steps %3lld false alarms\n", key.c_str(),
+                   static_cast<long long>(v.first), static_cast<long long>(v.second));
+      steps += v.first;
+      fas += v.second;
+    }
+    std::fprintf(out, "  all: %lld false alarms in %lld job-steps\n", static_cast<long long>(fas),
+                 static_cast<long long>(steps));
+  }
+}
+
 // How well the collector's inference named each schedule (steps right of those inferred).
 void printScheduleInference(const std::vector<ts::bench::ScenarioResult>& results, std::FILE* out) {
   std::map<std::string, std::pair<int64_t, int64_t>> bySched;  // (right, steps)
@@ -491,6 +696,9 @@ std::vector<Scenario> buildSuite(const EvalOptions& o) {
   addParallel(o, &out);
   addSchedules(o, &out);
   addExperts(o, &out);
+  // The sweep is large: only when asked for by name (--only sweep, --only "seqlen sweep", ...),
+  // so that the other selections run and read as before.
+  if (o.only.find("sweep") != std::string::npos) addSweep(o, &out);
   if (!o.only.empty()) {
     std::vector<Scenario> kept;
     for (auto& s : out) {
@@ -524,7 +732,9 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json, "write the results as JSON to this file (default: none)");
   app.add_option("--only", o.only,
                  "run only scenarios whose kind, label or name contains this "
-                 "text, e.g. straggler, healthy, op_one, 1024r (default: all)");
+                 "text, e.g. straggler, healthy, op_one, 1024r (default: all but the sweep). "
+                 "The layout x schedule sweep of issue 11 runs only when this names it: "
+                 "'sweep', 'seqlen sweep', 'sweep tp2pp2dp2' (with --quick: 2 small layouts)");
   app.add_flag("--copy-reports", o.copyReports,
                "feed reports with observe(const&), which copies each one, instead of handing "
                "them over with observe(&&) (default: off)");
@@ -572,6 +782,23 @@ int main(int argc, char** argv) {
       "balanced and edge-loaded; experts skew x1.05-2.0 at one ep index, and worker and stage "
       "faults in tp2pp2dp4ep2, from step 0 and 100, 300 steps, 2 seeds%s\n",
       o.quick ? " (quick: 2 layouts, x1.1/x1.5, 1 seed)" : "");
+  if (o.only.find("sweep") != std::string::npos) {
+    std::string ls;
+    for (const auto& l : sweepLayouts(o.quick)) {
+      ls += (ls.empty() ? "" : ", ") + sweepLayoutName(l.par) + " (" +
+            std::to_string(l.par.world()) + "r, " + std::to_string(l.faultSteps) + " steps" +
+            (l.grid == SweepLayout::Grid::kEnds  ? ", x1.1/x2 only"
+             : l.grid == SweepLayout::Grid::kOne ? ", one cell per kind and schedule"
+                                                 : "") +
+            ")";
+    }
+    std::printf(
+        "  sweep (label 'sweep'; only with --only ...sweep...): %s; each under 1f1b, "
+        "interleaved:2, zb-v and dualpipe-v (2*pp microbatches), 5%% noise: healthy balanced and "
+        "edge-loaded (1 seed each); worker, gpu, stage, p2p x1.1/1.5/2, seqlen cv 0.1/0.2/0.3 "
+        "(dp >= 2), experts skew 1.1/1.5/2 (ep >= 2), from step 0 and 100, 1 seed per cell\n",
+        ls.c_str());
+  }
   if (!o.quick) {
     std::printf(
         "  hangs: also seeds up to 10 at 16 ranks (onsets alternate) and one 64- and one "
@@ -595,6 +822,7 @@ int main(int argc, char** argv) {
   bool passed = false;
   nlohmann::json js = ts::bench::scoreAndPrint(results, ts::bench::Targets{}, stdout, &passed);
   printScheduleInference(results, stdout);
+  printSweepSummary(results, stdout);
   std::printf("ran in %.1f s\n", secs);
   js["runtime_s"] = secs;
   js["scenarios"] = suite.size();

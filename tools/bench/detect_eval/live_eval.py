@@ -114,6 +114,16 @@ def sample(quick):
         ["gpu:rank=13,factor=1.3,from=100"], seed=41, parallel="tp=4,pp=2,dp=2")
     job("par gpu x1.2 @0 tp2pp2dp2", "straggler", "par_gpu", 1.2, 8, 250,
         ["gpu:rank=2,factor=1.2"], seed=42, parallel="tp=2,pp=2,dp=2")
+    # Without data parallelism (dp 1) each stage is one worker: one slow GPU is named against
+    # its tensor-parallel peers, not reported as a slow stage (label par_gpu_dp1, own rows).
+    job("par gpu dp1 x1.2 @100 tp8pp2dp1", "straggler", "par_gpu_dp1", 1.2, 16, 250,
+        ["gpu:rank=11,factor=1.2,from=100"], seed=61, parallel="tp=8,pp=2,dp=1")
+    job("par gpu dp1 x1.5 @0 tp4pp4dp1 zb-v", "straggler", "par_gpu_dp1", 1.5, 16, 250,
+        ["gpu:rank=6,factor=1.5"], seed=62, parallel="tp=4,pp=4,dp=1", schedule="zb-v")
+    job("par stage dp1 x1.3 @100 tp8pp2dp1", "stage_imbalance", "par_stage_dp1", 1.3, 16, 250,
+        ["stage:pp=0,factor=1.3,from=100"], seed=63, parallel="tp=8,pp=2,dp=1")
+    job("par healthy dp1 tp4pp4dp1 edge 5%", "healthy", "healthy", 1.0, 16, 300, [], seed=64,
+        parallel="tp=4,pp=4,dp=1", edge=0.05)
     # MoE: experts at one expert-parallel index get more tokens (experts skew), from step 0
     # and later, and a healthy MoE job with context parallelism too.
     job("par moe experts x1.5 @100 tp2pp2dp4ep2", "expert_imbalance", "par_experts", 1.5, 16,
