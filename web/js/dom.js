@@ -33,7 +33,9 @@ export const captureHref = (job, id) => capturesHref(job) + '/' + enc(id);
 // The returned table has update(newRows), which keeps the current sort, and setGrouping(g):
 // g = {of(row) -> {key (number, sorts the groups), label}, summary(rows of a group) -> text}
 // keeps the rows of a group together under a header row (sorted within it); null: no groups.
-export function sortableTable(columns, rows, initialKey, initialDesc = false) {
+// onSort(key, desc), when given, hears each click's new order, so a caller that rebuilds the
+// table (its columns changed) can start the new one in the order the user chose.
+export function sortableTable(columns, rows, initialKey, initialDesc = false, onSort = null) {
   let key = initialKey, desc = initialDesc, grouping = null;
   const table = el('table');
   const bodyRows = (sorted) => {
@@ -60,7 +62,11 @@ export function sortableTable(columns, rows, initialKey, initialDesc = false) {
       el('thead', {}, el('tr', {}, columns.map((c) => el('th', {
         class: `sortable ${c.num ? 'num' : ''} ${c.key === key ? (desc ? 'sorted-desc' : 'sorted-asc') : ''}`,
         dataset: { key: c.key },
-        onclick: () => { if (key === c.key) desc = !desc; else { key = c.key; desc = false; } draw(); },
+        onclick: () => {
+          if (key === c.key) desc = !desc; else { key = c.key; desc = false; }
+          if (onSort) onSort(key, desc);
+          draw();
+        },
       }, c.label)))),
       el('tbody', {}, bodyRows(sorted)));
   };

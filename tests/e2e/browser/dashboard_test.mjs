@@ -83,6 +83,15 @@ try {
     topRank = (await page.locator('#ranks tbody tr td:first-child').first().textContent()).trim();
   }
   if (topRank !== String(kStraggler)) throw new Error(`ranks sorted by compute start with ${topRank}`);
+  // Every rank shows its own latest figures, also one whose reports arrive late (ranks 0 and 5
+  // record the automatic capture meanwhile): none reads as zero compute.
+  const computes = await page.evaluate(() => {
+    const col = [...document.querySelectorAll('#ranks th')].findIndex((t) => t.dataset.key === 'compute');
+    return [...document.querySelectorAll('#ranks tbody tr')].map((r) => Number(r.children[col].textContent));
+  });
+  if (computes.length !== kRanks || computes.some((c) => !(c > 0))) {
+    throw new Error(`ranks table compute column: ${computes.join(', ')}`);
+  }
   const chartPoints = await page.evaluate(() => document.querySelectorAll('#step-chart canvas').length);
   if (chartPoints === 0) throw new Error('no step-time chart');
   await page.screenshot({ path: path.join(artifacts, 'dashboard-job.png'), fullPage: true });

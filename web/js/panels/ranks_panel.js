@@ -7,6 +7,7 @@ import { groupRanks, kGroupings, layoutAxes, pct } from '../layout.js';
 import { state } from '../state.js';
 
 const kTopOps = 12;
+const kLaggingFetches = 32;
 
 const columns = [
   { key: 'rank', label: 'rank', num: true, get: (r) => r.rank },
@@ -78,6 +79,8 @@ export class RanksPanel {
     this.opsBox = el('div', { id: 'top-ops' });
     this.table = null;
     this.columnKeys = '';
+    // The order the user chose, kept when the table is rebuilt because its columns changed.
+    this.sort = { key: 'rank', desc: false };
     this.groupBy = 'rank';
     this.ranksSection = el('section', { class: 'panel' }, el('h2', {}, 'Ranks (latest step; click a column to sort)'), this.ranksBox);
     this.opsSection = el('section', { class: 'panel' }, el('h2', {}, 'Top operators (latest step, summed over ranks)'), this.opsBox);
@@ -102,6 +105,16 @@ export class RanksPanel {
     });
   }
 
+  // A rank whose reports arrive later than the others' (recording a capture, a slow agent)
+  // has no row in the last two steps: its own latest row, fetched alone, so that it reads as
+  // behind rather than as zeros. At most kLaggingFetches ranks a refresh.
+  async addLagging(ranks, byRank) {
+    const lagging = ranks.filter((r) => !byRank.has(r.rank) && r.latest_step >= 0).slice(0, kLaggingFetches);
+    const found = await Promise.all(lagging.map((r) => get(`/api/v1/jobs/${enc(this.job)}/steps?rank=${r.rank}` +
+      `&from=${r.latest_step}&to=${r.latest_step}&detail=1&limit=1`).catch(() => null)));
+    for (const res of found) for (const s of (res && res.steps) || []) byRank.set(s.rank, s);
+  }
+
   async load(ranks) {
     const jr = state.jobs.get(this.job);
     const latest = jr ? jr.latest_step : 0;
@@ -109,6 +122,7 @@ export class RanksPanel {
     const rows = await get(`/api/v1/jobs/${enc(this.job)}/steps?from=${Math.max(0, latest - 1)}&detail=1&limit=100000`);
     const byRank = new Map();
     for (const s of rows.steps) byRank.set(s.rank, s);
+    await this.addLagging(ranks, byRank);
     const table = ranks.map((r) => rankRow(r, byRank.get(r.rank)));
     // The columns follow what the job reports (a layout declared late adds its columns).
     const cols = columnsFor(ranks, table);
@@ -116,7 +130,9 @@ export class RanksPanel {
     if (this.table && keys === this.columnKeys) this.table.update(table);
     else {
       this.columnKeys = keys;
-      this.ranksBox.replaceChildren(this.table = sortableTable(cols, table, 'rank'));
+      this.table = sortableTable(cols, table, this.sort.key, this.sort.desc,
+        (key, desc) => { this.sort = { key, desc }; });
+      this.ranksBox.replaceChildren(this.table);
       this.applyGrouping();
     }
     const top = topOperators(byRank.values());
