@@ -23,6 +23,7 @@
 #include <zmq.hpp>
 
 #include "common/clock.h"
+#include "common/guarded_main.h"
 #include "schema/wire.h"
 
 namespace wire = trainscope::wire;
@@ -59,7 +60,7 @@ uint64_t cpuTicks(pid_t pid) {
 std::string findAgent(const std::string& given) {
   if (!given.empty()) return given;
   std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe").parent_path();
-  for (auto p : {self / "trainscope-agent", self / "../../agent/trainscope-agent"}) {
+  for (const auto& p : {self / "trainscope-agent", self / "../../agent/trainscope-agent"}) {
     if (std::filesystem::exists(p)) return std::filesystem::weakly_canonical(p).string();
   }
   return "";
@@ -134,7 +135,9 @@ void runCollector(zmq::socket_t& sock, std::atomic<bool>& stop, std::atomic<uint
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int benchMain(int argc, char** argv) {
   BenchOptions opts;
   CLI::App app{
       "agent_cpu_bench: CPU use of trainscope-agent with N fake ranks sending step "
@@ -190,6 +193,7 @@ int main(int argc, char** argv) {
                                   "bench",         "--log-level", "warn"};
     args.insert(args.end(), opts.agentArgs.begin(), opts.agentArgs.end());
     std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     execv(agentPath.c_str(), argv.data());
@@ -299,4 +303,10 @@ int main(int argc, char** argv) {
   std::printf("  agent exit: %s %d\n", WIFEXITED(status) ? "code" : "signal",
               WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainscope::guardedMain("agent_cpu_bench", [&] { return benchMain(argc, argv); });
 }

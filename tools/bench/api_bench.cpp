@@ -18,6 +18,7 @@
 
 #include "collector/http/server.h"
 #include "collector/storage/store.h"
+#include "common/guarded_main.h"
 #include "common/log.h"
 #include "tools/bench/api_bench_common.h"
 
@@ -91,7 +92,9 @@ int run(const Options& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int benchMain(int argc, char** argv) {
   Options o;
   o.fill.ranks = 1024;
   o.fill.steps = 9766;  // 1,024 x 9,766 = 10,000,384 rows
@@ -124,4 +127,10 @@ int main(int argc, char** argv) {
   }
   setLogLevel(LogLevel::kWarn);
   return run(o);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainscope::guardedMain("api_bench", [&] { return benchMain(argc, argv); });
 }

@@ -48,7 +48,7 @@ inline wire::StepReport syntheticReport(const FillOptions& o, uint32_t rank, int
   r.set_job(o.job);
   r.set_rank(rank);
   r.set_step(step);
-  int64_t compute = 60'000'000 + (step * 7919 + rank * 104729) % 3'000'000;
+  int64_t compute = 60'000'000 + (step * 7919 + int64_t{rank} * 104729) % 3'000'000;
   if (rank == o.straggler && step >= 100) compute = compute * 3 / 2;
   const int64_t exposed = 8'000'000 + (step % 5) * 200'000;
   const int64_t data = 2'000'000;
@@ -66,7 +66,7 @@ inline wire::StepReport syntheticReport(const FillOptions& o, uint32_t rank, int
     op->set_name("aten::op" + std::to_string(i));
     op->set_count(4 + static_cast<uint64_t>(i % 5));
     op->set_total_ns(compute / (i + 2));
-    op->set_max_ns(compute / (4 * (i + 2)));
+    op->set_max_ns(compute / (int64_t{4} * (i + 2)));
   }
   for (int i = 0; i < o.collectives; ++i) {
     auto* c = r.add_collectives();

@@ -24,6 +24,7 @@
 #include "agent/probe/intern.h"
 #include "agent/probe/probe.h"
 #include "common/clock.h"
+#include "common/guarded_main.h"
 #include "schema/capture_state.h"
 
 using namespace trainscope::probe;
@@ -52,7 +53,7 @@ std::vector<Record> stepRecords(const BenchOptions& o, int64_t step, int64_t sta
   static const uint32_t kRange = internName("forward");
   static const uint32_t kGroup = internName("world");
   std::vector<Record> v;
-  v.reserve(static_cast<size_t>(o.ops + o.ranges + o.colls));
+  v.reserve(static_cast<size_t>(o.ops) + o.ranges + o.colls);
   int64_t t = start + 1000;
   for (int i = 0; i < o.ops; ++i, t += 2000) {
     Record r{};
@@ -70,7 +71,7 @@ std::vector<Record> stepRecords(const BenchOptions& o, int64_t step, int64_t sta
     r.name = kRange;
     r.kind = TS_RANGE_COMPUTE;
     r.step = step;
-    r.t0 = start + 500 + i * 1000;
+    r.t0 = start + 500 + int64_t{i} * 1000;
     r.t1 = r.t0 + 800;
     v.push_back(r);
   }
@@ -118,7 +119,7 @@ void flightFigure(const BenchOptions& o) {
     p.stepBegin(s, t);
     int64_t x = t + 1000;
     for (int i = 0; i < o.ranges; ++i)
-      p.range(range, TS_RANGE_COMPUTE, t + 500 + i * 1000, t + 1300 + i * 1000);
+      p.range(range, TS_RANGE_COMPUTE, t + 500 + int64_t{i} * 1000, t + 1300 + int64_t{i} * 1000);
     for (int i = 0; i < o.ops; ++i, x += 2000) {
       p.op(op, x, 1500);
       // A real step spreads its records over its duration; let the runtime drain.
@@ -163,7 +164,7 @@ void offerFigure(const BenchOptions& o, const std::string& dir) {
   std::atomic<int> posted{0};
   FlightRecorder workerFlight(8, uint64_t{1} << 30);
   CaptureWorker worker(
-      id, co, &workerFlight, [&](trainscope::wire::CommandStatus) { posted.fetch_add(1); },
+      id, co, &workerFlight, [&](const trainscope::wire::CommandStatus&) { posted.fetch_add(1); },
       uint64_t{1} << 34);
   const int kIdleRounds = 1000;
   double t0 = nowSec();
@@ -257,7 +258,9 @@ void offerFigure(const BenchOptions& o, const std::string& dir) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int benchMain(int argc, char** argv) {
   BenchOptions o;
   CLI::App app{
       "capture_bench: flight recorder memory vs its bound, and the per-step cost of "
@@ -301,4 +304,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "capture_bench: cannot remove %s\n", dir.c_str());
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainscope::guardedMain("capture_bench", [&] { return benchMain(argc, argv); });
 }

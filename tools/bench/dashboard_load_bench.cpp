@@ -24,6 +24,7 @@
 #include "collector/http/request_target.h"
 #include "collector/http/server.h"
 #include "collector/storage/store.h"
+#include "common/guarded_main.h"
 #include "common/log.h"
 #include "common/percent_encode.h"
 #include "tools/bench/api_bench_common.h"
@@ -173,7 +174,9 @@ int run(const Options& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int benchMain(int argc, char** argv) {
   Options o;
   CLI::App app{"Times the dashboard's first load of a job page with RANKS x STEPS stored."};
   app.add_option("--ranks", o.fill.ranks, "ranks of the synthetic job")->capture_default_str();
@@ -207,4 +210,10 @@ int main(int argc, char** argv) {
   o.fill.progress = true;
   setLogLevel(LogLevel::kWarn);
   return run(o);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainscope::guardedMain("dashboard_load_bench", [&] { return benchMain(argc, argv); });
 }

@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 
 #include "collector/http/server.h"
+#include "common/guarded_main.h"
 #include "common/log.h"
 #include "tools/bench/api_bench_common.h"
 
@@ -52,7 +53,9 @@ void report(const char* what, const std::vector<double>& ms) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int benchMain(int argc, char** argv) {
   int repeat = 5;
   CLI::App app{"Times HttpServer::stop() with an idle client and with one that stopped reading"};
   app.add_option("--repeat", repeat, "runs of each case")->check(CLI::PositiveNumber);
@@ -100,4 +103,10 @@ int main(int argc, char** argv) {
   report("stop() with an idle keep-alive client", idle);
   report("stop() with a client that stopped reading a large page", stalled);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainscope::guardedMain("http_stop_bench", [&] { return benchMain(argc, argv); });
 }

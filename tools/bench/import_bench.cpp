@@ -20,6 +20,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/guarded_main.h"
 #include "importer/import_job.h"
 #include "importer/trace_reader.h"
 
@@ -87,7 +88,9 @@ void printRate(const char* what, const Best& b, uint64_t events, uint64_t bytes)
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int benchMain(int argc, char** argv) {
   BenchOptions o;
   CLI::App app{"Times trainscope import's reader and whole import over trace files"};
   app.add_option("files", o.files, "Trace files (.json or .json.gz), one per rank")
@@ -172,4 +175,10 @@ int main(int argc, char** argv) {
     fs::remove_all(dir, ec);
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainscope::guardedMain("import_bench", [&] { return benchMain(argc, argv); });
 }

@@ -28,6 +28,7 @@
 #include "collector/pipeline.h"
 #include "collector/storage/store.h"
 #include "common/clock.h"
+#include "common/guarded_main.h"
 #include "common/log.h"
 #include "schema/wire.h"
 
@@ -53,7 +54,7 @@ wire::StepReport makeReport(const Workload& w, uint32_t rank, int64_t step) {
   r.set_job(kJob);
   r.set_rank(rank);
   r.set_step(step);
-  const int64_t dur = 100'000'000 + (step % 7) * 1'000'000 + rank * 1000;
+  const int64_t dur = 100'000'000 + (step % 7) * 1'000'000 + int64_t{rank} * 1000;
   r.set_start_ns(w.baseNs + step * kStepNs);
   r.set_end_ns(r.start_ns() + dur);
   r.set_duration_ns(dur);
@@ -68,8 +69,8 @@ wire::StepReport makeReport(const Workload& w, uint32_t rank, int64_t step) {
     auto* op = r.add_ops();
     op->set_name(std::string(kOps[i % 8]) + "_" + std::to_string(i));
     op->set_count(10 + static_cast<uint64_t>(i));
-    op->set_total_ns(dur / 64 + i * 1000);
-    op->set_max_ns(dur / 640 + i * 100);
+    op->set_total_ns(dur / 64 + int64_t{i} * 1000);
+    op->set_max_ns(dur / 640 + int64_t{i} * 100);
   }
   for (int i = 0; i < 8; ++i) {
     auto* c = r.add_collectives();
@@ -80,8 +81,8 @@ wire::StepReport makeReport(const Workload& w, uint32_t rank, int64_t step) {
     c->set_total_ns(dur / 40);
     c->set_max_ns(dur / 100);
     c->set_bandwidth_bps(1e10);
-    c->set_first_arrival_ns(r.start_ns() + i * 1000);
-    c->set_last_completion_ns(r.end_ns() - i * 1000);
+    c->set_first_arrival_ns(r.start_ns() + int64_t{i} * 1000);
+    c->set_last_completion_ns(r.end_ns() - int64_t{i} * 1000);
   }
   return r;
 }
@@ -442,7 +443,9 @@ int socketBench(const Workload& w, size_t clients, size_t itemsPerBatch, size_t 
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int benchMain(int argc, char** argv) {
   CLI::App app{
       "Measures how many step reports per second (32 operators + 8 collectives each) the "
       "trainscope collector ingests into SQLite (temp dir), stage by stage and end to end."};
@@ -485,4 +488,10 @@ int main(int argc, char** argv) {
     rc |= socketBench(w, clients, itemsPerBatch, window, !noDetect);
   }
   return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainscope::guardedMain("ingest_bench", [&] { return benchMain(argc, argv); });
 }

@@ -18,6 +18,7 @@
 #include "collector/http/server.h"
 #include "collector/storage/store.h"
 #include "common/clock.h"
+#include "common/guarded_main.h"
 #include "common/log.h"
 #include "tools/bench/api_bench_common.h"
 
@@ -49,7 +50,7 @@ long peakRssKb() {
 
 Status fill(storage::Store& store, const Options& o) {
   const int64_t now = SystemClock().nowNs();
-  const int64_t longAgo = now - 2 * 24 * 3600 * 1'000'000'000LL;
+  const int64_t longAgo = now - int64_t{2} * 24 * 3600 * 1'000'000'000LL;
   bench::FillOptions f;
   f.ops = 4;
   f.collectives = 1;
@@ -173,7 +174,9 @@ int run(const Options& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int benchMain(int argc, char** argv) {
   Options o;
   CLI::App app{"metrics_bench: GET /metrics on a store that has seen many jobs"};
   app.add_option("--jobs", o.jobs, "jobs in the store")->capture_default_str();
@@ -190,4 +193,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   setLogLevel(LogLevel::kWarn);
   return run(o);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainscope::guardedMain("metrics_bench", [&] { return benchMain(argc, argv); });
 }

@@ -14,6 +14,7 @@
 
 #include "agent/probe/probe.h"
 #include "common/clock.h"
+#include "common/guarded_main.h"
 
 namespace {
 
@@ -53,7 +54,9 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int benchMain(int argc, char** argv) {
   BenchOptions o;
   CLI::App app{"probe_overhead_bench: step-time overhead of the probe, A/B interleaved"};
   app.add_option("--step-ms", o.stepMs, "busy work per step, in ms")->capture_default_str();
@@ -180,4 +183,10 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(st.dropped),
               static_cast<unsigned long long>(st.steps_folded));
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainscope::guardedMain("probe_overhead_bench", [&] { return benchMain(argc, argv); });
 }

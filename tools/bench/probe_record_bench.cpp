@@ -18,6 +18,7 @@
 
 #include "agent/probe/probe.h"
 #include "common/clock.h"
+#include "common/guarded_main.h"
 
 namespace {
 
@@ -46,7 +47,7 @@ Figures summarize(std::vector<double> v) {
 Figures run(trainscope::probe::Probe& probe, const BenchOptions& o, int callsPerIteration,
             const std::function<void(int64_t)>& call) {
   std::vector<double> samples;
-  samples.reserve(static_cast<size_t>(o.bursts * o.batchesPerBurst));
+  samples.reserve(static_cast<size_t>(o.bursts) * o.batchesPerBurst);
   int64_t step = 0;
   int64_t i = 0;
   for (int b = 0; b < o.bursts; ++b) {
@@ -66,7 +67,9 @@ Figures run(trainscope::probe::Probe& probe, const BenchOptions& o, int callsPer
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int benchMain(int argc, char** argv) {
   BenchOptions o;
   CLI::App app{
       "probe_record_bench: median and p99 ns per probe record call on the training "
@@ -148,4 +151,10 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(st.dropped),
               static_cast<unsigned long long>(st.steps_folded));
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainscope::guardedMain("probe_record_bench", [&] { return benchMain(argc, argv); });
 }

@@ -10,10 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -21,20 +19,22 @@
 
 #include "agent/probe/stack_provider.h"
 #include "agent/probe/stacks.h"
+#include "common/guarded_main.h"
 #include "common/log.h"
+#include "common/thread_annotations.h"
 
 using namespace trainscope;
 using namespace trainscope::probe;
 
 namespace {
 
-std::mutex gMu;
-std::condition_variable gCv;
-bool gRelease = false;  // guarded by gMu: lets the deaf thread and the provider return
+Mutex gMu;
+CondVar gCv;
+bool gRelease GUARDED_BY(gMu) = false;  // lets the deaf thread and the provider return
 
 void waitForRelease() {
-  std::unique_lock<std::mutex> lock(gMu);
-  gCv.wait(lock, [] { return gRelease; });
+  UniqueLock lock(&gMu);
+  while (!gRelease) gCv.wait(lock);
 }
 
 int64_t stuckProvider(char*, int64_t, void*) {
@@ -54,7 +54,9 @@ void report(const char* what, std::vector<double> ms) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int benchMain(int argc, char** argv) {
   int repeat = 5;
   int providerDeadlineMs = 100;
   CLI::App app{"Times stack captures with a deaf thread and with a provider that never answers"};
@@ -98,10 +100,10 @@ int main(int argc, char** argv) {
   }
   setStackProvider(nullptr, nullptr);
   {
-    std::lock_guard<std::mutex> lock(gMu);
+    MutexLock lock(&gMu);
     gRelease = true;
   }
-  gCv.notify_all();
+  gCv.notifyAll();
   deaf.join();
   std::filesystem::remove_all(dir);
   // The stuck provider calls return now on their detached threads; give them a moment.
@@ -111,4 +113,10 @@ int main(int argc, char** argv) {
   std::printf("%-60s deadline %d ms\n", "", providerDeadlineMs);
   report("stack capture, provider never answers", capture);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainscope::guardedMain("stacks_bench", [&] { return benchMain(argc, argv); });
 }

@@ -147,19 +147,20 @@ std::vector<TruthFault> truthOf(const sim::SimOptions& o) {
 // What the collector infers of the schedule from one step's reports, against the simulator's.
 void judgeSchedule(const sim::SimOptions& o, const std::vector<wire::StepReport>& reports,
                    ScenarioResult* res) {
-  const sim::ParallelLayout& L = *o.parallel;
+  const sim::ParallelLayout& par = *o.parallel;
   std::vector<int32_t> stageOf(o.ranks);
-  for (uint32_t r = 0; r < o.ranks; ++r) stageOf[r] = static_cast<int32_t>(L.ppIndex(r));
+  for (uint32_t r = 0; r < o.ranks; ++r) stageOf[r] = static_cast<int32_t>(par.ppIndex(r));
   std::vector<topology::RankPipe> pipes;
+  pipes.reserve(reports.size());
   for (const auto& rep : reports) {
-    pipes.push_back({rep.rank(), static_cast<int32_t>(L.dpIndex(rep.rank())),
+    pipes.push_back({rep.rank(), static_cast<int32_t>(par.dpIndex(rep.rank())),
                      static_cast<double>(rep.compute_ns()), static_cast<double>(rep.bubble_ns()),
                      topology::transfersOf(rep.p2p())});
   }
-  const topology::ScheduleGuess g = topology::inferSchedule(stageOf, L.pp, pipes);
+  const topology::ScheduleGuess g = topology::inferSchedule(stageOf, par.pp, pipes);
   topology::ScheduleGuess want;
   want.schedule = pipeline::parseSchedule(o.schedule).value();
-  want.microbatches = o.microbatches > 0 ? o.microbatches : 2 * L.pp;
+  want.microbatches = o.microbatches > 0 ? o.microbatches : 2 * par.pp;
   const std::string got = topology::guessName(g) + '/' + std::to_string(g.microbatches);
   ++res->scheduleSteps;
   if (got == topology::guessName(want) + '/' + std::to_string(want.microbatches)) {
@@ -172,25 +173,25 @@ void judgeSchedule(const sim::SimOptions& o, const std::vector<wire::StepReport>
 
 // The groups every rank of a --parallel job declares (as trainscope-simtrain's ranks do),
 // through the collector's own derivation.
-topology::Topology topologyOf(const sim::ParallelLayout& L) {
+topology::Topology topologyOf(const sim::ParallelLayout& par) {
   std::vector<topology::RankGroups> ranks;
-  for (uint32_t r = 0; r < L.world(); ++r) {
+  for (uint32_t r = 0; r < par.world(); ++r) {
     topology::RankGroups g;
     g.rank = r;
     g.declaredNs = 1;
     std::vector<std::pair<const char*, wire::GroupKind>> kinds = {
         {"tp", wire::GROUP_TP}, {"pp", wire::GROUP_PP}, {"dp", wire::GROUP_DP}};
-    if (L.cp > 1) kinds.emplace_back("cp", wire::GROUP_CP);
-    if (L.ep > 1) kinds.emplace_back("ep", wire::GROUP_EP);
+    if (par.cp > 1) kinds.emplace_back("cp", wire::GROUP_CP);
+    if (par.ep > 1) kinds.emplace_back("ep", wire::GROUP_EP);
     for (const auto& [name, kind] : kinds) {
       wire::ProcessGroup pg;
       pg.set_name(name);
       pg.set_kind(kind);
-      const auto members = kind == wire::GROUP_TP   ? L.tpGroup(r)
-                           : kind == wire::GROUP_PP ? L.ppGroup(r)
-                           : kind == wire::GROUP_CP ? L.cpGroup(r)
-                           : kind == wire::GROUP_EP ? L.epGroup(r)
-                                                    : L.dpGroup(r);
+      const auto members = kind == wire::GROUP_TP   ? par.tpGroup(r)
+                           : kind == wire::GROUP_PP ? par.ppGroup(r)
+                           : kind == wire::GROUP_CP ? par.cpGroup(r)
+                           : kind == wire::GROUP_EP ? par.epGroup(r)
+                                                    : par.dpGroup(r);
       for (uint32_t m : members) pg.add_ranks(m);
       g.groups.push_back(std::move(pg));
     }

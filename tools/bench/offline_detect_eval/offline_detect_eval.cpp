@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "collector/detect/offline.h"
+#include "common/guarded_main.h"
 #include "tools/bench/offline_detect_eval/binseg_baseline.h"
 #include "tools/bench/offline_detect_eval/cpd_score.h"
 #include "tools/bench/offline_detect_eval/synth_series.h"
@@ -237,7 +238,9 @@ int runTcpd(const EvalOptions& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int benchMain(int argc, char** argv) {
   EvalOptions o;
   CLI::App app{
       "Scores the offline change-point detector (trainscope detect) against 'no change "
@@ -271,4 +274,10 @@ int main(int argc, char** argv) {
   }
   if (!o.tcpd.empty()) return runTcpd(o);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainscope::guardedMain("offline_detect_eval", [&] { return benchMain(argc, argv); });
 }
