@@ -75,7 +75,7 @@ void logOnce(LogLevel level, std::string_view component, std::string_view key,
 void RateLimitedLog::log(LogLevel level, std::string_view component, std::string_view message) {
   uint64_t suppressed = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto now = std::chrono::steady_clock::now();
     if (last_ != std::chrono::steady_clock::time_point{} && now - last_ < interval_) {
       ++suppressed_;

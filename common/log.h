@@ -6,9 +6,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <string_view>
+
+#include "common/thread_annotations.h"
 
 namespace trainscope {
 
@@ -46,9 +47,9 @@ class RateLimitedLog {
 
  private:
   std::chrono::milliseconds interval_;
-  std::mutex mu_;
-  std::chrono::steady_clock::time_point last_{};  // guarded by mu_
-  uint64_t suppressed_ = 0;                       // guarded by mu_
+  Mutex mu_;
+  std::chrono::steady_clock::time_point last_ GUARDED_BY(mu_){};
+  uint64_t suppressed_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace trainscope

@@ -24,6 +24,7 @@
 #include <ATen/record_function.h>
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 
 namespace trainscope::torch_ops {
 namespace {
@@ -68,18 +69,18 @@ struct ThreadState {
 
 std::atomic<ts_probe*> gProbe{nullptr};
 std::atomic<uint64_t> gOps{0};
-std::mutex gEnableMu;            // enable/disable
-at::CallbackHandle gHandle = 0;  // guarded by gEnableMu; 0: no callback registered
-std::mutex gThreadsMu;
-std::vector<ThreadState*> gThreads;  // guarded by gThreadsMu
+Mutex gEnableMu;                                       // enable/disable
+at::CallbackHandle gHandle GUARDED_BY(gEnableMu) = 0;  // 0: no callback registered
+Mutex gThreadsMu;
+std::vector<ThreadState*> gThreads GUARDED_BY(gThreadsMu);
 
 ThreadState::ThreadState() {
-  std::lock_guard lock(gThreadsMu);
+  MutexLock lock(&gThreadsMu);
   gThreads.push_back(this);
 }
 
 ThreadState::~ThreadState() {
-  std::lock_guard lock(gThreadsMu);
+  MutexLock lock(&gThreadsMu);
   gThreads.erase(std::remove(gThreads.begin(), gThreads.end(), this), gThreads.end());
 }
 
@@ -138,7 +139,7 @@ void onEnd(const at::RecordFunction& rf, at::ObserverContext* /*ctx*/) {
 }
 
 void waitForRecorders() {
-  std::lock_guard lock(gThreadsMu);
+  MutexLock lock(&gThreadsMu);
   for (ThreadState* t : gThreads) {
     while (t->busy.load()) std::this_thread::yield();
   }
@@ -151,7 +152,7 @@ using namespace trainscope::torch_ops;  // NOLINT(google-build-using-namespace):
 
 extern "C" int32_t trainscope_torch_enable(ts_probe* probe) {
   if (probe == nullptr) probe = ts_default();
-  std::lock_guard lock(gEnableMu);
+  trainscope::MutexLock lock(&gEnableMu);
   gProbe.store(probe);
   if (gHandle != 0) return 0;
   try {
@@ -170,7 +171,7 @@ extern "C" int32_t trainscope_torch_enable(ts_probe* probe) {
 }
 
 extern "C" void trainscope_torch_disable(void) {
-  std::lock_guard lock(gEnableMu);
+  trainscope::MutexLock lock(&gEnableMu);
   if (gHandle == 0) return;
   try {
     at::removeCallback(gHandle);
@@ -184,7 +185,7 @@ extern "C" void trainscope_torch_disable(void) {
 }
 
 extern "C" int32_t trainscope_torch_enabled(void) {
-  std::lock_guard lock(gEnableMu);
+  trainscope::MutexLock lock(&gEnableMu);
   return gHandle != 0 ? 1 : 0;
 }
 

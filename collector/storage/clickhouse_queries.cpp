@@ -249,7 +249,7 @@ Result<uint64_t> ClickHouseStore::applyRetention(int64_t nowNs) {
   // [p * P, (p + 1) * P).
   const int64_t lastExpired = floorDiv(nowNs - options_.retentionNs, partitionNs_) - 1;
   uint64_t deleted = 0;
-  std::lock_guard lock(writeMu_);
+  MutexLock lock(&writeMu_);
   for (const char* table : {"steps", "host_samples"}) {
     const bool isSteps = std::string_view(table) == "steps";
     // On a cluster the partitions lie in each shard's local table.

@@ -139,7 +139,7 @@ Status ClickHouseStore::writeAnomalies(const std::vector<AnomalyRow>& rows) {
     if (auto st = checkAnomaly(row); !st) return st;
   }
   const int64_t now = wallNowNs();
-  std::lock_guard lock(writeMu_);
+  MutexLock lock(&writeMu_);
   // The stored rows these ids update, read under the write lock so no other write of them
   // comes between.
   std::string ids;
@@ -205,7 +205,7 @@ Status ClickHouseStore::writeCapture(const CaptureRow& row) {
   if (auto st = checkCapture(row); !st) return st;
   CaptureRow next = row;
   if (next.updatedNs == 0) next.updatedNs = wallNowNs();
-  std::lock_guard lock(writeMu_);
+  MutexLock lock(&writeMu_);
   RowWriter w;
   writeCaptureRow(w, next);
   w.u64(nextVersionLocked());

@@ -250,9 +250,12 @@ Result<std::unique_ptr<ClickHouseStore>> ClickHouseStore::open(const ClickHouseO
   store->cluster_ = url->cluster;
   store->collector_ = options.collector;
   store->serverEndpoints_ = url->servers;
-  for (const auto& server : url->servers) {
-    store->servers_.push_back(
-        std::make_unique<HttpClient>(server, std::chrono::milliseconds(options.timeoutMs)));
+  {
+    MutexLock lock(&store->writeMu_);  // no other thread has the store yet: for the analysis
+    for (const auto& server : url->servers) {
+      store->servers_.push_back(
+          std::make_unique<HttpClient>(server, std::chrono::milliseconds(options.timeoutMs)));
+    }
   }
   if (auto s = store->createSchema(); !s) return s;
   if (auto s = store->loadState(); !s) return s;
@@ -281,7 +284,7 @@ Status ClickHouseStore::onEveryServer(const std::string& sql, const std::string&
 }
 
 Status ClickHouseStore::createSchema() {
-  std::lock_guard lock(writeMu_);
+  MutexLock lock(&writeMu_);
   for (auto& server : servers_) {
     auto created = server->query("CREATE DATABASE IF NOT EXISTS " + endpoint_.database, {}, false);
     if (!created) return Status::error(created.code(), "storage: " + created.message());
@@ -302,7 +305,7 @@ Status ClickHouseStore::createSchema() {
   }
   // The partition length and schema version are the ones the tables were made with, when they
   // exist (no meta table yet reads as nothing stored).
-  auto storedMeta = [&](const char* key) {
+  auto storedMeta = [&](const char* key) REQUIRES(writeMu_) {
     auto v = writer_->query(std::string("SELECT value FROM meta FINAL WHERE key = '") + key +
                             "' FORMAT TabSeparated");
     return v ? *v : std::string();
@@ -369,7 +372,7 @@ Status ClickHouseStore::createSchema() {
 }
 
 Status ClickHouseStore::loadState() {
-  std::lock_guard lock(writeMu_);
+  MutexLock lock(&writeMu_);
   // This collector's own rows of jobs and nodes; the ranks of every job (jobs the writer has
   // not touched for a while are read again: takeOverLocked).
   auto jobs = writer_->query(std::string("SELECT ") + kJobColumns + ", collector, version" +
@@ -419,7 +422,7 @@ uint64_t ClickHouseStore::nextVersionLocked() {
 
 std::unique_ptr<HttpClient> ClickHouseStore::lease() {
   {
-    std::lock_guard lock(poolMu_);
+    MutexLock lock(&poolMu_);
     if (!idle_.empty()) {
       auto client = std::move(idle_.back());
       idle_.pop_back();
@@ -430,7 +433,7 @@ std::unique_ptr<HttpClient> ClickHouseStore::lease() {
 }
 
 void ClickHouseStore::giveBack(std::unique_ptr<HttpClient> client) {
-  std::lock_guard lock(poolMu_);
+  MutexLock lock(&poolMu_);
   if (idle_.size() < 8) idle_.push_back(std::move(client));
 }
 
@@ -444,7 +447,7 @@ Result<std::string> ClickHouseStore::read(const std::string& sql) {
 
 Status ClickHouseStore::write(const WriteBatch& batch) {
   if (batch.empty()) return Status::ok();
-  std::lock_guard lock(writeMu_);
+  MutexLock lock(&writeMu_);
   const int64_t now = batch.receivedNs != 0 ? batch.receivedNs : wallNowNs();
   if (auto st = takeOverLocked(batch, now); !st) return st;
 
@@ -453,7 +456,7 @@ Status ClickHouseStore::write(const WriteBatch& batch) {
   std::map<std::string, JobState> touchedJobs;
   std::map<RankKey, RankState> touchedRanks;
   std::map<std::string, NodeState> touchedNodes;
-  auto job = [&](const std::string& name) -> JobState& {
+  auto job = [&](const std::string& name) REQUIRES(writeMu_) -> JobState& {
     auto it = touchedJobs.find(name);
     if (it != touchedJobs.end()) return it->second;
     auto stored = jobs_.find(name);
@@ -462,7 +465,8 @@ Status ClickHouseStore::write(const WriteBatch& batch) {
     return touchedJobs.emplace(name, stored != jobs_.end() ? stored->second : fresh).first->second;
   };
   // Returns the rank's row and whether it was stored before this batch touched it.
-  auto rank = [&](const std::string& jobName, uint32_t r) -> std::pair<RankState&, bool> {
+  auto rank = [&](const std::string& jobName, uint32_t r)
+                  REQUIRES(writeMu_) -> std::pair<RankState&, bool> {
     job(jobName);  // a rank's job exists before it
     RankKey key{jobName, r};
     auto it = touchedRanks.find(key);
@@ -476,7 +480,8 @@ Status ClickHouseStore::write(const WriteBatch& batch) {
     fresh.row.firstSeenNs = fresh.row.lastSeenNs = now;
     return {touchedRanks.emplace(key, std::move(fresh)).first->second, false};
   };
-  auto node = [&](const std::string& name, int64_t seenNs) -> std::pair<NodeState&, bool> {
+  auto node = [&](const std::string& name, int64_t seenNs)
+                  REQUIRES(writeMu_) -> std::pair<NodeState&, bool> {
     auto it = touchedNodes.find(name);
     if (it != touchedNodes.end()) return {it->second, true};
     auto stored = nodes_.find(name);
@@ -678,7 +683,7 @@ Status ClickHouseStore::takeOverLocked(const WriteBatch& batch, int64_t now) {
   // stored (duplicates) and does not count either. This collector's own count becomes what the
   // table holds minus what the others counted (modulo 2^64, like the sum in jobs()).
   std::set<std::string_view> stale;
-  auto check = [&](const std::string& job) {
+  auto check = [&](const std::string& job) REQUIRES(writeMu_) {
     auto it = jobs_.find(job);
     if (it == jobs_.end() || now - it->second.lastSeenNs > kOwnerGapNs) stale.insert(job);
   };

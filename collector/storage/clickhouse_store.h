@@ -63,6 +63,7 @@
 
 #include "collector/storage/clickhouse_http.h"
 #include "collector/storage/store.h"
+#include "common/thread_annotations.h"
 
 namespace trainscope::storage {
 
@@ -126,15 +127,15 @@ class ClickHouseStore final : public Store {
   // Runs a read query on a leased connection.
   Result<std::string> read(const std::string& sql);
   // Inserts the dirty jobs, ranks and nodes (writeMu_ held); clears the marks on success.
-  Status flushStateLocked();
+  Status flushStateLocked() REQUIRES(writeMu_);
   // For the batch's jobs this collector stored nothing of lately: reads their ranks and sets its
   // own row count of each from the stored rows (writeMu_ held).
-  Status takeOverLocked(const WriteBatch& batch, int64_t nowNs);
+  Status takeOverLocked(const WriteBatch& batch, int64_t nowNs) REQUIRES(writeMu_);
   // CREATE TABLE of kSchema's `table` (as table_local when `local`).
   std::string createSql(const char* table, bool local) const;
   // Runs a DDL statement on every server (writeMu_ held).
-  Status onEveryServer(const std::string& sql, const std::string& what);
-  uint64_t nextVersionLocked();
+  Status onEveryServer(const std::string& sql, const std::string& what) REQUIRES(writeMu_);
+  uint64_t nextVersionLocked() REQUIRES(writeMu_);
   Result<std::vector<AnomalyRow>> queryAnomalies(const std::string& where);
   Result<std::vector<CaptureRow>> queryCaptures(const std::string& where, const char* order);
 
@@ -145,21 +146,21 @@ class ClickHouseStore final : public Store {
   std::string collector_;    // this collector's name in jobs and nodes; set once at open
   std::vector<clickhouse::Endpoint> serverEndpoints_;  // one, or each shard's; set at open
 
-  std::mutex writeMu_;
-  std::unique_ptr<clickhouse::HttpClient> writer_;  // guarded by writeMu_
-  // One client per server (DDL, retention's partitions), guarded by writeMu_.
-  std::vector<std::unique_ptr<clickhouse::HttpClient>> servers_;
-  std::map<std::string, JobState> jobs_;    // guarded by writeMu_
-  std::map<RankKey, RankState> ranks_;      // guarded by writeMu_
-  std::map<std::string, NodeState> nodes_;  // guarded by writeMu_
-  // Rows changed in memory and not yet stored (a failed state insert), guarded by writeMu_.
-  std::set<std::string> dirtyJobs_;
-  std::set<RankKey> dirtyRanks_;
-  std::set<std::string> dirtyNodes_;
-  uint64_t lastVersion_ = 0;  // guarded by writeMu_
+  Mutex writeMu_;
+  std::unique_ptr<clickhouse::HttpClient> writer_ GUARDED_BY(writeMu_);
+  // One client per server (DDL, retention's partitions).
+  std::vector<std::unique_ptr<clickhouse::HttpClient>> servers_ GUARDED_BY(writeMu_);
+  std::map<std::string, JobState> jobs_ GUARDED_BY(writeMu_);
+  std::map<RankKey, RankState> ranks_ GUARDED_BY(writeMu_);
+  std::map<std::string, NodeState> nodes_ GUARDED_BY(writeMu_);
+  // Rows changed in memory and not yet stored (a failed state insert).
+  std::set<std::string> dirtyJobs_ GUARDED_BY(writeMu_);
+  std::set<RankKey> dirtyRanks_ GUARDED_BY(writeMu_);
+  std::set<std::string> dirtyNodes_ GUARDED_BY(writeMu_);
+  uint64_t lastVersion_ GUARDED_BY(writeMu_) = 0;
 
-  std::mutex poolMu_;
-  std::vector<std::unique_ptr<clickhouse::HttpClient>> idle_;  // guarded by poolMu_
+  Mutex poolMu_;
+  std::vector<std::unique_ptr<clickhouse::HttpClient>> idle_ GUARDED_BY(poolMu_);
 
   std::atomic<uint64_t> stepRows_{0};
   std::atomic<uint64_t> duplicates_{0};
