@@ -40,25 +40,19 @@ struct CaptureRequest {
   std::string kind = "trace";  // "trace" or "stacks"
 };
 
-// A request refused, with the HTTP status that says why (400, 404, 409, 500, 503).
-struct RequestError {
-  unsigned status = 400;
-  std::string message;
-};
-
 // "all", or comma-separated ranks and inclusive ranges ("0,3,5-7"). Errors name the field
 // "ranks" and quote the bad part; a rank at or above wire::kMaxWorldSize is refused.
 Result<RankSpec> parseRankSpec(std::string_view text);
 
 // Parses a POST body (a JSON object with the fields of docs/CAPTURE.md; empty means {}).
-// Every error is a 400 naming the field: unknown fields, wrong types, N = 0 or N > 1000,
-// K > 1000, max_bytes = 0 or above kMaxMaxBytes, an unknown kind, a body that is not a JSON
-// object.
+// Every error names the field (callers answer it as invalid input): unknown fields, wrong
+// types, N = 0 or N > 1000, K > 1000, max_bytes = 0 or above kMaxMaxBytes, an unknown kind, a
+// body that is not a JSON object.
 Result<CaptureRequest> parseCaptureRequest(std::string_view body);
 
-// The spec's ranks for a job of `worldSize` ranks, sorted and unique; fails (400) on a rank
-// outside 0..worldSize-1, or a world size above wire::kMaxWorldSize (a database from before the
-// limit). "all" of a job whose world size is unknown (0) is `knownRanks`.
+// The spec's ranks for a job of `worldSize` ranks, sorted and unique; fails (invalid input) on
+// a rank outside 0..worldSize-1, or a world size above wire::kMaxWorldSize (a database from
+// before the limit). "all" of a job whose world size is unknown (0) is `knownRanks`.
 Result<std::vector<uint32_t>> resolveRanks(const RankSpec& spec, uint32_t worldSize,
                                            const std::vector<uint32_t>& knownRanks);
 
