@@ -38,6 +38,18 @@ Scenario base(uint32_t ranks, int64_t steps, double noise, uint64_t seed) {
   return s;
 }
 
+// A healthy job of a parallel layout named `layout`: checkpoints every 50 steps at 3x, the
+// pipeline balanced (edge 0) or with its first and last stage heavier (edge 0.05).
+Scenario healthyParallel(Scenario s, const std::string& layout, double edge, uint64_t seed) {
+  s.group = "healthy";
+  s.faultLabel = "healthy";
+  s.sim.edgeLoad = edge;
+  s.sim.injects.push_back(inject("spike:every=50,factor=3"));
+  s.name =
+      "healthy " + layout + (edge > 0 ? " edge+5%" : "") + " noise 5% seed " + std::to_string(seed);
+  return s;
+}
+
 // Healthy 64- and 256-rank jobs with checkpoints at noise 5, 6, ... 10 %: the false alarms per
 // noise level tell where the defaults stop being quiet.
 std::vector<Scenario> noiseSweep(const EvalOptions& o) {
@@ -106,14 +118,9 @@ void addParallel(const EvalOptions& o, std::vector<Scenario>* out) {
   for (const Layout& l : layouts) {
     for (double edge : {0.0, 0.05}) {
       for (int j = 0; j < (o.quick ? 1 : 2); ++j) {
-        Scenario s = make(l, o.quick ? 300 : 1000, 0.05, ++seed);
-        s.group = "healthy";
-        s.faultLabel = "healthy";
-        s.sim.edgeLoad = edge;
-        s.sim.injects.push_back(inject("spike:every=50,factor=3"));
-        s.name = "healthy " + layoutName(l) + (edge > 0 ? " edge+5%" : "") + " noise 5% seed " +
-                 std::to_string(seed);
-        out->push_back(std::move(s));
+        ++seed;
+        out->push_back(
+            healthyParallel(make(l, o.quick ? 300 : 1000, 0.05, seed), layoutName(l), edge, seed));
       }
     }
   }
@@ -460,14 +467,8 @@ void addExperts(const EvalOptions& o, std::vector<Scenario>* out) {
     for (double edge : {0.0, 0.05}) {
       if (l.pp == 1 && edge > 0) continue;
       for (int j = 0; j < (o.quick ? 1 : 2); ++j) {
-        Scenario s = make(l, o.quick ? 300 : 1000, ++seed);
-        s.group = "healthy";
-        s.faultLabel = "healthy";
-        s.sim.edgeLoad = edge;
-        s.sim.injects.push_back(inject("spike:every=50,factor=3"));
-        s.name = "healthy " + name(l) + (edge > 0 ? " edge+5%" : "") + " noise 5% seed " +
-                 std::to_string(seed);
-        out->push_back(std::move(s));
+        ++seed;
+        out->push_back(healthyParallel(make(l, o.quick ? 300 : 1000, seed), name(l), edge, seed));
       }
     }
   }
