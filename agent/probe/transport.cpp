@@ -59,6 +59,15 @@ void Transport::addReport(wire::StepReport report, int64_t nowNs) {
 
 void Transport::addGoodbye(int64_t lastStep, int64_t nowWallNs) {
   if (firstOtherNs_ == 0) firstOtherNs_ = monotonicNowNs();
+  // Groups declared since the outstanding hello went out (or not yet sent at all) would never
+  // reach the collector: no hello follows a goodbye. One last hello carries them, ahead of it.
+  // A rank that ends within one ack of declaring its groups (a short job, a slow agent) needs
+  // this; the hello is one message, once.
+  if (groupsDeclaredNs_ != 0 && !groupsAcked_ && (helloWanted_ || !helloOutstanding_)) {
+    helloOutstanding_ = false;
+    helloWanted_ = false;
+    queueHello(monotonicNowNs());
+  }
   wire::Envelope env;
   auto* bye = env.mutable_rank_goodbye();
   bye->set_job(info_.job());

@@ -171,3 +171,42 @@ TEST_CASE("p2p transfers and the stated FLOPs reach the step report; bad p2p cal
   CHECK(rep.peak_flops() == 1e15);
   CHECK(p.stats().records == 5);
 }
+
+TEST_CASE(
+    "groups declared while the first hello waits for its ack reach the agent before the "
+    "goodbye of a rank that ends at once") {
+  // A short job on a slow agent: the rank declared its groups after its first hello went out
+  // and ended before that hello was acknowledged. No hello may follow a goodbye, so the
+  // declaration rides in one last hello ahead of it.
+  TempDir dir;
+  const std::string ep = "ipc://" + dir.path() + "/agent.sock";
+  FakeAgent agent(ep);
+  REQUIRE(agent.bound());
+  agent.setAutoAck(false);
+  uint64_t byeSeq = 0;
+  {
+    Probe p(testing::agentConfig(ep, "topology-test", 1, 2), 1500);
+    REQUIRE(p.ok());
+    REQUIRE(FakeAgent::waitFor([&] { return hellos(agent) >= 1; }, 5000));
+    const int32_t pp[] = {0, 1};
+    REQUIRE(p.declareGroup(Name("pp"), TS_GROUP_PP, pp).isOk());
+    p.stepBegin(0, 1'000'000'000);
+    p.stepEnd(0, 1'000'100'000);
+  }
+  for (const auto& b : agent.batches()) {
+    for (const auto& item : b.batch.items()) {
+      if (item.has_rank_goodbye() && byeSeq == 0) byeSeq = b.seq;
+    }
+  }
+  REQUIRE(byeSeq != 0);
+  bool declaredBeforeBye = false;
+  for (const auto& b : agent.batches()) {
+    for (const auto& item : b.batch.items()) {
+      if (b.seq <= byeSeq && item.has_rank_hello() && item.rank_hello().groups_size() == 1) {
+        CHECK(item.rank_hello().groups(0).name() == "pp");
+        declaredBeforeBye = true;
+      }
+    }
+  }
+  CHECK(declaredBeforeBye);
+}
