@@ -14,6 +14,7 @@
 #include "collector/capture/gzip_file.h"
 #include "collector/capture/manager.h"
 #include "tests/collector/capture/capture_fixture.h"
+#include "tests/common/gcc12_string_warnings.h"  // last: GCC 12 -O3 false positives
 
 using namespace trainscope;
 using namespace trainscope::capture;
