@@ -422,6 +422,15 @@ void Instance::stats(ts_probe_stats* out) const {
   }
 }
 
+int32_t exitWaitMs(const ts_probe_stats& stats) {
+  if (stats.connected != 0) return kExitWaitConnectedMs;
+  // Something recorded (folded or not yet) and nothing ever acknowledged.
+  if (stats.reports_acked == 0 && (stats.backlog > 0 || stats.records > 0)) {
+    return kExitWaitFirstAckMs;
+  }
+  return 0;
+}
+
 Runtime& Runtime::get() {
   // Leaked on purpose: the thread and the context must outlive static destructors.
   static Runtime* rt = new Runtime();

@@ -177,4 +177,15 @@ class Runtime {
   bool wake_ GUARDED_BY(mu_) = false;
 };
 
+// How long a process that exits now waits for its default probe's goodbye to be acknowledged
+// (the wait ends at the ack): never long, and never dropping what a live agent can still take.
+// kExitWaitConnectedMs when the agent acknowledged within its window; kExitWaitFirstAckMs when
+// the probe recorded something and no report of it was ever acknowledged (a job shorter than
+// its first round trip to the agent: without the wait it would lose everything it recorded);
+// 0 otherwise (the agent was heard from once and is gone, or there is nothing to send). The Python
+// package's exit hook follows this rule.
+inline constexpr int32_t kExitWaitConnectedMs = 200;
+inline constexpr int32_t kExitWaitFirstAckMs = 500;
+int32_t exitWaitMs(const ts_probe_stats& stats);
+
 }  // namespace trainscope::probe

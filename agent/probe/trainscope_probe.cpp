@@ -115,12 +115,11 @@ void atExit() {
   // A forked child (a DataLoader worker) has no runtime thread; locks may be held by threads
   // that stayed in the parent. Touch nothing.
   if (Runtime::get().forked()) return;
-  // Never hold the exit for long: a short wait for the goodbye's ack, none if the agent has
-  // not been heard from.
+  // Never hold the exit for long: a short wait for the goodbye's ack (exitWaitMs says when).
   if (Instance* d = gDefault.load()) {
     ts_probe_stats st;
     d->stats(&st);
-    ts_shutdown(st.connected != 0 ? 200 : 0);
+    ts_shutdown(trainscope::probe::exitWaitMs(st));
   }
   Runtime::get().stop();
 }

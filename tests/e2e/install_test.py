@@ -158,7 +158,13 @@ def main():
               % r.stderr[-2000:])
 
         def rows():
-            _, b = http_get(http, "/api/v1/jobs/inst/steps?limit=1000")
+            # The job is unknown (404) until the agent delivered its first report: none yet.
+            try:
+                _, b = http_get(http, "/api/v1/jobs/inst/steps?limit=1000")
+            except urllib.error.HTTPError as e:
+                if e.code == 404:
+                    return []
+                raise
             return json.loads(b)["steps"]
         check(wait_for(lambda: len(rows()) == 5, 30),
               "its 5 optimizer steps reach the collector (%d rows)" % len(rows()))

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "agent/probe/probe.h"
+#include "agent/probe/runtime.h"
 #include "agent/probe/transport.h"
 #include "tests/agent/probe/fake_agent.h"
 
@@ -292,4 +293,19 @@ TEST_CASE("fast steps share a message within the latency bound; slow steps leave
   o.batchLatencyNs = 0;
   o.batchSteps = 16;
   CHECK(batchesFor(o, 3, 30) == Groups{{0}, {1}, {2}});
+}
+
+TEST_CASE(
+    "at exit the probe waits for a live agent, and for one that never answered yet only "
+    "when it recorded something") {
+  ts_probe_stats st{};
+  CHECK(exitWaitMs(st) == 0);  // nothing recorded, nobody heard from
+  st.records = 10;
+  st.backlog = 3;
+  CHECK(exitWaitMs(st) == kExitWaitFirstAckMs);  // a job shorter than its first round trip
+  st.connected = 1;
+  CHECK(exitWaitMs(st) == kExitWaitConnectedMs);
+  st.connected = 0;
+  st.reports_acked = 5;
+  CHECK(exitWaitMs(st) == 0);  // heard from once, gone now: exit at once
 }

@@ -522,13 +522,22 @@ def dump_stacks(capture_id=None):
 
 
 def _shutdown_at_exit():
-    # Never hold the interpreter's exit for long: wait for the goodbye's ack only when the
-    # agent has been heard from recently.
+    # Never hold the interpreter's exit for long, and never drop what a live agent can still
+    # take (the rule of exitWaitMs in agent/probe/runtime.h): 200 ms when the agent answered
+    # recently, 500 ms when something was recorded and the agent never acknowledged a report
+    # yet (a job shorter than its first round trip to the agent), else none. The wait ends at
+    # the goodbye's ack.
     try:
-        connected = _handle is not None and stats()["connected"] == 1
+        st = stats() if _handle is not None else None
     except Exception:  # noqa: BLE001 - exit must go on
-        connected = False
-    shutdown(200 if connected else 0)
+        st = None
+    wait = 0
+    if st is not None and st["connected"] == 1:
+        wait = 200
+    elif (st is not None and st["reports_acked"] == 0
+          and (st["backlog"] > 0 or st["records"] > 0)):
+        wait = 500
+    shutdown(wait)
 
 
 def shutdown(timeout_ms=500):
