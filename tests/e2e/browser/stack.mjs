@@ -43,12 +43,26 @@ export async function playwright() {
   }
 }
 
-export function freePort() {
+function anyFreePort() {
   return new Promise((resolve, reject) => {
     const s = net.createServer();
     s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => resolve(p)); });
     s.on('error', reject);
   });
+}
+
+// A loopback port free now and not handed out before by this process: the kernel may give a
+// just-closed port out again, so two calls in a row could return the same one (a collector's
+// HTTP port then collided with its own ingest port).
+const handedOut = new Set();
+export async function freePort() {
+  for (;;) {
+    const p = await anyFreePort();
+    if (!handedOut.has(p)) {
+      handedOut.add(p);
+      return p;
+    }
+  }
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
