@@ -133,10 +133,6 @@ void runCollector(zmq::socket_t& sock, std::atomic<bool>& stop, std::atomic<uint
   }
 }
 
-}  // namespace
-
-namespace {
-
 int benchMain(int argc, char** argv) {
   BenchOptions opts;
   CLI::App app{

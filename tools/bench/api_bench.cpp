@@ -90,10 +90,6 @@ int run(const Options& o) {
   return 0;
 }
 
-}  // namespace
-
-namespace {
-
 int benchMain(int argc, char** argv) {
   Options o;
   o.fill.ranks = 1024;

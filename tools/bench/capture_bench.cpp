@@ -256,10 +256,6 @@ void offerFigure(const BenchOptions& o, const std::string& dir) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 int benchMain(int argc, char** argv) {
   BenchOptions o;
   CLI::App app{

@@ -172,10 +172,6 @@ int run(const Options& o) {
   return rc;
 }
 
-}  // namespace
-
-namespace {
-
 int benchMain(int argc, char** argv) {
   Options o;
   CLI::App app{"Times the dashboard's first load of a job page with RANKS x STEPS stored."};

@@ -51,10 +51,6 @@ void report(const char* what, const std::vector<double>& ms) {
               bench::percentile(ms, 100), ms.size());
 }
 
-}  // namespace
-
-namespace {
-
 int benchMain(int argc, char** argv) {
   int repeat = 5;
   CLI::App app{"Times HttpServer::stop() with an idle client and with one that stopped reading"};

@@ -86,10 +86,6 @@ void printRate(const char* what, const Best& b, uint64_t events, uint64_t bytes)
       static_cast<double>(events) / b.cpu / 1e6, static_cast<double>(bytes) / b.cpu / (1 << 20));
 }
 
-}  // namespace
-
-namespace {
-
 int benchMain(int argc, char** argv) {
   BenchOptions o;
   CLI::App app{"Times trainscope import's reader and whole import over trace files"};

@@ -441,10 +441,6 @@ int socketBench(const Workload& w, size_t clients, size_t itemsPerBatch, size_t 
   return 0;
 }
 
-}  // namespace
-
-namespace {
-
 int benchMain(int argc, char** argv) {
   CLI::App app{
       "Measures how many step reports per second (32 operators + 8 collectives each) the "

@@ -172,10 +172,6 @@ int run(const Options& o) {
   return rc;
 }
 
-}  // namespace
-
-namespace {
-
 int benchMain(int argc, char** argv) {
   Options o;
   CLI::App app{"metrics_bench: GET /metrics on a store that has seen many jobs"};

@@ -52,10 +52,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-}  // namespace
-
-namespace {
-
 int benchMain(int argc, char** argv) {
   BenchOptions o;
   CLI::App app{"probe_overhead_bench: step-time overhead of the probe, A/B interleaved"};

@@ -65,10 +65,6 @@ Figures run(trainscope::probe::Probe& probe, const BenchOptions& o, int callsPer
   return summarize(std::move(samples));
 }
 
-}  // namespace
-
-namespace {
-
 int benchMain(int argc, char** argv) {
   BenchOptions o;
   CLI::App app{

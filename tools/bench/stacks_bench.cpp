@@ -52,10 +52,6 @@ void report(const char* what, std::vector<double> ms) {
               ms.back(), ms.size());
 }
 
-}  // namespace
-
-namespace {
-
 int benchMain(int argc, char** argv) {
   int repeat = 5;
   int providerDeadlineMs = 100;

@@ -236,10 +236,6 @@ int runTcpd(const EvalOptions& o) {
   return 0;
 }
 
-}  // namespace
-
-namespace {
-
 int benchMain(int argc, char** argv) {
   EvalOptions o;
   CLI::App app{
