@@ -237,6 +237,7 @@ bool ProbeSide::helloAfterGoodbye(const std::string& rid, const wire::RankInfo& 
 
 void ProbeSide::handleFrame(const std::string& rid, const zmq::message_t& frame, int64_t now) {
   ++probeFrames_;
+  if (takeSplitBatch(rid, frame, now)) return;
   auto decoded = wire::decode(frame.data(), frame.size());
   if (!decoded) {
     reject(rid, wire::rejectReason(decoded.status()), decoded.message());
@@ -260,51 +261,11 @@ void ProbeSide::handleFrame(const std::string& rid, const zmq::message_t& frame,
       return;
     }
     case wire::Envelope::kBatch: {
+      // A batch takeSplitBatch refused yet decode() accepted (its fields in another order,
+      // say): every item decoded, and re-encoded.
       auto* batch = env.mutable_batch();
-      // Items are stored as the probe serialized them when that is safe, saving a
-      // re-encode per item; RankHello items are changed (node) and always re-encoded.
-      wire::BatchFrame split;
-      std::vector<std::string_view>& raw = split.items;
-      if (!wire::splitBatch(frame.data(), frame.size(), &split) ||
-          raw.size() != static_cast<size_t>(batch->items_size())) {
-        raw.clear();
-      }
-      size_t index = 0;
       for (auto& item : *batch->mutable_items()) {
-        std::string_view rawItem = raw.empty() ? std::string_view() : raw[index];
-        ++index;
-        if (!allowedItem(item.body_case())) {
-          reject("", "bad_item",
-                 "batch " + std::to_string(batch->seq()) +
-                     " holds an item of a type probes may not send (field " +
-                     std::to_string(static_cast<int>(item.body_case())) + ")");
-          continue;
-        }
-        if (item.has_rank_hello()) {
-          auto* info = item.mutable_rank_hello()->mutable_rank();
-          if (helloAfterGoodbye(rid, *info)) continue;  // not spooled: the rank has ended
-          info->set_node(opts_.node);
-          bool changed = false;
-          registerRank(rid, *info, now, &changed);
-        } else if (item.has_rank_goodbye()) {
-          endRank(rid, item.rank_goodbye().job(), item.rank_goodbye().rank());
-        } else if (item.has_command_status() &&
-                   wire::commandState(item.command_status()) == wire::RankState::kUploading &&
-                   !item.command_status().file_path().empty()) {
-          // Shipped once the status itself is in the spool (flushProbeInput).
-          inUploads_.emplace_back(item.command_status(), peerUid(frame));
-        }
-        bool reuse = !rawItem.empty() && !item.has_rank_hello() &&
-                     item.schema_version() == wire::kSchemaVersion;
-        std::string rec = reuse ? std::string(rawItem) : wire::encode(item);
-        if (rec.size() > kMaxItemBytes) {
-          reject("", "item_too_large",
-                 "an item of " + std::to_string(rec.size()) + " bytes in batch " +
-                     std::to_string(batch->seq()));
-          continue;
-        }
-        inRecords_.push_back(std::move(rec));
-        ++inBatchItems_;
+        takeItem(rid, frame, batch->seq(), item, std::string_view(), now);
       }
       inAcks_.emplace_back(rid, batch->seq());
       return;
@@ -315,6 +276,79 @@ void ProbeSide::handleFrame(const std::string& rid, const zmq::message_t& frame,
                  std::to_string(static_cast<int>(env.body_case())));
       return;
   }
+}
+
+bool ProbeSide::takeSplitBatch(const std::string& rid, const zmq::message_t& frame, int64_t now) {
+  wire::BatchFrame& split = split_;
+  if (!wire::splitBatch(frame.data(), frame.size(), &split)) return false;
+  // Step reports, nearly every item, are kept as the probe serialized them without being
+  // parsed (the collector parses and validates each one); the few other items are decoded
+  // first, all of them, so a malformed one leaves the frame to decode() and its reject before
+  // anything of it is taken.
+  splitOthers_.clear();
+  splitIsStep_.assign(split.items.size(), false);
+  for (size_t i = 0; i < split.items.size(); ++i) {
+    const std::string_view item = split.items[i];
+    uint32_t version = 0;
+    std::string_view step;
+    if (wire::stepItem(item, &version, &step) && version == wire::kSchemaVersion) {
+      splitIsStep_[i] = true;
+      continue;
+    }
+    wire::Envelope env;
+    if (!env.ParseFromArray(item.data(), static_cast<int>(item.size()))) return false;
+    splitOthers_.push_back(std::move(env));
+  }
+  size_t other = 0;
+  for (size_t i = 0; i < split.items.size(); ++i) {
+    if (splitIsStep_[i]) {
+      takeRecord(std::string(split.items[i]), split.seq);
+    } else {
+      takeItem(rid, frame, split.seq, splitOthers_[other++], split.items[i], now);
+    }
+  }
+  inAcks_.emplace_back(rid, split.seq);
+  return true;
+}
+
+void ProbeSide::takeItem(const std::string& rid, const zmq::message_t& frame, uint64_t seq,
+                         wire::Envelope& item, std::string_view raw, int64_t now) {
+  if (!allowedItem(item.body_case())) {
+    reject("", "bad_item",
+           "batch " + std::to_string(seq) +
+               " holds an item of a type probes may not send (field " +
+               std::to_string(static_cast<int>(item.body_case())) + ")");
+    return;
+  }
+  if (item.has_rank_hello()) {
+    auto* info = item.mutable_rank_hello()->mutable_rank();
+    if (helloAfterGoodbye(rid, *info)) return;  // not spooled: the rank has ended
+    info->set_node(opts_.node);
+    bool changed = false;
+    registerRank(rid, *info, now, &changed);
+  } else if (item.has_rank_goodbye()) {
+    endRank(rid, item.rank_goodbye().job(), item.rank_goodbye().rank());
+  } else if (item.has_command_status() &&
+             wire::commandState(item.command_status()) == wire::RankState::kUploading &&
+             !item.command_status().file_path().empty()) {
+    // Shipped once the status itself is in the spool (flushProbeInput).
+    inUploads_.emplace_back(item.command_status(), peerUid(frame));
+  }
+  // Stored as the probe serialized it when that is safe, saving a re-encode; RankHello items
+  // are changed (node) and always re-encoded.
+  const bool reuse =
+      !raw.empty() && !item.has_rank_hello() && item.schema_version() == wire::kSchemaVersion;
+  takeRecord(reuse ? std::string(raw) : wire::encode(item), seq);
+}
+
+void ProbeSide::takeRecord(std::string rec, uint64_t seq) {
+  if (rec.size() > kMaxItemBytes) {
+    reject("", "item_too_large",
+           "an item of " + std::to_string(rec.size()) + " bytes in batch " + std::to_string(seq));
+    return;
+  }
+  inRecords_.push_back(std::move(rec));
+  ++inBatchItems_;
 }
 
 void ProbeSide::drain(int64_t now) {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -83,6 +84,15 @@ class ProbeSide {
   // The uid of the process that sent `frame` (kUnknownUid when the transport has none).
   uint32_t peerUid(const zmq::message_t& frame) const;
   void handleFrame(const std::string& rid, const zmq::message_t& frame, int64_t now);
+  // The fast path for a Batch frame as probes send it (wire::splitBatch): false, having taken
+  // nothing, when the frame does not split or one of its non-step items does not parse.
+  bool takeSplitBatch(const std::string& rid, const zmq::message_t& frame, int64_t now);
+  // One decoded batch item: registers hellos and goodbyes, queues uploads, then its record
+  // (`raw`: the item's bytes as the probe sent them, empty when unknown).
+  void takeItem(const std::string& rid, const zmq::message_t& frame, uint64_t seq,
+                wire::Envelope& item, std::string_view raw, int64_t now);
+  // Queues one record of batch `seq` for the spool, or rejects it when too large.
+  void takeRecord(std::string rec, uint64_t seq);
   void registerRank(const std::string& rid, const wire::RankInfo& info, int64_t now, bool* changed);
   // A goodbye: forgets the rank and remembers that it ended.
   void endRank(const std::string& rid, const std::string& job, uint32_t rank);
@@ -105,6 +115,9 @@ class ProbeSide {
   std::vector<std::string> inRecords_;
   std::vector<std::pair<std::string, uint64_t>> inAcks_;  // routing id, batch seq
   uint64_t inBatchItems_ = 0;
+  wire::BatchFrame split_;                  // reused by each frame's split
+  std::vector<wire::Envelope> splitOthers_;  // a split batch's non-step items, decoded
+  std::vector<bool> splitIsStep_;            // per item of the split: a step report
   // "uploading" statuses of this drain, with the uid of their sender.
   std::vector<std::pair<wire::CommandStatus, uint32_t>> inUploads_;
 

@@ -121,6 +121,32 @@ TEST_CASE("agent acks probe batches, then delivers them in order once the collec
     CHECK(probe.awaitAck() == 3);
     CHECK(collector.pumpUntil([&] { return collector.seenStep(6); }));
   }
+
+  SECTION("a batch's items are judged one by one; an item that does not parse refuses its frame") {
+    // Step reports pass without being parsed; the heartbeat, a type probes may not send, is
+    // refused alone and the batch is still acked.
+    wire::Envelope heartbeat;
+    heartbeat.mutable_heartbeat();
+    wire::Envelope step6 = stepItem(6);
+    probe.sendRaw(wire::encodeBatchFrame(3, {wire::encode(step6), wire::encode(heartbeat)}));
+    CHECK(probe.awaitAck() == 3);
+    CHECK(waitFor([&] { return agent.stats().rejects["bad_item"] == 1; }));
+    CHECK(collector.pumpUntil([&] { return collector.seenStep(6); }));
+
+    // A step report beside bytes that are no envelope: the frame is refused whole, not acked,
+    // and its step report is not delivered.
+    wire::Envelope step7 = stepItem(7);
+    probe.sendRaw(wire::encodeBatchFrame(4, {wire::encode(step7), std::string("\xff\xff\xff")}));
+    wire::Envelope got;
+    bool gotError = false;
+    while (!gotError && probe.recv(&got)) gotError = got.has_error();
+    REQUIRE(gotError);
+    CHECK(got.error().reason() == "malformed");
+    probe.sendSteps(5, 8, 9);
+    CHECK(probe.awaitAck() == 5);
+    CHECK(collector.pumpUntil([&] { return collector.seenStep(8); }));
+    CHECK_FALSE(collector.seenStep(7));
+  }
 }
 
 TEST_CASE("agent resends what a killed collector had not acked to the next collector") {
