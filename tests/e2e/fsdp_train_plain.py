@@ -39,10 +39,13 @@ def main():
     samples = args.steps * args.batch * dist.get_world_size()
     data = TensorDataset(torch.randn(samples, 128), torch.randint(0, 10, (samples,)))
     loader = DataLoader(data, batch_size=args.batch, sampler=DistributedSampler(data))
-    model = nn.Sequential(FSDP(nn.Linear(128, args.width)), nn.ReLU(),
-                          FSDP(nn.Linear(args.width, args.width)), nn.ReLU(),
-                          FSDP(nn.Linear(args.width, 10)))
-    model = FSDP(model)
+    # Where CUDA is visible, torch 2's FSDP computes on it and refuses CPU parameters unless
+    # told otherwise.
+    on = {"device_id": torch.device("cpu")} if torch.cuda.is_available() else {}
+    model = nn.Sequential(FSDP(nn.Linear(128, args.width), **on), nn.ReLU(),
+                          FSDP(nn.Linear(args.width, args.width), **on), nn.ReLU(),
+                          FSDP(nn.Linear(args.width, 10), **on))
+    model = FSDP(model, **on)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
 

@@ -182,6 +182,68 @@ def p2p_tests():
     check(len(rec.records) == n, "an irecv without work records nothing")
 
 
+def _fake_torch(patcher, version):
+    """A torch module as far as _patch_optimizer sees it: an Optimizer whose __init__ calls
+    `patcher` (None: no such method), which wraps the class's step() once, marked "hooked", as
+    torch does for its profiler (_hook_for_profile before 2.0, _patch_step_function since)."""
+    import functools
+    import types
+
+    class Optimizer(object):
+        def __init__(self):
+            if patcher is not None:
+                getattr(self, patcher)()
+
+    def patch(self):
+        cls = type(self)
+        if not getattr(cls.step, "hooked", None):
+            inner = cls.step
+
+            @functools.wraps(inner)
+            def profiled(*args, **kwargs):
+                return inner(*args, **kwargs)
+
+            cls.step = profiled
+            cls.step.hooked = True
+
+    if patcher is not None:
+        setattr(Optimizer, patcher, patch)
+    return types.SimpleNamespace(__version__=version,
+                                 optim=types.SimpleNamespace(Optimizer=Optimizer))
+
+
+def optimizer_patch_tests():
+    """Steps come from Optimizer.step under torch 1.x and 2.x: the patch finds the method each
+    version calls when an optimizer is made, and says so when there is none."""
+    from trainscope import _auto_torch
+
+    for patcher, version in (("_hook_for_profile", "1.13.1"), ("_patch_step_function", "2.11.0")):
+        torch = _fake_torch(patcher, version)
+        _auto_torch._patch_optimizer(torch)
+
+        class SGD(torch.optim.Optimizer):
+            calls = 0
+
+            def step(self, closure=None):
+                SGD.calls += 1
+                return "stepped"
+
+        opt = SGD()
+        SGD()  # a second optimizer of the class wraps nothing again
+        check(getattr(SGD.step, "_trainscope_step", False),
+              "torch %s: the optimizer class's step() is wrapped when one is made" % version)
+        check(getattr(SGD.step, "hooked", False),
+              "torch %s: torch's own mark is kept, so torch does not wrap it again" % version)
+        check(opt.step() == "stepped" and SGD.calls == 1,
+              "torch %s: the wrapped step() runs the original once, with its result" % version)
+    try:
+        _auto_torch._patch_optimizer(_fake_torch(None, "9.0"))
+        check(False, "a torch without either method is refused")
+    except AttributeError as e:
+        check("_patch_step_function" in str(e) and "9.0" in str(e),
+              "a torch without either method is refused, naming the methods and version")
+
+
 def dist_tests():
     try:
         import torch
@@ -225,6 +287,7 @@ def main():
     stepper_tests()
     boot_tests()
     p2p_tests()
+    optimizer_patch_tests()
     return dist_tests()
 
 

@@ -96,12 +96,22 @@ def _wrap_optimizer_step(fn):
     return step
 
 
+# The method torch's Optimizer.__init__ calls to wrap its class's step() for the profiler, once
+# per class: _patch_step_function from torch 2.0 on, _hook_for_profile before.
+_STEP_PATCHERS = ("_patch_step_function", "_hook_for_profile")
+
+
 def _patch_optimizer(torch):
     Optimizer = torch.optim.Optimizer
-    orig = Optimizer._hook_for_profile
+    name = next((n for n in _STEP_PATCHERS if callable(getattr(Optimizer, n, None))), None)
+    if name is None:
+        raise AttributeError("torch.optim.Optimizer (torch %s) has none of %s, which torch calls "
+                             "when an optimizer is made" % (getattr(torch, "__version__", "?"),
+                                                           ", ".join(_STEP_PATCHERS)))
+    orig = getattr(Optimizer, name)
 
     @functools.wraps(orig)
-    def _hook_for_profile(self):
+    def patch_step(self):
         orig(self)
         try:
             cls = type(self)
@@ -113,7 +123,7 @@ def _patch_optimizer(torch):
         except Exception as e:  # noqa: BLE001
             _fail("optimizer", e)
 
-    Optimizer._hook_for_profile = _hook_for_profile
+    setattr(Optimizer, name, patch_step)
 
 
 # ---- data wait ----------------------------------------------------------------------------
