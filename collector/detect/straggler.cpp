@@ -177,7 +177,7 @@ int StragglerDetector::singleRank(const WorkerState& st, const Worker& wk, size_
   }
   const double dc = c[slow] - medianInPlace(oc);
   const double dw = medianInPlace(ow) - w[slow];
-  if (dc < 0.5 * excessNs || dw < 0.5 * dc) return -1;
+  if (dc < 0.5 * excessNs || dw < 0.25 * dc) return -1;
   *rankNs = c[slow];
   *peersNs = c[slow] - dc;
   *rankWaitNs = w[slow];

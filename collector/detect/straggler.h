@@ -28,8 +28,11 @@
 // index, labels.worker the worker's) when, over the steps since the onset, its compute exceeds
 // its tensor-parallel peers' by at least half the worker's excess AND the worker's own
 // tensor-parallel collectives (the groups declared with kind tp) show the others waiting for it:
-// it waits least there, and the others' wait exceeds its own by at least half its compute
-// excess. A whole worker slowed alike (a slow node, a hot host) is named as the worker.
+// it waits least there, and the others' wait exceeds its own by at least a quarter of its
+// compute excess (only the work between tp collectives is waited for there: W passes of the V
+// schedules and expert layers run none, so at tp4·pp8·dp32·ep8 under zb-v and dualpipe-v the
+// others waited 0.36 of a slow GPU's excess). A whole worker slowed alike (a slow node, a hot
+// host) is named as the worker.
 // Without data parallelism a stage has one worker and no peers: its ranks are then compared
 // with each other (rank compute / median of its tensor-parallel peers', PeerRatioSet per stage)
 // and a rank is named by the same wait test (or on its compute alone when the job reports no

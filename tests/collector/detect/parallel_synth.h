@@ -32,6 +32,8 @@ struct ParallelSynth {
   std::vector<double> stageLoad;  // per stage extra factor (a naturally unbalanced pipeline)
   bool tpWaits = false;  // report each rank's tensor-parallel all_reduce (group "tp"): its time
                          // is the wait for the group's slowest rank plus a small transfer
+  double tpWaitShare = 1.0;  // of that wait, the share spent in the tp collectives (the rest
+                             // falls in work no tp collective follows: W passes, expert layers)
   // Fault hooks (1.0 = healthy): by step and stage; by step, stage and replica (a worker);
   // by step and rank (one GPU).
   std::function<double(int64_t, uint32_t)> stageFactor;
@@ -112,7 +114,7 @@ struct ParallelSynth {
         c->set_group("tp");
         c->set_bytes(1u << 20);
         c->set_count(uint64_t{microbatches} * 2);
-        c->set_total_ns(static_cast<int64_t>(slowest - compute[r] + 0.5e6));
+        c->set_total_ns(static_cast<int64_t>((slowest - compute[r]) * tpWaitShare + 0.5e6));
       }
       if (pp > 1) {
         auto* p = rep.add_p2p();

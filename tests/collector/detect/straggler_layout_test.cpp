@@ -129,6 +129,25 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "straggler layout: a slow GPU is named alone when its tp peers wait for a third of its excess "
+    "in their collectives (the rest in W passes and expert layers)") {
+  ParallelSynth job;
+  job.seed = 74;
+  job.tp = 4;
+  job.dp = 4;
+  job.noise = 0.03;
+  job.tpWaits = true;
+  job.tpWaitShare = 0.36;  // as at tp4 x pp8 x dp32 x ep8 under zb-v and dualpipe-v
+  job.rankFactor = [](int64_t s, uint32_t r) { return s >= 100 && r == 21 ? 1.3 : 1.0; };
+  auto events = runLayoutJob(job, 300);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kStraggler);
+  REQUIRE(opened.size() == 1);
+  CHECK(opened[0].ranks == std::vector<uint32_t>{21});
+  CHECK(opened[0].labels.at("scope") == "rank");
+}
+
+TEST_CASE(
     "straggler layout: a whole slow worker stays one worker anomaly; no tp data, no single rank") {
   ParallelSynth job;
   job.seed = 72;
