@@ -315,8 +315,7 @@ void ProbeSide::takeItem(const std::string& rid, const zmq::message_t& frame, ui
                          wire::Envelope& item, std::string_view raw, int64_t now) {
   if (!allowedItem(item.body_case())) {
     reject("", "bad_item",
-           "batch " + std::to_string(seq) +
-               " holds an item of a type probes may not send (field " +
+           "batch " + std::to_string(seq) + " holds an item of a type probes may not send (field " +
                std::to_string(static_cast<int>(item.body_case())) + ")");
     return;
   }

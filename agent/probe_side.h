@@ -115,7 +115,7 @@ class ProbeSide {
   std::vector<std::string> inRecords_;
   std::vector<std::pair<std::string, uint64_t>> inAcks_;  // routing id, batch seq
   uint64_t inBatchItems_ = 0;
-  wire::BatchFrame split_;                  // reused by each frame's split
+  wire::BatchFrame split_;                   // reused by each frame's split
   std::vector<wire::Envelope> splitOthers_;  // a split batch's non-step items, decoded
   std::vector<bool> splitIsStep_;            // per item of the split: a step report
   // "uploading" statuses of this drain, with the uid of their sender.

@@ -30,8 +30,8 @@ struct ParallelSynth {
   int warmupSteps = 5;    // 2x slower
   uint64_t seed = 1;
   std::vector<double> stageLoad;  // per stage extra factor (a naturally unbalanced pipeline)
-  bool tpWaits = false;  // report each rank's tensor-parallel all_reduce (group "tp"): its time
-                         // is the wait for the group's slowest rank plus a small transfer
+  bool tpWaits = false;      // report each rank's tensor-parallel all_reduce (group "tp"): its time
+                             // is the wait for the group's slowest rank plus a small transfer
   double tpWaitShare = 1.0;  // of that wait, the share spent in the tp collectives (the rest
                              // falls in work no tp collective follows: W passes, expert layers)
   // Fault hooks (1.0 = healthy): by step and stage; by step, stage and replica (a worker);
