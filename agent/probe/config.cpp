@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <string_view>
@@ -141,6 +142,18 @@ Result<ProbeConfig> resolveConfig(const ts_probe_config* config) {
                                         std::to_string(n) + " must be within 1..256");
     }
     out.batchSteps = static_cast<uint32_t>(n);
+  }
+  if (const char* v = envOrNull("TRAINSCOPE_DEVICE")) {
+    const std::string device = v;
+    const bool ok = device.size() <= 16 && std::all_of(device.begin(), device.end(), [](char c) {
+                      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+                    });
+    if (!ok) {
+      return Result<ProbeConfig>::error(
+          "environment variable TRAINSCOPE_DEVICE='" + device +
+          "' must be a device name of at most 16 lowercase letters, digits or '_' (e.g. cuda)");
+    }
+    out.device = device;
   }
   return out;
 }

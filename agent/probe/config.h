@@ -34,6 +34,8 @@ struct ProbeConfig {
   int64_t batchLatencyMs = 200;
   uint32_t batchSteps = 16;  // reports that fill a message sooner ($TRAINSCOPE_BATCH_STEPS, 1..256)
   bool connectAgent = true;  // false: fold only (benchmarks, tests)
+  std::string device;        // where the operators run ($TRAINSCOPE_DEVICE: "" = the host;
+                             // else a name such as "cuda"), carried in each step report
   std::string captureDir = kDefaultCaptureDir;  // capture files for the agent to ship
                                                 // ($TRAINSCOPE_CAPTURE_DIR); needs room for
                                                 // max_bytes per running capture

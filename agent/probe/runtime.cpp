@@ -392,6 +392,7 @@ void Instance::deliverSteps(std::vector<FoldedStep>& folded, uint64_t dropped, i
   for (FoldedStep& f : folded) {
     f.report.set_dropped(dropped - droppedReported_);
     droppedReported_ = dropped;
+    if (!config_.device.empty()) f.report.set_device(config_.device);
     const int64_t step = f.report.step();
     const int64_t startNs = f.report.start_ns();
     const int64_t endNs = f.report.end_ns();

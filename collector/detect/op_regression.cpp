@@ -50,6 +50,8 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
 
 void OpRegressionDetector::gatherSamples(const AssembledStep& step, double medianCompute) {
   for (const RankStep& r : step.ranks) {
+    // Operators on a device are timed as launches on the host (StepReport.device): not judged.
+    if (!r.report.device().empty()) continue;
     // How much slower this rank computes than its peers this step: a straggler's ops all carry
     // it, so it is divided out of the rank's op series.
     const double rankFactor = medianCompute > 0.0 && r.report.compute_ns() > 0

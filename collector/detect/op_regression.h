@@ -9,7 +9,10 @@
 // jobWideFraction of the ranks rise together, the regression is reported once with every
 // rank; otherwise per rank. Evidence gives the raw per-call times in microseconds. Ops missing
 // from a report (top-N truncation) are simply not sampled that step. Memory is bounded by
-// maxOpsPerJob. Used from the caller's thread only.
+// maxOpsPerJob. Reports whose operators run on a device (StepReport.device, e.g. "cuda") are
+// not judged: the probe times their launches on the host, and on a healthy H200 job those
+// rose 1.1-6x for stretches of steps while the step time stayed flat (tools/bench/gpu_replay);
+// device timings (CUPTI) are not collected. Used from the caller's thread only.
 #pragma once
 
 #include <cstdint>

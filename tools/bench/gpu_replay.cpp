@@ -4,7 +4,9 @@
 // default options, and prints every anomaly they open: each is a false alarm, since the jobs'
 // own synchronized step times were flat (14.8 ms +-0.1). Their operator and collective times
 // are host-side (launches; collectives to completion of their future), which is what a probe
-// without device timings (CUPTI) reports. Prints figures; exit 0 unless the file is unreadable.
+// without device timings (CUPTI) reports. Each job is replayed twice: as recorded (the probe
+// did not say where its operators ran) and with StepReport.device "cuda", as `trainscope run`
+// now reports a rank that uses CUDA. Prints figures; exit 0 unless the file is unreadable.
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -26,9 +28,10 @@ namespace wire = trainscope::wire;
 
 // A row of the file (see its "about"): times in microseconds.
 wire::StepReport reportOf(const std::string& job, const nlohmann::json& row,
-                          const nlohmann::json& names, int64_t t0) {
+                          const nlohmann::json& names, int64_t t0, const std::string& device) {
   wire::StepReport r;
   r.set_job(job);
+  r.set_device(device);
   r.set_rank(row[0].get<uint32_t>());
   r.set_step(row[1].get<int64_t>());
   const int64_t start = t0 + row[2].get<int64_t>() * 1000;
@@ -61,8 +64,9 @@ wire::StepReport reportOf(const std::string& job, const nlohmann::json& row,
 }
 
 int benchMain(int argc, char** argv) {
-  CLI::App app{"gpu_replay: the collector's detectors over healthy jobs recorded on a GPU "
-               "machine; every anomaly printed is a false alarm"};
+  CLI::App app{
+      "gpu_replay: the collector's detectors over healthy jobs recorded on a GPU "
+      "machine; every anomaly printed is a false alarm"};
   std::string file = "tests/data/gpu/h200_ddp_steps.json";
   app.add_option("file", file, "the recorded steps (tests/data/gpu/h200_ddp_steps.json)");
   CLI11_PARSE(app, argc, argv);
@@ -78,37 +82,40 @@ int benchMain(int argc, char** argv) {
   }
   constexpr int64_t kT0 = 1'795'788'000'000'000'000;  // about the wall clock of the recording
   for (const auto& [job, rows] : doc.at("jobs").items()) {
-    DetectorSet set;
-    std::vector<Anomaly> opened;
-    int64_t lastEnd = kT0;
-    for (const auto& row : rows) {
-      const wire::StepReport r = reportOf(job, row, doc.at("names"), kT0);
-      RankContext ctx;
-      ctx.node = "node0";
-      if (!set.observe(r, ctx).isOk()) continue;
-      lastEnd = r.end_ns();
-      set.tick(lastEnd);
-      for (auto& e : set.takeEvents()) {
-        if (e.state == trainscope::detect::AnomalyState::kOpen) opened.push_back(std::move(e));
+    for (const std::string device : {"", "cuda"}) {
+      DetectorSet set;
+      std::vector<Anomaly> opened;
+      int64_t lastEnd = kT0;
+      auto take = [&] {
+        for (auto& e : set.takeEvents()) {
+          if (e.state == trainscope::detect::AnomalyState::kOpen) opened.push_back(std::move(e));
+        }
+      };
+      for (const auto& row : rows) {
+        const wire::StepReport r = reportOf(job, row, doc.at("names"), kT0, device);
+        RankContext ctx;
+        ctx.node = "node0";
+        if (!set.observe(r, ctx).isOk()) continue;
+        lastEnd = r.end_ns();
+        set.tick(lastEnd);
+        take();
       }
-    }
-    set.tick(lastEnd + 1'000'000'000);
-    for (auto& e : set.takeEvents()) {
-      if (e.state == trainscope::detect::AnomalyState::kOpen) opened.push_back(std::move(e));
-    }
-    std::map<std::string, int> byKind;
-    for (const Anomaly& a : opened) ++byKind[trainscope::detect::anomalyKindName(a.kind)];
-    std::printf("%s: %zu step reports, %zu anomalies opened (all false alarms)", job.c_str(),
-                rows.size(), opened.size());
-    for (const auto& [kind, n] : byKind) std::printf("; %s %d", kind.c_str(), n);
-    std::printf("\n");
-    for (const Anomaly& a : opened) {
-      auto added = a.evidence.find("added_ms_per_step");
-      std::printf("  step %4lld %-13s %s%s\n", static_cast<long long>(a.detectedStep),
-                  trainscope::detect::anomalyKindName(a.kind), a.summary.c_str(),
-                  added == a.evidence.end()
-                      ? ""
-                      : (" [adds " + std::to_string(added->second) + " ms per step]").c_str());
+      set.tick(lastEnd + 1'000'000'000);
+      take();
+      std::map<std::string, int> byKind;
+      for (const Anomaly& a : opened) ++byKind[trainscope::detect::anomalyKindName(a.kind)];
+      std::printf("%s, device '%s': %zu step reports, %zu anomalies opened (all false alarms)",
+                  job.c_str(), device.c_str(), rows.size(), opened.size());
+      for (const auto& [kind, n] : byKind) std::printf("; %s %d", kind.c_str(), n);
+      std::printf("\n");
+      for (const Anomaly& a : opened) {
+        auto added = a.evidence.find("added_ms_per_step");
+        std::printf("  step %4lld %-13s %s%s\n", static_cast<long long>(a.detectedStep),
+                    trainscope::detect::anomalyKindName(a.kind), a.summary.c_str(),
+                    added == a.evidence.end()
+                        ? ""
+                        : (" [adds " + std::to_string(added->second) + " ms per step]").c_str());
+      }
     }
   }
   return 0;

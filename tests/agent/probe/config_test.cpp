@@ -19,9 +19,9 @@ void env(const char* name, const char* value) {
   }
 }
 void clearEnv() {
-  for (const char* n :
-       {"TRAINSCOPE_AGENT", "TRAINSCOPE_JOB", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "RANK",
-        "WORLD_SIZE", "LOCAL_RANK", "TRAINSCOPE_BATCH_MS", "TRAINSCOPE_BATCH_STEPS"}) {
+  for (const char* n : {"TRAINSCOPE_AGENT", "TRAINSCOPE_JOB", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID",
+                        "RANK", "WORLD_SIZE", "LOCAL_RANK", "TRAINSCOPE_BATCH_MS",
+                        "TRAINSCOPE_BATCH_STEPS", "TRAINSCOPE_DEVICE"}) {
     env(n, nullptr);
   }
 }
@@ -129,6 +129,24 @@ TEST_CASE("probe batching comes from TRAINSCOPE_BATCH_MS and _STEPS, bad values 
     c = resolveConfig(nullptr);
     REQUIRE_FALSE(c.isOk());
     CHECK(c.message().find("TRAINSCOPE_BATCH_STEPS") != std::string::npos);
+  }
+  clearEnv();
+}
+
+TEST_CASE("the device the operators run on comes from TRAINSCOPE_DEVICE, a plain name") {
+  clearEnv();
+  auto c = resolveConfig(nullptr);
+  REQUIRE(c.isOk());
+  CHECK(c->device.empty());  // the host
+  env("TRAINSCOPE_DEVICE", "cuda");
+  c = resolveConfig(nullptr);
+  REQUIRE(c.isOk());
+  CHECK(c->device == "cuda");
+  for (const char* bad : {"CUDA", "cuda:0", "a-very-long-device-name", "gpu 0"}) {
+    env("TRAINSCOPE_DEVICE", bad);
+    c = resolveConfig(nullptr);
+    REQUIRE_FALSE(c.isOk());
+    CHECK(c.message().find("TRAINSCOPE_DEVICE") != std::string::npos);
   }
   clearEnv();
 }

@@ -244,6 +244,24 @@ def optimizer_patch_tests():
               "a torch without either method is refused, naming the methods and version")
 
 
+def device_tests():
+    """The probe is told its operators run on CUDA once torch has initialised it."""
+    import types
+    from trainscope.auto import device_in_use
+
+    def fake(available, initialized):
+        cuda = types.SimpleNamespace(is_available=lambda: available,
+                                     is_initialized=lambda: initialized)
+        return {"torch": types.SimpleNamespace(cuda=cuda)}
+
+    check(device_in_use({}) is None, "no torch imported: no device")
+    check(device_in_use(fake(True, False)) is None, "CUDA present but not used: no device")
+    check(device_in_use(fake(False, False)) is None, "no CUDA: no device")
+    check(device_in_use(fake(True, True)) == "cuda", "CUDA initialised: cuda")
+    broken = {"torch": types.SimpleNamespace()}
+    check(device_in_use(broken) is None, "a torch without torch.cuda: no device")
+
+
 def dist_tests():
     try:
         import torch
@@ -288,6 +306,7 @@ def main():
     boot_tests()
     p2p_tests()
     optimizer_patch_tests()
+    device_tests()
     return dist_tests()
 
 

@@ -3,6 +3,7 @@
 // every report), through the C ABI and the C++ API, against an in-test agent.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -169,7 +170,31 @@ TEST_CASE("p2p transfers and the stated FLOPs reach the step report; bad p2p cal
   CHECK(rep.model_flops() == 3e12);
   CHECK(rep.hardware_flops() == 4e12);
   CHECK(rep.peak_flops() == 1e15);
+  CHECK(rep.device().empty());  // operators on the host
   CHECK(p.stats().records == 5);
+}
+
+TEST_CASE("TRAINSCOPE_DEVICE reaches every step report") {
+  ::setenv("TRAINSCOPE_DEVICE", "cuda", 1);
+  Probe p(foldOnly(0, 1));
+  ::unsetenv("TRAINSCOPE_DEVICE");
+  REQUIRE(p.ok());
+  std::mutex mu;
+  std::vector<trainscope::wire::StepReport> got;  // guarded by mu
+  p.onReport([&](const trainscope::wire::StepReport& rep) {
+    std::lock_guard<std::mutex> lock(mu);
+    got.push_back(rep);
+  });
+  const int64_t t = 1'000'000'000;
+  for (int64_t s = 0; s < 2; ++s) {
+    p.stepBegin(s, t + s * 1000);
+    p.op(Name("fwd"), t + s * 1000 + 10, 500);
+    p.stepEnd(s, t + s * 1000 + 1000);
+  }
+  REQUIRE(p.flush(5000) == 0);
+  std::lock_guard<std::mutex> lock(mu);
+  REQUIRE(got.size() == 2);
+  for (const auto& rep : got) CHECK(rep.device() == "cuda");
 }
 
 TEST_CASE(

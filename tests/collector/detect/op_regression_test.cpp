@@ -90,6 +90,23 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("op_regression: operators on a device (timed as launches) are not judged") {
+  for (const std::string device : {"", "cuda"}) {
+    SynthJob job;
+    job.seed = 34;
+    job.rng.seed(34);
+    job.device = device;
+    job.opFactor = [](int64_t s, uint32_t r, const std::string& op) {
+      return op == "matmul" && (s >= 1500 || r == 3) && s >= 1000 ? 2.0 : 1.0;
+    };
+    DetectorSet set;
+    std::vector<Anomaly> events;
+    run(job, set, 0, 1700, &events);
+    INFO("device '" << device << "'\n" << describe(events));
+    CHECK(ofKind(events, AnomalyKind::kOpRegression).empty() == !device.empty());
+  }
+}
+
 TEST_CASE("op_regression: ops that vanish are forgotten, keeping memory bounded") {
   OpRegressionOptions o;
   o.maxOpsPerJob = 8;

@@ -35,6 +35,7 @@ struct SynthJob {
   std::function<double(int64_t, uint32_t)> computeFactor;
   std::function<double(int64_t)> transferFactor;
   std::function<double(int64_t, uint32_t, const std::string&)> opFactor;
+  std::string device;  // StepReport.device of every report ("" = operators on the host)
 
   std::string nodeOf(uint32_t rank) const { return "node-" + std::to_string(rank / ranksPerNode); }
 
@@ -71,6 +72,7 @@ struct SynthJob {
       rep.set_comm_ns(completion - arrival[r]);
       rep.set_exposed_comm_ns(completion - arrival[r]);
       rep.set_data_ns(static_cast<int64_t>(dataMs * 1e6 + checkpoint));
+      if (!device.empty()) rep.set_device(device);
       const char* names[] = {"matmul", "attention", "layernorm"};
       const double shares[] = {0.6, 0.3, 0.1};
       const uint64_t counts[] = {100, 50, 200};

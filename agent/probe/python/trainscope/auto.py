@@ -231,10 +231,26 @@ def _agent_missing_line(environ):
     return None
 
 
+def device_in_use(modules=None):
+    """"cuda" once torch has initialised CUDA in this process (the model is on a GPU), else None.
+    The probe then reports its operators as run on that device (StepReport.device): their times
+    are launches on the host, not the kernels."""
+    torch = (sys.modules if modules is None else modules).get("torch")
+    try:
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            return "cuda"
+    except Exception:  # noqa: BLE001 - a torch without CUDA support, or a broken one
+        return None
+    return None
+
+
 def _start():
     """Creates (or adopts) the probe, enables operators; False when monitoring is off."""
     state.started = True
     import trainscope
+    device = device_in_use()
+    if device and not os.environ.get("TRAINSCOPE_DEVICE"):
+        os.environ["TRAINSCOPE_DEVICE"] = device  # read by the probe when it is created
     overrides = {}
     try:
         import torch.distributed as dist
