@@ -46,6 +46,25 @@ ts_probe_config foldOnly(int rank, int world) {
   return c;
 }
 
+// The step reports a probe delivers, as its onReport hook sees them (any thread).
+class Reports {
+ public:
+  explicit Reports(Probe& p) {
+    p.onReport([this](const trainscope::wire::StepReport& rep) {
+      std::lock_guard<std::mutex> lock(mu_);
+      got_.push_back(rep);
+    });
+  }
+  std::vector<trainscope::wire::StepReport> all() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return got_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<trainscope::wire::StepReport> got_;  // guarded by mu_
+};
+
 }  // namespace
 
 TEST_CASE(
@@ -137,12 +156,7 @@ TEST_CASE("a declaration the probe refuses names the reason and declares nothing
 TEST_CASE("p2p transfers and the stated FLOPs reach the step report; bad p2p calls are dropped") {
   Probe p(foldOnly(1, 4));
   REQUIRE(p.ok());
-  std::mutex mu;
-  std::vector<trainscope::wire::StepReport> got;  // guarded by mu
-  p.onReport([&](const trainscope::wire::StepReport& rep) {
-    std::lock_guard<std::mutex> lock(mu);
-    got.push_back(rep);
-  });
+  Reports reports(p);
   p.setFlops(3e12, 4e12, 1e15);
   const Name pp("pp");
   const int64_t t = 1'000'000'000;
@@ -155,7 +169,7 @@ TEST_CASE("p2p transfers and the stated FLOPs reach the step report; bad p2p cal
   ts_p2p(nullptr, TS_COLL_SEND, pp.id(), 2, 1, t + 1700, t + 1800);  // no probe: nothing
   p.stepEnd(0, t + 2000);
   REQUIRE(p.flush(5000) == 0);
-  std::lock_guard<std::mutex> lock(mu);
+  const auto got = reports.all();
   REQUIRE(got.size() == 1);
   const auto& rep = got[0];
   REQUIRE(rep.p2p_size() == 2);
@@ -179,12 +193,7 @@ TEST_CASE("TRAINSCOPE_DEVICE reaches every step report") {
   Probe p(foldOnly(0, 1));
   ::unsetenv("TRAINSCOPE_DEVICE");
   REQUIRE(p.ok());
-  std::mutex mu;
-  std::vector<trainscope::wire::StepReport> got;  // guarded by mu
-  p.onReport([&](const trainscope::wire::StepReport& rep) {
-    std::lock_guard<std::mutex> lock(mu);
-    got.push_back(rep);
-  });
+  Reports reports(p);
   const int64_t t = 1'000'000'000;
   for (int64_t s = 0; s < 2; ++s) {
     p.stepBegin(s, t + s * 1000);
@@ -192,7 +201,7 @@ TEST_CASE("TRAINSCOPE_DEVICE reaches every step report") {
     p.stepEnd(s, t + s * 1000 + 1000);
   }
   REQUIRE(p.flush(5000) == 0);
-  std::lock_guard<std::mutex> lock(mu);
+  const auto got = reports.all();
   REQUIRE(got.size() == 2);
   for (const auto& rep : got) CHECK(rep.device() == "cuda");
 }
