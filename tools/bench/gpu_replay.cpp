@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "collector/detect/detector_set.h"
+#include "common/guarded_main.h"
 #include "schema/wire.h"
 
 namespace {
@@ -124,5 +125,5 @@ int benchMain(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return benchMain(argc, argv);
+  return trainscope::guardedMain("gpu_replay", [&] { return benchMain(argc, argv); });
 }
