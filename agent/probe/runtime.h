@@ -182,8 +182,8 @@ class Runtime {
 // kExitWaitConnectedMs when the agent acknowledged within its window; kExitWaitFirstAckMs when
 // the probe recorded something and no report of it was ever acknowledged (a job shorter than
 // its first round trip to the agent: without the wait it would lose everything it recorded);
-// 0 otherwise (the agent was heard from once and is gone, or there is nothing to send). The Python
-// package's exit hook follows this rule.
+// 0 otherwise (the agent was heard from once and is gone, or there is nothing to send). The C
+// ABI's ts_exit_wait_ms gives it for the default probe (the Python package's exit hook asks).
 inline constexpr int32_t kExitWaitConnectedMs = 200;
 inline constexpr int32_t kExitWaitFirstAckMs = 500;
 int32_t exitWaitMs(const ts_probe_stats& stats);

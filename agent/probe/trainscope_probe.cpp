@@ -116,11 +116,7 @@ void atExit() {
   // that stayed in the parent. Touch nothing.
   if (Runtime::get().forked()) return;
   // Never hold the exit for long: a short wait for the goodbye's ack (exitWaitMs says when).
-  if (Instance* d = gDefault.load()) {
-    ts_probe_stats st;
-    d->stats(&st);
-    ts_shutdown(trainscope::probe::exitWaitMs(st));
-  }
+  if (gDefault.load() != nullptr) ts_shutdown(ts_exit_wait_ms());
   Runtime::get().stop();
 }
 
@@ -232,6 +228,14 @@ void ts_shutdown(int32_t timeout_ms) {
     d = gDefault.exchange(nullptr);
   }
   ts_probe_destroy(reinterpret_cast<ts_probe*>(d), timeout_ms);
+}
+
+int32_t ts_exit_wait_ms(void) {
+  Instance* d = gDefault.load();
+  if (d == nullptr) return 0;
+  ts_probe_stats st;
+  d->stats(&st);
+  return trainscope::probe::exitWaitMs(st);
 }
 
 ts_name ts_intern(const char* name) {

@@ -117,6 +117,13 @@ ts_probe* ts_default(void);
 int32_t ts_init(const ts_probe_config* config);
 /* Destroys the default instance (also done at exit). */
 void ts_shutdown(int32_t timeout_ms);
+/* How long a process that exits now should give ts_shutdown, in milliseconds, so that it is
+ * never held for long and never drops what a live agent can still take: 200 when the agent
+ * acknowledged recently, 500 when the default probe recorded something and the agent never
+ * acknowledged a report of it (a job shorter than its first round trip), else 0 (also without
+ * a default instance). The wait ends at the goodbye's ack. The exit hooks (C's atexit, the
+ * Python package's) use it. */
+int32_t ts_exit_wait_ms(void);
 
 /* Interns a name for record calls. Thread-safe; the same string gives the same id. */
 ts_name ts_intern(const char* name);

@@ -308,4 +308,21 @@ TEST_CASE(
   st.connected = 0;
   st.reports_acked = 5;
   CHECK(exitWaitMs(st) == 0);  // heard from once, gone now: exit at once
+
+  // The C ABI's answer, for the process's default instance (what the exit hooks ask).
+  CHECK(ts_exit_wait_ms() == 0);  // none
+  ts_probe_config c;
+  ts_config_init(&c);
+  c.job = "exit-wait-test";
+  c.connect_agent = 1;  // fold only: nothing is ever acknowledged
+  REQUIRE(ts_init(&c) == 0);
+  CHECK(ts_exit_wait_ms() == 0);  // nothing recorded
+  ts_probe* d = ts_default();
+  ts_step_begin(d, 0, 1'000'000);
+  ts_op(d, ts_intern("fwd"), 1'000'100, 500);
+  ts_step_end(d, 0, 1'002'000);
+  REQUIRE(ts_probe_flush(d, 5000) == 0);
+  CHECK(ts_exit_wait_ms() == kExitWaitFirstAckMs);
+  ts_shutdown(0);
+  CHECK(ts_exit_wait_ms() == 0);
 }

@@ -153,6 +153,7 @@ def _bind(lib):
         "ts_init": (i32, [ctypes.POINTER(_Config)]),
         "ts_default": (P, []),
         "ts_shutdown": (None, [i32]),
+        "ts_exit_wait_ms": (i32, []),
         "ts_intern": (u32, [ctypes.c_char_p]),
         "ts_name_str": (ctypes.c_char_p, [u32]),
         "ts_now_ns": (i64, []),
@@ -523,20 +524,11 @@ def dump_stacks(capture_id=None):
 
 def _shutdown_at_exit():
     # Never hold the interpreter's exit for long, and never drop what a live agent can still
-    # take (the rule of exitWaitMs in agent/probe/runtime.h): 200 ms when the agent answered
-    # recently, 500 ms when something was recorded and the agent never acknowledged a report
-    # yet (a job shorter than its first round trip to the agent), else none. The wait ends at
-    # the goodbye's ack.
+    # take: the probe's own rule (ts_exit_wait_ms).
     try:
-        st = stats() if _handle is not None else None
+        wait = _lib.ts_exit_wait_ms() if _handle is not None and _lib is not None else 0
     except Exception:  # noqa: BLE001 - exit must go on
-        st = None
-    wait = 0
-    if st is not None and st["connected"] == 1:
-        wait = 200
-    elif (st is not None and st["reports_acked"] == 0
-          and (st["backlog"] > 0 or st["records"] > 0)):
-        wait = 500
+        wait = 0
     shutdown(wait)
 
 
