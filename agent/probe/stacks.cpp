@@ -81,6 +81,16 @@ void onStackSignal(int, siginfo_t*, void*) {
   errno = savedErrno;
 }
 
+// libunwind sets itself up on first use (its signal masks among it) under a lock that its
+// later calls read without: done once here, in the thread that asks for a dump, so that the
+// signal handlers of many threads never run that first use at once (TSan saw them race in
+// libunwind's own globals).
+void warmUpUnwinder() {
+  unw_context_t uc;
+  unw_cursor_t cursor;
+  if (unw_getcontext(&uc) == 0 && unw_init_local(&cursor, &uc) == 0) (void)unw_step(&cursor);
+}
+
 std::string readFirstLine(const std::string& path) {
   std::ifstream in(path);
   std::string line;
@@ -181,6 +191,7 @@ std::vector<ThreadStack> unwindAllThreads(const StackOptions& options) {
 
   const int sig = stackSignal();
   if (!gHandlerInstalled) {
+    warmUpUnwinder();
     struct sigaction sa {};
     sa.sa_sigaction = onStackSignal;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
