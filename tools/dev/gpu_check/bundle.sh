@@ -46,5 +46,5 @@ done
 [[ -f "$BUILD/agent/torch/libtrainscope_torch.so" ]] &&
   cp "$BUILD/agent/torch/libtrainscope_torch.so" "$OUTDIR/torch113/"
 rm -f "$OUTDIR"/root/usr/local/lib/*/libtrainscope_torch.so
-cp "$HERE/run.sh" "$HERE/analyze.py" "$HERE/ddp_gpu_train.py" "$HERE/fsdp_train.py" "$OUTDIR/"
+cp "$HERE/run.sh" "$HERE"/*.py "$OUTDIR/"
 echo "bundle.sh: $(du -sh "$OUTDIR" | cut -f1) in $OUTDIR; run there: OUT=DIR timeout -k 10 340 bash .devcheck/run.sh"

@@ -16,13 +16,14 @@ import argparse
 import ctypes
 import hashlib
 import json
-import os
 import sys
 import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+
+import devices  # this folder's: the script runs from it
 
 
 def digest_of(params):
@@ -46,18 +47,13 @@ def main():
     ap.add_argument("--times-out", default="")
     args = ap.parse_args()
 
-    if args.device == "cuda" and not torch.cuda.is_available():
+    picked = devices.pick(args.device)
+    if picked is None:
         print("skip: CUDA is not available to this torch", flush=True)
         return 77
-    local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")))
-    if args.device == "cuda":
-        dev = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(dev)
-        sync = torch.cuda.synchronize
-    else:
-        dev = torch.device("cpu")
+    dev, sync = picked
+    if args.device != "cuda":
         torch.set_num_threads(1)
-        sync = lambda: None  # noqa: E731
     torch.use_deterministic_algorithms(True, warn_only=True)
 
     dist.init_process_group(args.backend)

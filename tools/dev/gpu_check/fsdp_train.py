@@ -13,7 +13,6 @@ import argparse
 import ctypes
 import hashlib
 import json
-import os
 import sys
 import time
 
@@ -22,6 +21,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
+
+import devices  # this folder's: the script runs from it
 
 
 def main():
@@ -34,19 +35,13 @@ def main():
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--times-out", default="")
     args = ap.parse_args()
-    if args.device == "cuda" and not torch.cuda.is_available():
+    picked = devices.pick(args.device)
+    if picked is None:
         print("skip: CUDA is not available to this torch", flush=True)
         return 77
+    dev, sync = picked
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-    local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")))
-    if args.device == "cuda":
-        dev = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(dev)
-        sync = torch.cuda.synchronize
-    else:
-        dev = torch.device("cpu")
-        sync = lambda: None  # noqa: E731
     backend = args.backend or ("nccl" if args.device == "cuda" else "gloo")
     dist.init_process_group(backend)
     rank = dist.get_rank()
