@@ -286,25 +286,21 @@ bool ProbeSide::takeSplitBatch(const std::string& rid, const zmq::message_t& fra
   // first, all of them, so a malformed one leaves the frame to decode() and its reject before
   // anything of it is taken.
   splitOthers_.clear();
-  splitIsStep_.assign(split.items.size(), false);
   for (size_t i = 0; i < split.items.size(); ++i) {
     const std::string_view item = split.items[i];
     uint32_t version = 0;
     std::string_view step;
-    if (wire::stepItem(item, &version, &step) && version == wire::kSchemaVersion) {
-      splitIsStep_[i] = true;
-      continue;
-    }
+    if (wire::stepItem(item, &version, &step) && version == wire::kSchemaVersion) continue;
     wire::Envelope env;
     if (!env.ParseFromArray(item.data(), static_cast<int>(item.size()))) return false;
-    splitOthers_.push_back(std::move(env));
+    splitOthers_.emplace_back(i, std::move(env));
   }
   size_t other = 0;
   for (size_t i = 0; i < split.items.size(); ++i) {
-    if (splitIsStep_[i]) {
-      takeRecord(std::string(split.items[i]), split.seq);
+    if (other < splitOthers_.size() && splitOthers_[other].first == i) {
+      takeItem(rid, frame, split.seq, splitOthers_[other++].second, split.items[i], now);
     } else {
-      takeItem(rid, frame, split.seq, splitOthers_[other++], split.items[i], now);
+      takeRecord(std::string(split.items[i]), split.seq);
     }
   }
   inAcks_.emplace_back(rid, split.seq);

@@ -115,9 +115,9 @@ class ProbeSide {
   std::vector<std::string> inRecords_;
   std::vector<std::pair<std::string, uint64_t>> inAcks_;  // routing id, batch seq
   uint64_t inBatchItems_ = 0;
-  wire::BatchFrame split_;                   // reused by each frame's split
-  std::vector<wire::Envelope> splitOthers_;  // a split batch's non-step items, decoded
-  std::vector<bool> splitIsStep_;            // per item of the split: a step report
+  wire::BatchFrame split_;  // reused by each frame's split
+  // A split batch's non-step items, decoded, with their positions in it (ascending).
+  std::vector<std::pair<size_t, wire::Envelope>> splitOthers_;
   // "uploading" statuses of this drain, with the uid of their sender.
   std::vector<std::pair<wire::CommandStatus, uint32_t>> inUploads_;
 
