@@ -305,6 +305,9 @@ void DetectPipeline::flushLocked() {
           ++stats_.capturesStarted;
           captured.push_back(row);
           captured.back().captureId = *id;
+          // A later update than the open row: readers that follow updated_ns (the live feed)
+          // may have taken the open row already, and would skip an update at the same time.
+          captured.back().updatedNs = std::max(row.updatedNs + 1, clock_.nowNs());
         }
       }
     } else {

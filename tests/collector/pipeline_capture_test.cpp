@@ -28,9 +28,15 @@ TEST_CASE("pipeline: a new anomaly gets the capture id onOpened returns, once") 
   constexpr int64_t kSec = 1'000'000'000;
   ManualClock clock(1000 * kSec);
   std::vector<storage::AnomalyRow> handed;
+  std::vector<int64_t> openUpdatedNs;  // the stored open row's updated_ns, as onOpened saw it
   PipelineOptions po;
   po.onOpened = [&](const storage::AnomalyRow& row) -> std::optional<std::string> {
     handed.push_back(row);
+    auto stored = store.anomalies(row.job);
+    REQUIRE(stored);
+    for (const auto& r : *stored) {
+      if (r.id == row.id) openUpdatedNs.push_back(r.updatedNs);
+    }
     return "cap-" + std::to_string(handed.size());
   };
   DetectPipeline pipeline(po, store, clock);
@@ -65,6 +71,11 @@ TEST_CASE("pipeline: a new anomaly gets the capture id onOpened returns, once") 
       if (r.id == handed[i].id) {
         found = true;
         CHECK(r.captureId == std::optional<std::string>("cap-" + std::to_string(i + 1)));
+        // The capture id is a later update than the open row (the clock did not move in
+        // between): the live feed, which follows updated_ns, sends it even when it sent the
+        // open row before the capture id was stored.
+        REQUIRE(openUpdatedNs.size() == handed.size());
+        CHECK(r.updatedNs > openUpdatedNs[i]);
       }
     }
     CHECK(found);
