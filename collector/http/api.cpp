@@ -163,6 +163,13 @@ void writeOptional(JsonWriter& w, const char* key, const std::optional<double>& 
 // communication overlap, MFU/HFU where the job stated its FLOPs and the all-to-all share
 // (stepRatios says when each is null).
 void writeParallelDetail(JsonWriter& w, const storage::StepRow& s) {
+  // Where its operators ran: their times are launches on the host there (null: the host).
+  w.key("device");
+  if (s.device.empty()) {
+    w.null();
+  } else {
+    w.value(s.device);
+  }
   w.field("p2p_ns", s.p2pNs);
   w.field("bubble_ns", s.bubbleNs);
   w.field("collective_ns", s.collectiveNs);

@@ -122,6 +122,8 @@ struct StepRow {
   double modelFlops = 0;
   double hardwareFlops = 0;
   double peakFlops = 0;
+  // Detail: where the rank's operators ran (StepReport field 26: "cuda", ...; "" = the host).
+  std::string device;
 };
 
 struct StepQuery {

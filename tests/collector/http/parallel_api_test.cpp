@@ -1,8 +1,8 @@
 // The parallel-layout figures as served, over the SQLite store: all_to_all_share in step
 // detail, GET /api/v1/jobs/{job}/parallel (per rank and step, and the bubble per stage), and
 // the /metrics families (per rank's latest step, per stage), for a pp2 x dp2 job whose ranks
-// did p2p, one of which stated its FLOPs and one ran all-to-all; a job without a declared
-// layout or p2p gets nulls and no stage figures.
+// did p2p, one of which stated its FLOPs, one ran all-to-all and one its operators on cuda
+// (detail's device); a job without a declared layout or p2p gets nulls and no stage figures.
 #include <string>
 #include <vector>
 
@@ -73,6 +73,7 @@ TEST_CASE("parallel figures: step detail, the /parallel route and /metrics per r
         rep.set_peak_flops(1e12);
       }
       if (r == 3) rep.set_all_to_all_ns(250'000);
+      if (r == 1) rep.set_device("cuda");
       b.steps.push_back(rep);
     }
   }
@@ -100,6 +101,11 @@ TEST_CASE("parallel figures: step detail, the /parallel route and /metrics per r
     CHECK(s0["all_to_all_share"].is_null());
     CHECK(s0["mfu"].get<double>() == Approx(0.3));
     CHECK(s0["hfu"].get<double>() == Approx(0.4));
+    CHECK(s0["device"].is_null());  // operators on the host
+    json s1 = json::parse(get("/api/v1/jobs/pipe/steps?rank=1&detail=1"))["steps"][0];
+    CHECK(s1["device"] == "cuda");
+    json plain = json::parse(get("/api/v1/jobs/pipe/steps?rank=1"))["steps"][0];
+    CHECK_FALSE(plain.contains("device"));  // detail only
     json flat = json::parse(get("/api/v1/jobs/flat/steps?detail=1"))["steps"][0];
     CHECK(flat["bubble_ratio"].is_null());
     CHECK(flat["comm_overlap_ratio"].get<double>() == Approx(0.75));
