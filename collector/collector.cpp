@@ -257,6 +257,11 @@ Status run(const CollectorOptions& options) {
   std::unique_ptr<DetectPipeline> pipeline;
   ingest::IngestOptions io;
   io.endpoint = options.ingest;
+  // Few, large inserts for ClickHouse (a part each); SQLite commits at once.
+  const bool clickhouse = options.store.rfind("clickhouse://", 0) == 0;
+  io.minCommitGap = std::chrono::milliseconds(options.commitGapMs >= 0 ? options.commitGapMs
+                                                                       : (clickhouse ? 1000 : 0));
+  if (clickhouse) io.commitItems = 32768;
   io.curve = std::move(curve);
   io.onCommandItem = [&captures](const std::string& node, const wire::Envelope& item) {
     captures.onCommandItem(node, item);

@@ -46,6 +46,12 @@ struct CollectorOptions {
   // SQLite synchronous=FULL survives power loss at some ingest speed; NORMAL (default)
   // survives process crashes.
   bool synchronousFull = false;
+  // Shortest time between two writes of ingested telemetry to the store, in ms, and the rows
+  // that end the wait sooner (ingest::IngestOptions::minCommitGap): -1 takes the engine's
+  // own: SQLite 0 (every commit at once) and 4,096 rows; ClickHouse 1,000 ms and 32,768 rows,
+  // as each insert makes a part that the server merges later. Longer makes fewer, larger
+  // writes; acks to the agents and detection wait up to that long.
+  int64_t commitGapMs = -1;
   // Bearer token required on every HTTP request that changes something (starting a capture);
   // "" leaves them open, which is only safe while the API listens on loopback.
   std::string httpToken;

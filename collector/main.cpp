@@ -49,6 +49,12 @@ int collectorMain(int argc, char** argv) {
   app.add_option("--http", options.http,
                  "HTTP API/dashboard address, ADDR:PORT; port 0 picks a free port")
       ->capture_default_str();
+  app.add_option("--commit-gap-ms", options.commitGapMs,
+                 "shortest time between two writes of ingested telemetry to the store (acks "
+                 "and detection wait up to this long); -1 takes the engine's: 0 for SQLite, "
+                 "1000 for ClickHouse, whose every insert makes a part it merges later")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{-1}, int64_t{60000}));
   app.add_option("--http-threads", options.httpThreads,
                  "threads answering HTTP requests; more lets slow downloads run beside the "
                  "dashboard's requests")

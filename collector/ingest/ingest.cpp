@@ -71,6 +71,13 @@ void IngestServer::Impl::handOff() {
   cv.notifyOne();
   pending = Commit{};
   pendingSinceNs = 0;
+  lastHandOffNs = monotonicNowNs();
+}
+
+int64_t IngestServer::Impl::gapLeftNs(int64_t nowNs) const {
+  if (lastHandOffNs == 0) return 0;
+  return std::max<int64_t>(
+      0, lastHandOffNs + std::chrono::nanoseconds(options.minCommitGap).count() - nowNs);
 }
 
 void IngestServer::Impl::sendCompletedAcks() {
@@ -104,8 +111,12 @@ void IngestServer::Impl::socketLoop() {
     const bool readRouter = !stop && queued < options.maxQueuedCommits;
     long timeoutMs = 100;
     if (!pending.empty()) {
-      int64_t waitedNs = monotonicNowNs() - pendingSinceNs;
-      int64_t leftNs = std::chrono::nanoseconds(options.commitInterval).count() - waitedNs;
+      const int64_t now = monotonicNowNs();
+      // An idle writer takes the items once the gap has passed; a busy one after the interval.
+      int64_t leftNs = queued == 0 ? 0
+                                   : std::chrono::nanoseconds(options.commitInterval).count() -
+                                         (now - pendingSinceNs);
+      leftNs = std::max(leftNs, gapLeftNs(now));
       timeoutMs = std::max<long>(0, static_cast<long>(leftNs / 1'000'000));
     }
     zmq::pollitem_t items[] = {
@@ -151,12 +162,12 @@ void IngestServer::Impl::socketLoop() {
         writerIdle = queue.empty() && !writerBusy;
       }
       // Group commit: an idle writer takes what is here now (low ack latency when load is
-      // light); a busy one lets items gather up to the interval or the item bound.
-      if (writerIdle || pending.items >= options.commitItems ||
-          monotonicNowNs() - pendingSinceNs >=
-              std::chrono::nanoseconds(options.commitInterval).count()) {
-        handOff();
-      }
+      // light); a busy one lets items gather up to the interval or the item bound. Either
+      // waits out the minimum gap since the last commit, unless the item bound is reached.
+      const int64_t now = monotonicNowNs();
+      const bool due = writerIdle || now - pendingSinceNs >=
+                                         std::chrono::nanoseconds(options.commitInterval).count();
+      if (pending.items >= options.commitItems || (due && gapLeftNs(now) == 0)) handOff();
     }
   }
 }

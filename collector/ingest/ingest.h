@@ -46,6 +46,11 @@ struct IngestOptions {
   // Commit earlier once this many items wait: larger means fewer transactions but a longer
   // writer stall per commit and more memory held.
   size_t commitItems = 4096;
+  // Shortest time from one commit handed to the writer to the next, unless commitItems wait:
+  // for a store that pays per write (ClickHouse makes a part of every insert and merges them
+  // in the background; dozens a second outrun the merges and fill the disk). 0: an idle
+  // writer takes what is there at once. Acks and detection wait up to this long.
+  std::chrono::milliseconds minCommitGap{0};
   // Commits handed to the writer but not yet done before ingest stops reading the socket:
   // bounds memory when the disk is slow (agents then hold the data in their spools).
   size_t maxQueuedCommits = 3;

@@ -115,6 +115,7 @@ struct IngestServer::Impl {
   wire::Batch otherItems;                        // its items other than step reports (reused)
   std::vector<uint32_t> stepVersions;            // its step items' schema versions (reused)
   int64_t pendingSinceNs = 0;                    // monotonic
+  int64_t lastHandOffNs = 0;                     // monotonic; 0 = none yet
   std::unordered_map<std::string, Peer> peers;   // routing id -> peer
   std::unordered_map<int, std::string> fdPeers;  // socket fd -> routing id
   std::unordered_map<std::string, uint32_t> worldSizes;
@@ -145,6 +146,8 @@ struct IngestServer::Impl {
   void rejectFrame(const std::string& id, const std::string& reason, const std::string& detail);
 
   void handOff();
+  // Nanoseconds until options.minCommitGap has passed since the last hand-off (0: now).
+  int64_t gapLeftNs(int64_t nowNs) const;
 
   void markPending();
 

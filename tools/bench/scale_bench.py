@@ -11,6 +11,9 @@ the collector's RSS is sampled. At the end it waits for the rows and prints:
   - the straggler's detection latency in steps (detected_step - injected step) and its rank;
   - the summary API's p50/p99/max latency during the run;
   - the collector's peak RSS (VmHWM) and its RSS at the end.
+With --clickhouse the collector stores into a clickhouse-server started for the run (the
+tools/clickhouse/ config, as tools/bench/store_bench.py starts it), and the inserts into its
+steps table and the parts it holds at the end are printed as well.
 Exit 0 when every row is stored and the straggler found, 1 otherwise. Loopback only; standard
 library only. The README states what size was run on which machine.
 
@@ -23,11 +26,14 @@ import os
 import subprocess
 import sys
 import tempfile
+import shutil
 import threading
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from soak import Processes, binaries, free_port, http_get, rss_kib, stored_rows  # noqa: E402
+import store_bench  # noqa: E402
 
 
 def peak_rss_kib(pid):
@@ -62,6 +68,10 @@ def main():
     p.add_argument("--summary-every-s", type=float, default=0.5,
                    help="summary API request interval during the run (0.5)")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--clickhouse", action="store_true",
+                   help="store into a clickhouse-server started for the run, not SQLite")
+    p.add_argument("--commit-gap-ms", type=int,
+                   help="the collector's --commit-gap-ms (default: its engine's)")
     args = p.parse_args()
 
     bins = binaries(args.build, "scale_bench")
@@ -84,9 +94,18 @@ def main():
     run = Processes(work)
 
     ok = False
+    server = None
     try:
-        collector = run.start_collector(bins["collector"], ingest, http_port,
-                                        ["--auto-capture-interval", "0"])
+        extra = ["--auto-capture-interval", "0"]
+        if args.commit_gap_ms is not None:
+            extra += ["--commit-gap-ms", str(args.commit_gap_ms)]
+        if args.clickhouse:
+            chdir = os.path.join(work, "clickhouse")
+            os.makedirs(chdir)
+            server, ch_port = store_bench.start_server(
+                shutil.which("clickhouse-server") or "/usr/sbin/clickhouse-server", chdir)
+            extra += ["--store", "clickhouse://127.0.0.1:%d/scale" % ch_port]
+        collector = run.start_collector(bins["collector"], ingest, http_port, extra)
         endpoints = [run.start_agent(bins["agent"], ingest, "node%d" % a)
                      for a in range(args.agents)]
         t0 = time.time()
@@ -161,9 +180,22 @@ def main():
                                percentile(latencies, 0.99), max(latencies or [float("nan")])))
         print("scale_bench: collector RSS peak %s KiB (VmHWM), at the end %s KiB"
               % (peak_rss_kib(collector.pid), rss_kib(collector.pid)))
+        if server is not None:
+            def ch(sql):
+                req = urllib.request.Request("http://127.0.0.1:%d/" % ch_port, sql.encode())
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    return r.read().decode().strip()
+            print("scale_bench: ClickHouse: %s parts of steps made by inserts (level 0; merged ones stay 8 min) in %.0f s, %s active parts"
+                  % (ch("SELECT count() FROM system.parts WHERE database = 'scale' AND "
+                        "table = 'steps' AND level = 0"), time.time() - t0,
+                     ch("SELECT count() FROM system.parts WHERE database = 'scale' AND "
+                        "table = 'steps' AND active")))
         ok = rows == want and bool(found)
     finally:
         run.stop(timeout=30)
+        if server is not None:
+            server.terminate()
+            server.wait()
         if args.keep or not ok:
             print("scale_bench: logs and data in %s" % work)
         else:

@@ -143,7 +143,8 @@ struct Client {
 struct Fixture {
   explicit Fixture(storage::Store* storeOverride = nullptr,
                    std::chrono::milliseconds interval = 20ms,
-                   std::function<void(const ingest::RankProgressUpdate&)> onProgress = {}) {
+                   std::function<void(const ingest::RankProgressUpdate&)> onProgress = {},
+                   std::chrono::milliseconds commitGap = 0ms) {
     storage::SqliteOptions so;
     so.path = dir.path + "/ingest.db";
     auto opened = storage::openSqliteStore(so);
@@ -153,6 +154,7 @@ struct Fixture {
     io.endpoint = "tcp://127.0.0.1:0";
     io.commitInterval = interval;
     io.onRankProgress = std::move(onProgress);
+    io.minCommitGap = commitGap;
     server = std::make_unique<ingest::IngestServer>(io, storeOverride ? *storeOverride : *store);
     REQUIRE(server->start().isOk());
   }
@@ -221,6 +223,29 @@ TEST_CASE("ingest: a batch is acked only after its rows are committed and querya
   CHECK(st.batches == 2);
   CHECK(st.acksSent == 2);
   CHECK(st.stepsStored == 6);
+}
+
+TEST_CASE("ingest: with a minimum commit gap, batches arriving within it share one commit") {
+  Fixture f(nullptr, 20ms, {}, 1000ms);
+  Client c(f.ctx, f.server->endpoint());
+  // The first commit goes at once (no commit before it).
+  c.send(batchFrame(1, {report("g", 0, 1)}));
+  REQUIRE(c.recvKind(wire::Envelope::kAck).has_value());
+  const auto firstAck = std::chrono::steady_clock::now();
+  CHECK(f.server->stats().commits == 1);
+  // The next ones wait out the gap, and go as one commit, in order.
+  for (uint64_t seq = 2; seq <= 9; ++seq) {
+    c.send(batchFrame(seq, {report("g", 0, static_cast<int64_t>(seq))}));
+  }
+  for (uint64_t seq = 2; seq <= 9; ++seq) {
+    auto ack = c.recvKind(wire::Envelope::kAck);
+    REQUIRE(ack.has_value());
+    CHECK(ack->ack().seq() == seq);
+  }
+  // A lower bound only: a loaded machine makes it longer, never shorter.
+  CHECK(std::chrono::steady_clock::now() - firstAck >= 900ms);
+  CHECK(f.server->stats().commits == 2);
+  CHECK(f.rows("g") == 9);
 }
 
 TEST_CASE("ingest: invalid items are rejected by reason and the good items of the batch kept") {
