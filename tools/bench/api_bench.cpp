@@ -1,13 +1,15 @@
-// api_bench: JSON API latency of the job summary with many step rows stored (default 10
-// million: 1,024 ranks x 9,766 steps). Fills a SQLite store (or with --store a ClickHouse
-// database) straight through Store::write in big transactions (prints how long that took),
-// starts the collector's HTTP server on it and
-// times, over one keep-alive connection, GET /api/v1/jobs/{job}/summary the way its clients
-// ask for it: the dashboard's step chart (latest 1,000 steps), the default page (first 1,000
-// steps), the jobs page's current step time (latest 2 steps), and /api/v1/jobs. Prints p50,
-// p99 and max per request. Prints numbers; asserts nothing.
+// api_bench: JSON API latency with many step rows stored (default 10 million: 1,024 ranks x
+// 9,766 steps). Fills a SQLite store (or with --store a ClickHouse database) straight through
+// Store::write in big transactions (prints how long that took), starts the collector's HTTP
+// server on it and times, over one keep-alive connection, GET /api/v1/jobs/{job}/summary the
+// way its clients ask for it: the dashboard's step chart (latest 1,000 steps), the default
+// page (first 1,000 steps), the jobs page's current step time (latest 2 steps); /api/v1/jobs;
+// and the job page's heatmap (GET /heatmap over the latest window the dashboard asks for at
+// this many ranks: 250 steps, fewer above 400 ranks). Prints p50, p99 and max per request.
+// Prints numbers; asserts nothing.
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -59,11 +61,17 @@ int run(const Options& o) {
     const char* name;
     std::string target;
   };
+  // The heatmap panel's first window (web/js/panels/heatmap_panel.js): 100,000 cells at most,
+  // 10 to 250 steps.
+  const int64_t heatmapSteps =
+      std::min<int64_t>(250, std::max<int64_t>(10, 100000 / static_cast<int64_t>(o.fill.ranks)));
   std::vector<Kind> kinds = {
       {"summary, latest 1000 steps (step chart)", base + "/summary?from=" + from(999)},
       {"summary, default page (first 1000 steps)", base + "/summary"},
       {"summary, latest 2 steps (jobs page)", base + "/summary?from=" + from(1)},
       {"jobs list", "/api/v1/jobs"},
+      {"heatmap, latest window (job page)",
+       base + "/heatmap?from=" + from(heatmapSteps - 1) + "&to=" + std::to_string(latest)},
   };
   bench::HttpClient client(server.port());
   std::printf("\n%d requests each, one connection, ms:\n", o.requests);
