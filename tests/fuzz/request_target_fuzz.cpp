@@ -30,7 +30,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const http::QueryParams params(parsed->query);
   (void)params.checkAllowed({"rank", "from", "to", "limit", "detail", "since"});
   (void)params.checkAllowed({});
+  // Typed reads of the first few keys: each read searches the whole query, so reading every
+  // key of a 4 KB target made the harness quadratic (1,000 executions a second, where the
+  // server's handlers read a fixed handful of keys).
+  size_t typed = 0;
   for (const auto& [key, value] : parsed->query) {
+    if (++typed > 8) break;
     (void)params.unsignedInt(key, 100000);
     (void)params.unsignedInt(key, UINT64_MAX);
     (void)params.signedInt(key);
