@@ -115,7 +115,7 @@ Result<std::unique_ptr<storage::Store>> openStore(const CollectorOptions& option
     if (!store) return Status::error(store.code(), "--data-dir: " + store.message());
     return store;
   }
-  if (options.store.rfind("clickhouse://", 0) == 0) {
+  if (storage::isClickHouseUrl(options.store)) {
     storage::ClickHouseOptions co;
     co.url = options.store;
     co.collector = name;
@@ -258,7 +258,7 @@ Status run(const CollectorOptions& options) {
   ingest::IngestOptions io;
   io.endpoint = options.ingest;
   // Few, large inserts for ClickHouse (a part each); SQLite commits at once.
-  const bool clickhouse = options.store.rfind("clickhouse://", 0) == 0;
+  const bool clickhouse = storage::isClickHouseUrl(options.store);
   io.minCommitGap = std::chrono::milliseconds(options.commitGapMs >= 0 ? options.commitGapMs
                                                                        : (clickhouse ? 1000 : 0));
   if (clickhouse) io.commitItems = 32768;

@@ -8,6 +8,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "collector/storage/store.h"
 #include "common/percent_encode.h"
 #include "common/str_cat.h"
 
@@ -33,12 +34,11 @@ std::string errorText(std::string body) {
 
 Result<Endpoint> parseUrl(const std::string& url) {
   using R = Result<Endpoint>;
-  const std::string scheme = "clickhouse://";
-  if (url.rfind(scheme, 0) != 0) {
+  if (!isClickHouseUrl(url)) {
     return R::error(StatusCode::kInvalidArgument,
                     '\'' + url + "' is not a clickhouse://HOST:PORT/DB URL");
   }
-  std::string rest = url.substr(scheme.size());
+  std::string rest = url.substr(kClickHouseScheme.size());
   size_t slash = rest.find('/');
   if (slash == std::string::npos) {
     return R::error(StatusCode::kInvalidArgument,
@@ -108,9 +108,10 @@ Result<StoreUrl> parseStoreUrl(const std::string& url) {
                       '\'' + url + "': the cluster name must be letters, digits, '_' and '-'");
     }
   }
-  const std::string scheme = "clickhouse://";
-  const size_t slash = base.find('/', base.rfind(scheme, 0) == 0 ? scheme.size() : 0);
-  if (base.rfind(scheme, 0) != 0 || slash == std::string::npos) {
+  const std::string_view scheme = kClickHouseScheme;
+  const bool schemeOk = isClickHouseUrl(base);
+  const size_t slash = base.find('/', schemeOk ? scheme.size() : 0);
+  if (!schemeOk || slash == std::string::npos) {
     auto one = parseUrl(base);  // its message says what is wrong
     if (!one) return R::error(one.code(), one.message());
   }

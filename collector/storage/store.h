@@ -329,4 +329,10 @@ struct ClickHouseOptions {
 // clickhouse_store.cpp.
 Result<std::unique_ptr<Store>> openClickHouseStore(const ClickHouseOptions& options);
 
+// The scheme every ClickHouse store URL starts with; --store names SQLite otherwise.
+inline constexpr std::string_view kClickHouseScheme = "clickhouse://";
+inline bool isClickHouseUrl(std::string_view store) {
+  return store.substr(0, kClickHouseScheme.size()) == kClickHouseScheme;
+}
+
 }  // namespace trainscope::storage

@@ -25,8 +25,8 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import shutil
+import tempfile
 import threading
 import time
 import urllib.request
