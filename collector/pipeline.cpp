@@ -34,7 +34,8 @@ storage::AnomalyRow toAnomalyRow(const detect::Anomaly& a, int64_t updatedNs) {
   row.confidence = a.confidence;
   row.evidence = a.evidence;
   row.labels = a.labels;
-  row.state = detect::anomalyStateName(a.state);
+  row.state = a.state == detect::AnomalyState::kResolved ? storage::AnomalyState::kResolved
+                                                         : storage::AnomalyState::kOpen;
   row.resolvedStep = a.resolvedStep;
   row.resolvedNs = a.resolvedNs;
   row.summary = a.summary;
@@ -297,7 +298,7 @@ void DetectPipeline::flushLocked() {
   std::vector<storage::AnomalyRow> captured;
   for (size_t i = fresh; i < rows.size(); ++i) {
     const auto& row = rows[i];
-    if (row.state == "open") {
+    if (row.state == storage::AnomalyState::kOpen) {
       ++stats_.anomaliesOpened;
       logInfo(kComponent, "anomaly " + row.id + ": " + row.summary);
       if (options_.onOpened) {

@@ -428,7 +428,8 @@ bool CaptureManager::sendCommandsLocked(Active& a) {
 }
 
 std::optional<std::string> CaptureManager::startForAnomaly(const storage::AnomalyRow& anomaly) {
-  if (options_.autoIntervalNs <= 0 || anomaly.state != "open") return std::nullopt;
+  if (options_.autoIntervalNs <= 0 || anomaly.state != storage::AnomalyState::kOpen)
+    return std::nullopt;
   const int64_t now = clock_.nowNs();
   {
     MutexLock lock(&mu_);

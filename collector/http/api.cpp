@@ -328,7 +328,7 @@ json anomalyJson(const storage::AnomalyRow& a) {
     json parsed = json::parse(c->second, nullptr, false);
     if (parsed.is_object()) labels["coords"] = std::move(parsed);
   }
-  const bool resolved = a.state == "resolved";
+  const bool resolved = a.state == storage::AnomalyState::kResolved;
   return json{{"id", a.id},
               {"job", a.job},
               {"kind", a.kind},
@@ -341,7 +341,7 @@ json anomalyJson(const storage::AnomalyRow& a) {
               {"confidence", finite(a.confidence)},
               {"evidence", std::move(evidence)},
               {"labels", std::move(labels)},
-              {"state", a.state},
+              {"state", storage::toString(a.state)},
               {"resolved_step", resolved ? json(a.resolvedStep) : json(nullptr)},
               {"resolved_ns", resolved ? json(a.resolvedNs) : json(nullptr)},
               {"summary", a.summary},

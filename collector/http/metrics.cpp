@@ -168,7 +168,7 @@ void writeOpenAnomalies(MetricsText& m, storage::Store& store,
     if (!anomalies) continue;
     std::map<std::string, int> open;
     for (const auto& a : *anomalies) {
-      if (a.state == "open") ++open[a.kind];
+      if (a.state == storage::AnomalyState::kOpen) ++open[a.kind];
     }
     for (const auto& [kind, n] : open) m.sample({{"training_job", j.job}, {"kind", kind}}, n);
   }

@@ -20,7 +20,7 @@ using namespace clickhouse;  // NOLINT(google-build-using-namespace): this engin
 // is what the SQLite engine serves for its NULLs.
 void writeAnomaly(RowWriter& w, const AnomalyRow& row) {
   const AnomalyJson text = anomalyJson(row);
-  const bool resolved = row.state == "resolved";
+  const bool resolved = row.state == AnomalyState::kResolved;
   w.str(row.id);
   w.str(row.job);
   w.str(row.kind);
@@ -33,7 +33,7 @@ void writeAnomaly(RowWriter& w, const AnomalyRow& row) {
   w.f64(row.confidence);
   w.str(text.evidence);
   w.str(text.labels);
-  w.str(row.state);
+  w.str(toString(row.state));
   w.i64(resolved ? row.resolvedStep : -1);
   w.i64(resolved ? row.resolvedNs : 0);
   w.str(row.summary);
@@ -56,7 +56,7 @@ Result<AnomalyRow> readAnomaly(RowReader& r) {
   row.confidence = r.f64();
   text.evidence = std::string(r.str());
   text.labels = std::string(r.str());
-  row.state = std::string(r.str());
+  const std::string state(r.str());
   row.resolvedStep = r.i64();
   row.resolvedNs = r.i64();
   row.summary = std::string(r.str());
@@ -66,6 +66,7 @@ Result<AnomalyRow> readAnomaly(RowReader& r) {
     return Result<AnomalyRow>::error(StatusCode::kMalformed,
                                      "storage: anomalies from ClickHouse do not decode");
   }
+  if (auto st = parseAnomalyStateText(state, &row); !st) return st;
   if (auto st = parseAnomalyJson(text, &row); !st) return st;
   return row;
 }

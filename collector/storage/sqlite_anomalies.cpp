@@ -27,7 +27,7 @@ Status SqliteStore::writeAnomalies(const std::vector<AnomalyRow>& rows) {
   for (const auto& row : rows) {
     st = checkAnomaly(row);
     if (!st) break;
-    const bool resolved = row.state == "resolved";
+    const bool resolved = row.state == AnomalyState::kResolved;
     const AnomalyJson text = anomalyJson(row);
     bindText(s, 1, row.id);
     bindText(s, 2, row.job);
@@ -41,7 +41,7 @@ Status SqliteStore::writeAnomalies(const std::vector<AnomalyRow>& rows) {
     sqlite3_bind_double(s, 10, row.confidence);
     bindText(s, 11, text.evidence);
     bindText(s, 12, text.labels);
-    bindText(s, 13, row.state);
+    bindText(s, 13, toString(row.state));
     if (resolved) {
       sqlite3_bind_int64(s, 14, row.resolvedStep);
       sqlite3_bind_int64(s, 15, row.resolvedNs);
@@ -104,7 +104,7 @@ Result<std::vector<AnomalyRow>> SqliteStore::queryAnomalies(const std::string& w
     row.detectedNs = sqlite3_column_int64(s, 7);
     row.magnitude = sqlite3_column_double(s, 8);
     row.confidence = sqlite3_column_double(s, 9);
-    row.state = columnText(s, 12);
+    if (auto st = parseAnomalyStateText(columnText(s, 12), &row); !st) return st;
     if (sqlite3_column_type(s, 13) != SQLITE_NULL) row.resolvedStep = sqlite3_column_int64(s, 13);
     if (sqlite3_column_type(s, 14) != SQLITE_NULL) row.resolvedNs = sqlite3_column_int64(s, 14);
     row.summary = columnText(s, 15);

@@ -167,6 +167,13 @@ struct NodeRow {
   std::optional<wire::HostSample> latestHost;
 };
 
+// An anomaly is open until its detector sees the cause gone; resolved is final.
+enum class AnomalyState { kOpen, kResolved };
+// "open", "resolved": the names the API serves and the stores keep. Defined in store_rows.cpp.
+const char* toString(AnomalyState state);
+// The inverse of toString; nullopt for any other text.
+std::optional<AnomalyState> parseAnomalyState(std::string_view text);
+
 // One detected regression as stored (collector/detect's Anomaly, converted by the collector's
 // detect runner: storage does not depend on the detect stage). `id` is the key: writing a row
 // whose id is stored already updates it (a resolution flips state and fills resolved_*).
@@ -183,9 +190,9 @@ struct AnomalyRow {
   double confidence = 0.0;
   std::map<std::string, double> evidence;
   std::map<std::string, std::string> labels;
-  std::string state = "open";  // "open" or "resolved"
-  int64_t resolvedStep = -1;   // resolved only
-  int64_t resolvedNs = 0;      // resolved only
+  AnomalyState state = AnomalyState::kOpen;
+  int64_t resolvedStep = -1;  // resolved only
+  int64_t resolvedNs = 0;     // resolved only
   std::string summary;
   std::optional<std::string> captureId;  // the capture taken for it; kept when a write has none
   int64_t updatedNs = 0;                 // collector clock of this write; 0 = the store's clock now

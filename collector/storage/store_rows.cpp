@@ -109,10 +109,27 @@ Status checkAnomaly(const AnomalyRow& row) {
                                                        : "kind") +
                          (row.id.empty() ? std::string() : " (id " + row.id + ")"));
   }
-  if (row.state != "open" && row.state != "resolved") {
-    return Status::error("storage: anomaly " + row.id + ": state must be open or resolved, got '" +
-                         row.state + "'");
+  return Status::ok();
+}
+
+const char* toString(AnomalyState state) {
+  return state == AnomalyState::kResolved ? "resolved" : "open";
+}
+
+std::optional<AnomalyState> parseAnomalyState(std::string_view text) {
+  for (AnomalyState s : {AnomalyState::kOpen, AnomalyState::kResolved}) {
+    if (text == toString(s)) return s;
   }
+  return std::nullopt;
+}
+
+Status parseAnomalyStateText(std::string_view text, AnomalyRow* row) {
+  const auto state = parseAnomalyState(text);
+  if (!state) {
+    return Status::error(StatusCode::kMalformed, "storage: anomaly " + row->id +
+                                                     ": unknown state '" + std::string(text) + "'");
+  }
+  row->state = *state;
   return Status::ok();
 }
 

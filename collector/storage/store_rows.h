@@ -37,8 +37,11 @@ struct AnomalyJson {
 AnomalyJson anomalyJson(const AnomalyRow& row);
 // Fills row's ranks, nodes, evidence and labels from the stored JSON text (row->id names it).
 Status parseAnomalyJson(const AnomalyJson& text, AnomalyRow* row);
-// An anomaly a store may write: id, job and kind set, state open or resolved.
+// An anomaly a store may write: id, job and kind set (its state is typed).
 Status checkAnomaly(const AnomalyRow& row);
+// Sets row->state from its stored name (toString); an error naming the anomaly and the text
+// for any other (a row edited by hand, or written by a newer collector).
+Status parseAnomalyStateText(std::string_view text, AnomalyRow* row);
 
 // A capture a store may write: id and job set, a known kind (its state is typed).
 Status checkCapture(const CaptureRow& row);

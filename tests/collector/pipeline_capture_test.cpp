@@ -60,7 +60,7 @@ TEST_CASE("pipeline: a new anomaly gets the capture id onOpened returns, once") 
     pipeline.onCommitted(b);
   }
   REQUIRE_FALSE(handed.empty());
-  CHECK(handed.front().state == "open");
+  CHECK(handed.front().state == trainscope::storage::AnomalyState::kOpen);
   CHECK(pipeline.stats().capturesStarted == handed.size());
   auto rows = store.anomalies(job.job);
   REQUIRE(rows);

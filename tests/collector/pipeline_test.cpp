@@ -89,7 +89,7 @@ TEST_CASE("pipeline: a straggler is stored with its rank and node; a hang is fou
   REQUIRE(straggler != nullptr);
   CHECK(straggler->ranks == std::vector<uint32_t>{5});
   CHECK(straggler->nodes == std::vector<std::string>{"node-1"});
-  CHECK(straggler->state == "open");
+  CHECK(straggler->state == storage::AnomalyState::kOpen);
   CHECK(straggler->onsetStep >= 55);
   CHECK(straggler->updatedNs > 0);
   CHECK(pipeline.stats().reportsFed == uint64_t{150} * job.world);
@@ -103,7 +103,7 @@ TEST_CASE("pipeline: a straggler is stored with its rank and node; a hang is fou
   REQUIRE(rows);
   const auto* hang = findKind(*rows, "hang");
   REQUIRE(hang != nullptr);
-  CHECK(hang->state == "open");
+  CHECK(hang->state == storage::AnomalyState::kOpen);
   auto since = store->anomaliesSince(clock.nowNs());
   REQUIRE(since);
   CHECK(findKind(*since, "hang") != nullptr);

@@ -44,7 +44,7 @@ struct Collector {
     a.ranks = {0, 1, 2, 3, 4, 5, 6, 7};
     a.nodes = {"node0", "node1"};
     a.magnitude = 1.25;
-    a.state = "resolved";
+    a.state = trainscope::storage::AnomalyState::kResolved;
     a.resolvedStep = 90;
     a.summary = "job step time 1.25x";
     store.anomalyRows.push_back(a);

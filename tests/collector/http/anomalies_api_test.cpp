@@ -48,7 +48,7 @@ struct Fixture {
     store.jobRows.push_back(j);
     auto resolved = anomaly("train/step_shift/50/all", "train", 9000);
     resolved.kind = "step_shift";
-    resolved.state = "resolved";
+    resolved.state = storage::AnomalyState::kResolved;
     resolved.resolvedStep = 80;
     resolved.resolvedNs = 8500;
     resolved.captureId = "cap-7";

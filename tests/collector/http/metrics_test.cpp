@@ -243,9 +243,11 @@ TEST_CASE("store metrics: open anomalies counted by kind", "[metrics]") {
   FakeStore store;
   int64_t now = trainscope::wallNowNs();
   fill(store, now);
-  for (const char* state : {"open", "open", "resolved"}) {
+  for (auto state : {storage::AnomalyState::kOpen, storage::AnomalyState::kOpen,
+                     storage::AnomalyState::kResolved}) {
     storage::AnomalyRow a;
-    a.id = std::string("small/straggler/") + state + std::to_string(store.anomalyRows.size());
+    a.id = std::string("small/straggler/") + storage::toString(state) +
+           std::to_string(store.anomalyRows.size());
     a.job = "small";
     a.kind = "straggler";
     a.state = state;

@@ -1,5 +1,6 @@
 // The anomalies table: upsert by id (a resolution updates the stored row), per-job and
-// since-updated reads ordered by detection time, and that it survives reopening the file.
+// since-updated reads ordered by detection time, that it survives reopening the file, and that
+// an unknown stored state is an error on read.
 #include <unistd.h>
 
 #include <cmath>
@@ -10,9 +11,12 @@
 #include <catch2/catch.hpp>
 
 #include "collector/storage/sqlite_store.h"
+#include "tests/agent/temp_dir.h"
+#include "tests/collector/storage/sqlite_file.h"
 #include "tests/collector/storage/test_store.h"
 
 using namespace trainscope::storage;
+using trainscope::agent::testing::TempDir;
 
 namespace {
 
@@ -60,7 +64,7 @@ TEST_CASE("anomalies round-trip every field, JSON columns included") {
   CHECK(a.confidence == Approx(0.9));
   CHECK(a.evidence.at("current_ms") == Approx(150.0));
   CHECK(a.labels.at("op") == "matmul");
-  CHECK(a.state == "open");
+  CHECK(a.state == AnomalyState::kOpen);
   CHECK(a.resolvedStep == -1);
   CHECK(a.resolvedNs == 0);
   CHECK(a.summary == "rank 3 is 1.5x slower");
@@ -75,14 +79,14 @@ TEST_CASE("a resolution upserts the same id; capture id and first detection are 
   open.captureId = "cap-1";
   REQUIRE(store->writeAnomalies({open}));
   auto resolved = row("j/straggler/100/r3", "j", 5000, 7000);
-  resolved.state = "resolved";
+  resolved.state = AnomalyState::kResolved;
   resolved.resolvedStep = 180;
   resolved.resolvedNs = 6500;
   REQUIRE(store->writeAnomalies({resolved}));
   auto rows = store->anomalies("j");
   REQUIRE(rows);
   REQUIRE(rows->size() == 1);
-  CHECK(rows->front().state == "resolved");
+  CHECK(rows->front().state == AnomalyState::kResolved);
   CHECK(rows->front().resolvedStep == 180);
   CHECK(rows->front().resolvedNs == 6500);
   CHECK(rows->front().detectedNs == 1000);
@@ -92,7 +96,7 @@ TEST_CASE("a resolution upserts the same id; capture id and first detection are 
   auto since = store->anomaliesSince(5000);
   REQUIRE(since);
   REQUIRE(since->size() == 1);
-  CHECK(since->front().state == "resolved");
+  CHECK(since->front().state == AnomalyState::kResolved);
   CHECK(store->anomaliesSince(7001)->empty());
 }
 
@@ -120,11 +124,22 @@ TEST_CASE("a bad anomaly row fails the whole write, naming the field") {
   REQUIRE_FALSE(s);
   CHECK(s.message().find("id") != std::string::npos);
   CHECK(store->anomalies("j")->empty());  // nothing of the batch stored
-  auto badState = row("j/s", "j", 1, 1);
-  badState.state = "closed";
-  auto s2 = store->writeAnomalies({badState});
-  REQUIRE_FALSE(s2);
-  CHECK(s2.message().find("state") != std::string::npos);
+}
+
+TEST_CASE("a stored anomaly state no enum value names is an error on read", "[sqlite]") {
+  // The row type cannot hold a bad state; one in the file (edited by hand, or written by a
+  // newer collector) is reported naming the anomaly and the text.
+  TempDir dir;
+  const std::string path = dir.sub("states.db");
+  auto store = trainscope::storage::testing::openTestStore(path);
+  REQUIRE(store->writeAnomalies({row("j/a", "j", 1, 1)}));
+  trainscope::storage::testing::execSql(path, "UPDATE anomalies SET state = 'closed'");
+  auto read = store->anomalies("j");
+  REQUIRE_FALSE(read);
+  CHECK(read.message() == "storage: anomaly j/a: unknown state 'closed'");
+  CHECK(toString(AnomalyState::kOpen) == std::string("open"));
+  CHECK(parseAnomalyState("resolved") == AnomalyState::kResolved);
+  CHECK_FALSE(parseAnomalyState("Open").has_value());
 }
 
 TEST_CASE("non-finite evidence is stored as null and dropped on read") {
