@@ -311,10 +311,11 @@ std::optional<int64_t> stepArg(std::string_view argsText) {
 }
 
 std::string_view reportName(std::string_view name) {
-  if (name.size() <= kMaxOpNameBytes) return name;
-  size_t cut = kMaxOpNameBytes;
-  while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
-  return name.substr(0, cut);
+  size_t cut = std::min(name.size(), kMaxOpNameBytes);
+  if (cut < name.size()) {
+    while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
+  }
+  return cut == 0 ? kUnnamedOp : name.substr(0, cut);
 }
 
 }  // namespace trainscope::importer

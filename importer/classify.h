@@ -85,8 +85,11 @@ bool deviceBackend(std::string_view backend);
 std::optional<int64_t> stepArg(std::string_view argsText);
 
 // An operator name as reported: long C++ kernel signatures are cut to kMaxOpNameBytes (at a
-// UTF-8 boundary), so a report stays small and one kernel template keeps one name.
+// UTF-8 boundary), so a report stays small and one kernel template keeps one name. An event
+// without a name (or one cut to nothing) keeps its time as kUnnamedOp: ingest refuses an
+// operator whose name is empty.
 inline constexpr size_t kMaxOpNameBytes = 256;
+inline constexpr std::string_view kUnnamedOp = "(unnamed)";
 std::string_view reportName(std::string_view name);
 
 }  // namespace trainscope::importer

@@ -334,6 +334,39 @@ TEST_CASE("files read on several threads make the same bundle as one thread, byt
   }
 }
 
+TEST_CASE("an event without a name, or with an empty one, is reported as '(unnamed)'") {
+  // Found by the chrome_trace fuzz target: a nameless kernel became an operator named '',
+  // which ingest refuses.
+  TempDir dir;
+  std::string events;
+  for (int step = 0; step < 2; ++step) {
+    const std::string t0 = std::to_string(step * 10000);
+    const auto at = [&](int us) { return std::to_string(step * 10000 + us); };
+    events +=
+        std::string(events.empty() ? "" : ", ") + R"({"name": "train_step", "ph": "B", "ts": )" +
+        t0 + R"(, "pid": 1, "tid": 1, "args": {"step": )" + std::to_string(step) + "}}" +
+        R"(, {"ph": "X", "ts": )" + at(100) + R"(, "dur": 2000, "pid": 1, "tid": 1})" +
+        R"(, {"name": "", "ph": "X", "ts": )" + at(3000) + R"(, "dur": 1000, "pid": 1, "tid": 1})" +
+        R"(, {"name": "train_step", "ph": "E", "ts": )" + at(5000) + R"(, "pid": 1, "tid": 1})";
+  }
+  const std::string path = dir.sub("worker.json");
+  std::ofstream(path) << "[" << events << "]";
+  ImportOptions o;
+  o.stepEvent = "train_step";
+  auto r = importTraces({path}, dir.sub("bundle"), o);
+  INFO(r.message());
+  REQUIRE(r);
+  auto b = readBundle(r->stepsFile);
+  REQUIRE(b.steps.size() == 2);
+  for (const auto& s : b.steps) {
+    CHECK_FALSE(trainscope::ingest::validateStep(s, std::nullopt, {}).has_value());
+    std::set<std::string> names;
+    for (const auto& op : s.ops()) names.insert(op.name());
+    CHECK(names.count("(unnamed)") == 1);  // both events, one operator
+    CHECK(names.count("") == 0);
+  }
+}
+
 TEST_CASE("the timeline stays under its bound and says where it was cut") {
   TempDir dir;
   ImportOptions o;
