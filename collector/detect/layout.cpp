@@ -199,4 +199,48 @@ double estimatedGain(std::vector<double> stageNs, size_t stage, double slowNs, d
   return std::clamp((slow - fixed) / stepNs, 0.0, 1.0);
 }
 
+double replayedGain(const std::vector<StepSummary>& steps, const JobLayout& layout, size_t worker,
+                    double scale, double microbatches, const pipeline::Schedule& schedule) {
+  if (worker >= layout.workers.size()) return -1.0;
+  // The workers of each replica by stage (-1: none).
+  std::vector<std::vector<int32_t>> grid(layout.replicas, std::vector<int32_t>(layout.stages, -1));
+  for (size_t w = 0; w < layout.workers.size(); ++w) {
+    const Worker& wk = layout.workers[w];
+    if (wk.replica < layout.replicas && wk.stage < layout.stages) {
+      grid[wk.replica][wk.stage] = static_cast<int32_t>(w);
+    }
+  }
+  const uint32_t culprit = layout.workers[worker].replica;
+  std::vector<double> gains;
+  std::vector<double> stageNs;
+  for (const StepSummary& s : steps) {
+    if (s.workerNs.size() != layout.workers.size() || !(s.stepNs > 0) ||
+        !(s.workerNs[worker] > 0)) {
+      continue;
+    }
+    double slowest = 0;       // over the replicas, the culprit's as recorded
+    double slowestOther = 0;  // over the other replicas
+    double culpritFixedNs = 0;
+    for (uint32_t r = 0; r < layout.replicas; ++r) {
+      stageNs.assign(layout.stages, 0.0);
+      for (uint32_t st = 0; st < layout.stages; ++st) {
+        const int32_t w = grid[r][st];
+        const double x = w >= 0 ? s.workerNs[static_cast<size_t>(w)] : 0.0;
+        stageNs[st] = x > 0 ? x : (st < s.stageNs.size() ? s.stageNs[st] : 0.0);
+      }
+      const double t = pipelineStepNs(stageNs, microbatches, schedule);
+      slowest = std::max(slowest, t);
+      if (r != culprit) {
+        slowestOther = std::max(slowestOther, t);
+        continue;
+      }
+      stageNs[layout.workers[worker].stage] *= scale;
+      culpritFixedNs = pipelineStepNs(stageNs, microbatches, schedule);
+    }
+    const double fixed = std::max(slowestOther, culpritFixedNs);
+    gains.push_back(std::clamp((slowest - fixed) / s.stepNs, 0.0, 1.0));
+  }
+  return gains.empty() ? -1.0 : medianInPlace(gains);
+}
+
 }  // namespace trainscope::detect

@@ -69,10 +69,11 @@ struct StepSummary {
   std::vector<double> stageNs;
   double stepNs = 0;
   double microbatches = 0;
-  pipeline::Schedule schedule;  // the one most steps showed
+  pipeline::Schedule schedule;   // the one most steps showed
+  std::vector<double> workerNs;  // each step's own (replayedGain); medianOf leaves it empty
 };
 inline StepSummary summaryOf(const LayoutStep& v) {
-  return {v.stageNs, v.stepNs, v.microbatches, v.schedule};
+  return {v.stageNs, v.stepNs, v.microbatches, v.schedule, v.workerNs};
 }
 StepSummary medianOf(const std::vector<StepSummary>& steps, size_t stages);
 
@@ -98,5 +99,17 @@ double pipelineStepNs(const std::vector<double>& stageNs, double microbatches,
 // `slowNs` (all other stages at `stageNs`): (T(slow) - T(fixed)) / stepNs, within [0, 1].
 double estimatedGain(std::vector<double> stageNs, size_t stage, double slowNs, double fixedNs,
                      double microbatches, double stepNs, const pipeline::Schedule& schedule = {});
+
+// The same what-if replayed on each recorded step rather than on their medians, for one
+// worker whose compute would be `scale` times what it was (its peers' median over its own):
+// per step, every replica's makespan from its own workers' compute (a worker that reported
+// none at its stage's), the job at its slowest replica, before and after; returns the median
+// over the steps of the time saved / the step's duration. Replicas meet in data-parallel
+// collectives every step, so a slow worker costs only what it adds over the slowest other
+// replica of that step: with noise, less than the medians say (they overestimated 1.1x slow
+// workers of 4 replicas 2x). `schedule` and `microbatches` are the ones most steps showed.
+// -1 when no step recorded its workers.
+double replayedGain(const std::vector<StepSummary>& steps, const JobLayout& layout, size_t worker,
+                    double scale, double microbatches, const pipeline::Schedule& schedule);
 
 }  // namespace trainscope::detect

@@ -233,10 +233,16 @@ void StragglerDetector::onLayoutStep(const AssembledStep& step) {
       const size_t since = static_cast<size_t>(std::max<int64_t>(1, step.step - a.onsetStep + 1));
       const double computeNs = median(st.compute.latest(since));
       const double peerNs = median(st.peer.latest(since));
-      const StepSummary med = medianOf(views_.latest(since), layout.stages);
+      const std::vector<StepSummary> recent = views_.latest(since);
+      const StepSummary med = medianOf(recent, layout.stages);
       const double stepMs = med.stepNs / 1e6;
-      const double gain = estimatedGain(med.stageNs, s, computeNs, peerNs, med.microbatches,
-                                        med.stepNs, med.schedule);
+      double gain = computeNs > 0 ? replayedGain(recent, layout, e.unit, peerNs / computeNs,
+                                                 med.microbatches, med.schedule)
+                                  : -1.0;
+      if (gain < 0) {
+        gain = estimatedGain(med.stageNs, s, computeNs, peerNs, med.microbatches, med.stepNs,
+                             med.schedule);
+      }
       a.evidence = {{"compute_ms", computeNs / 1e6},
                     {"peer_median_ms", peerNs / 1e6},
                     {"ratio", a.magnitude},

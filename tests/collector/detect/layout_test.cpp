@@ -72,6 +72,39 @@ TEST_CASE("layout: the 1F1B what-if model replays the schedule by default") {
   CHECK(estimatedGain({60.0, 60.0}, 5, 90.0, 60.0, 4, 110.0) == 0.0);
 }
 
+TEST_CASE(
+    "layout: the replayed what-if saves only what a slow worker adds over the other replicas") {
+  ParallelSynth job;  // tp2 x pp2 x dp2: workers 0 (pp0 dp0), 1 (pp0 dp1), 2 (pp1 dp0), 3 (pp1 dp1)
+  auto layout = layoutOf(job.topology());
+  REQUIRE(layout != nullptr);
+  const auto step = [](std::vector<double> workers) {
+    StepSummary s;
+    s.stageNs = {60.0, 60.0};
+    s.stepNs = 110.0;
+    s.microbatches = 4;
+    s.workerNs = std::move(workers);
+    return s;
+  };
+  const pipeline::Schedule oneF1B;
+  // Worker 0 at 90 against 60 everywhere else: the medians' what-if.
+  CHECK(replayedGain({step({90, 60, 60, 60})}, *layout, 0, 60.0 / 90, 4, oneF1B) ==
+        Approx(estimatedGain({60.0, 60.0}, 0, 90.0, 60.0, 4, 110.0)));
+  // The other replica drew a slow step of its own (84): fixing worker 0 saves only the rest.
+  const double noisy = replayedGain({step({90, 84, 60, 60})}, *layout, 0, 60.0 / 90, 4, oneF1B);
+  CHECK(noisy == Approx((pipelineStepNs({90, 60}, 4) - pipelineStepNs({84, 60}, 4)) / 110.0));
+  CHECK(noisy < estimatedGain({60.0, 60.0}, 0, 90.0, 60.0, 4, 110.0));
+  // ... or one slower than the culprit: nothing to gain that step.
+  CHECK(replayedGain({step({90, 95, 60, 60})}, *layout, 0, 60.0 / 90, 4, oneF1B) == 0.0);
+  // The median over the steps; steps without their workers recorded are skipped, and none
+  // at all is -1 (the caller falls back to the medians' what-if).
+  CHECK(replayedGain(
+            {step({90, 95, 60, 60}), step({90, 60, 60, 60}), step({90, 60, 60, 60}), step({})},
+            *layout, 0, 60.0 / 90, 4,
+            oneF1B) == Approx(estimatedGain({60.0, 60.0}, 0, 90.0, 60.0, 4, 110.0)));
+  CHECK(replayedGain({step({})}, *layout, 0, 0.5, 4, oneF1B) == -1.0);
+  CHECK(replayedGain({step({90, 60, 60, 60})}, *layout, 9, 0.5, 4, oneF1B) == -1.0);
+}
+
 TEST_CASE("layout: the what-if model replays the job's own schedule") {
   namespace pl = trainscope::pipeline;
   const std::vector<double> even = {40.0, 40.0, 40.0, 40.0};
