@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/median.h"
+
 namespace trainscope::detect {
 
 double median(std::vector<double> values) {
@@ -10,13 +12,7 @@ double median(std::vector<double> values) {
 }
 
 double medianInPlace(std::vector<double>& values) {
-  if (values.empty()) return 0.0;
-  size_t mid = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid), values.end());
-  double hi = values[mid];
-  if (values.size() % 2 == 1) return hi;
-  double lo = *std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid));
-  return (lo + hi) / 2.0;
+  return trainscope::medianInPlace(values);
 }
 
 std::vector<double> mediansOfOthers(const std::vector<double>& values) {

@@ -1,14 +1,51 @@
 #include "tools/simtrain/truth.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
+
+#include "common/median.h"
+#include "tools/simtrain/step_model.h"
 
 namespace trainscope::sim {
 
+std::vector<double> truthGains(const SimOptions& options) {
+  std::vector<double> out(options.injects.size(), std::numeric_limits<double>::quiet_NaN());
+  const int64_t steps =
+      options.steps > 0 ? std::min(options.steps, kTruthGainSteps) : kTruthGainSteps;
+  for (size_t i = 0; i < options.injects.size(); ++i) {
+    const Inject& in = options.injects[i];
+    if (in.kind == Inject::Kind::kHang || in.kind == Inject::Kind::kSpike) continue;
+    SimOptions without = options;
+    without.injects.erase(without.injects.begin() + static_cast<std::ptrdiff_t>(i));
+    StepModel faulty(options);
+    StepModel healthy(without);
+    std::vector<double> gains;
+    int64_t a = 0;
+    int64_t b = 0;
+    for (int64_t s = 0; s < steps; ++s) {
+      const StepTimeline x = faulty.step(s, a);
+      const StepTimeline y = healthy.step(s, b);
+      const auto tx = static_cast<double>(x.endNs - x.beginNs);
+      const auto ty = static_cast<double>(y.endNs - y.beginNs);
+      if (s >= in.fromStep && s >= options.warmup && tx > 0) gains.push_back((tx - ty) / tx);
+      a = x.endNs;
+      b = y.endNs;
+    }
+    if (!gains.empty()) out[i] = medianInPlace(gains);
+  }
+  return out;
+}
+
 nlohmann::json truthJson(const SimOptions& options) {
   nlohmann::json list = nlohmann::json::array();
-  for (const auto& in : options.injects) {
+  const std::vector<double> gains = truthGains(options);
+  for (size_t i = 0; i < options.injects.size(); ++i) {
+    const Inject& in = options.injects[i];
     nlohmann::json t;
+    if (std::isfinite(gains[i])) t["gain"] = gains[i];
     t["kind"] = truthKindName(in.kind);
     t["ranks"] = injectRanks(options, in);
     t["from_step"] = in.fromStep;

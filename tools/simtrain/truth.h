@@ -18,7 +18,17 @@ namespace trainscope::sim {
 // first); a gpu fault its rank's "coords"; an experts fault its hot "ep" index, "skew" (its
 // factor) and "coords" {"ep": K}, ranks every rank at that expert-parallel index. With
 // --parallel each also has the pipeline "schedule" (as given) and "microbatches" (per step).
+// Every fault but a hang or a spike has "gain": truthGains' (what detectors' estimated_gain
+// is scored against, in-process and live).
 nlohmann::json truthJson(const SimOptions& options);
+
+// Per --inject, the fraction of step time the job would save without it: the same job (same
+// seed, so the same noise draws) run through the step model without that fault, the median
+// over the steps from its onset (after the warm-up) of (T - T without) / T. NaN for a hang (no
+// step to compare) or a spike (a notice), or when no step follows the onset. At most
+// kTruthGainSteps steps are replayed (all of them for --steps 0 runs up to that bound).
+inline constexpr int64_t kTruthGainSteps = 5000;
+std::vector<double> truthGains(const SimOptions& options);
 
 // Writes truthJson() to `path` (replacing it). The message names the path on failure.
 Status writeTruth(const SimOptions& options, const std::string& path);

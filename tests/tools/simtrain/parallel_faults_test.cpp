@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 
 #include "tools/simtrain/sim_options.h"
 #include "tools/simtrain/step_model.h"
@@ -114,6 +115,16 @@ TEST_CASE("simtrain faults: a worker fault slows one tp group; its replica and t
   CHECK(truth[0]["kind"] == "straggler");
   CHECK(truth[0]["ranks"] == nlohmann::json::array({2, 3}));
   CHECK(truth[0]["coords"] == nlohmann::json({{"pp", 0}, {"dp", 1}}));
+  // The gain of fixing it: the same job without the fault, (T - T without) / T; without noise
+  // every step alike. A hang has none (no step to compare).
+  o.steps = 20;
+  const double slow = static_cast<double>(stepNs(o, 5));
+  REQUIRE(truth[0].contains("gain"));
+  CHECK(truth[0]["gain"].get<double>() == Approx((slow - static_cast<double>(healthy)) / slow));
+  CHECK(truthGains(o)[0] == Approx(truth[0]["gain"].get<double>()));
+  o.injects.push_back(*parseInject("hang:rank=0,at=10"));
+  CHECK_FALSE(truthJson(o)[1].contains("gain"));
+  CHECK(std::isnan(truthGains(o)[1]));
 }
 
 TEST_CASE("simtrain faults: a slower stage lengthens the 1F1B step by about its added work") {

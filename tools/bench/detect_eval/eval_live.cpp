@@ -71,6 +71,7 @@ Result<std::vector<ScenarioResult>> liveResults(const nlohmann::json& run) {
         f.factor = t.value("factor", 1.0);
         f.op = t.value("op", "");
         f.startNs = t.value("start_ns", int64_t{0});
+        if (t.contains("gain") && t["gain"].is_number()) f.gain = t["gain"].get<double>();
         r.truth.push_back(std::move(f));
       }
       for (const auto& j : s.at("anomalies")) {

@@ -1,6 +1,7 @@
 #include "tools/bench/detect_eval/eval_run.h"
 
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 #include <random>
 
@@ -200,32 +201,15 @@ topology::Topology topologyOf(const sim::ParallelLayout& par) {
   return topology::derive(ranks);
 }
 
-// The truth gain of each --parallel worker or stage fault (see TruthFault::gain): the same
-// job (same seed, so the same noise draws) run without that fault.
+// The truth gain of each fault (see TruthFault::gain; sim::truthGains, as the --truth file of
+// a live run carries it).
 void measureGains(const sim::SimOptions& o, std::vector<TruthFault>* truth) {
+  const std::vector<double> gains = sim::truthGains(o);
   for (size_t i = 0; i < o.injects.size(); ++i) {
-    using K = sim::Inject::Kind;
-    const auto kind = o.injects[i].kind;
-    // Hangs have no step to compare; spikes are notices.
-    if (kind == K::kHang || kind == K::kSpike) continue;
-    sim::SimOptions without = o;
-    without.injects.erase(without.injects.begin() + static_cast<std::ptrdiff_t>(i));
-    sim::StepModel faulty(o);
-    sim::StepModel healthy(without);
-    std::vector<double> gains;
-    int64_t a = 0, b = 0;
-    for (int64_t s = 0; s < o.steps; ++s) {
-      const sim::StepTimeline x = faulty.step(s, a);
-      const sim::StepTimeline y = healthy.step(s, b);
-      const double tx = static_cast<double>(x.endNs - x.beginNs);
-      const double ty = static_cast<double>(y.endNs - y.beginNs);
-      if (s >= o.injects[i].fromStep && s >= o.warmup && tx > 0) gains.push_back((tx - ty) / tx);
-      a = x.endNs;
-      b = y.endNs;
-    }
+    if (std::isnan(gains[i])) continue;
     for (TruthFault& t : *truth) {
-      if (t.kind == sim::truthKindName(kind) && t.fromStep == o.injects[i].fromStep)
-        t.gain = detect::median(gains);
+      if (t.kind == sim::truthKindName(o.injects[i].kind) && t.fromStep == o.injects[i].fromStep)
+        t.gain = gains[i];
     }
   }
 }
