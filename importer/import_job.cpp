@@ -17,6 +17,7 @@
 #include <google/protobuf/util/delimited_message_util.h>
 #include <nlohmann/json.hpp>
 
+#include "common/checked.h"
 #include "common/clock.h"
 #include "importer/timeline_writer.h"
 #include "schema/wire.h"
@@ -313,7 +314,13 @@ Result<ImportResult> importTraces(const std::vector<std::string>& files, const s
       }
     }
     if (newest == 0) newest = wallNowNs();
-    rebase = newest - latest;
+    const auto moved = checkedSub(newest, latest);
+    if (!moved) {
+      return R::error(files[owners.begin()->second.file] +
+                      ": its clock cannot be placed (steps end at " + std::to_string(latest) +
+                      " ns)");
+    }
+    rebase = *moved;
     result.notes.push_back(
         "the traces' clock is relative (it starts near 0, not at a Unix time): "
         "their steps are placed to end at the newest file's modification time");
@@ -327,7 +334,8 @@ Result<ImportResult> importTraces(const std::vector<std::string>& files, const s
       std::vector<int64_t> diffs;
       for (const auto& s : facts[o.file].ranks[o.index].steps) {
         auto it = refEnds.find(s.step);
-        if (it != refEnds.end()) diffs.push_back(it->second - s.endNs);
+        if (it == refEnds.end()) continue;
+        if (auto d = checkedSub(it->second, s.endNs)) diffs.push_back(*d);
       }
       if (diffs.empty()) {
         result.notes.push_back("rank " + std::to_string(rank) + " shares no step with rank " +
@@ -336,7 +344,18 @@ Result<ImportResult> importTraces(const std::vector<std::string>& files, const s
         align = median(std::move(diffs));
       }
     }
-    shift[rank] = rebase + align;
+    // Every step placed on the job's clock must be a time ingest takes (1970..2100): a trace
+    // whose clock is neither a Unix time nor a relative one is named, not wrapped.
+    const auto& steps = facts[o.file].ranks[o.index].steps;
+    const auto total = checkedAdd(rebase, align);
+    const auto first = total ? checkedAdd(steps.front().beginNs, *total) : std::nullopt;
+    const auto last = total ? checkedAdd(steps.back().endNs, *total) : std::nullopt;
+    if (!first || !last || *first < 1 || *last > wire::kMaxTimeNs) {
+      return R::error(files[o.file] + ": rank " + std::to_string(rank) +
+                      "'s steps cannot be placed on the job's clock between 1970 and 2100 "
+                      "(their times are neither a Unix time nor a clock starting near 0)");
+    }
+    shift[rank] = *total;
   }
 
   // Pass 2: the bundle.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/checked.h"
+
 namespace trainscope::importer {
 
 bool isKinetoCategory(std::string_view cat) {
@@ -33,13 +35,17 @@ bool SpanMaker::feed(const EventView& ev, Span* out) {
     out->args = ev.args.type == JsonValue::Type::kObject ? ev.args.text : std::string_view();
     out->pid = ev.pid;
     out->tid = ev.tid;
-    out->t0 = ts + baseNs_;
-    out->t1 = out->t0 + dur;
+    // A time no int64 sum can hold is no time: the event is skipped, never wrapped.
+    const auto t0 = checkedAdd(ts, baseNs_);
+    const auto t1 = t0 ? checkedAdd(*t0, dur) : std::nullopt;
+    if (!t1) return false;
+    out->t0 = *t0;
+    out->t1 = *t1;
     return true;
   }
   if (ev.ph != 'B' && ev.ph != 'E') return false;
   int64_t ts = 0;
-  if (!microsToNs(ev.ts, &ts)) return false;
+  if (!microsToNs(ev.ts, &ts) || !checkedAdd(ts, baseNs_)) return false;
   auto& stack = open_[laneKey(ev)];
   if (ev.ph == 'B') {
     if (stack.size() >= 256) return false;  // unbalanced: do not grow without bound

@@ -15,6 +15,7 @@
 #include "agent/probe/intern.h"
 #include "agent/probe/record.h"
 #include "agent/probe/trainscope_probe.h"
+#include "common/checked.h"
 #include "common/str_cat.h"
 #include "importer/span_maker.h"
 #include "importer/timeline_writer.h"
@@ -270,12 +271,13 @@ class Folder final : public TraceHandler {
       ++rs.fold.outside;
       return Status::ok();
     }
-    if (!window_.contains(rs.info.steps[static_cast<size_t>(stepIdx)].beginNs)) {
-      return Status::ok();
-    }
+    const StepSpan& inStep = rs.info.steps[static_cast<size_t>(stepIdx)];
+    if (!window_.contains(inStep.beginNs)) return Status::ok();
     probe::Record r{};
+    // The span starts inside its step, whose placed times are sane (import_job checked them);
+    // a span that outlasts the step (however long a trace says) is cut where the step ends.
     r.t0 = sp.t0 + rs.shiftNs;
-    r.t1 = std::max(sp.t1, sp.t0) + rs.shiftNs;
+    r.t1 = std::min(std::max(sp.t1, sp.t0), inStep.endNs) + rs.shiftNs;
     switch (role) {
       case Role::kCompute:
         r.type = probe::RecordType::kOp;
@@ -445,8 +447,13 @@ class Folder final : public TraceHandler {
     bool hadCat = false;
     bool hadArgs = false;
     int64_t tNs = 0;
-    const bool hasTs = microsToNs(ev.ts, &tNs);
-    if (hasTs) tNs += f_.baseNs + rs.shiftNs;
+    bool hasTs = microsToNs(ev.ts, &tNs);
+    if (hasTs) {
+      const auto based = checkedAdd(tNs, f_.baseNs);
+      const auto placed = based ? checkedAdd(*based, rs.shiftNs) : std::nullopt;
+      hasTs = placed.has_value();
+      tNs = placed.value_or(0);
+    }
     const char* cat = timelineCategory(role);
     const bool annotate = stepIdx >= 0 || cat != nullptr;
     auto sep = [&] {

@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/probe/trainscope_probe.h"
+#include "common/checked.h"
 #include "importer/span_maker.h"
+#include "schema/wire.h"
 
 namespace trainscope::importer {
 namespace {
@@ -87,6 +89,10 @@ class Scanner final : public TraceHandler {
       }
     } else if (key == "baseTimeNanoseconds" && doc.is_number_integer()) {
       baseNs_ = doc.get<int64_t>();
+      if (baseNs_ < 0 || baseNs_ > wire::kMaxTimeNs) {
+        return Status::error("baseTimeNanoseconds " + std::to_string(baseNs_) +
+                             " is not a Unix time before 2100");
+      }
       if (baseNs_ != 0) baseSeenInTopLevel_ = true;
     } else if (key == "host_name" && doc.is_string()) {
       facts_.host = doc.get<std::string>();
@@ -249,10 +255,15 @@ class Scanner final : public TraceHandler {
       f.stepEventName = bestName;
     }
     auto shifted = [&](std::vector<StepSpan> v) {
-      for (auto& s : v) {
-        s.beginNs += baseNs_;
-        s.endNs += baseNs_;
-      }
+      // A step no int64 holds once the base is added is dropped, never wrapped.
+      std::erase_if(v, [&](StepSpan& s) {
+        const auto b = checkedAdd(s.beginNs, baseNs_);
+        const auto e = checkedAdd(s.endNs, baseNs_);
+        if (!b || !e) return true;
+        s.beginNs = *b;
+        s.endNs = *e;
+        return false;
+      });
       return tidySteps(std::move(v), &f.notes);
     };
     if (captureFormat && o_.stepEvent.empty()) {

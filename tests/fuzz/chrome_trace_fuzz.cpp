@@ -54,13 +54,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!r) {
     bool named = false;
     for (const auto& f : files) named = named || r.message().find(f) != std::string::npos;
+    // What failed, for whoever replays a crash file (a fuzzing run closes stderr).
+    if (!named) std::fprintf(stderr, "import failed naming no file: %s\n", r.message().c_str());
     check(named);
     return 0;
   }
   const auto bundle = importer::testing::readBundle(r->stepsFile);
   check(bundle.ok);
   for (const auto& s : bundle.steps) {
-    check(!ingest::validateStep(s, r->worldSize, {}).has_value());
+    const auto bad = ingest::validateStep(s, r->worldSize, {});
+    if (bad) std::fprintf(stderr, "ingest refuses an imported step: %s\n", bad->detail.c_str());
+    check(!bad.has_value());
   }
   return 0;
 }

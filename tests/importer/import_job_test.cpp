@@ -367,6 +367,56 @@ TEST_CASE("an event without a name, or with an empty one, is reported as '(unnam
   }
 }
 
+TEST_CASE("clocks no int64 or ingest holds are named, and a span outlasting its step is cut") {
+  // Found by the chrome_trace fuzz target: a baseTimeNanoseconds in 2195 placed steps past
+  // 2100, where ingest refuses them.
+  TempDir dir;
+  const auto trace = [](const std::string& header, int64_t t0Us, int64_t opUs) {
+    std::string events;
+    for (int step = 0; step < 2; ++step) {
+      const auto at = [&](int64_t us) { return std::to_string(t0Us + step * 10000 + us); };
+      events += std::string(events.empty() ? "" : ", ") +
+                R"({"name": "train_step", "ph": "X", "ts": )" + at(0) +
+                R"(, "dur": 5000, "pid": 1, "tid": 1, "args": {"step": )" + std::to_string(step) +
+                "}}" + R"(, {"name": "forward", "ph": "X", "ts": )" + at(100) + R"(, "dur": )" +
+                std::to_string(opUs) + R"(, "pid": 1, "tid": 1})";
+    }
+    return "{" + header + R"("traceEvents": [)" + events + "]}";
+  };
+  ImportOptions o;
+  o.stepEvent = "train_step";
+  const int64_t now = 1'700'000'000'000'000;  // µs
+  SECTION("a base past 2100 is refused, naming the file") {
+    const std::string path = dir.sub("base.json");
+    std::ofstream(path) << trace(R"("baseTimeNanoseconds": 7119853884000000000, )", 0, 1000);
+    auto r = importTraces({path}, dir.sub("bundle"), o);
+    REQUIRE_FALSE(r);
+    CHECK(r.message().find(path) != std::string::npos);
+    CHECK(r.message().find("not a Unix time before 2100") != std::string::npos);
+  }
+  SECTION("steps past 2100 are refused, naming the file") {
+    const std::string path = dir.sub("late.json");
+    std::ofstream(path) << trace("", 5'000'000'000'000'000, 1000);
+    auto r = importTraces({path}, dir.sub("bundle"), o);
+    REQUIRE_FALSE(r);
+    CHECK(r.message().find(path) != std::string::npos);
+    CHECK(r.message().find("between 1970 and 2100") != std::string::npos);
+  }
+  SECTION("an operator that outlasts its step counts only its time within the step") {
+    const std::string path = dir.sub("long.json");
+    std::ofstream(path) << trace("", now, 4'000'000'000'000'000);
+    auto r = importTraces({path}, dir.sub("bundle"), o);
+    INFO(r.message());
+    REQUIRE(r);
+    auto b = readBundle(r->stepsFile);
+    REQUIRE_FALSE(b.steps.empty());
+    for (const auto& s : b.steps) {
+      CHECK_FALSE(trainscope::ingest::validateStep(s, std::nullopt, {}).has_value());
+      for (const auto& op : s.ops()) CHECK(op.total_ns() <= s.duration_ns());
+    }
+  }
+}
+
 TEST_CASE("the timeline stays under its bound and says where it was cut") {
   TempDir dir;
   ImportOptions o;
