@@ -374,7 +374,7 @@ TEST_CASE("clocks no int64 or ingest holds are named, and a span outlasting its 
   const auto trace = [](const std::string& header, int64_t t0Us, int64_t opUs) {
     std::string events;
     for (int step = 0; step < 2; ++step) {
-      const auto at = [&](int64_t us) { return std::to_string(t0Us + step * 10000 + us); };
+      const auto at = [&](int64_t us) { return std::to_string(t0Us + int64_t{10000} * step + us); };
       events += std::string(events.empty() ? "" : ", ") +
                 R"({"name": "train_step", "ph": "X", "ts": )" + at(0) +
                 R"(, "dur": 5000, "pid": 1, "tid": 1, "args": {"step": )" + std::to_string(step) +
