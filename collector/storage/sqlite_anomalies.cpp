@@ -29,6 +29,7 @@ Status SqliteStore::writeAnomalies(const std::vector<AnomalyRow>& rows) {
     if (!st) break;
     const bool resolved = row.state == AnomalyState::kResolved;
     const AnomalyJson text = anomalyJson(row);
+    const std::string state = toString(row.state);  // bound without a copy: lives until step()
     bindText(s, 1, row.id);
     bindText(s, 2, row.job);
     bindText(s, 3, row.kind);
@@ -41,7 +42,7 @@ Status SqliteStore::writeAnomalies(const std::vector<AnomalyRow>& rows) {
     sqlite3_bind_double(s, 10, row.confidence);
     bindText(s, 11, text.evidence);
     bindText(s, 12, text.labels);
-    bindText(s, 13, toString(row.state));
+    bindText(s, 13, state);
     if (resolved) {
       sqlite3_bind_int64(s, 14, row.resolvedStep);
       sqlite3_bind_int64(s, 15, row.resolvedNs);

@@ -79,6 +79,9 @@ inline std::string columnText(sqlite3_stmt* s, int col) {
 inline void bindText(sqlite3_stmt* s, int index, const std::string& text) {
   sqlite3_bind_text(s, index, text.data(), static_cast<int>(text.size()), SQLITE_STATIC);
 }
+// SQLITE_STATIC keeps the pointer until the statement runs: a temporary (a string made from a
+// const char* at the call) would be gone by then, so binding one does not compile.
+void bindText(sqlite3_stmt* s, int index, std::string&& text) = delete;
 
 // Runs a prepared write statement to completion and resets it for the next use.
 inline Status step(sqlite3* db, sqlite3_stmt* s, const char* what) {
