@@ -99,7 +99,10 @@ int simtrainMain(int argc, char** argv) {
   app.add_option("--truth", o.truthFile,
                  "write the injected faults as JSON to this file, each with the share of the step "
                  "the job would save without it (\"gain\": the same run replayed without that "
-                 "fault, up to 5,000 steps) (default: none)");
+                 "fault, up to 5,000 steps). The file is written at the start; the gains are "
+                 "replayed beside the job at idle priority and added when ready, at the latest "
+                 "when the job ends (on SIGINT/SIGTERM: from the steps replayed so far) "
+                 "(default: none)");
   app.add_option("--flush-timeout-ms", o.flushTimeoutMs,
                  "at the end, wait this long for every report to be acknowledged; exit 1 if "
                  "some were not")

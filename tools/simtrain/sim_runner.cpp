@@ -216,8 +216,9 @@ int run(const SimOptions& in) {
     std::fprintf(stderr, "trainscope-simtrain: %s\n", st.message().c_str());
     return kExitUsage;
   }
+  TruthWriter truth;
   if (!options.truthFile.empty()) {
-    if (Status st = writeTruth(options, options.truthFile); !st) {
+    if (Status st = truth.start(options); !st) {
       std::fprintf(stderr, "trainscope-simtrain: %s\n", st.message().c_str());
       return kExitUsage;
     }
@@ -350,6 +351,13 @@ int run(const SimOptions& in) {
       const int64_t left = std::max<int64_t>(200, (deadline - monotonicNowNs()) / 1'000'000);
       ts_probe_destroy(p, static_cast<int32_t>(std::min<int64_t>(left, 2000)));
     });
+  }
+  if (truth.pending() && !options.quiet && !stopRequested()) {
+    std::printf("simtrain: waiting for the --truth gains (the job replayed without each fault)\n");
+    std::fflush(stdout);
+  }
+  if (Status st = truth.finish(stopRequested()); !st) {
+    std::fprintf(stderr, "trainscope-simtrain: %s\n", st.message().c_str());
   }
   const uint64_t expected = static_cast<uint64_t>(stepsDone) * options.ranks;
   const uint64_t unacked = expected > t.acked ? expected - t.acked : 0;

@@ -1,8 +1,12 @@
 // Unit tests of the simulated job's step model, inject parsing and truth file (no probe).
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <set>
+
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -378,9 +382,53 @@ TEST_CASE("sim truth: the JSON lists each injected fault with kind, ranks, step 
   char path[] = "/tmp/simtruthXXXXXX";
   const int fd = mkstemp(path);
   REQUIRE(fd >= 0);
-  REQUIRE(writeTruth(o, path).isOk());
+  REQUIRE(writeTruth(o, path, truthGains(o)).isOk());
   std::ifstream in(path);
   CHECK(nlohmann::json::parse(in) == truthJson(o));
   std::remove(path);
-  CHECK_THAT(writeTruth(o, "/nonexistent/dir/t.json").message(), Catch::Contains("--truth"));
+  CHECK_THAT(writeTruth(o, "/nonexistent/dir/t.json", {}).message(), Catch::Contains("--truth"));
+}
+
+TEST_CASE("sim truth: TruthWriter writes the faults at once and their gains from the background") {
+  SimOptions o = base(4);
+  o.steps = 200;
+  o.injects.push_back(must("straggler:rank=1,from=10,factor=1.5"));
+  o.injects.push_back(must("hang:rank=0,at=190"));
+  char path[] = "/tmp/simtruthXXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  o.truthFile = path;
+  auto read = [&] {
+    std::ifstream in(path);
+    return nlohmann::json::parse(in);
+  };
+  SECTION("finish waits for the gains of every step") {
+    TruthWriter w;
+    REQUIRE(w.start(o).isOk());
+    CHECK(w.finish(false).isOk());
+    CHECK_FALSE(w.pending());
+    CHECK(read() == truthJson(o));
+    CHECK(read()[0]["gain"].get<double>() > 0.2);
+  }
+  SECTION("an early finish stops the replay and keeps what it has") {
+    std::atomic<bool> stopped{true};
+    const std::vector<double> none = truthGains(o, &stopped);
+    CHECK(std::isnan(none[0]));
+    TruthWriter w;
+    REQUIRE(w.start(o).isOk());
+    CHECK(w.finish(true).isOk());
+    const auto j = read();
+    REQUIRE(j.size() == 2);  // the faults are there whether or not the gain got computed
+    CHECK(j[0]["kind"] == "straggler");
+    CHECK_FALSE(j[1].contains("gain"));
+  }
+  SECTION("a run without faults that have a gain writes once and starts no replay") {
+    o.injects.erase(o.injects.begin());
+    TruthWriter w;
+    REQUIRE(w.start(o).isOk());
+    CHECK_FALSE(w.pending());
+    CHECK(read() == truthJson(o));
+  }
+  close(fd);
+  std::remove(path);
 }
