@@ -19,6 +19,7 @@
 
 #include "common/checked.h"
 #include "common/clock.h"
+#include "common/median.h"
 #include "importer/timeline_writer.h"
 #include "schema/wire.h"
 
@@ -66,11 +67,6 @@ std::string defaultJob(const std::vector<std::string>& files,
   }
   if (out.size() > 128) out.resize(128);
   return out;
-}
-
-int64_t median(std::vector<int64_t> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
 }
 
 std::string formatShift(int64_t ns) {
@@ -341,7 +337,7 @@ Result<ImportResult> importTraces(const std::vector<std::string>& files, const s
         result.notes.push_back("rank " + std::to_string(rank) + " shares no step with rank " +
                                std::to_string(owners.begin()->first) + ": its clock is kept");
       } else {
-        align = median(std::move(diffs));
+        align = upperMedianInPlace(diffs);
       }
     }
     // Every step placed on the job's clock must be a time ingest takes (1970..2100): a trace

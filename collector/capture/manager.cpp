@@ -13,6 +13,7 @@
 
 #include "collector/capture/gzip_file.h"
 #include "common/checked.h"
+#include "common/median.h"
 #include "common/prometheus_text.h"
 
 namespace trainscope::capture {
@@ -255,10 +256,7 @@ int64_t CaptureManager::medianStepNs(const std::string& job, int64_t latest) {
   if (!rows || rows->empty()) return options_.fallbackStepNs;
   std::vector<int64_t> medians;
   for (const auto& r : *rows) medians.push_back(r.medianNs);
-  std::nth_element(medians.begin(),
-                   medians.begin() + static_cast<std::ptrdiff_t>(medians.size() / 2),
-                   medians.end());
-  int64_t m = medians[medians.size() / 2];
+  const int64_t m = upperMedianInPlace(medians);
   return m > 0 ? m : options_.fallbackStepNs;
 }
 

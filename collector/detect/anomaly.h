@@ -29,8 +29,8 @@ enum class AnomalyKind {
 const char* anomalyKindName(AnomalyKind kind);
 bool parseAnomalyKind(const std::string& name, AnomalyKind* out);
 
+// Stored and served as storage::AnomalyState (collector/pipeline.cpp maps it).
 enum class AnomalyState { kOpen, kResolved };
-const char* anomalyStateName(AnomalyState state);  // "open", "resolved"
 
 struct Anomaly {
   // Unique and stable: "<job>/<kind>/<onset step>/<subject>" where subject names the ranks and,

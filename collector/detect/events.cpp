@@ -47,10 +47,6 @@ bool parseAnomalyKind(const std::string& name, AnomalyKind* out) {
   return false;
 }
 
-const char* anomalyStateName(AnomalyState state) {
-  return state == AnomalyState::kOpen ? "open" : "resolved";
-}
-
 std::string rankList(const std::vector<uint32_t>& ranks) {
   std::string out = ranks.size() == 1 ? "rank " : "ranks ";
   for (size_t i = 0; i < ranks.size(); ++i) {

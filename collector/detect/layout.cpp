@@ -4,6 +4,7 @@
 #include <map>
 
 #include "collector/detect/robust.h"
+#include "common/median.h"
 
 namespace trainscope::detect {
 
@@ -135,9 +136,7 @@ void viewStep(const AssembledStep& step, const JobLayout& layout, LayoutStep* ou
     auto& v = perStage[s];
     if (v.empty()) continue;
     // The lower median: with two replicas the faster one, so a slow worker never sets it.
-    const size_t k = (v.size() - 1) / 2;
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-    out->stageNs[s] = v[k];
+    out->stageNs[s] = lowerMedianInPlace(v);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/median.h"
 #include "schema/wire.h"
 
 namespace trainscope::detect {
@@ -196,9 +197,7 @@ void SlowCommDetector::observeLinks(const AssembledStep& step) {
     if (g.batch.size() >= o_.minLinks) {
       g.scratch.clear();
       for (const auto& p : g.batch) g.scratch.push_back(p.perByte);
-      auto mid = g.scratch.begin() + static_cast<std::ptrdiff_t>(g.scratch.size() / 2);
-      std::nth_element(g.scratch.begin(), mid, g.scratch.end());
-      med = *mid;
+      med = upperMedianInPlace(g.scratch);
     }
     for (const auto& p : g.batch) {
       LinkState& ls = g.bySender[p.sender][p.slot];

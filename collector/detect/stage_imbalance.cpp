@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstddef>
 
+#include "common/median.h"
+
 namespace trainscope::detect {
 namespace {
 
@@ -27,9 +29,7 @@ void loneWorkerStageWork(const AssembledStep& step, const JobLayout& layout,
   for (size_t s = 0; s < byStage.size(); ++s) {
     auto& v = byStage[s];
     if (v.empty()) continue;
-    const auto lower = v.begin() + static_cast<std::ptrdiff_t>((v.size() - 1) / 2);
-    std::nth_element(v.begin(), lower, v.end());
-    (*out)[s] = *lower;
+    (*out)[s] = lowerMedianInPlace(v);
   }
 }
 

@@ -4,24 +4,12 @@
 #include <cmath>
 #include <map>
 
+#include "common/median.h"
+
 namespace trainscope::topology {
 namespace {
 
 namespace pl = trainscope::pipeline;
-
-uint64_t lowerMedian(std::vector<uint64_t> v) {
-  if (v.empty()) return 0;
-  const size_t k = (v.size() - 1) / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  return v[k];
-}
-
-double lowerMedian(std::vector<double> v) {
-  if (v.empty()) return 0;
-  const size_t k = (v.size() - 1) / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  return v[k];
-}
 
 int32_t stageAt(const std::vector<int32_t>& stageOf, uint32_t rank) {
   return rank < stageOf.size() ? stageOf[rank] : -1;
@@ -90,8 +78,8 @@ ScheduleGuess inferSchedule(const std::vector<int32_t>& stageOf, uint32_t stages
     toNext.push_back(next);
     toLast.push_back(wrap);
   }
-  const uint64_t a = lowerMedian(toNext);
-  const uint64_t b = lowerMedian(toLast);
+  const uint64_t a = lowerMedianInPlace(toNext);
+  const uint64_t b = lowerMedianInPlace(toLast);
   if (a == 0) return out;
   if (b > 0) {
     if (b >= a || a % (a - b) != 0) return out;  // not a pattern we know
@@ -121,7 +109,7 @@ ScheduleGuess inferSchedule(const std::vector<int32_t>& stageOf, uint32_t stages
     double sum = 0;
     for (uint32_t s = 0; s < stages; ++s) {
       work[s] = cells[s].work;
-      bubble[s] = lowerMedian(cells[s].bubble);
+      bubble[s] = lowerMedianInPlace(cells[s].bubble);
       sum += bubble[s];
       complete = complete && work[s] > 0;
     }

@@ -152,7 +152,7 @@ inline std::vector<Anomaly> ofKind(const std::vector<Anomaly>& events, AnomalyKi
 inline std::string describe(const std::vector<Anomaly>& events) {
   std::string s;
   for (const Anomaly& a : events) {
-    s += std::string(anomalyStateName(a.state)) + " " + a.id +
+    s += std::string(a.state == AnomalyState::kOpen ? "open" : "resolved") + " " + a.id +
          " onset=" + std::to_string(a.onsetStep) + " det=" + std::to_string(a.detectedStep) +
          " res=" + std::to_string(a.resolvedStep) + " mag=" + std::to_string(a.magnitude) + " : " +
          a.summary + "\n";
