@@ -28,6 +28,7 @@
 #include "common/curve_keys.h"
 #include "common/install_layout.h"
 #include "common/log.h"
+#include "common/process_memory.h"
 
 #ifndef TRAINSCOPE_WEB_DIR
 #define TRAINSCOPE_WEB_DIR ""
@@ -318,6 +319,7 @@ Status run(const CollectorOptions& options) {
     std::string text = http::ingestMetricsText(ingestServer.stats());
     if (p != nullptr) text += detectMetricsText(p->stats(), p->detectStats());
     text += capture::captureMetricsText(captures.stats());
+    text += processMemoryMetricsText(readProcessMemory());
     return text;
   };
   http::HttpServer httpServer(ho, **store);
@@ -349,6 +351,10 @@ Status run(const CollectorOptions& options) {
   // well within the hang detector's 10 s floor, so a job that moved away is not called hung.
   constexpr int64_t kReleaseIntervalNs = 2'000'000'000;
   int64_t nextRelease = monotonicNowNs() + kReleaseIntervalNs;
+  // Memory malloc keeps after ingest's, the detectors' and HTTP's threads freed it goes back to
+  // the kernel this often, so the resident set follows the heap in use, not its high water.
+  constexpr int64_t kTrimIntervalNs = 60'000'000'000;
+  int64_t nextTrim = monotonicNowNs() + kTrimIntervalNs;
   for (;;) {
     timespec wait{0, 250'000'000};
     int sig = sigtimedwait(&signals, nullptr, &wait);
@@ -368,6 +374,10 @@ Status run(const CollectorOptions& options) {
                                 "stopped here");
       }
       nextRelease = monotonicNowNs() + kReleaseIntervalNs;
+    }
+    if (monotonicNowNs() >= nextTrim) {
+      releaseFreeHeap();
+      nextTrim = monotonicNowNs() + kTrimIntervalNs;
     }
     // Capture deadlines and merges; a merge runs here, never on ingest's threads.
     captures.tick(clock.nowNs());

@@ -9,7 +9,8 @@ ends:
     mutated copies of the frame fuzz target's corpus (tests/fuzz/frame/corpus) and random bytes;
   - raw TCP connections that send garbage instead of a ZMTP greeting;
   - HTTP clients asking the API for random paths, queries and methods, with junk bodies.
-Every --sample-s it records the collector's RSS (VmRSS) and the rows stored. At the end it
+Every --sample-s it records the collector's RSS (VmRSS), its heap in use (/metrics) and the rows
+stored. At the end it
 waits for the job's rows and checks: every step of every rank stored once (rows == ranks x
 steps), the collector alive, its RSS in the last third of the run no higher than in the
 second third plus --rss-slack-mb (flat, not growing), and the rejects it counted (/metrics).
@@ -145,6 +146,16 @@ def stored_rows(port, job):
         if j.get("job") == job:
             return j.get("step_rows", j.get("rows"))
     return 0
+
+
+def heap_in_use_kib(port):
+    """The collector's heap in use (trainscope_process_heap_bytes{state="in_use"}), KiB."""
+    try:
+        status, body = http_get(port, "/metrics")
+    except OSError:
+        return None
+    m = re.search(r'^trainscope_process_heap_bytes\{state="in_use"\} (\S+)$', body, re.M)
+    return int(float(m.group(1)) / 1024) if status == 200 and m else None
 
 
 # ---- hostile traffic ------------------------------------------------------------------------
@@ -331,11 +342,12 @@ def main():
         sim = run.start("simtrain", [bins["simtrain"], "--agent", endpoint, "--job", "soak",
                                  "--ranks", str(args.ranks), "--steps", str(steps),
                                  "--step-ms", str(args.step_ms), "--quiet"])
-        samples = []  # (seconds, rss KiB, rows)
+        samples = []  # (seconds, rss KiB, rows, heap in use KiB)
         while sim.poll() is None:
             samples.append((time.time() - t0, rss_kib(collector.pid),
-                            stored_rows(http_port, "soak")))
-            print("soak: %6.0f s  collector RSS %s KiB  rows %s" % samples[-1], flush=True)
+                            stored_rows(http_port, "soak"), heap_in_use_kib(http_port)))
+            print("soak: %6.0f s  collector RSS %s KiB  rows %s  heap in use %s KiB" % samples[-1],
+                  flush=True)
             time.sleep(args.sample_s)
         traffic.finish()
         want = args.ranks * steps
@@ -363,6 +375,12 @@ def main():
             print("soak: collector RSS first %d KiB, max of second third %d KiB, max of last "
                   "third %d KiB: %s" % (samples[0][1] or 0, max(mid), max(last),
                                         "flat" if flat else "GROWING"))
+        heap_mid = [s[3] for s in samples[third:2 * third] if s[3]]
+        heap_last = [s[3] for s in samples[2 * third:] if s[3]]
+        if heap_mid and heap_last:
+            # Beside the RSS: growth here is memory the collector holds, not malloc's free pages.
+            print("soak: collector heap in use first %d KiB, max of second third %d KiB, max of "
+                  "last third %d KiB" % (samples[0][3] or 0, max(heap_mid), max(heap_last)))
         print("soak: collector %s" % ("alive" if alive else "DIED"))
         ok = rows == want and alive and flat and sim.returncode == 0
     finally:
