@@ -298,6 +298,7 @@ void DetectPipeline::flushLocked() {
   std::vector<storage::AnomalyRow> captured;
   for (size_t i = fresh; i < rows.size(); ++i) {
     const auto& row = rows[i];
+    if (events[i - fresh].refresh) continue;  // stored over its open row; nothing new
     if (row.state == storage::AnomalyState::kOpen) {
       ++stats_.anomaliesOpened;
       logInfo(kComponent, "anomaly " + row.id + ": " + row.summary);

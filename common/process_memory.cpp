@@ -34,8 +34,7 @@ std::string processMemoryMetricsText(const ProcessMemory& memory) {
   MetricsText m;
   if (memory.residentBytes >= 0) {
     m.single("trainscope_process_resident_bytes", "gauge",
-             "Resident memory of this process (VmRSS).",
-             static_cast<double>(memory.residentBytes));
+             "Resident memory of this process (VmRSS).", static_cast<double>(memory.residentBytes));
   }
   m.family("trainscope_process_heap_bytes", "gauge",
            "Heap malloc holds: in_use by the program, free (kept by malloc, given back to the "

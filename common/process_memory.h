@@ -11,7 +11,7 @@
 namespace trainscope {
 
 struct ProcessMemory {
-  int64_t residentBytes = 0;  // VmRSS (/proc/self/statm), -1 when unreadable
+  int64_t residentBytes = 0;   // VmRSS (/proc/self/statm), -1 when unreadable
   int64_t heapInUseBytes = 0;  // malloc's allocated bytes, its own mmaps included (mallinfo2)
   int64_t heapFreeBytes = 0;   // bytes malloc holds free in its arenas
 };

@@ -49,6 +49,10 @@ struct Anomaly {
   std::map<std::string, double> evidence;     // named numbers: baseline_ms, current_ms, z, ...
   std::map<std::string, std::string> labels;  // named strings: op, group, link, direction
   AnomalyState state = AnomalyState::kOpen;
+  // An open anomaly seen again (EventLog::refresh): the same id with its evidence, magnitude
+  // and summary recomputed over more steps since the onset. Stored over the open row; not a new
+  // anomaly (no second capture, not counted as opened).
+  bool refresh = false;
   int64_t resolvedStep = -1;  // first step back to normal (state kResolved only)
   int64_t resolvedNs = 0;     // collector clock when resolution was seen
   std::string summary;        // one line for people

@@ -175,8 +175,11 @@ struct DetectorSet::Job {
   OpRegressionDetector opRegression;
   HangDetector hang;
   std::vector<Held> held;
-  std::deque<Anomaly> explainers;               // recent stragglers, op regressions and slow comms
-  std::set<std::string> folded;                 // ids whose resolution is dropped too
+  std::deque<Anomaly> explainers;  // recent stragglers, op regressions and slow comms
+  std::set<std::string> folded;    // ids whose resolution is dropped too
+  // Open anomalies published after a hold: the detection step and time they went out with,
+  // which their refreshes carry too (until they resolve).
+  std::map<std::string, std::pair<int64_t, int64_t>> publishedAt;
   std::shared_ptr<const JobLayout> layout;      // the one the detectors use
   std::shared_ptr<const ExpertGroups> experts;  // the one expertImbalance uses
   // (step, median duration in ms) of the latest judged steps, for fillGain.
@@ -187,7 +190,9 @@ struct DetectorSet::Job {
 };
 
 void DetectorSet::publish(Anomaly a) {
-  if (a.state == AnomalyState::kOpen) {
+  if (a.refresh) {
+    // Not a new anomaly: counted when it opened.
+  } else if (a.state == AnomalyState::kOpen) {
     ++opened_;
   } else {
     ++resolved_;
@@ -217,6 +222,30 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
   }
   const bool imbalance = j.workloadImbalance.isOpen();
   for (Anomaly& a : events) {
+    if (a.refresh) {
+      // Goes where its opening went: dropped with a folded one, into a held one (published
+      // with the figures it has then), out with a published one.
+      if (j.folded.count(a.id) > 0) continue;
+      for (Anomaly& x : j.explainers) {
+        if (x.id == a.id) {
+          x = a;
+          x.refresh = false;
+        }
+      }
+      auto h = std::find_if(j.held.begin(), j.held.end(),
+                            [&](const Job::Held& x) { return x.anomaly.id == a.id; });
+      if (h != j.held.end()) {
+        h->anomaly = std::move(a);
+        h->anomaly.refresh = false;
+        continue;
+      }
+      if (auto at = j.publishedAt.find(a.id); at != j.publishedAt.end()) {
+        a.detectedStep = at->second.first;
+        a.detectedNs = at->second.second;
+      }
+      publish(std::move(a));
+      continue;
+    }
     if (a.state == AnomalyState::kOpen) {
       if (heldKind(a, imbalance, j.expertImbalance.active())) {
         j.held.push_back(Job::Held{std::move(a), 0, 0, {}});
@@ -229,6 +258,7 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
     for (Anomaly& x : j.explainers) {
       if (x.id == a.id) x.state = AnomalyState::kResolved;
     }
+    j.publishedAt.erase(a.id);
     if (j.folded.erase(a.id) > 0) continue;
     auto h = std::find_if(j.held.begin(), j.held.end(),
                           [&](const Job::Held& x) { return x.anomaly.id == a.id; });
@@ -276,6 +306,7 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
         out.detectedNs = std::max(out.detectedNs, judged->nowNs);
       }
       std::vector<Anomaly> updates = std::move(it->updates);
+      if (updates.empty()) j.publishedAt[out.id] = {out.detectedStep, out.detectedNs};
       publish(std::move(out));
       for (Anomaly& u : updates) publish(std::move(u));
       it = j.held.erase(it);

@@ -114,6 +114,13 @@ void EventLog::resolve(const Anomaly& anomaly, int64_t step, int64_t nowNs) {
   ++resolved_;
 }
 
+void EventLog::refresh(const Anomaly& anomaly) {
+  Anomaly a = anomaly;
+  a.state = AnomalyState::kOpen;
+  a.refresh = true;
+  events_.push_back(std::move(a));
+}
+
 std::vector<Anomaly> EventLog::take() {
   std::vector<Anomaly> out;
   out.swap(events_);

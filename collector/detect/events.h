@@ -19,6 +19,9 @@ class EventLog {
   Anomaly open(Anomaly anomaly, const std::string& subject);
   // Queues an update of `anomaly` with state resolved at `step`.
   void resolve(const Anomaly& anomaly, int64_t step, int64_t nowNs);
+  // Queues `anomaly` (opened by this log, still open) as a refresh: its figures recomputed
+  // while it lasts, under the id, detection step and time it was opened with.
+  void refresh(const Anomaly& anomaly);
 
   std::vector<Anomaly> take();
   size_t pending() const { return events_.size(); }

@@ -13,6 +13,7 @@ constexpr size_t kRecords = 64;                     // steps kept for the eviden
 constexpr size_t kHistory = 64;                     // ratios per replica for its persistent offset
 constexpr size_t kMinHistory = 16;                  // ratios needed before an offset is taken out
 constexpr double kSqrtPiOver2 = 0.886226925452758;  // Gini mean difference -> sigma
+constexpr int64_t kRefreshSteps = 16;  // an open anomaly's figures are redone this often
 
 std::string percent(double fraction) {
   return std::to_string(static_cast<int>(std::lround(fraction * 100))) + " %";
@@ -182,6 +183,15 @@ void WorkloadImbalanceDetector::onStep(const AssembledStep& step) {
       cusum_ = 0;
       excursionStart_ = -1;
       moving_ = false;
+    } else if (step.step >= refreshedStep_ + kRefreshSteps) {
+      Anomaly a = describe(step, anomaly_.onsetStep);
+      a.id = anomaly_.id;
+      a.detectedStep = anomaly_.detectedStep;
+      a.detectedNs = anomaly_.detectedNs;
+      a.confidence = anomaly_.confidence;
+      anomaly_ = std::move(a);
+      log_->refresh(anomaly_);
+      refreshedStep_ = step.step;
     }
     return;
   }
@@ -219,6 +229,13 @@ void WorkloadImbalanceDetector::onStep(const AssembledStep& step) {
 }
 
 void WorkloadImbalanceDetector::open(const AssembledStep& step, int64_t onset) {
+  anomaly_ = log_->open(describe(step, onset), "job");
+  open_ = true;
+  refreshedStep_ = step.step;
+  recentSpread_.clear();  // resolution is judged on the steps after this one
+}
+
+Anomaly WorkloadImbalanceDetector::describe(const AssembledStep& step, int64_t onset) const {
   std::vector<double> spreads, gains, excess, stepNs;
   std::vector<int32_t> slowest;
   size_t changes = 0;
@@ -251,6 +268,7 @@ void WorkloadImbalanceDetector::open(const AssembledStep& step, int64_t onset) {
         std::find(a.nodes.begin(), a.nodes.end(), rs.ctx.node) == a.nodes.end())
       a.nodes.push_back(rs.ctx.node);
   }
+  std::sort(a.nodes.begin(), a.nodes.end());
   a.onsetStep = onset;
   a.detectedStep = step.step;
   a.detectedNs = step.nowNs;
@@ -281,9 +299,7 @@ void WorkloadImbalanceDetector::open(const AssembledStep& step, int64_t onset) {
               percent(a.evidence["slowest_excess"]) + " over the mean), so the job runs " +
               formatRatio(a.magnitude) + " its balanced time: about " + percent(gain) +
               " of the step to gain by balancing the work (e.g. sequence lengths) across them";
-  anomaly_ = log_->open(std::move(a), "job");
-  open_ = true;
-  recentSpread_.clear();  // resolution is judged on the steps after this one
+  return a;
 }
 
 }  // namespace trainscope::detect

@@ -18,7 +18,8 @@ const Router& Api::router() {
            "`{\"status\":\"ok\"}` while the collector serves"},
           {"GET", "/metrics", std::nullopt,
            [](const Api& a, const RouteRequest&) { return a.metrics(); },
-           "Prometheus text: step times, bandwidth, agents, storage, ingest and HTTP counters"},
+           "Prometheus text: step times, bandwidth, agents, storage, ingest and HTTP counters, "
+           "the collector's resident set and heap (in use / free)"},
           {"GET", kLivePath, std::nullopt,
            [](const Api& a, const RouteRequest& r) { return a.live(r.webSocketUpgrade); },
            "the live feed, a WebSocket (`ws://`): a snapshot, then every change"},

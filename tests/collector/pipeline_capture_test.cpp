@@ -1,7 +1,10 @@
 // The detect runner's automatic-capture hook: each newly opened anomaly is handed to onOpened
-// once, and the capture id it returns is stored on the anomaly; resolutions and later steps do
-// not call it again.
+// once, and the capture id it returns is stored on the anomaly; resolutions, refreshes and later
+// steps do not call it again.
+#include <algorithm>
+#include <cmath>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -10,6 +13,7 @@
 #include "collector/pipeline.h"
 #include "collector/storage/store.h"
 #include "common/clock.h"
+#include "tests/collector/detect/parallel_synth.h"
 #include "tests/collector/detect/synth.h"
 
 using trainscope::ManualClock;
@@ -80,4 +84,68 @@ TEST_CASE("pipeline: a new anomaly gets the capture id onOpened returns, once") 
     }
     CHECK(found);
   }
+}
+
+TEST_CASE(
+    "pipeline: an open anomaly's refreshes update its stored figures, keep its capture id "
+    "and start no second capture") {
+  storage::SqliteOptions so;
+  so.path = ":memory:";
+  auto opened = storage::openSqliteStore(so);
+  REQUIRE(opened);
+  auto& store = *opened.value();
+  constexpr int64_t kSec = 1'000'000'000;
+  ManualClock clock(1000 * kSec);
+  std::vector<std::string> handed;
+  PipelineOptions po;
+  po.onOpened = [&](const storage::AnomalyRow& row) -> std::optional<std::string> {
+    handed.push_back(row.id);
+    return "cap-" + std::to_string(handed.size());
+  };
+  DetectPipeline pipeline(po, store, clock);
+  // Work moving between 4 data-parallel replicas from the first step: workload_imbalance opens
+  // within a few steps and is refreshed every 16 steps after.
+  trainscope::detect::test::ParallelSynth job;
+  job.seed = 42;
+  job.dp = 4;
+  job.workerFactor = [](int64_t s, uint32_t, uint32_t d) {
+    std::mt19937_64 g(42 * 1'000'003 + static_cast<uint64_t>(s) * 131 + d);
+    std::normal_distribution<double> z(0.0, 1.0);
+    const double sigma = std::sqrt(std::log1p(0.2 * 0.2));
+    return std::exp(sigma * z(g) - sigma * sigma / 2);
+  };
+  storage::WriteBatch reg;
+  for (const auto& g : job.rankGroups()) {
+    wire::RankInfo info;
+    info.set_job(job.job);
+    info.set_rank(g.rank);
+    info.set_world_size(job.world());
+    info.set_node(job.ctx(g.rank).node);
+    reg.ranks.push_back(info);
+    reg.groups.push_back(storage::GroupsUpdate{job.job, g});
+  }
+  pipeline.onCommitted(reg);
+  for (int64_t s = 0; s < 200; ++s) {
+    clock.advance(kSec / 10);
+    storage::WriteBatch b;
+    b.steps = job.step(s);
+    b.receivedNs = clock.nowNs();
+    pipeline.onCommitted(b);
+  }
+  auto rows = store.anomalies(job.job);
+  REQUIRE(rows);
+  const storage::AnomalyRow* imbalance = nullptr;
+  for (const auto& r : *rows) {
+    if (r.kind == "workload_imbalance") imbalance = &r;
+  }
+  REQUIRE(imbalance != nullptr);
+  CHECK(std::count(handed.begin(), handed.end(), imbalance->id) == 1);
+  CHECK(pipeline.stats().anomaliesOpened == rows->size());
+  CHECK(imbalance->state == storage::AnomalyState::kOpen);
+  REQUIRE(imbalance->captureId);
+  CHECK(imbalance->captureId->rfind("cap-", 0) == 0);
+  // Opened within 10 steps on under 10 steps; stored now: a refresh over the last 64.
+  CHECK(imbalance->detectedStep <= 10);
+  CHECK(imbalance->evidence.at("steps_judged") == 64);
+  CHECK(imbalance->evidence.at("estimated_gain") > 0.05);
 }

@@ -232,6 +232,10 @@ TEST_CASE("e2e: every injected fault kind is detected and served by the API and 
   auto metrics = httpGet(spec.httpPort, "/metrics", 5s);
   REQUIRE(metrics.status == 200);
   CHECK(metrics.body.find("trainscope_detect_anomalies_opened_total") != std::string::npos);
+  // And the collector's own memory: the resident set and malloc's heap in use and free.
+  CHECK(metrics.body.find("\ntrainscope_process_resident_bytes ") != std::string::npos);
+  CHECK(metrics.body.find("\ntrainscope_process_heap_bytes{state=\"in_use\"} ") !=
+        std::string::npos);
 
   // Through the CLI: `trainscope anomalies JOB --json` shows the same anomaly.
   const std::string cliBin = binaryFromEnv("TRAINSCOPE_CLI_BIN");

@@ -89,7 +89,9 @@ int benchMain(int argc, char** argv) {
       int64_t lastEnd = kT0;
       auto take = [&] {
         for (auto& e : set.takeEvents()) {
-          if (e.state == trainscope::detect::AnomalyState::kOpen) opened.push_back(std::move(e));
+          if (e.state == trainscope::detect::AnomalyState::kOpen && !e.refresh) {
+            opened.push_back(std::move(e));
+          }
         }
       };
       for (const auto& row : rows) {

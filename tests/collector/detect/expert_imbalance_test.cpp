@@ -115,14 +115,14 @@ struct MoeSynth {
 std::vector<Anomaly> opened(const std::vector<Anomaly>& ev, AnomalyKind kind) {
   std::vector<Anomaly> out;
   for (const auto& a : ev) {
-    if (a.kind == kind && a.state == AnomalyState::kOpen) out.push_back(a);
+    if (a.kind == kind && a.state == AnomalyState::kOpen && !a.refresh) out.push_back(a);
   }
   return out;
 }
 
 size_t openedOther(const std::vector<Anomaly>& ev, AnomalyKind kind) {
   size_t n = 0;
-  for (const auto& a : ev) n += a.kind != kind && a.state == AnomalyState::kOpen;
+  for (const auto& a : ev) n += a.kind != kind && a.state == AnomalyState::kOpen && !a.refresh;
   return n;
 }
 

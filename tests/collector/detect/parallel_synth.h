@@ -44,7 +44,10 @@ struct ParallelSynth {
   uint32_t world() const { return tp * pp * dp; }
   uint32_t rankAt(uint32_t s, uint32_t d, uint32_t t) const { return s * dp * tp + d * tp + t; }
 
-  topology::Topology topology() const {
+  topology::Topology topology() const { return topology::derive(rankGroups()); }
+
+  // The groups each declared rank declares (tp, pp in stage order, dp).
+  std::vector<topology::RankGroups> rankGroups() const {
     std::vector<topology::RankGroups> all;
     for (uint32_t r = 0; r < world(); ++r) {
       if (std::find(undeclared.begin(), undeclared.end(), r) != undeclared.end()) continue;
@@ -68,7 +71,7 @@ struct ParallelSynth {
       add("dp", wire::GROUP_DP, dg);
       all.push_back(std::move(g));
     }
-    return topology::derive(all);
+    return all;
   }
 
   std::vector<wire::StepReport> step(int64_t s) {

@@ -140,11 +140,20 @@ inline void run(SynthJob& job, DetectorSet& set, int64_t from, int64_t to,
   for (auto& e : set.takeEvents()) events->push_back(std::move(e));
 }
 
+// The openings (or resolutions) of `kind`; refreshes of open anomalies are refreshesOf's.
 inline std::vector<Anomaly> ofKind(const std::vector<Anomaly>& events, AnomalyKind kind,
                                    AnomalyState state = AnomalyState::kOpen) {
   std::vector<Anomaly> out;
   for (const Anomaly& a : events) {
-    if (a.kind == kind && a.state == state) out.push_back(a);
+    if (a.kind == kind && a.state == state && !a.refresh) out.push_back(a);
+  }
+  return out;
+}
+
+inline std::vector<Anomaly> refreshesOf(const std::vector<Anomaly>& events, const std::string& id) {
+  std::vector<Anomaly> out;
+  for (const Anomaly& a : events) {
+    if (a.id == id && a.refresh) out.push_back(a);
   }
   return out;
 }
@@ -152,10 +161,12 @@ inline std::vector<Anomaly> ofKind(const std::vector<Anomaly>& events, AnomalyKi
 inline std::string describe(const std::vector<Anomaly>& events) {
   std::string s;
   for (const Anomaly& a : events) {
-    s += std::string(a.state == AnomalyState::kOpen ? "open" : "resolved") + " " + a.id +
-         " onset=" + std::to_string(a.onsetStep) + " det=" + std::to_string(a.detectedStep) +
-         " res=" + std::to_string(a.resolvedStep) + " mag=" + std::to_string(a.magnitude) + " : " +
-         a.summary + "\n";
+    s += std::string(a.refresh                        ? "refresh"
+                     : a.state == AnomalyState::kOpen ? "open"
+                                                      : "resolved") +
+         " " + a.id + " onset=" + std::to_string(a.onsetStep) +
+         " det=" + std::to_string(a.detectedStep) + " res=" + std::to_string(a.resolvedStep) +
+         " mag=" + std::to_string(a.magnitude) + " : " + a.summary + "\n";
   }
   return s;
 }

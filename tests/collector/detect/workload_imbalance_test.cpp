@@ -66,6 +66,24 @@ TEST_CASE(
   CHECK(a.evidence.at("estimated_gain") < 0.3);
   CHECK(a.evidence.at("added_ms_per_step") > 0);
   CHECK(a.magnitude > 1.05);
+  // While it lasts its figures are redone over the latest steps, under the same id and
+  // detection: one refresh every 16 steps to the end of the job (no resolution).
+  const auto refreshes = refreshesOf(events, a.id);
+  CHECK(refreshes.size() >= (400 - static_cast<size_t>(a.detectedStep)) / 16 - 1);
+  for (const Anomaly& r : refreshes) {
+    CHECK(r.state == AnomalyState::kOpen);
+    CHECK(r.kind == AnomalyKind::kWorkloadImbalance);
+    CHECK(r.detectedStep == a.detectedStep);
+    CHECK(r.onsetStep == a.onsetStep);
+    CHECK(r.ranks == a.ranks);
+    CHECK(r.evidence.at("estimated_gain") > 0.05);
+    CHECK(r.evidence.at("estimated_gain") < 0.3);
+  }
+  REQUIRE_FALSE(refreshes.empty());
+  // The last one judges a full window of the steps since the onset.
+  CHECK(refreshes.back().evidence.at("steps_judged") == 64);
+  CHECK(refreshes.back().evidence.at("steps_judged") > a.evidence.at("steps_judged"));
+  CHECK(ofKind(events, AnomalyKind::kWorkloadImbalance, AnomalyState::kResolved).empty());
   // No replica stays slow, so no straggler; the step time's rise is this anomaly's.
   CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
   CHECK(ofKind(events, AnomalyKind::kStageImbalance).empty());

@@ -281,7 +281,26 @@ ScenarioResult runScenario(const Scenario& scenario) {
   auto collect = [&] {
     std::vector<detect::Anomaly> ev = set.takeEvents();
     for (auto& a : ev) {
-      if (a.state == detect::AnomalyState::kOpen) res.detections.push_back(std::move(a));
+      if (a.state != detect::AnomalyState::kOpen) continue;
+      if (!a.refresh) {
+        res.detections.push_back(std::move(a));
+        continue;
+      }
+      // What the API shows by the end: the latest figures, under the detection it opened with
+      // (whose estimated_gain is kept as estimated_gain_at_open, scored beside).
+      for (auto& d : res.detections) {
+        if (d.id != a.id) continue;
+        if (auto g = d.evidence.find("estimated_gain");
+            g != d.evidence.end() && !d.evidence.count("estimated_gain_at_open")) {
+          a.evidence["estimated_gain_at_open"] = g->second;
+        } else if (auto o = d.evidence.find("estimated_gain_at_open"); o != d.evidence.end()) {
+          a.evidence["estimated_gain_at_open"] = o->second;
+        }
+        d.evidence = std::move(a.evidence);
+        d.magnitude = a.magnitude;
+        d.summary = std::move(a.summary);
+        break;  // ids are unique
+      }
     }
   };
 

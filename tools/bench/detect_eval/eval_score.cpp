@@ -49,11 +49,13 @@ struct Cell {
   int faults = 0;
   int found = 0;
   int ranksOk = 0;
-  int ranksExact = 0;            // named exactly the faulty ranks
-  std::vector<double> latency;   // steps
-  std::vector<double> latencyS;  // seconds (hangs)
-  std::vector<double> onsetErr;  // |reported onset - true onset|, steps
-  std::vector<double> gainErr;   // evidence.estimated_gain - truth gain, where both exist
+  int ranksExact = 0;                 // named exactly the faulty ranks
+  std::vector<double> latency;        // steps
+  std::vector<double> latencyS;       // seconds (hangs)
+  std::vector<double> onsetErr;       // |reported onset - true onset|, steps
+  std::vector<double> gainErr;        // evidence.estimated_gain - truth gain, where both exist
+  std::vector<double> gainAtOpenErr;  // the same with the gain it opened with (refreshed later)
+  nlohmann::json gains = nlohmann::json::array();  // per fault: scenario, estimate, truth
   std::vector<std::string> missed;
 };
 
@@ -157,6 +159,14 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
       if (auto g = first->evidence.find("estimated_gain");
           g != first->evidence.end() && !std::isnan(t.gain)) {
         c.gainErr.push_back(g->second - t.gain);
+        nlohmann::json row = {{"scenario", sc.name}, {"estimate", g->second}, {"truth", t.gain}};
+        if (auto o = first->evidence.find("estimated_gain_at_open"); o != first->evidence.end()) {
+          row["estimate_at_open"] = o->second;
+          c.gainAtOpenErr.push_back(o->second - t.gain);
+        } else {
+          c.gainAtOpenErr.push_back(g->second - t.gain);
+        }
+        c.gains.push_back(std::move(row));
       }
       if (t.kind == "hang") {
         double s = static_cast<double>(first->detectedNs - t.startNs) / 1e9;
@@ -227,6 +237,9 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
         all.latencyS.insert(all.latencyS.end(), c.latencyS.begin(), c.latencyS.end());
         all.onsetErr.insert(all.onsetErr.end(), c.onsetErr.begin(), c.onsetErr.end());
         all.gainErr.insert(all.gainErr.end(), c.gainErr.begin(), c.gainErr.end());
+        all.gainAtOpenErr.insert(all.gainAtOpenErr.end(), c.gainAtOpenErr.begin(),
+                                 c.gainAtOpenErr.end());
+        for (const auto& g : c.gains) all.gains.push_back(g);
         all.missed.insert(all.missed.end(), c.missed.begin(), c.missed.end());
       }
       double rec = all.faults ? static_cast<double>(all.found) / all.faults : 0.0;
@@ -246,6 +259,14 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
                      "to %+.3f)\n",
                      gainOk, all.gainErr.size(), quantile(gainAbs, 0.5), quantile(gainAbs, 0.9),
                      quantile(all.gainErr, 0.0), quantile(all.gainErr, 1.0));
+        if (all.gainAtOpenErr != all.gainErr) {
+          // Refreshed while open: what it said when it opened.
+          const size_t atOpenOk =
+              static_cast<size_t>(std::count_if(all.gainAtOpenErr.begin(), all.gainAtOpenErr.end(),
+                                                [](double e) { return std::fabs(e) <= 0.05; }));
+          std::fprintf(out, "  (as opened, before its refreshes: %zu of %zu within +-0.05)\n",
+                       atOpenOk, all.gainAtOpenErr.size());
+        }
       }
       if (!all.latencyS.empty()) {
         std::fprintf(out, "  hang latency: median %.1f s, p90 %.1f s after the hung step began\n",
@@ -299,6 +320,10 @@ nlohmann::json scoreAndPrint(const std::vector<ScenarioResult>& results, const T
         jg[label]["gain_judged"] = all.gainErr.size();
         jg[label]["gain_abs_error_median"] = quantile(gainAbs, 0.5);
         jg[label]["gain_error_signed_median"] = quantile(all.gainErr, 0.5);
+        jg[label]["gains"] = all.gains;
+        jg[label]["gain_at_open_within_005"] =
+            std::count_if(all.gainAtOpenErr.begin(), all.gainAtOpenErr.end(),
+                          [](double e) { return std::fabs(e) <= 0.05; });
       }
     }
     std::fprintf(out, "\nprecision by detected kind (%s):\n", grp.c_str());
