@@ -216,6 +216,14 @@ void writeStorage(MetricsText& m, const storage::StoreStats& st) {
   m.sample({}, static_cast<double>(st.duplicateSteps));
   m.family("trainscope_storage_transactions_total", "counter", "Storage transactions committed.");
   m.sample({}, static_cast<double>(st.transactions));
+  if (st.memoryBytes > 0) {
+    m.family("trainscope_storage_memory_bytes", "gauge",
+             "Memory the storage engine holds in the collector (SQLite: page caches, statements).");
+    m.sample({}, static_cast<double>(st.memoryBytes));
+  }
+  m.family("trainscope_storage_summary_cache_steps", "gauge",
+           "Step summaries the store keeps in memory for reads (all jobs).");
+  m.sample({}, static_cast<double>(st.cachedSummarySteps));
 }
 
 // Rows left out of the page by the age-out time and the cap (recentRows).

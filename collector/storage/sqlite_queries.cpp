@@ -551,6 +551,12 @@ StoreStats SqliteStore::stats() {
   if (!inMemory_) {
     out.bytesOnDisk = fileSize(options_.path) + fileSize(options_.path + "-wal");
   }
+  out.memoryBytes = static_cast<uint64_t>(sqlite3_memory_used());
+  MutexLock lock(&readMutex());
+  MutexLock caches(&gSummaryCachesMu);
+  if (auto it = gSummaryCaches.find(readDb()); it != gSummaryCaches.end()) {
+    for (const auto& [name, job] : it->second->jobs) out.cachedSummarySteps += job.rows.size();
+  }
   return out;
 }
 

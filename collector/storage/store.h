@@ -238,6 +238,10 @@ struct StoreStats {
   uint64_t duplicateSteps = 0;  // step reports ignored because the key was stored already
   uint64_t transactions = 0;
   uint64_t bytesOnDisk = 0;  // database and WAL
+  // Memory the engine holds in this process: SQLite's heap (page caches, statements; all SQLite
+  // stores of the process together) and the step summaries kept for reads. 0 where not kept.
+  uint64_t memoryBytes = 0;
+  uint64_t cachedSummarySteps = 0;
 };
 
 class Store {

@@ -9,8 +9,8 @@ ends:
     mutated copies of the frame fuzz target's corpus (tests/fuzz/frame/corpus) and random bytes;
   - raw TCP connections that send garbage instead of a ZMTP greeting;
   - HTTP clients asking the API for random paths, queries and methods, with junk bodies.
-Every --sample-s it records the collector's RSS (VmRSS), its heap in use (/metrics) and the rows
-stored. At the end it
+Every --sample-s it records the collector's RSS (VmRSS), its heap in use, SQLite's memory and
+the step summaries its store caches (/metrics), and the rows stored. At the end it
 waits for the job's rows and checks: every step of every rank stored once (rows == ranks x
 steps), the collector alive, its RSS in the last third of the run no higher than in the
 second third plus --rss-slack-mb (flat, not growing), and the rejects it counted (/metrics).
@@ -148,14 +148,21 @@ def stored_rows(port, job):
     return 0
 
 
-def heap_in_use_kib(port):
-    """The collector's heap in use (trainscope_process_heap_bytes{state="in_use"}), KiB."""
+def memory_gauges(port):
+    """From the collector's /metrics: (heap in use KiB, SQLite's memory KiB, step summaries
+    cached), each None when absent: where a growing heap goes."""
     try:
         status, body = http_get(port, "/metrics")
     except OSError:
-        return None
-    m = re.search(r'^trainscope_process_heap_bytes\{state="in_use"\} (\S+)$', body, re.M)
-    return int(float(m.group(1)) / 1024) if status == 200 and m else None
+        return None, None, None
+
+    def gauge(pattern, scale):
+        m = re.search("^" + pattern + r" (\S+)$", body, re.M) if status == 200 else None
+        return int(float(m.group(1)) / scale) if m else None
+
+    return (gauge(r'trainscope_process_heap_bytes\{state="in_use"\}', 1024),
+            gauge("trainscope_storage_memory_bytes", 1024),
+            gauge("trainscope_storage_summary_cache_steps", 1))
 
 
 # ---- hostile traffic ------------------------------------------------------------------------
@@ -342,12 +349,13 @@ def main():
         sim = run.start("simtrain", [bins["simtrain"], "--agent", endpoint, "--job", "soak",
                                  "--ranks", str(args.ranks), "--steps", str(steps),
                                  "--step-ms", str(args.step_ms), "--quiet"])
-        samples = []  # (seconds, rss KiB, rows, heap in use KiB)
+        # (seconds, rss KiB, rows, heap in use KiB, SQLite KiB, summaries cached)
+        samples = []
         while sim.poll() is None:
             samples.append((time.time() - t0, rss_kib(collector.pid),
-                            stored_rows(http_port, "soak"), heap_in_use_kib(http_port)))
-            print("soak: %6.0f s  collector RSS %s KiB  rows %s  heap in use %s KiB" % samples[-1],
-                  flush=True)
+                            stored_rows(http_port, "soak")) + memory_gauges(http_port))
+            print("soak: %6.0f s  collector RSS %s KiB  rows %s  heap in use %s KiB (SQLite %s "
+                  "KiB, %s step summaries cached)" % samples[-1], flush=True)
             time.sleep(args.sample_s)
         traffic.finish()
         want = args.ranks * steps
@@ -381,6 +389,8 @@ def main():
             # Beside the RSS: growth here is memory the collector holds, not malloc's free pages.
             print("soak: collector heap in use first %d KiB, max of second third %d KiB, max of "
                   "last third %d KiB" % (samples[0][3] or 0, max(heap_mid), max(heap_last)))
+            print("soak: at the end SQLite held %s KiB and the store %s step summaries"
+                  % (samples[-1][4], samples[-1][5]))
         print("soak: collector %s" % ("alive" if alive else "DIED"))
         ok = rows == want and alive and flat and sim.returncode == 0
     finally:

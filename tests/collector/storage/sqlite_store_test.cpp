@@ -276,6 +276,10 @@ TEST_CASE("storage: summary gives min, median, max and the slowest rank per step
   REQUIRE(ranged.isOk());
   REQUIRE(ranged->size() == 1);
   CHECK((*ranged)[0].maxNs == 30);
+  // The summaries read are kept for the next reads, and counted with SQLite's own memory.
+  const StoreStats st = store->stats();
+  CHECK(st.cachedSummarySteps == 5);
+  CHECK(st.memoryBytes > 0);
 }
 
 TEST_CASE("storage: ranks, goodbyes and nodes with their latest host sample") {
