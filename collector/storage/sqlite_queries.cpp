@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <iterator>
 #include <map>
 #include <optional>
 #include <string_view>
@@ -83,13 +82,26 @@ Status scanSummary(sqlite3* db, int64_t jobId, std::optional<int64_t> fromStep,
 struct SummaryCache {
   // Past this many new rows since the last look, dropping the cache is cheaper than patching.
   static constexpr int64_t kMaxCatchUpRows = 200000;
-  // Bounds memory per job (about 80 bytes a step).
-  static constexpr size_t kMaxStepsPerJob = 2'000'000;
+  // Memory bounds (SqliteOptions::summaryCache*), at about 100 bytes a cached step: a job past
+  // maxStepsPerJob starts over (its next pages are read from the store once more: 0.3 s a page
+  // at 100 M rows, after 65,536 new steps by default), and over every job the least recently
+  // read jobs go first. The cache follows each new step of a range read up to the newest (the
+  // live tail), so before these bounds a job's cache grew with it up to 2 M steps, ~200 MB.
+  size_t maxSteps = 262'144;
+  size_t maxStepsPerJob = 65'536;
 
   struct Job {
     int64_t jobId = -1;
     std::map<int64_t, int64_t> covered;  // [lo, hi] ranges read completely, disjoint, by lo
     std::map<int64_t, StepSummaryRow> rows;
+    uint64_t lastRead = 0;  // SummaryCache::reads_ when it was last read
+
+    // Past the bound: nothing cached (covered nothing), read again as needed.
+    void bound(size_t maxSteps) {
+      if (rows.size() <= maxSteps) return;
+      rows.clear();
+      covered.clear();
+    }
 
     bool isCovered(int64_t step) const {
       auto it = covered.upper_bound(step);
@@ -114,10 +126,6 @@ struct SummaryCache {
     }
 
     void remember(int64_t from, int64_t to, const std::vector<StepSummaryRow>& fresh) {
-      if (rows.size() + fresh.size() > kMaxStepsPerJob) {
-        rows.clear();
-        covered.clear();
-      }
       for (const auto& r : fresh) rows[r.step] = r;
       // Merge [from, to] with the ranges it touches.
       int64_t lo = from, hi = to;
@@ -133,13 +141,40 @@ struct SummaryCache {
   };
 
   std::atomic<bool> stale{false};
+  uint64_t reads_ = 0;  // job() calls so far: the clock of Job::lastRead
   int64_t seenId = -1;  // largest steps.id folded in; -1: not looked yet
   std::map<std::string, Job> jobs;
 
   Job& job(const std::string& name, int64_t jobId) {
     Job& j = jobs[name];
-    if (j.jobId != jobId) j = Job{jobId, {}, {}};
+    if (j.jobId != jobId) j = Job{jobId, {}, {}, 0};
+    j.lastRead = ++reads_;
     return j;
+  }
+
+  size_t steps() const {
+    size_t n = 0;
+    for (const auto& [name, j] : jobs) n += j.rows.size();
+    return n;
+  }
+
+  // Each job within maxStepsPerJob; over maxSteps, the least recently read jobs leave (never
+  // `keep`, the one being read).
+  void bound(const std::string& keep) {
+    for (auto& [name, j] : jobs) j.bound(maxStepsPerJob);
+    size_t n = steps();
+    while (n > maxSteps) {
+      auto oldest = jobs.end();
+      for (auto it = jobs.begin(); it != jobs.end(); ++it) {
+        if (it->first != keep &&
+            (oldest == jobs.end() || it->second.lastRead < oldest->second.lastRead)) {
+          oldest = it;
+        }
+      }
+      if (oldest == jobs.end()) return;
+      n -= oldest->second.rows.size();
+      jobs.erase(oldest);
+    }
   }
 
   void clear(int64_t newSeenId) {
@@ -199,6 +234,7 @@ struct SummaryCache {
           j.rows[step] = summarizeStep(step, durations);
         }
       }
+      j.bound(maxStepsPerJob);
     }
     seenId = newest;
     return Status::ok();
@@ -229,11 +265,13 @@ void noopFunction(sqlite3_context* ctx, int, sqlite3_value**) {
   sqlite3_result_null(ctx);
 }
 
-SummaryCache& summaryCacheFor(sqlite3* db) {
+SummaryCache& summaryCacheFor(sqlite3* db, const SqliteOptions& options) {
   MutexLock lock(&gSummaryCachesMu);
   auto it = gSummaryCaches.find(db);
   if (it != gSummaryCaches.end()) return *it->second;
   auto* cache = new SummaryCache();  // owned by the connection from here (destroySummaryCache)
+  cache->maxSteps = options.summaryCacheSteps;
+  cache->maxStepsPerJob = options.summaryCacheStepsPerJob;
   gSummaryCaches[db] = cache;
   if (sqlite3_create_function_v2(db, "trainscope_summary_cache", 0, SQLITE_UTF8, cache,
                                  noopFunction, nullptr, nullptr,
@@ -405,7 +443,7 @@ Result<std::vector<StepSummaryRow>> SqliteStore::summary(const SummaryQuery& que
   using R = Result<std::vector<StepSummaryRow>>;
   MutexLock lock(&readMutex());
   sqlite3* db = readDb();
-  SummaryCache& cache = summaryCacheFor(db);
+  SummaryCache& cache = summaryCacheFor(db, options_);
   if (auto s = cache.catchUp(db); !s) return R::error(s.message());
 
   ReadStmt job(db, "SELECT id FROM jobs WHERE name = ?1");
@@ -417,6 +455,7 @@ Result<std::vector<StepSummaryRow>> SqliteStore::summary(const SummaryQuery& que
   const int64_t jobId = sqlite3_column_int64(job.get(), 0);
 
   SummaryCache::Job& cached = cache.job(query.job, jobId);
+  cache.bound(query.job);  // what catchUp added
   const int64_t from = query.fromStep.value_or(INT64_MIN);
   const int64_t to = query.toStep.value_or(INT64_MAX);
   if (auto hit = cached.lookup(from, to, query.limit)) return std::move(*hit);
@@ -430,6 +469,7 @@ Result<std::vector<StepSummaryRow>> SqliteStore::summary(const SummaryQuery& que
   // What the scan saw completely: [from, to] when it ran out of rows, else up to the last
   // step it returned (it stops at a step boundary).
   cached.remember(from, reachedEnd || out.empty() ? to : out.back().step, out);
+  cache.bound(query.job);
   return out;
 }
 
@@ -555,7 +595,7 @@ StoreStats SqliteStore::stats() {
   MutexLock lock(&readMutex());
   MutexLock caches(&gSummaryCachesMu);
   if (auto it = gSummaryCaches.find(readDb()); it != gSummaryCaches.end()) {
-    for (const auto& [name, job] : it->second->jobs) out.cachedSummarySteps += job.rows.size();
+    out.cachedSummarySteps = it->second->steps();
   }
   return out;
 }

@@ -318,6 +318,10 @@ struct SqliteOptions {
   int64_t retentionNs = 7LL * 24 * 3600 * 1'000'000'000;  // keep a week; 0 keeps everything
   bool synchronousFull = false;  // FULL survives power loss; NORMAL (default) survives
                                  // process crashes, which is what WAL needs here
+  // Step summaries kept in memory for reads (about 100 bytes each): over all jobs, and per
+  // job, past which that job's start over (see sqlite_queries.cpp). Tests make them small.
+  size_t summaryCacheSteps = 262'144;
+  size_t summaryCacheStepsPerJob = 65'536;
 };
 
 // Opens (creating and migrating as needed) a SQLite store. Defined in sqlite_store.cpp.
