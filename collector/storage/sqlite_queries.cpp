@@ -94,7 +94,7 @@ struct SummaryCache {
     int64_t jobId = -1;
     std::map<int64_t, int64_t> covered;  // [lo, hi] ranges read completely, disjoint, by lo
     std::map<int64_t, StepSummaryRow> rows;
-    uint64_t lastRead = 0;  // SummaryCache::reads_ when it was last read
+    uint64_t lastRead = 0;  // SummaryCache::reads when it was last read
 
     // Past the bound: nothing cached (covered nothing), read again as needed.
     void bound(size_t maxSteps) {
@@ -141,14 +141,14 @@ struct SummaryCache {
   };
 
   std::atomic<bool> stale{false};
-  uint64_t reads_ = 0;  // job() calls so far: the clock of Job::lastRead
+  uint64_t reads = 0;  // job() calls so far: the clock of Job::lastRead
   int64_t seenId = -1;  // largest steps.id folded in; -1: not looked yet
   std::map<std::string, Job> jobs;
 
   Job& job(const std::string& name, int64_t jobId) {
     Job& j = jobs[name];
     if (j.jobId != jobId) j = Job{jobId, {}, {}, 0};
-    j.lastRead = ++reads_;
+    j.lastRead = ++reads;
     return j;
   }
 
