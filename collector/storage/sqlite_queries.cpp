@@ -141,7 +141,7 @@ struct SummaryCache {
   };
 
   std::atomic<bool> stale{false};
-  uint64_t reads = 0;  // job() calls so far: the clock of Job::lastRead
+  uint64_t reads = 0;   // job() calls so far: the clock of Job::lastRead
   int64_t seenId = -1;  // largest steps.id folded in; -1: not looked yet
   std::map<std::string, Job> jobs;
 
