@@ -23,12 +23,21 @@ using trainscope::detect::test::SynthJob;
 namespace storage = trainscope::storage;
 namespace wire = trainscope::wire;
 
-TEST_CASE("pipeline: a new anomaly gets the capture id onOpened returns, once") {
+namespace {
+
+std::unique_ptr<storage::Store> memoryStore() {
   storage::SqliteOptions so;
   so.path = ":memory:";
   auto opened = storage::openSqliteStore(so);
   REQUIRE(opened);
-  auto& store = *opened.value();
+  return std::move(opened.value());
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: a new anomaly gets the capture id onOpened returns, once") {
+  auto owned = memoryStore();
+  auto& store = *owned;
   constexpr int64_t kSec = 1'000'000'000;
   ManualClock clock(1000 * kSec);
   std::vector<storage::AnomalyRow> handed;
@@ -89,11 +98,8 @@ TEST_CASE("pipeline: a new anomaly gets the capture id onOpened returns, once") 
 TEST_CASE(
     "pipeline: an open anomaly's refreshes update its stored figures, keep its capture id "
     "and start no second capture") {
-  storage::SqliteOptions so;
-  so.path = ":memory:";
-  auto opened = storage::openSqliteStore(so);
-  REQUIRE(opened);
-  auto& store = *opened.value();
+  auto owned = memoryStore();
+  auto& store = *owned;
   constexpr int64_t kSec = 1'000'000'000;
   ManualClock clock(1000 * kSec);
   std::vector<std::string> handed;
