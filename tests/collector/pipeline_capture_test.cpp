@@ -115,10 +115,7 @@ TEST_CASE(
   job.seed = 42;
   job.dp = 4;
   job.workerFactor = [](int64_t s, uint32_t, uint32_t d) {
-    std::mt19937_64 g(uint64_t{42} * 1'000'003 + static_cast<uint64_t>(s) * 131 + d);
-    std::normal_distribution<double> z(0.0, 1.0);
-    const double sigma = std::sqrt(std::log1p(0.2 * 0.2));
-    return std::exp(sigma * z(g) - sigma * sigma / 2);
+    return trainscope::detect::test::workload(42, s, d, 0.2);
   };
   storage::WriteBatch reg;
   for (const auto& g : job.rankGroups()) {

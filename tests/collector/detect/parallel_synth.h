@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -153,6 +154,15 @@ struct ParallelSynth {
   std::mt19937_64 rng{seed};
   int64_t clockNs = 1'700'000'000'000'000'000;
 };
+
+// A replica's share of work in step s: log-normal, mean 1, coefficient of variation cv, drawn
+// afresh every step (sequence lengths that vary from batch to batch).
+inline double workload(uint64_t seed, int64_t s, uint32_t replica, double cv) {
+  std::mt19937_64 g(seed * 1'000'003 + static_cast<uint64_t>(s) * 131 + replica);
+  std::normal_distribution<double> z(0.0, 1.0);
+  const double sigma = std::sqrt(std::log1p(cv * cv));
+  return std::exp(sigma * z(g) - sigma * sigma / 2);
+}
 
 // Runs `steps` steps of the job (from its seed) through a default DetectorSet, told the job's
 // layout first unless `declare` is false (a job that declares nothing), and returns the events.

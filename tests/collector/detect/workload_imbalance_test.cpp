@@ -12,19 +12,6 @@ using namespace trainscope;
 using namespace trainscope::detect;
 using namespace trainscope::detect::test;
 
-namespace {
-
-// A replica's share of work in step s: log-normal, mean 1, coefficient of variation cv, drawn
-// afresh every step (sequence lengths that vary from batch to batch).
-double workload(uint64_t seed, int64_t s, uint32_t replica, double cv) {
-  std::mt19937_64 g(seed * 1'000'003 + static_cast<uint64_t>(s) * 131 + replica);
-  std::normal_distribution<double> z(0.0, 1.0);
-  const double sigma = std::sqrt(std::log1p(cv * cv));
-  return std::exp(sigma * z(g) - sigma * sigma / 2);
-}
-
-}  // namespace
-
 TEST_CASE("workload_imbalance: the spread of the replicas' changes, from few replicas too") {
   // Changes +0.2 and -0.2: Gini mean difference 0.4, sigma 0.4 x sqrt(pi)/2, / sqrt(2).
   CHECK(WorkloadImbalanceDetector::changeSpread({1.1, 0.9}, {0.9, 1.1}) ==
