@@ -311,6 +311,8 @@ std::string ingestMetricsText(const ingest::IngestStats& s) {
   counter("trainscope_ingest_commit_failures_total", "Failed storage transactions.",
           s.commitFailures);
   counter("trainscope_ingest_disconnects_total", "Agent connections closed.", s.disconnects);
+  m.family("trainscope_ingest_peers", "gauge", "Open ingest connections that have sent a message.");
+  m.sample({}, static_cast<double>(s.peers));
   m.family("trainscope_ingest_last_commit_seconds", "gauge", "Duration of the last commit.");
   m.sample({}, seconds(s.lastCommitNs));
   m.family("trainscope_ingest_rejected_frames_total", "counter",

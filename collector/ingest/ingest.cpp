@@ -109,6 +109,7 @@ void IngestServer::Impl::socketLoop() {
     }
     if (stop) handOff();
     const bool readRouter = !stop && queued < options.maxQueuedCommits;
+    forgetIdlePeers(monotonicNowNs(), readRouter);
     long timeoutMs = 100;
     if (!pending.empty()) {
       const int64_t now = monotonicNowNs();
@@ -341,6 +342,7 @@ IngestStats IngestServer::stats() const {
   s.commits = m.commits.load();
   s.commitFailures = m.commitFailures.load();
   s.disconnects = m.disconnects.load();
+  s.peers = m.peerCount.load();
   s.lastCommitNs = m.lastCommitNs.load();
   {
     MutexLock lock(&m.rejectMu);

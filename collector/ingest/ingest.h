@@ -59,6 +59,11 @@ struct IngestOptions {
   // over the wire limit still get a counted "oversized" ErrorReply.
   int64_t maxMessageBytes = static_cast<int64_t>(wire::kMaxFrameBytes) + (64 << 10);
   ValidationLimits limits;  // item field checks
+  // A connection silent this long is forgotten (its node's command route with it), whether or
+  // not libzmq's close of it was seen: a message read after its close, or a close lost from the
+  // monitor, would otherwise keep it, and its node listed as connected, for ever. An agent
+  // heartbeats every second by default; one that speaks again is known again at once.
+  std::chrono::milliseconds peerIdleTimeout{std::chrono::minutes(2)};
   // Called on the writer thread after each successful commit (detectors hook in here). Must be
   // quick: the acks of that commit wait for it. It may take what it keeps out of the batch (the
   // detectors move the step reports): after it returns the batch is only freed.
@@ -93,6 +98,7 @@ struct IngestStats {
   uint64_t commits = 0;         // successful storage transactions
   uint64_t commitFailures = 0;  // failed transactions (their batches are not acked)
   uint64_t disconnects = 0;     // peer connections closed (incl. ones libzmq drops for size)
+  uint64_t peers = 0;           // connections open that have sent a message
   int64_t lastCommitNs = 0;     // duration of the last Store::write
   std::map<std::string, uint64_t> rejects;  // by reason: oversized, malformed, version, ...
 };

@@ -34,9 +34,12 @@ void IngestServer::Impl::countReject(const std::string& reason, uint64_t n) {
 }
 
 internal::Peer& IngestServer::Impl::peerOf(const std::string& id) {
-  auto& p = peers[id];
-  p.id = id;
-  return p;
+  auto [it, added] = peers.try_emplace(id);
+  if (added) {
+    it->second.id = id;
+    peerCount = peers.size();
+  }
+  return it->second;
 }
 
 void IngestServer::Impl::rejectFrame(const std::string& id, const std::string& reason,
@@ -311,13 +314,14 @@ void IngestServer::Impl::handleFrame(const std::string& id, zmq::message_t& payl
   ++frames;
   {
     Peer& peer = peerOf(id);
+    peer.seenNs = monotonicNowNs();
     if (peer.address.empty()) {
       if (const char* addr = zmq_msg_gets(payload.handle(), "Peer-Address")) {
         peer.address = addr;
       }
     }
-    int fd = zmq_msg_get(payload.handle(), ZMQ_SRCFD);
-    if (fd >= 0) fdPeers[fd] = id;
+    const int fd = zmq_msg_get(payload.handle(), ZMQ_SRCFD);
+    if (fd >= 0) bindFd(fd, peer);
     if (options.curve) {
       // The ZAP handler's user id, on every message of a connection that passed it. Read each
       // time rather than once: a routing id is the peer's to choose, the key is not.

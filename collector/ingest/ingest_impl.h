@@ -52,6 +52,8 @@ struct Peer {
   std::string node;
   std::string address;
   std::string keyNode;  // with CURVE: the node its key may speak for (the ZAP user id)
+  int fd = -1;          // the descriptor its last message came on
+  int64_t seenNs = 0;   // monotonic time of its last message
 };
 
 // "node N at ADDRESS", for log lines.
@@ -118,6 +120,7 @@ struct IngestServer::Impl {
   int64_t lastHandOffNs = 0;                     // monotonic; 0 = none yet
   std::unordered_map<std::string, Peer> peers;   // routing id -> peer
   std::unordered_map<int, std::string> fdPeers;  // socket fd -> routing id
+  std::atomic<uint64_t> peerCount{0};            // peers.size(), for stats()
   std::unordered_map<std::string, uint32_t> worldSizes;
   std::unordered_map<std::string, int64_t> nodeOffsets;  // node -> latest heartbeat offset_ns
   RateLimitedLog rejectLog{std::chrono::seconds(5)};
@@ -138,6 +141,19 @@ struct IngestServer::Impl {
   void routeNode(const Peer& p);
 
   void unrouteNode(const Peer& p);
+
+  // Forgets a connection: its peer entry and its node's command route.
+  void dropPeer(const std::string& id);
+
+  // Records that `peer` reads on descriptor `fd`; a different peer that held it is gone.
+  void bindFd(int fd, Peer& peer);
+
+  // Forgets the peers silent longer than options.peerIdleTimeout, at most once a second, and
+  // none while ingest has not been reading the socket for that long (a slow disk holds it back:
+  // the peers spoke, ingest did not listen).
+  void forgetIdlePeers(int64_t nowNs, bool reading);
+  int64_t lastIdleSweepNs = 0;  // monotonic
+  int64_t lastPausedNs = 0;     // monotonic: when ingest last left the socket unread
 
   void sendQueuedCommands();
 

@@ -1,6 +1,8 @@
 // Who is connected to ingest (ingest_impl.h): with CURVE, the answers to libzmq's key checks
 // (ZAP), a key on the allow-list passing as its node; the socket monitor's disconnects, which
-// drop a peer and its command route; and the node -> connection routes commands follow.
+// drop a peer and its command route, backed by dropping peers that fell silent (a close can be
+// read before the connection's last messages, or after the next connection's on its descriptor);
+// and the node -> connection routes commands follow.
 // Socket thread, except where a route is read under cmdMu.
 #include <cstring>
 #include <string>
@@ -25,6 +27,48 @@ void IngestServer::Impl::unrouteNode(const Peer& p) {
   MutexLock lock(&cmdMu);
   auto it = nodeRoutes.find(p.node);
   if (it != nodeRoutes.end() && it->second == p.id) nodeRoutes.erase(it);
+}
+
+void IngestServer::Impl::dropPeer(const std::string& id) {
+  auto p = peers.find(id);
+  if (p == peers.end()) return;
+  if (auto f = fdPeers.find(p->second.fd); f != fdPeers.end() && f->second == id) {
+    fdPeers.erase(f);
+  }
+  unrouteNode(p->second);
+  peers.erase(p);
+  peerCount = peers.size();
+}
+
+void IngestServer::Impl::bindFd(int fd, Peer& peer) {
+  if (peer.fd != fd) {
+    // Its routing id reconnected on another descriptor: the old one's close is not its own.
+    if (auto f = fdPeers.find(peer.fd); f != fdPeers.end() && f->second == peer.id) {
+      fdPeers.erase(f);
+    }
+    peer.fd = fd;
+  }
+  auto [it, added] = fdPeers.try_emplace(fd, peer.id);
+  if (added || it->second == peer.id) return;
+  // Two open connections never share a descriptor: the one that held it is closed, and its
+  // close, still queued on the monitor, will name the new connection's descriptor (which then
+  // loses its route until its next heartbeat).
+  const std::string old = it->second;
+  it->second = peer.id;
+  dropPeer(old);
+}
+
+void IngestServer::Impl::forgetIdlePeers(int64_t nowNs, bool reading) {
+  if (!reading) lastPausedNs = nowNs;
+  if (nowNs - lastIdleSweepNs < 1'000'000'000) return;
+  lastIdleSweepNs = nowNs;
+  const int64_t idleNs = std::chrono::nanoseconds(options.peerIdleTimeout).count();
+  if (lastPausedNs != 0 && nowNs - lastPausedNs <= idleNs) return;
+  std::vector<std::string> idle;
+  for (const auto& [id, p] : peers) {
+    if (nowNs - p.seenNs > idleNs) idle.push_back(id);
+  }
+  for (const auto& id : idle) dropPeer(id);
 }
 
 void IngestServer::Impl::serveZap() {
@@ -95,12 +139,10 @@ void IngestServer::Impl::readMonitor() {
     const int fd = static_cast<int>(value);
     std::string who = "a peer that sent nothing";
     if (auto it = fdPeers.find(fd); it != fdPeers.end()) {
-      if (auto p = peers.find(it->second); p != peers.end()) {
-        who = describe(p->second);
-        unrouteNode(p->second);
-        peers.erase(p);
-      }
+      const std::string id = it->second;
+      if (auto p = peers.find(id); p != peers.end()) who = describe(p->second);
       fdPeers.erase(it);
+      dropPeer(id);
     }
     // libzmq closes a connection without telling us why; a message over maxMessageBytes is
     // one cause, a peer going away the common one.

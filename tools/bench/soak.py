@@ -150,11 +150,11 @@ def stored_rows(port, job):
 
 def memory_gauges(port):
     """From the collector's /metrics: (heap in use KiB, SQLite's memory KiB, step summaries
-    cached), each None when absent: where a growing heap goes."""
+    cached, ingest connections known), each None when absent: where a growing heap goes."""
     try:
         status, body = http_get(port, "/metrics")
     except OSError:
-        return None, None, None
+        return None, None, None, None
 
     def gauge(pattern, scale):
         m = re.search("^" + pattern + r" (\S+)$", body, re.M) if status == 200 else None
@@ -162,7 +162,8 @@ def memory_gauges(port):
 
     return (gauge(r'trainscope_process_heap_bytes\{state="in_use"\}', 1024),
             gauge("trainscope_storage_memory_bytes", 1024),
-            gauge("trainscope_storage_summary_cache_steps", 1))
+            gauge("trainscope_storage_summary_cache_steps", 1),
+            gauge("trainscope_ingest_peers", 1))
 
 
 # ---- hostile traffic ------------------------------------------------------------------------
@@ -349,13 +350,14 @@ def main():
         sim = run.start("simtrain", [bins["simtrain"], "--agent", endpoint, "--job", "soak",
                                  "--ranks", str(args.ranks), "--steps", str(steps),
                                  "--step-ms", str(args.step_ms), "--quiet"])
-        # (seconds, rss KiB, rows, heap in use KiB, SQLite KiB, summaries cached)
+        # (seconds, rss KiB, rows, heap in use KiB, SQLite KiB, summaries cached, peers)
         samples = []
         while sim.poll() is None:
             samples.append((time.time() - t0, rss_kib(collector.pid),
                             stored_rows(http_port, "soak")) + memory_gauges(http_port))
             print("soak: %6.0f s  collector RSS %s KiB  rows %s  heap in use %s KiB (SQLite %s "
-                  "KiB, %s step summaries cached)" % samples[-1], flush=True)
+                  "KiB, %s step summaries cached, %s ingest connections)" % samples[-1],
+                  flush=True)
             time.sleep(args.sample_s)
         traffic.finish()
         want = args.ranks * steps
@@ -389,8 +391,8 @@ def main():
             # Beside the RSS: growth here is memory the collector holds, not malloc's free pages.
             print("soak: collector heap in use first %d KiB, max of second third %d KiB, max of "
                   "last third %d KiB" % (samples[0][3] or 0, max(heap_mid), max(heap_last)))
-            print("soak: at the end SQLite held %s KiB and the store %s step summaries"
-                  % (samples[-1][4], samples[-1][5]))
+            print("soak: at the end SQLite held %s KiB, the store %s step summaries, ingest %s "
+                  "connections" % (samples[-1][4], samples[-1][5], samples[-1][6]))
         print("soak: collector %s" % ("alive" if alive else "DIED"))
         ok = rows == want and alive and flat and sim.returncode == 0
     finally:

@@ -319,17 +319,21 @@ TEST_CASE("a failing store still gives valid text that says why", "[metrics]") {
 TEST_CASE("ingest counters: totals and rejects by reason", "[metrics]") {
   trainscope::ingest::IngestStats stats;
   stats.frames = 7;
+  stats.peers = 2;
   stats.rejects["malformed"] = 3;
   stats.rejects["version"] = 1;
   auto samples = parseExposition(trainscope::http::ingestMetricsText(stats));
   std::map<std::string, double> rejects;
   double frames = -1;
+  double peers = -1;
   for (const auto& s : samples) {
     if (s.name == "trainscope_ingest_frames_total") frames = s.value;
+    if (s.name == "trainscope_ingest_peers") peers = s.value;
     if (s.name == "trainscope_ingest_rejected_frames_total")
       rejects[s.labels.at("reason")] = s.value;
   }
   CHECK(frames == 7);
+  CHECK(peers == 2);
   CHECK(rejects == std::map<std::string, double>{{"malformed", 3}, {"version", 1}});
 }
 

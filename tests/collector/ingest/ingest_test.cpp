@@ -1,5 +1,6 @@
 #include <stdlib.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -144,7 +145,8 @@ struct Fixture {
   explicit Fixture(storage::Store* storeOverride = nullptr,
                    std::chrono::milliseconds interval = 20ms,
                    std::function<void(const ingest::RankProgressUpdate&)> onProgress = {},
-                   std::chrono::milliseconds commitGap = 0ms) {
+                   std::chrono::milliseconds commitGap = 0ms,
+                   std::chrono::milliseconds peerIdleTimeout = 2min) {
     storage::SqliteOptions so;
     so.path = dir.path + "/ingest.db";
     auto opened = storage::openSqliteStore(so);
@@ -155,6 +157,7 @@ struct Fixture {
     io.commitInterval = interval;
     io.onRankProgress = std::move(onProgress);
     io.minCommitGap = commitGap;
+    io.peerIdleTimeout = peerIdleTimeout;
     server = std::make_unique<ingest::IngestServer>(io, storeOverride ? *storeOverride : *store);
     REQUIRE(server->start().isOk());
   }
@@ -706,4 +709,87 @@ TEST_CASE("ingest: a step item of a foreign schema version is rejected by reason
   CHECK(ack->ack().seq() == 9);
   CHECK(f.rows("fv") == 1);
   CHECK(f.rejects("version") == 1);
+}
+
+TEST_CASE("ingest: connections that close are forgotten, however fast they come and go") {
+  // Connections silent for 5 s are forgotten too: the backstop for closes seen out of order.
+  Fixture f(nullptr, 20ms, {}, 0ms, 5s);
+  auto heartbeat = [](const std::string& node) {
+    wire::Envelope beat;
+    beat.mutable_heartbeat()->set_node(node);
+    beat.mutable_heartbeat()->set_t1_ns(1);
+    return beat;
+  };
+  Client stays(f.ctx, f.server->endpoint());
+  auto beatStays = [&] {
+    stays.sendEnv(heartbeat("stays"));
+    return stays.recvKind(wire::Envelope::kHeartbeatReply).has_value();
+  };
+  // Waits for `want` peers while "stays" keeps speaking, so only the others can go idle.
+  auto waitPeers = [&](uint64_t want) {
+    auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (f.server->stats().peers != want && std::chrono::steady_clock::now() < deadline) {
+      REQUIRE(beatStays());
+      std::this_thread::sleep_for(50ms);
+    }
+    return f.server->stats().peers;
+  };
+
+  // A heartbeat is answered before its node is routed: wait for the route.
+  auto nodesBecome = [&](const std::vector<std::string>& want) {
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (f.server->connectedNodes() != want && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(10ms);
+    }
+    return f.server->connectedNodes();
+  };
+
+  REQUIRE(beatStays());
+  {
+    Client a(f.ctx, f.server->endpoint());
+    Client b(f.ctx, f.server->endpoint());
+    a.sendEnv(heartbeat("a"));
+    b.sendEnv(heartbeat("b"));
+    REQUIRE(a.recvKind(wire::Envelope::kHeartbeatReply).has_value());
+    REQUIRE(b.recvKind(wire::Envelope::kHeartbeatReply).has_value());
+    CHECK(f.server->stats().peers == 3);
+    CHECK(nodesBecome({"a", "b", "stays"}) == std::vector<std::string>{"a", "b", "stays"});
+  }
+  CHECK(waitPeers(1) == 1);
+
+  // Churn: each connection sends one message and closes at once, so the kernel hands the next
+  // one the descriptor the last just freed. A flood on another connection keeps ingest reading
+  // messages in long bursts, so it often reads a connection's message only after its close (it
+  // then knows the connection again), or the next one's message before the close.
+  std::atomic<bool> flooding{true};
+  std::thread flood([&] {
+    Client c(f.ctx, f.server->endpoint());
+    auto beat = heartbeat("flood");
+    const std::string frame = wire::encode(beat);
+    while (flooding) {
+      for (int i = 0; i < 64; ++i) c.send(frame);
+      zmq::message_t drop;
+      while (c.sock.recv(drop, zmq::recv_flags::dontwait)) {
+      }
+    }
+  });
+  for (int i = 0; i < 300; ++i) {
+    Client c(f.ctx, f.server->endpoint());
+    c.sendEnv(heartbeat("churn-" + std::to_string(i)));
+    if (i % 3 == 0) (void)c.recvKind(wire::Envelope::kHeartbeatReply, 1000ms);
+  }
+  flooding = false;
+  flood.join();
+  CHECK(waitPeers(1) == 1);
+  CHECK(nodesBecome({"stays"}) == std::vector<std::string>{"stays"});
+
+  // Silent past the timeout, "stays" is forgotten too; speaking again, it is known again.
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (f.server->stats().peers != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(100ms);
+  }
+  CHECK(f.server->stats().peers == 0);
+  CHECK(f.server->connectedNodes().empty());
+  REQUIRE(beatStays());
+  CHECK(nodesBecome({"stays"}) == std::vector<std::string>{"stays"});
 }
