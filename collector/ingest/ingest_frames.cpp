@@ -312,6 +312,7 @@ void IngestServer::Impl::handleBatchFrame(const std::string& id, const wire::Bat
 void IngestServer::Impl::handleFrame(const std::string& id, zmq::message_t& payload) {
   const int64_t receivedNs = wallNowNs();
   ++frames;
+  int fd = -1;
   {
     Peer& peer = peerOf(id);
     peer.seenNs = monotonicNowNs();
@@ -320,7 +321,7 @@ void IngestServer::Impl::handleFrame(const std::string& id, zmq::message_t& payl
         peer.address = addr;
       }
     }
-    const int fd = zmq_msg_get(payload.handle(), ZMQ_SRCFD);
+    fd = zmq_msg_get(payload.handle(), ZMQ_SRCFD);
     if (fd >= 0) bindFd(fd, peer);
     if (options.curve) {
       // The ZAP handler's user id, on every message of a connection that passed it. Read each
@@ -329,6 +330,17 @@ void IngestServer::Impl::handleFrame(const std::string& id, zmq::message_t& payl
       peer.keyNode = user != nullptr ? user : "";
     }
   }
+  dispatchFrame(id, payload, receivedNs);
+  // libzmq names no descriptor for a peer speaking ZMTP 1.0 (raw bytes on the port read as that
+  // old framing; never one of our agents), so its close cannot be matched: forget it now,
+  // unless it holds a node's route (then it goes when it falls silent).
+  if (fd < 0) {
+    if (auto p = peers.find(id); p != peers.end() && p->second.node.empty()) dropPeer(id);
+  }
+}
+
+void IngestServer::Impl::dispatchFrame(const std::string& id, zmq::message_t& payload,
+                                       int64_t receivedNs) {
   if (wire::splitBatch(payload.data(), payload.size(), &batchFrame)) {
     handleBatchFrame(id, batchFrame, payload, receivedNs);
     return;

@@ -214,7 +214,9 @@ struct IngestServer::Impl {
   void handleBatchFrame(const std::string& id, const wire::BatchFrame& frame,
                         zmq::message_t& payload, int64_t receivedNs);
 
+  // One message: who sent it (peers), then what it says (dispatchFrame).
   void handleFrame(const std::string& id, zmq::message_t& payload);
+  void dispatchFrame(const std::string& id, zmq::message_t& payload, int64_t receivedNs);
 
   // Reads one whole multi-part message. Returns false when none is waiting.
   bool readOne();

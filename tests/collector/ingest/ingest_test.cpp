@@ -1,4 +1,8 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -792,4 +796,32 @@ TEST_CASE("ingest: connections that close are forgotten, however fast they come 
   CHECK(f.server->connectedNodes().empty());
   REQUIRE(beatStays());
   CHECK(nodesBecome({"stays"}) == std::vector<std::string>{"stays"});
+}
+
+TEST_CASE("ingest: a peer speaking raw ZMTP 1.0 framing is forgotten once its message is read") {
+  Fixture f;
+  // Bytes not starting with 0xff read as ZMTP 1.0: a length-prefixed routing id the peer
+  // chooses, then frames. libzmq gives such a connection no descriptor, so its close would
+  // never be matched.
+  const std::string endpoint = f.server->endpoint();
+  const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(s >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  auto frame = [](const std::string& body) {
+    return std::string(1, static_cast<char>(body.size() + 1)) + '\0' + body;
+  };
+  const std::string bytes = frame("chosen-id") + frame("not a frame") + frame("nor this");
+  REQUIRE(::send(s, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (f.rejects("malformed") < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(f.rejects("malformed") == 2);
+  CHECK(f.server->stats().peers == 0);  // with its connection still open
+  ::close(s);
 }
