@@ -71,12 +71,20 @@ std::shared_ptr<const JobLayout> layoutOf(const topology::Topology& t) {
   for (Worker& w : layout->workers) w.stage = std::min(w.stage, layout->stages - 1);
   layout->replicas = std::max<uint32_t>(t.sizes[1], 1);  // kAxes[1] is dp
   for (Worker& w : layout->workers) w.replica = std::min(w.replica, layout->replicas - 1);
+  // Under expert parallelism the replicas meet in every MoE layer's all_to_all too, so a slow
+  // worker holds up its expert peers' replicas as well and their data-parallel waits no
+  // longer show its own lateness: no dpGroups then (see replayedGain).
+  const bool experts = std::any_of(t.groups.begin(), t.groups.end(), [](const topology::Group& g) {
+    return g.kind == wire::GROUP_EP && g.ranks.size() > 1;
+  });
   for (const topology::Group& g : t.groups) {
     if (g.kind == wire::GROUP_TP) layout->tpGroups.push_back(g.name);
+    if (g.kind == wire::GROUP_DP && !experts) layout->dpGroups.push_back(g.name);
   }
-  std::sort(layout->tpGroups.begin(), layout->tpGroups.end());
-  layout->tpGroups.erase(std::unique(layout->tpGroups.begin(), layout->tpGroups.end()),
-                         layout->tpGroups.end());
+  for (auto* names : {&layout->tpGroups, &layout->dpGroups}) {
+    std::sort(names->begin(), names->end());
+    names->erase(std::unique(names->begin(), names->end()), names->end());
+  }
   layout->workerOf.assign(static_cast<size_t>(maxRank) + 1, -1);
   layout->stageOf.assign(static_cast<size_t>(maxRank) + 1, -1);
   for (size_t i = 0; i < layout->workers.size(); ++i) {
@@ -91,6 +99,7 @@ std::shared_ptr<const JobLayout> layoutOf(const topology::Topology& t) {
 void viewStep(const AssembledStep& step, const JobLayout& layout, LayoutStep* out) {
   const size_t nw = layout.workers.size();
   out->workerNs.assign(nw, 0.0);
+  out->dpWaitNs.assign(nw, -1.0);
   std::vector<double> durations;
   std::vector<topology::RankPipe> pipes;
   durations.reserve(step.ranks.size());
@@ -104,7 +113,18 @@ void viewStep(const AssembledStep& step, const JobLayout& layout, LayoutStep* ou
     pipe.bubbleNs = static_cast<double>(r.report.bubble_ns());
     pipe.sends = topology::transfersOf(r.report.p2p());
     if (!pipe.sends.empty()) pipes.push_back(std::move(pipe));
-    if (w < 0 || r.report.compute_ns() <= 0) continue;
+    if (w < 0) continue;
+    if (!layout.dpGroups.empty()) {
+      double waitNs = -1.0;
+      for (const auto& c : r.report.collectives()) {
+        if (std::binary_search(layout.dpGroups.begin(), layout.dpGroups.end(), c.group())) {
+          waitNs = std::max(waitNs, 0.0) + static_cast<double>(c.total_ns());
+        }
+      }
+      double& d = out->dpWaitNs[static_cast<size_t>(w)];
+      if (waitNs >= 0 && (d < 0 || waitNs < d)) d = waitNs;
+    }
+    if (r.report.compute_ns() <= 0) continue;
     double& x = out->workerNs[static_cast<size_t>(w)];
     x = std::max(x, static_cast<double>(r.report.compute_ns()));
   }
@@ -188,6 +208,19 @@ double pipelineStepNs(const std::vector<double>& stageNs, double microbatches,
   return pipeline::makespanNs(schedule, stageNs, m);
 }
 
+std::vector<double> pipelineStageEnds(const std::vector<double>& stageNs, double microbatches,
+                                      const pipeline::Schedule& schedule) {
+  if (stageNs.size() <= 1 || !(microbatches >= 1)) {
+    // No pipeline to replay: every stage ends with the slowest (pipelineStepNs).
+    return std::vector<double>(stageNs.size(), pipelineStepNs(stageNs, microbatches, schedule));
+  }
+  const auto m = static_cast<uint32_t>(std::min(microbatches, 4096.0));
+  std::vector<double> ends;
+  const double makespan = pipeline::makespanNs(schedule, stageNs, m, nullptr, &ends);
+  if (ends.size() != stageNs.size()) ends.assign(stageNs.size(), makespan);
+  return ends;
+}
+
 double estimatedGain(std::vector<double> stageNs, size_t stage, double slowNs, double fixedNs,
                      double microbatches, double stepNs, const pipeline::Schedule& schedule) {
   if (stage >= stageNs.size() || !(stepNs > 0)) return 0.0;
@@ -212,31 +245,54 @@ double replayedGain(const std::vector<StepSummary>& steps, const JobLayout& layo
   const uint32_t culprit = layout.workers[worker].replica;
   std::vector<double> gains;
   std::vector<double> stageNs;
+  std::vector<double> others(layout.stages);  // per stage, the latest other replica's end
+  auto replicaStages = [&](const StepSummary& s, uint32_t r) {
+    stageNs.assign(layout.stages, 0.0);
+    for (uint32_t st = 0; st < layout.stages; ++st) {
+      const int32_t w = grid[r][st];
+      const double x = w >= 0 ? s.workerNs[static_cast<size_t>(w)] : 0.0;
+      stageNs[st] = x > 0 ? x : (st < s.stageNs.size() ? s.stageNs[st] : 0.0);
+    }
+  };
   for (const StepSummary& s : steps) {
     if (s.workerNs.size() != layout.workers.size() || !(s.stepNs > 0) ||
         !(s.workerNs[worker] > 0)) {
       continue;
     }
-    double slowest = 0;       // over the replicas, the culprit's as recorded
-    double slowestOther = 0;  // over the other replicas
-    double culpritFixedNs = 0;
-    for (uint32_t r = 0; r < layout.replicas; ++r) {
-      stageNs.assign(layout.stages, 0.0);
-      for (uint32_t st = 0; st < layout.stages; ++st) {
+    replicaStages(s, culprit);
+    const std::vector<double> slowEnds = pipelineStageEnds(stageNs, microbatches, schedule);
+    stageNs[layout.workers[worker].stage] *= scale;
+    const std::vector<double> fixedEnds = pipelineStageEnds(stageNs, microbatches, schedule);
+    // The other replicas' stage ends: from the data-parallel waits where every stage shows
+    // them for the culprit and another replica, else from replays of their workers' compute.
+    bool waited = s.dpWaitNs.size() == layout.workers.size() && layout.replicas > 1;
+    for (uint32_t st = 0; waited && st < layout.stages; ++st) {
+      const int32_t c = grid[culprit][st];
+      double least = -1;  // the shortest wait of another replica: the latest to finish
+      for (uint32_t r = 0; r < layout.replicas && c >= 0; ++r) {
         const int32_t w = grid[r][st];
-        const double x = w >= 0 ? s.workerNs[static_cast<size_t>(w)] : 0.0;
-        stageNs[st] = x > 0 ? x : (st < s.stageNs.size() ? s.stageNs[st] : 0.0);
+        if (r == culprit || w < 0 || s.dpWaitNs[static_cast<size_t>(w)] < 0) continue;
+        const double d = s.dpWaitNs[static_cast<size_t>(w)];
+        least = least < 0 ? d : std::min(least, d);
       }
-      const double t = pipelineStepNs(stageNs, microbatches, schedule);
-      slowest = std::max(slowest, t);
-      if (r != culprit) {
-        slowestOther = std::max(slowestOther, t);
-        continue;
-      }
-      stageNs[layout.workers[worker].stage] *= scale;
-      culpritFixedNs = pipelineStepNs(stageNs, microbatches, schedule);
+      waited = c >= 0 && s.dpWaitNs[static_cast<size_t>(c)] >= 0 && least >= 0;
+      if (waited) others[st] = slowEnds[st] - (least - s.dpWaitNs[static_cast<size_t>(c)]);
     }
-    const double fixed = std::max(slowestOther, culpritFixedNs);
+    if (!waited) {
+      std::fill(others.begin(), others.end(), 0.0);
+      for (uint32_t r = 0; r < layout.replicas; ++r) {
+        if (r == culprit) continue;
+        replicaStages(s, r);
+        const std::vector<double> ends = pipelineStageEnds(stageNs, microbatches, schedule);
+        for (uint32_t st = 0; st < layout.stages; ++st) others[st] = std::max(others[st], ends[st]);
+      }
+    }
+    double slowest = 0;
+    double fixed = 0;
+    for (uint32_t st = 0; st < layout.stages; ++st) {
+      slowest = std::max({slowest, slowEnds[st], others[st]});
+      fixed = std::max({fixed, fixedEnds[st], others[st]});
+    }
     gains.push_back(std::clamp((slowest - fixed) / s.stepNs, 0.0, 1.0));
   }
   return gains.empty() ? -1.0 : medianInPlace(gains);

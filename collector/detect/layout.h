@@ -35,6 +35,7 @@ struct JobLayout {
   std::vector<Worker> workers;        // by first rank
   std::vector<int32_t> workerOf;      // rank -> index into workers; -1: rank without coordinates
   std::vector<std::string> tpGroups;  // names of the declared tensor-parallel groups, sorted
+  std::vector<std::string> dpGroups;  // the same for data-parallel groups; none with experts
   std::vector<int32_t> stageOf;       // rank -> pipeline stage; -1: rank without coordinates
   int32_t workerOfRank(uint32_t rank) const { return rank < workerOf.size() ? workerOf[rank] : -1; }
 };
@@ -56,6 +57,9 @@ std::shared_ptr<const JobLayout> layoutOf(const topology::Topology& topology);
 // (collector/topology/schedule.h; 1F1B over 0 microbatches when the job reports no p2p).
 struct LayoutStep {
   std::vector<double> workerNs;
+  // Each worker's time in data-parallel collectives (the least of its ranks'; -1: none): the
+  // replicas meet there, so a replica that finished its pipeline sooner waits longer.
+  std::vector<double> dpWaitNs;
   std::vector<double> stageNs;
   double stepNs = 0;
   double microbatches = 0;
@@ -71,9 +75,10 @@ struct StepSummary {
   double microbatches = 0;
   pipeline::Schedule schedule;   // the one most steps showed
   std::vector<double> workerNs;  // each step's own (replayedGain); medianOf leaves it empty
+  std::vector<double> dpWaitNs;  // the same
 };
 inline StepSummary summaryOf(const LayoutStep& v) {
-  return {v.stageNs, v.stepNs, v.microbatches, v.schedule, v.workerNs};
+  return {v.stageNs, v.stepNs, v.microbatches, v.schedule, v.workerNs, v.dpWaitNs};
 }
 StepSummary medianOf(const std::vector<StepSummary>& steps, size_t stages);
 
@@ -100,15 +105,22 @@ double pipelineStepNs(const std::vector<double>& stageNs, double microbatches,
 double estimatedGain(std::vector<double> stageNs, size_t stage, double slowNs, double fixedNs,
                      double microbatches, double stepNs, const pipeline::Schedule& schedule = {});
 
+// Each stage's end in the replay of pipelineStepNs (its makespan is their maximum).
+std::vector<double> pipelineStageEnds(const std::vector<double>& stageNs, double microbatches,
+                                      const pipeline::Schedule& schedule = {});
+
 // The same what-if replayed on each recorded step rather than on their medians, for one
 // worker whose compute would be `scale` times what it was (its peers' median over its own):
-// per step, every replica's makespan from its own workers' compute (a worker that reported
-// none at its stage's), the job at its slowest replica, before and after; returns the median
-// over the steps of the time saved / the step's duration. Replicas meet in data-parallel
-// collectives every step, so a slow worker costs only what it adds over the slowest other
-// replica of that step: with noise, less than the medians say (they overestimated 1.1x slow
-// workers of 4 replicas 2x). `schedule` and `microbatches` are the ones most steps showed.
-// -1 when no step recorded its workers.
+// per step, the culprit's replica's stage ends before and after, and the other replicas' at
+// each stage; the job at its slowest; returns the median over the steps of the time saved /
+// the step's duration. Replicas meet in data-parallel collectives every step, so a slow
+// worker costs only what it adds over the slowest other replica of that step: with noise,
+// less than the medians say (they overestimated 1.1x slow workers of 4 replicas 2x). Where
+// the step's workers report their data-parallel waits, the other replicas' ends are the ones
+// those waits show (a replica that waited d longer at a stage finished it d sooner) rather than
+// replays: a replay without each op's noise and transfers finishes a balanced replica too soon,
+// which overestimated the gain of fixing a 2x worker by about 15 %. `schedule` and
+// `microbatches` are the ones most steps showed. -1 when no step recorded its workers.
 double replayedGain(const std::vector<StepSummary>& steps, const JobLayout& layout, size_t worker,
                     double scale, double microbatches, const pipeline::Schedule& schedule);
 

@@ -105,6 +105,42 @@ TEST_CASE(
   CHECK(replayedGain({step({90, 60, 60, 60})}, *layout, 9, 0.5, 4, oneF1B) == -1.0);
 }
 
+TEST_CASE("layout: the replayed what-if takes the other replicas' ends from their dp waits") {
+  ParallelSynth job;  // tp2 x pp2 x dp2: workers 0 (pp0 dp0), 1 (pp0 dp1), 2 (pp1 dp0), 3 (pp1 dp1)
+  auto layout = layoutOf(job.topology());
+  REQUIRE(layout != nullptr);
+  CHECK(layout->dpGroups == std::vector<std::string>{"dp"});
+  const pipeline::Schedule oneF1B;
+  const std::vector<double> slowEnds = pipelineStageEnds({90.0, 60.0}, 4);
+  REQUIRE(slowEnds.size() == 2);
+  CHECK(std::max(slowEnds[0], slowEnds[1]) == Approx(pipelineStepNs({90.0, 60.0}, 4)));
+  const auto step = [](std::vector<double> waits) {
+    StepSummary s;
+    s.stageNs = {60.0, 60.0};
+    s.stepNs = 110.0;
+    s.microbatches = 4;
+    s.workerNs = {90, 60, 60, 60};
+    s.dpWaitNs = std::move(waits);
+    return s;
+  };
+  // Replica 1 waited 10 longer than the culprit's at both stages: it finished 10 sooner, so
+  // fixing worker 0 saves 10, not the 22.5 the replay of replica 1's compute says (a replay
+  // without noise or transfers that finishes a balanced replica too soon).
+  const double waited = replayedGain({step({2, 12, 2, 12})}, *layout, 0, 60.0 / 90, 4, oneF1B);
+  CHECK(waited == Approx(10.0 / 110));
+  CHECK(replayedGain({step({})}, *layout, 0, 60.0 / 90, 4, oneF1B) ==
+        Approx(estimatedGain({60.0, 60.0}, 0, 90.0, 60.0, 4, 110.0)));
+  // Waiting longer than the replay's saving: the replay's saving (the culprit fixed is then
+  // the latest).
+  CHECK(replayedGain({step({2, 60, 2, 60})}, *layout, 0, 60.0 / 90, 4, oneF1B) ==
+        Approx(estimatedGain({60.0, 60.0}, 0, 90.0, 60.0, 4, 110.0)));
+  // The culprit's replica waited longer: the other was the latest, nothing to gain.
+  CHECK(replayedGain({step({12, 2, 12, 2})}, *layout, 0, 60.0 / 90, 4, oneF1B) == 0.0);
+  // A worker without a wait: the replays, as without waits.
+  CHECK(replayedGain({step({2, -1, 2, 12})}, *layout, 0, 60.0 / 90, 4, oneF1B) ==
+        Approx(estimatedGain({60.0, 60.0}, 0, 90.0, 60.0, 4, 110.0)));
+}
+
 TEST_CASE("layout: the what-if model replays the job's own schedule") {
   namespace pl = trainscope::pipeline;
   const std::vector<double> even = {40.0, 40.0, 40.0, 40.0};
