@@ -71,15 +71,9 @@ std::shared_ptr<const JobLayout> layoutOf(const topology::Topology& t) {
   for (Worker& w : layout->workers) w.stage = std::min(w.stage, layout->stages - 1);
   layout->replicas = std::max<uint32_t>(t.sizes[1], 1);  // kAxes[1] is dp
   for (Worker& w : layout->workers) w.replica = std::min(w.replica, layout->replicas - 1);
-  // Under expert parallelism the replicas meet in every MoE layer's all_to_all too, so a slow
-  // worker holds up its expert peers' replicas as well and their data-parallel waits no
-  // longer show its own lateness: no dpGroups then (see replayedGain).
-  const bool experts = std::any_of(t.groups.begin(), t.groups.end(), [](const topology::Group& g) {
-    return g.kind == wire::GROUP_EP && g.ranks.size() > 1;
-  });
   for (const topology::Group& g : t.groups) {
     if (g.kind == wire::GROUP_TP) layout->tpGroups.push_back(g.name);
-    if (g.kind == wire::GROUP_DP && !experts) layout->dpGroups.push_back(g.name);
+    if (g.kind == wire::GROUP_DP) layout->dpGroups.push_back(g.name);
   }
   for (auto* names : {&layout->tpGroups, &layout->dpGroups}) {
     std::sort(names->begin(), names->end());
@@ -93,6 +87,28 @@ std::shared_ptr<const JobLayout> layoutOf(const topology::Topology& t) {
       layout->stageOf[r] = static_cast<int32_t>(layout->workers[i].stage);
     }
   }
+  // Replicas whose ranks share an expert-parallel group meet in every MoE layer's all_to_all:
+  // each block takes its lowest replica's index.
+  layout->expertBlock.resize(layout->replicas);
+  for (uint32_t r = 0; r < layout->replicas; ++r) layout->expertBlock[r] = r;
+  auto root = [&](uint32_t r) {
+    while (layout->expertBlock[r] != r) r = layout->expertBlock[r];
+    return r;
+  };
+  for (const topology::Group& g : t.groups) {
+    if (g.kind != wire::GROUP_EP) continue;
+    int64_t first = -1;
+    for (uint32_t rank : g.ranks) {
+      const int32_t w = layout->workerOfRank(rank);
+      if (w < 0) continue;
+      const uint32_t b = root(layout->workers[static_cast<size_t>(w)].replica);
+      if (first < 0) first = b;
+      const auto a = static_cast<uint32_t>(first);
+      if (b != a) layout->expertBlock[std::max(a, b)] = std::min(a, b);
+      first = std::min<int64_t>(first, b);
+    }
+  }
+  for (uint32_t r = 0; r < layout->replicas; ++r) layout->expertBlock[r] = root(r);
   return layout;
 }
 
@@ -243,9 +259,13 @@ double replayedGain(const std::vector<StepSummary>& steps, const JobLayout& layo
     }
   }
   const uint32_t culprit = layout.workers[worker].replica;
+  // The replicas that wait for the culprit's in every MoE layer: fixing it speeds them too.
+  auto coupled = [&](uint32_t r) {
+    return r < layout.expertBlock.size() && culprit < layout.expertBlock.size() &&
+           layout.expertBlock[r] == layout.expertBlock[culprit];
+  };
   std::vector<double> gains;
   std::vector<double> stageNs;
-  std::vector<double> others(layout.stages);  // per stage, the latest other replica's end
   auto replicaStages = [&](const StepSummary& s, uint32_t r) {
     stageNs.assign(layout.stages, 0.0);
     for (uint32_t st = 0; st < layout.stages; ++st) {
@@ -262,37 +282,51 @@ double replayedGain(const std::vector<StepSummary>& steps, const JobLayout& layo
     replicaStages(s, culprit);
     const std::vector<double> slowEnds = pipelineStageEnds(stageNs, microbatches, schedule);
     stageNs[layout.workers[worker].stage] *= scale;
-    const std::vector<double> fixedEnds = pipelineStageEnds(stageNs, microbatches, schedule);
-    // The other replicas' stage ends: from the data-parallel waits where every stage shows
-    // them for the culprit and another replica, else from replays of their workers' compute.
-    bool waited = s.dpWaitNs.size() == layout.workers.size() && layout.replicas > 1;
+    std::vector<double> fixedEnds = pipelineStageEnds(stageNs, microbatches, schedule);
+    // The culprit's expert peers' replicas, waiting for it now, go at their own pace once it
+    // is fixed: replayed from their workers' compute.
+    for (uint32_t r = 0; r < layout.replicas; ++r) {
+      if (r == culprit || !coupled(r)) continue;
+      replicaStages(s, r);
+      const std::vector<double> ends = pipelineStageEnds(stageNs, microbatches, schedule);
+      for (uint32_t st = 0; st < layout.stages; ++st) {
+        fixedEnds[st] = std::max(fixedEnds[st], ends[st]);
+      }
+    }
+    const double slowNs = *std::max_element(slowEnds.begin(), slowEnds.end());
+    const double fixedNs = *std::max_element(fixedEnds.begin(), fixedEnds.end());
+    // How much later the culprit's replica finished than the latest other replica, from their
+    // data-parallel waits (one that finished a stage d sooner waited d longer there), at the
+    // stage where it lags most (its own, in a V schedule, where its replay's stage ends are
+    // too close to tell): fixing the culprit saves at most that, and at most what its replay
+    // saves.
+    double gapNs = -1;
+    bool waited = s.dpWaitNs.size() == layout.workers.size();
     for (uint32_t st = 0; waited && st < layout.stages; ++st) {
       const int32_t c = grid[culprit][st];
       double least = -1;  // the shortest wait of another replica: the latest to finish
       for (uint32_t r = 0; r < layout.replicas && c >= 0; ++r) {
         const int32_t w = grid[r][st];
-        if (r == culprit || w < 0 || s.dpWaitNs[static_cast<size_t>(w)] < 0) continue;
+        if (coupled(r) || w < 0 || s.dpWaitNs[static_cast<size_t>(w)] < 0) continue;
         const double d = s.dpWaitNs[static_cast<size_t>(w)];
         least = least < 0 ? d : std::min(least, d);
       }
-      waited = c >= 0 && s.dpWaitNs[static_cast<size_t>(c)] >= 0 && least >= 0;
-      if (waited) others[st] = slowEnds[st] - (least - s.dpWaitNs[static_cast<size_t>(c)]);
+      waited = c >= 0 && least >= 0 && s.dpWaitNs[static_cast<size_t>(c)] >= 0;
+      if (waited) gapNs = std::max(gapNs, least - s.dpWaitNs[static_cast<size_t>(c)]);
     }
-    if (!waited) {
-      std::fill(others.begin(), others.end(), 0.0);
-      for (uint32_t r = 0; r < layout.replicas; ++r) {
-        if (r == culprit) continue;
-        replicaStages(s, r);
-        const std::vector<double> ends = pipelineStageEnds(stageNs, microbatches, schedule);
-        for (uint32_t st = 0; st < layout.stages; ++st) others[st] = std::max(others[st], ends[st]);
-      }
+    if (waited) {
+      gains.push_back(std::clamp(std::min(gapNs, slowNs - fixedNs) / s.stepNs, 0.0, 1.0));
+      continue;
     }
-    double slowest = 0;
-    double fixed = 0;
-    for (uint32_t st = 0; st < layout.stages; ++st) {
-      slowest = std::max({slowest, slowEnds[st], others[st]});
-      fixed = std::max({fixed, fixedEnds[st], others[st]});
+    // No waits: the other replicas replayed from their workers' compute.
+    double othersNs = 0;
+    for (uint32_t r = 0; r < layout.replicas; ++r) {
+      if (coupled(r)) continue;
+      replicaStages(s, r);
+      othersNs = std::max(othersNs, pipelineStepNs(stageNs, microbatches, schedule));
     }
+    const double slowest = std::max(slowNs, othersNs);
+    const double fixed = std::max(fixedNs, othersNs);
     gains.push_back(std::clamp((slowest - fixed) / s.stepNs, 0.0, 1.0));
   }
   return gains.empty() ? -1.0 : medianInPlace(gains);

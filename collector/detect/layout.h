@@ -35,8 +35,11 @@ struct JobLayout {
   std::vector<Worker> workers;        // by first rank
   std::vector<int32_t> workerOf;      // rank -> index into workers; -1: rank without coordinates
   std::vector<std::string> tpGroups;  // names of the declared tensor-parallel groups, sorted
-  std::vector<std::string> dpGroups;  // the same for data-parallel groups; none with experts
-  std::vector<int32_t> stageOf;       // rank -> pipeline stage; -1: rank without coordinates
+  std::vector<std::string> dpGroups;  // the same for data-parallel groups
+  // replica -> the lowest replica it shares an expert-parallel group with (itself without
+  // experts): such replicas meet in every MoE layer's all_to_all and go at the slowest's pace.
+  std::vector<uint32_t> expertBlock;
+  std::vector<int32_t> stageOf;  // rank -> pipeline stage; -1: rank without coordinates
   int32_t workerOfRank(uint32_t rank) const { return rank < workerOf.size() ? workerOf[rank] : -1; }
 };
 
@@ -111,16 +114,19 @@ std::vector<double> pipelineStageEnds(const std::vector<double>& stageNs, double
 
 // The same what-if replayed on each recorded step rather than on their medians, for one
 // worker whose compute would be `scale` times what it was (its peers' median over its own):
-// per step, the culprit's replica's stage ends before and after, and the other replicas' at
-// each stage; the job at its slowest; returns the median over the steps of the time saved /
-// the step's duration. Replicas meet in data-parallel collectives every step, so a slow
-// worker costs only what it adds over the slowest other replica of that step: with noise,
-// less than the medians say (they overestimated 1.1x slow workers of 4 replicas 2x). Where
-// the step's workers report their data-parallel waits, the other replicas' ends are the ones
-// those waits show (a replica that waited d longer at a stage finished it d sooner) rather than
-// replays: a replay without each op's noise and transfers finishes a balanced replica too soon,
-// which overestimated the gain of fixing a 2x worker by about 15 %. `schedule` and
-// `microbatches` are the ones most steps showed. -1 when no step recorded its workers.
+// per step, the time saved is the least of what the replay of its replica saves (slow, then
+// fixed, with the replicas that share an expert-parallel group with it, which wait for it in
+// every MoE layer, replayed beside it) and how much later its replica finished than the latest
+// other one; returns the median over the steps of the time saved / the step's duration.
+// Replicas meet in data-parallel collectives every step, so a slow worker costs only what it
+// adds over the slowest other replica of that step. That lag is read from the data-parallel
+// waits where every stage shows them (a replica that finished a stage d sooner waited d
+// longer there; the stage where the culprit lags most), else from replays of the other
+// replicas' workers' compute: a replay without each op's noise and transfers finishes a
+// balanced replica too soon, which overestimated the gain of fixing a 2x worker by about
+// 15 %, and its stage ends are too close to tell which stage of a V schedule ends last.
+// `schedule` and `microbatches` are the ones most steps showed. -1 when no step recorded its
+// workers.
 double replayedGain(const std::vector<StepSummary>& steps, const JobLayout& layout, size_t worker,
                     double scale, double microbatches, const pipeline::Schedule& schedule);
 

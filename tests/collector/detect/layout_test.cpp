@@ -141,6 +141,34 @@ TEST_CASE("layout: the replayed what-if takes the other replicas' ends from thei
         Approx(estimatedGain({60.0, 60.0}, 0, 90.0, 60.0, 4, 110.0)));
 }
 
+TEST_CASE("layout: expert-parallel replicas go together in the replayed what-if") {
+  ParallelSynth job;
+  job.dp = 4;
+  job.ep = 2;  // replicas {0, 1} and {2, 3} meet in every MoE layer
+  auto layout = layoutOf(job.topology());
+  REQUIRE(layout != nullptr);
+  CHECK(layout->expertBlock == std::vector<uint32_t>{0, 0, 2, 2});
+  job.ep = 1;
+  CHECK(layoutOf(job.topology())->expertBlock == std::vector<uint32_t>{0, 1, 2, 3});
+  // Workers 0-3: stage 0, replicas 0-3; 4-7: stage 1. Worker 0 at 90 against 60 elsewhere.
+  StepSummary s;
+  s.stageNs = {60.0, 60.0};
+  s.stepNs = 110.0;
+  s.microbatches = 4;
+  s.workerNs = {90, 60, 60, 60, 60, 60, 60, 60};
+  // Replica 1 waited as little as the culprit's, held up by it in the all_to_all; replicas 2
+  // and 3 finished 10 sooner. Fixing worker 0 frees replica 1 too: 10 to gain, not 0.
+  s.dpWaitNs = {2, 2, 12, 12, 2, 2, 12, 12};
+  const pipeline::Schedule oneF1B;
+  CHECK(replayedGain({s}, *layout, 0, 60.0 / 90, 4, oneF1B) == Approx(10.0 / 110));
+  // Every replica in one block: no replica to read a wait from, the replays.
+  job.ep = 4;
+  auto one = layoutOf(job.topology());
+  CHECK(one->expertBlock == std::vector<uint32_t>{0, 0, 0, 0});
+  CHECK(replayedGain({s}, *one, 0, 60.0 / 90, 4, oneF1B) ==
+        Approx(estimatedGain({60.0, 60.0}, 0, 90.0, 60.0, 4, 110.0)));
+}
+
 TEST_CASE("layout: the what-if model replays the job's own schedule") {
   namespace pl = trainscope::pipeline;
   const std::vector<double> even = {40.0, 40.0, 40.0, 40.0};

@@ -25,6 +25,7 @@ namespace trainscope::detect::test {
 struct ParallelSynth {
   std::string job = "pjob";
   uint32_t tp = 2, pp = 2, dp = 2;
+  uint32_t ep = 1;  // expert parallelism: declared groups only (the step model has no experts)
   uint32_t microbatches = 4;
   double stageMs = 60.0;  // one stage's compute per step
   double noise = 0.05;    // relative sigma of one microbatch's compute
@@ -70,6 +71,13 @@ struct ParallelSynth {
       add("tp", wire::GROUP_TP, tg);
       add("pp", wire::GROUP_PP, pg);
       add("dp", wire::GROUP_DP, dg);
+      if (ep > 1) {  // carved out of dp: blocks of ep consecutive replicas
+        std::vector<uint32_t> eg;
+        for (uint32_t i = d / ep * ep; i < d / ep * ep + ep && i < dp; ++i) {
+          eg.push_back(rankAt(s, i, t));
+        }
+        add("ep", wire::GROUP_EP, eg);
+      }
       all.push_back(std::move(g));
     }
     return all;
