@@ -360,7 +360,7 @@ std::vector<double> replay(const Schedule& s, uint32_t stages, uint32_t micro,
 }
 
 double makespanNs(const Schedule& schedule, const std::vector<double>& stageNs, uint32_t micro,
-                  std::vector<double>* idleNs, std::vector<double>* endsNs) {
+                  std::vector<double>* idleNs) {
   const uint32_t pp = static_cast<uint32_t>(stageNs.size());
   if (pp == 0 || micro == 0) return 0.0;
   Schedule s = schedule;
@@ -381,7 +381,6 @@ double makespanNs(const Schedule& schedule, const std::vector<double>& stageNs, 
   const auto ends = replay(
       s, pp, micro, lists,
       [&](uint32_t r, const Op& op) { return stageNs[r] / m * workShare(s, op.pass); }, idleNs);
-  if (endsNs) *endsNs = ends;
   return *std::max_element(ends.begin(), ends.end());
 }
 

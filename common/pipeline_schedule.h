@@ -82,8 +82,7 @@ std::vector<double> replay(const Schedule& schedule, uint32_t stages, uint32_t m
 // The makespan of one replica's step with each stage's per-step work stageNs[s] (split over
 // the microbatches and chunks by workShare) under `schedule`; microbatchProblem() != "" falls
 // back to 1F1B's order.
-// endsNs (if given): each stage's end; the makespan is their maximum.
 double makespanNs(const Schedule& schedule, const std::vector<double>& stageNs, uint32_t micro,
-                  std::vector<double>* idleNs = nullptr, std::vector<double>* endsNs = nullptr);
+                  std::vector<double>* idleNs = nullptr);
 
 }  // namespace trainscope::pipeline

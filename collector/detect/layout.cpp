@@ -97,16 +97,14 @@ std::shared_ptr<const JobLayout> layoutOf(const topology::Topology& t) {
   };
   for (const topology::Group& g : t.groups) {
     if (g.kind != wire::GROUP_EP) continue;
-    int64_t first = -1;
+    std::vector<uint32_t> roots;
     for (uint32_t rank : g.ranks) {
       const int32_t w = layout->workerOfRank(rank);
-      if (w < 0) continue;
-      const uint32_t b = root(layout->workers[static_cast<size_t>(w)].replica);
-      if (first < 0) first = b;
-      const auto a = static_cast<uint32_t>(first);
-      if (b != a) layout->expertBlock[std::max(a, b)] = std::min(a, b);
-      first = std::min<int64_t>(first, b);
+      if (w >= 0) roots.push_back(root(layout->workers[static_cast<size_t>(w)].replica));
     }
+    if (roots.empty()) continue;
+    const uint32_t low = *std::min_element(roots.begin(), roots.end());
+    for (uint32_t b : roots) layout->expertBlock[b] = low;
   }
   for (uint32_t r = 0; r < layout->replicas; ++r) layout->expertBlock[r] = root(r);
   return layout;
@@ -224,19 +222,6 @@ double pipelineStepNs(const std::vector<double>& stageNs, double microbatches,
   return pipeline::makespanNs(schedule, stageNs, m);
 }
 
-std::vector<double> pipelineStageEnds(const std::vector<double>& stageNs, double microbatches,
-                                      const pipeline::Schedule& schedule) {
-  if (stageNs.size() <= 1 || !(microbatches >= 1)) {
-    // No pipeline to replay: every stage ends with the slowest (pipelineStepNs).
-    return std::vector<double>(stageNs.size(), pipelineStepNs(stageNs, microbatches, schedule));
-  }
-  const auto m = static_cast<uint32_t>(std::min(microbatches, 4096.0));
-  std::vector<double> ends;
-  const double makespan = pipeline::makespanNs(schedule, stageNs, m, nullptr, &ends);
-  if (ends.size() != stageNs.size()) ends.assign(stageNs.size(), makespan);
-  return ends;
-}
-
 double estimatedGain(std::vector<double> stageNs, size_t stage, double slowNs, double fixedNs,
                      double microbatches, double stepNs, const pipeline::Schedule& schedule) {
   if (stage >= stageNs.size() || !(stepNs > 0)) return 0.0;
@@ -280,21 +265,16 @@ double replayedGain(const std::vector<StepSummary>& steps, const JobLayout& layo
       continue;
     }
     replicaStages(s, culprit);
-    const std::vector<double> slowEnds = pipelineStageEnds(stageNs, microbatches, schedule);
+    const double slowNs = pipelineStepNs(stageNs, microbatches, schedule);
     stageNs[layout.workers[worker].stage] *= scale;
-    std::vector<double> fixedEnds = pipelineStageEnds(stageNs, microbatches, schedule);
+    double fixedNs = pipelineStepNs(stageNs, microbatches, schedule);
     // The culprit's expert peers' replicas, waiting for it now, go at their own pace once it
     // is fixed: replayed from their workers' compute.
     for (uint32_t r = 0; r < layout.replicas; ++r) {
       if (r == culprit || !coupled(r)) continue;
       replicaStages(s, r);
-      const std::vector<double> ends = pipelineStageEnds(stageNs, microbatches, schedule);
-      for (uint32_t st = 0; st < layout.stages; ++st) {
-        fixedEnds[st] = std::max(fixedEnds[st], ends[st]);
-      }
+      fixedNs = std::max(fixedNs, pipelineStepNs(stageNs, microbatches, schedule));
     }
-    const double slowNs = *std::max_element(slowEnds.begin(), slowEnds.end());
-    const double fixedNs = *std::max_element(fixedEnds.begin(), fixedEnds.end());
     // How much later the culprit's replica finished than the latest other replica, from their
     // data-parallel waits (one that finished a stage d sooner waited d longer there), at the
     // stage where it lags most (its own, in a V schedule, where its replay's stage ends are

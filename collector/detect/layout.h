@@ -108,10 +108,6 @@ double pipelineStepNs(const std::vector<double>& stageNs, double microbatches,
 double estimatedGain(std::vector<double> stageNs, size_t stage, double slowNs, double fixedNs,
                      double microbatches, double stepNs, const pipeline::Schedule& schedule = {});
 
-// Each stage's end in the replay of pipelineStepNs (its makespan is their maximum).
-std::vector<double> pipelineStageEnds(const std::vector<double>& stageNs, double microbatches,
-                                      const pipeline::Schedule& schedule = {});
-
 // The same what-if replayed on each recorded step rather than on their medians, for one
 // worker whose compute would be `scale` times what it was (its peers' median over its own):
 // per step, the time saved is the least of what the replay of its replica saves (slow, then
@@ -124,7 +120,7 @@ std::vector<double> pipelineStageEnds(const std::vector<double>& stageNs, double
 // longer there; the stage where the culprit lags most), else from replays of the other
 // replicas' workers' compute: a replay without each op's noise and transfers finishes a
 // balanced replica too soon, which overestimated the gain of fixing a 2x worker by about
-// 15 %, and its stage ends are too close to tell which stage of a V schedule ends last.
+// 15 %.
 // `schedule` and `microbatches` are the ones most steps showed. -1 when no step recorded its
 // workers.
 double replayedGain(const std::vector<StepSummary>& steps, const JobLayout& layout, size_t worker,
