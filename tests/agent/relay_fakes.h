@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <functional>
+#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -36,11 +38,33 @@ inline bool waitFor(const std::function<bool()>& pred, int timeoutMs = 10000) {
   return pred();
 }
 
+// A free loopback port below the kernel's ephemeral range. A port from that range (what
+// binding port 0 gives) can be the very source port the agent's next dial picks while nothing
+// listens: on loopback that connects to itself (TCP simultaneous open), a DEALER then
+// handshakes with itself, and the agent counts itself connected to a collector.
 inline std::string freeTcpEndpoint(zmq::context_t& ctx) {
-  zmq::socket_t s(ctx, zmq::socket_type::router);
-  s.set(zmq::sockopt::linger, 0);
-  s.bind("tcp://127.0.0.1:*");
-  return s.get(zmq::sockopt::last_endpoint);
+  int ephemeralLow = 32768;
+  if (std::FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d", &ephemeralLow) != 1) ephemeralLow = 32768;
+    std::fclose(f);
+  }
+  const int high = std::min(ephemeralLow, 65536);
+  const int low = std::max(1024, high - 12000);
+  thread_local std::minstd_rand rng(static_cast<unsigned>(::getpid()) * 7919U +
+                                    static_cast<unsigned>(monotonicNowNs() & 0xffff));
+  for (int tries = 0; tries < 1000; ++tries) {
+    const int port = low + static_cast<int>(rng() % static_cast<unsigned>(high - low));
+    zmq::socket_t s(ctx, zmq::socket_type::router);
+    s.set(zmq::sockopt::linger, 0);
+    try {
+      s.bind("tcp://127.0.0.1:" + std::to_string(port));
+    } catch (const zmq::error_t&) {
+      continue;  // taken
+    }
+    return s.get(zmq::sockopt::last_endpoint);
+  }
+  FAIL("no free loopback port in [" << low << ", " << high << ")");
+  return "";
 }
 
 inline AgentOptions testOptions(const TempDir& tmp, const std::string& collector) {
