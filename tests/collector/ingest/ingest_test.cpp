@@ -1,10 +1,3 @@
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <stdlib.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -23,20 +16,13 @@
 #include "collector/storage/store.h"
 #include "common/clock.h"
 #include "schema/wire.h"
+#include "tests/collector/ingest/ingest_fixture.h"
 
 using namespace trainscope;
 using namespace std::chrono_literals;
+using namespace trainscope::ingest::testing;  // NOLINT(google-build-using-namespace): the fixture
 
 namespace {
-
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/trainscope-ingest-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string path;
-};
 
 // A Store whose writes wait until the test opens the gate, to show acks wait for commits.
 class GatedStore final : public storage::Store {
@@ -87,102 +73,6 @@ class GatedStore final : public storage::Store {
   std::condition_variable cv_;
   bool open_ = true;
   int held_ = 0;
-};
-
-wire::StepReport report(const std::string& job, uint32_t rank, int64_t step) {
-  wire::StepReport r;
-  r.set_job(job);
-  r.set_rank(rank);
-  r.set_step(step);
-  r.set_start_ns(1'000'000'000'000 + step * 1'000'000);
-  r.set_end_ns(r.start_ns() + 500'000);
-  r.set_duration_ns(500'000);
-  r.set_compute_ns(300'000);
-  r.set_comm_ns(100'000);
-  r.set_exposed_comm_ns(50'000);
-  auto* op = r.add_ops();
-  op->set_name("aten::mm");
-  op->set_count(1);
-  op->set_total_ns(1000);
-  return r;
-}
-
-std::string batchFrame(uint64_t seq, const std::vector<wire::StepReport>& steps) {
-  wire::Envelope env;
-  env.mutable_batch()->set_seq(seq);
-  for (const auto& s : steps) *env.mutable_batch()->add_items()->mutable_step() = s;
-  return wire::encode(env);
-}
-
-struct Client {
-  Client(zmq::context_t& ctx, const std::string& endpoint) : sock(ctx, zmq::socket_type::dealer) {
-    sock.set(zmq::sockopt::linger, 0);
-    sock.connect(endpoint);
-  }
-  void send(const std::string& frame) { sock.send(zmq::buffer(frame), zmq::send_flags::none); }
-  void sendEnv(wire::Envelope env) { send(wire::encode(env)); }
-  std::optional<wire::Envelope> recv(std::chrono::milliseconds timeout = 5000ms) {
-    zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, timeout) == 0) return std::nullopt;
-    zmq::message_t msg;
-    (void)sock.recv(msg, zmq::recv_flags::none);
-    auto env = wire::decode(msg.data(), msg.size());
-    if (!env) return std::nullopt;
-    return *env;
-  }
-  // The next reply of the given kind, skipping others (error replies arrive before acks).
-  std::optional<wire::Envelope> recvKind(wire::Envelope::BodyCase kind,
-                                         std::chrono::milliseconds timeout = 5000ms) {
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      auto env = recv(std::max(left, 1ms));
-      if (env && env->body_case() == kind) return env;
-    }
-    return std::nullopt;
-  }
-  zmq::socket_t sock;
-};
-
-struct Fixture {
-  explicit Fixture(storage::Store* storeOverride = nullptr,
-                   std::chrono::milliseconds interval = 20ms,
-                   std::function<void(const ingest::RankProgressUpdate&)> onProgress = {},
-                   std::chrono::milliseconds commitGap = 0ms,
-                   std::chrono::milliseconds peerIdleTimeout = 2min) {
-    storage::SqliteOptions so;
-    so.path = dir.path + "/ingest.db";
-    auto opened = storage::openSqliteStore(so);
-    REQUIRE(opened.isOk());
-    store = std::move(opened.value());
-    ingest::IngestOptions io;
-    io.endpoint = "tcp://127.0.0.1:0";
-    io.commitInterval = interval;
-    io.onRankProgress = std::move(onProgress);
-    io.minCommitGap = commitGap;
-    io.peerIdleTimeout = peerIdleTimeout;
-    server = std::make_unique<ingest::IngestServer>(io, storeOverride ? *storeOverride : *store);
-    REQUIRE(server->start().isOk());
-  }
-  ~Fixture() { server->stop(); }
-  uint64_t rejects(const std::string& reason) {
-    auto s = server->stats();
-    auto it = s.rejects.find(reason);
-    return it == s.rejects.end() ? 0 : it->second;
-  }
-  size_t rows(const std::string& job) {
-    storage::StepQuery q;
-    q.job = job;
-    q.limit = 100000;
-    auto r = store->steps(q);
-    REQUIRE(r.isOk());
-    return r->size();
-  }
-  TempDir dir;
-  std::unique_ptr<storage::Store> store;
-  std::unique_ptr<ingest::IngestServer> server;
-  zmq::context_t ctx{1};
 };
 
 }  // namespace
@@ -713,115 +603,4 @@ TEST_CASE("ingest: a step item of a foreign schema version is rejected by reason
   CHECK(ack->ack().seq() == 9);
   CHECK(f.rows("fv") == 1);
   CHECK(f.rejects("version") == 1);
-}
-
-TEST_CASE("ingest: connections that close are forgotten, however fast they come and go") {
-  // Connections silent for 5 s are forgotten too: the backstop for closes seen out of order.
-  Fixture f(nullptr, 20ms, {}, 0ms, 5s);
-  auto heartbeat = [](const std::string& node) {
-    wire::Envelope beat;
-    beat.mutable_heartbeat()->set_node(node);
-    beat.mutable_heartbeat()->set_t1_ns(1);
-    return beat;
-  };
-  Client stays(f.ctx, f.server->endpoint());
-  auto beatStays = [&] {
-    stays.sendEnv(heartbeat("stays"));
-    return stays.recvKind(wire::Envelope::kHeartbeatReply).has_value();
-  };
-  // Waits for `want` peers while "stays" keeps speaking, so only the others can go idle.
-  auto waitPeers = [&](uint64_t want) {
-    auto deadline = std::chrono::steady_clock::now() + 20s;
-    while (f.server->stats().peers != want && std::chrono::steady_clock::now() < deadline) {
-      REQUIRE(beatStays());
-      std::this_thread::sleep_for(50ms);
-    }
-    return f.server->stats().peers;
-  };
-
-  // A heartbeat is answered before its node is routed: wait for the route.
-  auto nodesBecome = [&](const std::vector<std::string>& want) {
-    auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (f.server->connectedNodes() != want && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(10ms);
-    }
-    return f.server->connectedNodes();
-  };
-
-  REQUIRE(beatStays());
-  {
-    Client a(f.ctx, f.server->endpoint());
-    Client b(f.ctx, f.server->endpoint());
-    a.sendEnv(heartbeat("a"));
-    b.sendEnv(heartbeat("b"));
-    REQUIRE(a.recvKind(wire::Envelope::kHeartbeatReply).has_value());
-    REQUIRE(b.recvKind(wire::Envelope::kHeartbeatReply).has_value());
-    CHECK(f.server->stats().peers == 3);
-    CHECK(nodesBecome({"a", "b", "stays"}) == std::vector<std::string>{"a", "b", "stays"});
-  }
-  CHECK(waitPeers(1) == 1);
-
-  // Churn: each connection sends one message and closes at once, so the kernel hands the next
-  // one the descriptor the last just freed. A flood on another connection keeps ingest reading
-  // messages in long bursts, so it often reads a connection's message only after its close (it
-  // then knows the connection again), or the next one's message before the close.
-  std::atomic<bool> flooding{true};
-  std::thread flood([&] {
-    Client c(f.ctx, f.server->endpoint());
-    auto beat = heartbeat("flood");
-    const std::string frame = wire::encode(beat);
-    while (flooding) {
-      for (int i = 0; i < 64; ++i) c.send(frame);
-      zmq::message_t drop;
-      while (c.sock.recv(drop, zmq::recv_flags::dontwait)) {
-      }
-    }
-  });
-  for (int i = 0; i < 300; ++i) {
-    Client c(f.ctx, f.server->endpoint());
-    c.sendEnv(heartbeat("churn-" + std::to_string(i)));
-    if (i % 3 == 0) (void)c.recvKind(wire::Envelope::kHeartbeatReply, 1000ms);
-  }
-  flooding = false;
-  flood.join();
-  CHECK(waitPeers(1) == 1);
-  CHECK(nodesBecome({"stays"}) == std::vector<std::string>{"stays"});
-
-  // Silent past the timeout, "stays" is forgotten too; speaking again, it is known again.
-  auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (f.server->stats().peers != 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(100ms);
-  }
-  CHECK(f.server->stats().peers == 0);
-  CHECK(f.server->connectedNodes().empty());
-  REQUIRE(beatStays());
-  CHECK(nodesBecome({"stays"}) == std::vector<std::string>{"stays"});
-}
-
-TEST_CASE("ingest: a peer speaking raw ZMTP 1.0 framing is forgotten once its message is read") {
-  Fixture f;
-  // Bytes not starting with 0xff read as ZMTP 1.0: a length-prefixed routing id the peer
-  // chooses, then frames. libzmq gives such a connection no descriptor, so its close would
-  // never be matched.
-  const std::string endpoint = f.server->endpoint();
-  const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(s >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  auto frame = [](const std::string& body) {
-    return std::string(1, static_cast<char>(body.size() + 1)) + '\0' + body;
-  };
-  const std::string bytes = frame("chosen-id") + frame("not a frame") + frame("nor this");
-  REQUIRE(::send(s, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
-  auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (f.rejects("malformed") < 2 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(10ms);
-  }
-  CHECK(f.rejects("malformed") == 2);
-  CHECK(f.server->stats().peers == 0);  // with its connection still open
-  ::close(s);
 }
