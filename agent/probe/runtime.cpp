@@ -66,6 +66,10 @@ Instance::Instance(ProbeConfig config)
           [this](wire::CommandStatus st) { postStatus(std::move(st)); }, config_.flightMaxBytes) {}
 
 Instance::~Instance() {
+  // The capture worker posts its last status into outbox_ as it ends: end it here, while
+  // outbox_ and mailMu_ still live (members die in reverse order, and capture_ is declared
+  // before them; its own destructor came too late and wrote into a destroyed vector).
+  capture_.close(-1);
   if (stackWorker_.joinable()) stackWorker_.join();
 }
 
