@@ -174,7 +174,8 @@ void viewStep(const AssembledStep& step, const JobLayout& layout, LayoutStep* ou
   }
 }
 
-StepSummary medianOf(const std::vector<StepSummary>& steps, size_t stages) {
+StepSummary medianOf(const std::vector<StepSummary>& steps, size_t stages,
+                     const std::vector<StepSummary>* scheduleSteps) {
   StepSummary out;
   out.stageNs.assign(stages, 0.0);
   std::vector<double> col;
@@ -189,9 +190,10 @@ StepSummary medianOf(const std::vector<StepSummary>& steps, size_t stages) {
   for (const StepSummary& v : steps) col.push_back(v.stepNs);
   out.stepNs = medianInPlace(col);
   // The schedule and microbatches most steps showed (they come together).
+  const std::vector<StepSummary>& voters = scheduleSteps ? *scheduleSteps : steps;
   std::vector<topology::ScheduleGuess> guesses;
-  guesses.reserve(steps.size());
-  for (const StepSummary& v : steps) {
+  guesses.reserve(voters.size());
+  for (const StepSummary& v : voters) {
     guesses.push_back({v.schedule, static_cast<uint32_t>(v.microbatches)});
   }
   const topology::ScheduleGuess g = topology::mostCommon(guesses);

@@ -83,7 +83,12 @@ struct StepSummary {
 inline StepSummary summaryOf(const LayoutStep& v) {
   return {v.stageNs, v.stepNs, v.microbatches, v.schedule, v.workerNs, v.dpWaitNs};
 }
-StepSummary medianOf(const std::vector<StepSummary>& steps, size_t stages);
+// The schedule and microbatches are the ones most of `scheduleSteps` showed (nullptr: `steps`):
+// a job's schedule does not change, and where one step's bubble tells two schedules apart only
+// narrowly (interleaved:2 from 1F1B with two stages) the steps before a fault's onset vote
+// too.
+StepSummary medianOf(const std::vector<StepSummary>& steps, size_t stages,
+                     const std::vector<StepSummary>* scheduleSteps = nullptr);
 
 // The nodes of `ranks` among the step's reports (unsorted, unique; EventLog sorts them).
 std::vector<std::string> nodesOf(const AssembledStep& step, const std::vector<uint32_t>& ranks);

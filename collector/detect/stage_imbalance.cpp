@@ -93,9 +93,11 @@ void StageImbalanceDetector::onStep(const AssembledStep& step) {
     std::sort(a.ranks.begin(), a.ranks.end());
     a.nodes = nodesOf(step, a.ranks);
     fillOpened(tr, step, &a);
-    // Medians since the onset: the stages' work, the step time, the microbatches.
+    // Medians since the onset: the stages' work, the step time; the schedule most of the
+    // window's steps showed.
     const size_t since = static_cast<size_t>(std::max<int64_t>(1, step.step - a.onsetStep + 1));
-    const StepSummary med = medianOf(views_.latest(since), layout.stages);
+    const std::vector<StepSummary> all = views_.latest(views_.size());
+    const StepSummary med = medianOf(views_.latest(since), layout.stages, &all);
     const std::vector<double>& stageNs = med.stageNs;
     others.clear();
     for (uint32_t q = 0; q < layout.stages; ++q) {

@@ -234,7 +234,8 @@ void StragglerDetector::onLayoutStep(const AssembledStep& step) {
       const double computeNs = median(st.compute.latest(since));
       const double peerNs = median(st.peer.latest(since));
       const std::vector<StepSummary> recent = views_.latest(since);
-      const StepSummary med = medianOf(recent, layout.stages);
+      const std::vector<StepSummary> all = views_.latest(views_.size());
+      const StepSummary med = medianOf(recent, layout.stages, &all);
       const double stepMs = med.stepNs / 1e6;
       double gain = computeNs > 0 ? replayedGain(recent, layout, e.unit, peerNs / computeNs,
                                                  med.microbatches, med.schedule)
@@ -389,7 +390,8 @@ void StragglerDetector::judgeLoneWorker(const AssembledStep& step, uint32_t stag
       peersNs = peerMedian;
       rankWait = peersWait = std::numeric_limits<double>::quiet_NaN();
     }
-    const StepSummary med = medianOf(views_.latest(since), layout.stages);
+    const std::vector<StepSummary> all = views_.latest(views_.size());
+    const StepSummary med = medianOf(views_.latest(since), layout.stages, &all);
     const double gain = estimatedGain(med.stageNs, stage, med.stageNs[stage],
                                       med.stageNs[stage] - (rankNs - peersNs), med.microbatches,
                                       med.stepNs, med.schedule);

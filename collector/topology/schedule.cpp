@@ -11,6 +11,9 @@ namespace {
 
 namespace pl = trainscope::pipeline;
 
+// The most model chunks per stage an interleaved candidate is tried with at two stages.
+constexpr uint32_t kMaxChunks = 4;
+
 int32_t stageAt(const std::vector<int32_t>& stageOf, uint32_t rank) {
   return rank < stageOf.size() ? stageOf[rank] : -1;
 }
@@ -90,11 +93,28 @@ ScheduleGuess inferSchedule(const std::vector<int32_t>& stageOf, uint32_t stages
   }
   out.schedule = pl::Schedule{};
   out.microbatches = static_cast<uint32_t>(std::min<uint64_t>(a, 1u << 20));
-  if (a % 2 != 0) return out;
-  // 1F1B over a microbatches, or a V over a / 2: the counts are the same, the bubble over the
-  // stages is not. 1F1B's first stage waits longest (each backward comes back through the
-  // whole pipeline) and its last stage least; ZB-V's first stage holds the loss and fills its
-  // waits with W, so its bubble grows towards the last stage; DualPipe-V's is about even. Each
+  // The candidates the counts allow besides 1F1B over a: a V over a / 2 and, with two stages
+  // (where the wrap is the next stage), interleaved:V over a / (2V - 1) (stage 0 sends chunk
+  // v's activations and chunk v + 1's gradients to stage 1: V + V - 1 per microbatch).
+  std::vector<std::pair<pl::Schedule, uint64_t>> candidates;
+  if (a % 2 == 0) {
+    candidates.push_back({pl::Schedule{pl::Kind::kZbV, 2}, a / 2});
+    candidates.push_back({pl::Schedule{pl::Kind::kDualPipeV, 2}, a / 2});
+  }
+  for (uint32_t v = 2; stages == 2 && v <= kMaxChunks; ++v) {
+    if (a % (2 * v - 1) == 0) {
+      candidates.push_back({pl::Schedule{pl::Kind::kInterleaved, v}, a / (2 * v - 1)});
+    }
+  }
+  std::erase_if(candidates, [&](const auto& c) {
+    return !pl::microbatchProblem(c.first, stages, static_cast<uint32_t>(c.second)).empty();
+  });
+  if (candidates.empty()) return out;
+  // 1F1B over a microbatches, or another schedule over fewer: the counts are the same, the
+  // bubble over the stages is not. 1F1B's first stage waits longest (each backward comes back
+  // through the whole pipeline) and its last stage least; ZB-V's first stage holds the loss and
+  // fills its waits with W, so its bubble grows towards the last stage; DualPipe-V's is about
+  // even; interleaved's first stage waits longest, as 1F1B's, by a different share. Each
   // candidate is replayed on each replica's measured stage work, and the one whose per-stage
   // bubble (a share of the stage's work) is nearest the measured one, up to an offset common
   // to a replica's stages (transfers and collectives add to every measured wait), wins. Per
@@ -132,19 +152,17 @@ ScheduleGuess inferSchedule(const std::vector<int32_t>& stageOf, uint32_t stages
     }
     return d;
   };
-  const uint32_t half = out.microbatches / 2;
-  // A V must fit clearly better than 1F1B (the common schedule, and the one assumed before):
-  // with two stages the shape is one number, and noise or a slow stage can tilt it.
-  constexpr double kVMargin = 0.5;
-  double best = kVMargin * distance(*out.schedule, out.microbatches);
-  for (const pl::Schedule c :
-       {pl::Schedule{pl::Kind::kZbV, 2}, pl::Schedule{pl::Kind::kDualPipeV, 2}}) {
-    if (!pl::microbatchProblem(c, stages, half).empty()) continue;
-    const double d = distance(c, half);
+  // Another schedule must fit clearly better than 1F1B (the common schedule, and the one
+  // assumed before): with two stages the shape is one number, and noise or a slow stage can
+  // tilt it.
+  constexpr double kMargin = 0.5;
+  double best = kMargin * distance(*out.schedule, out.microbatches);
+  for (const auto& [c, m] : candidates) {
+    const double d = distance(c, static_cast<uint32_t>(m));
     if (d < best) {
       best = d;
       out.schedule = c;
-      out.microbatches = half;
+      out.microbatches = static_cast<uint32_t>(m);
     }
   }
   return out;

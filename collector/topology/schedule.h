@@ -11,13 +11,19 @@
 //   the gradients of its chunks 1..V-1 back): a = V M and b = (V - 1) M give M = a - b, V = a / M.
 // - otherwise each link carries one forward and one backward per microbatch and model chunk:
 //   1F1B with a microbatches, or a V schedule (zb-v, dualpipe-v: two chunks, the turn on the last
-//   stage with no transfer) with a / 2. The counts are the same; what differs is the bubble, so
-//   the step's measured bubble (summed bubble_ns over summed compute_ns) picks the candidate
-//   whose replay (common/pipeline_schedule.h, each stage's measured work) idles closest to it.
-//   zb-v and dualpipe-v have the same peers, counts and, in the replay, bubbles: they are named
-//   together, "v-shape", and replayed as zb-v.
-// With pp = 2 the wrap cannot be told from the next stage, so interleaved is not recognised
-// there (it reads as 1F1B or a V with more microbatches).
+//   stage with no transfer) with a / 2, or, with two stages (where the wrap is the next stage),
+//   interleaved:V with a / (2V - 1) (stage 0 sends V activations and V - 1 gradients per
+//   microbatch). The counts allow each; what differs is the bubble, so the step's measured
+//   bubble (summed bubble_ns over summed compute_ns) picks the candidate whose replay
+//   (common/pipeline_schedule.h, each stage's measured work) idles closest to it, up to an
+//   offset common to the stages; 1F1B unless another fits clearly better. zb-v and dualpipe-v
+//   have the same peers, counts and, in the replay, bubbles: they are named together,
+//   "v-shape", and replayed as zb-v.
+// With two stages the shape is one number, how much more of its work stage 0 idles than stage
+// 1: in the replay of equal stages, with the 12 transfers a link carries for 4 microbatches
+// of interleaved:2, 0.083 for interleaved:2 over 4, 0.056 for 1F1B over 12, 0 for DualPipe-V
+// and -0.028 for ZB-V over 6. Per-step noise of a few percent can tip one step; the window's
+// vote (mostCommon) steadies it.
 #pragma once
 
 #include <cstdint>

@@ -185,6 +185,33 @@ TEST_CASE("layout: the what-if model replays the job's own schedule") {
         Approx(pipelineStepNs(even, 4)));
 }
 
+TEST_CASE("layout: medians come from the steps since onset, the schedule from a wider window") {
+  namespace pl = trainscope::pipeline;
+  const pl::Schedule il = *pl::parseSchedule("interleaved:2");
+  auto summary = [](double stage0, const pl::Schedule& s, double micro) {
+    StepSummary v;
+    v.stageNs = {stage0, 40.0};
+    v.stepNs = stage0 + 40.0;
+    v.schedule = s;
+    v.microbatches = micro;
+    return v;
+  };
+  // Eight steps before the onset read as interleaved:2 over 4, the three since as 1F1B over
+  // 12 (a slow stage tilts the bubble the schedule is told by).
+  std::vector<StepSummary> all(8, summary(40.0, il, 4));
+  std::vector<StepSummary> since(3, summary(80.0, pl::Schedule{}, 12));
+  all.insert(all.end(), since.begin(), since.end());
+  const StepSummary narrow = medianOf(since, 2);
+  CHECK(pl::scheduleName(narrow.schedule) == "1f1b");
+  CHECK(narrow.microbatches == 12);
+  const StepSummary wide = medianOf(since, 2, &all);
+  CHECK(pl::scheduleName(wide.schedule) == "interleaved:2");
+  CHECK(wide.microbatches == 4);
+  // The medians are the steps' since the onset either way.
+  CHECK(wide.stageNs[0] == 80.0);
+  CHECK(wide.stepNs == 120.0);
+}
+
 TEST_CASE("layout: viewStep takes workers' slowest rank, stages' lower median and microbatches") {
   ParallelSynth job;
   job.noise = 0;

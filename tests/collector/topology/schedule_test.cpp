@@ -1,8 +1,8 @@
 // Schedule inference (collector/topology/schedule.h): a step whose p2p counts and bubbles are
 // those a schedule's own replay gives (plus an overhead every wait carries) is named that
-// schedule with its microbatches, over several stage counts; interleaved is told by the wrap,
-// 1F1B from a V by the shape of the bubble over the stages, per replica; steps that show no
-// pipeline, no p2p or no bubble are unknown or stay 1F1B.
+// schedule with its microbatches, over several stage counts; interleaved is told by the wrap
+// (with two stages by the bubble), 1F1B from a V by the shape of the bubble over the stages,
+// per replica; steps that show no pipeline, no p2p or no bubble are unknown or stay 1F1B.
 #include <catch2/catch.hpp>
 
 #include "collector/topology/schedule.h"
@@ -77,9 +77,9 @@ TEST_CASE("schedule inference: each schedule's own step is named with its microb
     Job j;
     j.pp = pp;
     const uint32_t m = 2 * pp;
-    std::vector<std::string> scheds = {"1f1b", "zb-v", "dualpipe-v"};
-    if (pp >= 3) scheds.push_back("interleaved:2");  // pp 2: the wrap is the next stage
-    if (pp >= 3) scheds.push_back("interleaved:3");
+    // pp 2: interleaved's wrap is the next stage, told from 1F1B by the bubble alone.
+    const std::vector<std::string> scheds = {"1f1b", "zb-v", "dualpipe-v", "interleaved:2",
+                                             "interleaved:3"};
     for (const auto& s : scheds) {
       INFO(s << " pp=" << pp);
       CHECK(infer(j, j.step(s, m)) == s + '/' + std::to_string(m));
