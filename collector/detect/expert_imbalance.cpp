@@ -126,21 +126,30 @@ void ExpertImbalanceDetector::onStep(const AssembledStep& step) {
       if (m[i] == nullptr) continue;
       others.clear();
       std::vector<double> otherTimes;
+      double otherBytes = 0, otherCompute = 0;  // the busiest other index's
       for (size_t j = 0; j < epSize; ++j) {
         if (j == i || m[j] == nullptr) continue;
         others.push_back(m[j]->bytes);
         otherTimes.push_back(m[j]->timeNs);
+        otherBytes = std::max(otherBytes, m[j]->bytes);
+        otherCompute = std::max(otherCompute, m[j]->compute);
       }
       ratios[i].push_back(m[i]->bytes / medianInPlace(others));
       if (m[i]->timeNs > 0) waits[i].push_back(medianInPlace(otherTimes) / m[i]->timeNs);
       hot[i].push_back(m[i]->compute);
       peer[i].push_back(meanCompute);
-      // Were index i hot: the group goes at its compute and its transfers; balanced, at the
-      // mean compute and the transfers at the mean load.
+      // Were index i hot: the group goes at its busiest rank's compute and the transfers at
+      // the largest load (the least all_to_all time: the rank arriving last waits for
+      // nothing). Balanced, it goes at the mean compute and load, or at the busiest other
+      // index where the router's jitter puts it higher: the jitter stays when the skew is
+      // fixed.
       const uint32_t s = stageOfGroup_[g];
-      const double load = std::max(1.0, m[i]->bytes / meanBytes);
-      slow[i][s].push_back(m[i]->compute + minTime);
-      fixed[i][s].push_back(meanCompute + minTime / load);
+      const double slowNs = std::max(m[i]->compute, otherCompute) + minTime;
+      const double fixedNs =
+          std::max(meanCompute, otherCompute) +
+          minTime * std::max(meanBytes, otherBytes) / std::max(m[i]->bytes, otherBytes);
+      slow[i][s].push_back(slowNs);
+      fixed[i][s].push_back(std::min(slowNs, fixedNs));
     }
   }
   // The microbatches the pipeline replay needs (0 without a layout: one stage, no replay).
