@@ -2,10 +2,7 @@
 // loopback port, DEALER clients that speak the wire protocol, and step reports to send.
 #pragma once
 
-#include <stdlib.h>
-
 #include <chrono>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -18,19 +15,13 @@
 #include "collector/ingest/ingest.h"
 #include "collector/storage/store.h"
 #include "schema/wire.h"
+#include "tests/agent/temp_dir.h"
 
 namespace trainscope::ingest::testing {
 
 using namespace std::chrono_literals;
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/trainscope-ingest-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string path;
-};
+using agent::testing::TempDir;
 
 inline wire::StepReport report(const std::string& job, uint32_t rank, int64_t step) {
   wire::StepReport r;
@@ -95,7 +86,7 @@ struct Fixture {
                    std::chrono::milliseconds commitGap = 0ms,
                    std::chrono::milliseconds peerIdleTimeout = 2min) {
     storage::SqliteOptions so;
-    so.path = dir.path + "/ingest.db";
+    so.path = dir.path() + "/ingest.db";
     auto opened = storage::openSqliteStore(so);
     REQUIRE(opened.isOk());
     store = std::move(opened.value());

@@ -88,7 +88,7 @@ TEST_CASE("ingest: port 0 binds a free port and endpoint() reports it") {
 TEST_CASE("ingest: a batch is acked only after its rows are committed and queryable") {
   TempDir dir;
   storage::SqliteOptions so;
-  so.path = dir.path + "/gated.db";
+  so.path = dir.path() + "/gated.db";
   auto inner = storage::openSqliteStore(so);
   REQUIRE(inner.isOk());
   GatedStore gated(**inner);
@@ -361,7 +361,7 @@ TEST_CASE("ingest: heartbeats are answered at once and hello/heartbeat update th
 TEST_CASE("ingest: stop commits what is pending and acks it before closing") {
   TempDir dir;
   storage::SqliteOptions so;
-  so.path = dir.path + "/stop.db";
+  so.path = dir.path() + "/stop.db";
   auto inner = storage::openSqliteStore(so);
   REQUIRE(inner.isOk());
   GatedStore gated(**inner);
