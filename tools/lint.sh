@@ -2,7 +2,7 @@
 # Lint: clang-format (.clang-format) over every C++ file git tracks, and clang-tidy (.clang-tidy,
 # every finding an error) over every C++ source of the tree in BUILD's compile database. Part of
 # tools/test.sh (CI). Prints one line per stage and the findings; exits 1 on any.
-# Usage: tools/lint.sh [--build DIR] [--format-only | --tidy-only] [--changed | --record]
+# Usage: tools/lint.sh [--build DIR] [--format-only | --tidy-only] [--changed] [--record]
 #                      [--jobs N] [--no-cache] [--fix]
 #   --build DIR   build whose compile_commands.json clang-tidy reads (default build-asan;
 #                 configured if missing; its generated headers are built first)
@@ -15,7 +15,9 @@
 #   --record      clang-tidy over the whole tree; when it passes on a clean work tree, write
 #                 HEAD's hash to .ci/tidy-clean (commit it) so --changed starts from there.
 #                 The whole tree takes ~17 s of CPU per file, about half an hour on two cores
-#                 without the cache below
+#                 without the cache below. With --changed: only the sources changed since the
+#                 last clean tree; when they pass, so does the whole tree (it did at the base),
+#                 and HEAD is recorded. A .clang-tidy changed since the base means the whole tree
 #   --list        with --changed: print the sources it would check, check nothing
 #   --jobs N      clang-tidy processes at once (default 2)
 #   --no-cache    analyse every selected file, passed before or not (TRAINSCOPE_TIDY_CACHE=off)
@@ -73,8 +75,8 @@ if [[ $tidy -eq 1 ]]; then
   # The generated protobuf headers every file includes.
   ninja -C "$build" schema/trainscope.pb.h >/dev/null
   select=()
-  if [[ $changed -eq 1 && $record -eq 1 ]]; then
-    echo "lint.sh: --changed and --record exclude each other" >&2
+  if [[ $record -eq 1 && -n $(git status --porcelain --untracked-files=no -- '*.cpp' '*.h') ]]; then
+    echo "lint.sh: --record needs the C++ files committed (the record names a commit)" >&2
     exit 2
   fi
   if [[ $changed -eq 1 ]]; then
@@ -89,6 +91,8 @@ if [[ $tidy -eq 1 ]]; then
     if [[ -z $base ]] || ! git rev-parse -q --verify "$base^{commit}" >/dev/null; then
       echo "lint: clang-tidy: the last clean tree (${base:-none recorded}) is not in this" \
         "history: the whole tree"
+    elif [[ $record -eq 1 && -n $(git diff --name-only "$base" -- .clang-tidy '*/.clang-tidy') ]]; then
+      echo "lint: clang-tidy: .clang-tidy changed since the last clean tree: the whole tree"
     else
       mapfile -t paths < <(git diff --name-only --diff-filter=d "$base" -- '*.cpp' '*.h'
                            git ls-files --others --exclude-standard -- '*.cpp' '*.h')
@@ -117,17 +121,16 @@ if [[ $tidy -eq 1 ]]; then
       if [[ $list -eq 1 ]]; then printf '%s\n' "${!picked[@]}" | sort; exit 0; fi
       echo "lint: clang-tidy: $((${#select[@]} / 2)) sources changed since the last clean" \
         "tree $(git rev-parse --short "$base")"
-      if [[ ${#select[@]} -eq 0 ]]; then exit $status; fi
+      if [[ ${#select[@]} -eq 0 ]]; then
+        [[ $record -eq 1 ]] && git rev-parse HEAD >.ci/tidy-clean
+        exit $status
+      fi
     fi
-  fi
-  if [[ $record -eq 1 && -n $(git status --porcelain --untracked-files=no -- '*.cpp' '*.h') ]]; then
-    echo "lint.sh: --record needs the C++ files committed (the record names a commit)" >&2
-    exit 2
   fi
   if python3 tools/dev/tidy.py --build "$build" --jobs "$jobs" "${select[@]}"; then
     if [[ $record -eq 1 ]]; then
       git rev-parse HEAD >.ci/tidy-clean
-      echo "lint: clang-tidy: the whole tree at $(git rev-parse --short HEAD) passed;" \
+      echo "lint: clang-tidy: the whole tree at $(git rev-parse --short HEAD) passes;" \
         "recorded in .ci/tidy-clean (commit it)"
     fi
   else
