@@ -75,6 +75,12 @@ if [[ $tidy -eq 1 ]]; then
   # The generated protobuf headers every file includes.
   ninja -C "$build" schema/trainscope.pb.h >/dev/null
   select=()
+  # Names HEAD in .ci/tidy-clean: the whole tree passes there.
+  record_head() {
+    git rev-parse HEAD >.ci/tidy-clean
+    echo "lint: clang-tidy: the whole tree at $(git rev-parse --short HEAD) passes;" \
+      "recorded in .ci/tidy-clean (commit it)"
+  }
   if [[ $record -eq 1 && -n $(git status --porcelain --untracked-files=no -- '*.cpp' '*.h') ]]; then
     echo "lint.sh: --record needs the C++ files committed (the record names a commit)" >&2
     exit 2
@@ -122,17 +128,13 @@ if [[ $tidy -eq 1 ]]; then
       echo "lint: clang-tidy: $((${#select[@]} / 2)) sources changed since the last clean" \
         "tree $(git rev-parse --short "$base")"
       if [[ ${#select[@]} -eq 0 ]]; then
-        [[ $record -eq 1 ]] && git rev-parse HEAD >.ci/tidy-clean
+        if [[ $record -eq 1 ]]; then record_head; fi
         exit $status
       fi
     fi
   fi
   if python3 tools/dev/tidy.py --build "$build" --jobs "$jobs" "${select[@]}"; then
-    if [[ $record -eq 1 ]]; then
-      git rev-parse HEAD >.ci/tidy-clean
-      echo "lint: clang-tidy: the whole tree at $(git rev-parse --short HEAD) passes;" \
-        "recorded in .ci/tidy-clean (commit it)"
-    fi
+    if [[ $record -eq 1 ]]; then record_head; fi
   else
     status=1
   fi
