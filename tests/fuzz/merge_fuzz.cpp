@@ -61,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const bool gzip = in.ConsumeBool();
     const std::string bytes =
         i + 1 == n ? in.ConsumeRemainingBytesAsString() : in.ConsumeRandomLengthString(4096);
-    writeRaw(f.path, gzip ? gzipOf(bytes, 9, 1) : bytes);
+    writeRaw(f.path, gzip ? gzipOf(bytes) : bytes);
     ranks.push_back(std::move(f));
   }
 
