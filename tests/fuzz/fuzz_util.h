@@ -18,7 +18,7 @@ inline void check(bool ok) {
 // gzip of `text` at level 1, with the smallest window (512 bytes) and memory level: the
 // target's own cost, a deflate state per file, stays out of the way of the code under test
 // (zlib's defaults, a 256 KiB state allocated and cleared per file under ASan, took a third of
-// capture_chunks' time). Any gzip reader reads either.
+// capture_chunks' time). Any gzip reader reads the stream.
 inline std::string gzipOf(const std::string& text) {
   z_stream z{};
   check(deflateInit2(&z, 1, Z_DEFLATED, 9 + 16, 1, Z_DEFAULT_STRATEGY) == Z_OK);
