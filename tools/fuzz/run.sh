@@ -14,7 +14,8 @@
 #   --timeout N   an input running longer than N seconds (wall clock) is a failure (default 30:
 #                 generous, as on a loaded shared machine a niced run can wait seconds for a CPU)
 #   --no-build    do not run ninja first (meson test calls it this way)
-#   target        frame, request_target, api, spool, capture_chunks, merge (default: all)
+#   target        frame, request_target, api, spool, capture_chunks, merge, chrome_trace
+#                 (default: all)
 # A crash found: fix it, then copy the artifact into tests/fuzz/<target>/crashes/ so every later
 # run replays it.
 set -euo pipefail
