@@ -14,8 +14,7 @@
 #   --timeout N   an input running longer than N seconds (wall clock) is a failure (default 30:
 #                 generous, as on a loaded shared machine a niced run can wait seconds for a CPU)
 #   --no-build    do not run ninja first (meson test calls it this way)
-#   target        frame, request_target, api, spool, capture_chunks, merge, chrome_trace
-#                 (default: all)
+#   target        a tests/fuzz/<target>_fuzz.cpp; --help lists them (default: all)
 # A crash found: fix it, then copy the artifact into tests/fuzz/<target>/crashes/ so every later
 # run replays it.
 set -euo pipefail
@@ -35,7 +34,12 @@ while [[ $# -gt 0 ]]; do
     --timeout) timeout=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --no-build) do_build=0; shift ;;
-    -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
+    -h|--help)
+      awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
+      printf 'Targets:'
+      for f in "$root"/tests/fuzz/*_fuzz.cpp; do printf ' %s' "$(basename "$f" _fuzz.cpp)"; done
+      echo
+      exit 0 ;;
     -*) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
