@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_limits.h"
 #include "common/timed_id.h"
 #include "schema/wire.h"
 
@@ -24,8 +25,8 @@ std::string beyondLimit(uint64_t rank) {
 Result<uint32_t> parseRankNumber(std::string_view text, std::string_view whole) {
   if (text.empty() || text.size() > 10 ||
       text.find_first_not_of("0123456789") != std::string_view::npos) {
-    return Result<uint32_t>::error("ranks: '" + std::string(text) + "' in '" + std::string(whole) +
-                                   "' is not a rank number");
+    return Result<uint32_t>::error("ranks: '" + shortForMessage(text) + "' in '" +
+                                   shortForMessage(whole) + "' is not a rank number");
   }
   const uint64_t v = std::stoull(std::string(text));
   if (v >= wire::kMaxWorldSize) return Result<uint32_t>::error(beyondLimit(v));
@@ -65,7 +66,7 @@ Result<RankSpec> parseRankSpec(std::string_view text) {
       auto hi = parseRankNumber(part.substr(dash + 1), text);
       if (!hi) return hi.status();
       if (*lo > *hi) {
-        return Result<RankSpec>::error("ranks: range '" + std::string(part) +
+        return Result<RankSpec>::error("ranks: range '" + shortForMessage(part) +
                                        "' ends before it starts");
       }
       for (uint32_t r = *lo; r <= *hi; ++r) ranks.insert(r);  // both below kMaxWorldSize
@@ -82,15 +83,16 @@ Result<CaptureRequest> parseCaptureRequest(std::string_view body) {
   bool blank = std::all_of(body.begin(), body.end(),
                            [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; });
   if (blank) return req;
-  auto doc = json::parse(body, nullptr, false);
-  if (doc.is_discarded()) return R::error("body: not valid JSON; expected a JSON object");
+  std::string why;
+  auto doc = parseJsonBounded(body, kMaxRequestJsonDepth, &why);
+  if (doc.is_discarded()) return R::error("body: " + why + "; expected a JSON object");
   if (!doc.is_object()) {
     return R::error("body: expected a JSON object, got " + typeName(doc));
   }
   auto unsignedField = [&](const char* name, const json& v, uint64_t max) -> Result<uint64_t> {
     if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned())) {
       return Result<uint64_t>::error(std::string(name) + ": expected a non-negative integer, got " +
-                                     v.dump());
+                                     describeJsonValue(v));
     }
     const auto n = v.get<uint64_t>();
     if (n > max) {
@@ -109,7 +111,8 @@ Result<CaptureRequest> parseCaptureRequest(std::string_view body) {
         std::set<uint32_t> ranks;
         for (const auto& r : v) {
           if (!r.is_number_unsigned()) {
-            return R::error("ranks: list entries must be non-negative integers, got " + r.dump());
+            return R::error("ranks: list entries must be non-negative integers, got " +
+                            describeJsonValue(r));
           }
           if (r.get<uint64_t>() >= wire::kMaxWorldSize)
             return R::error(beyondLimit(r.get<uint64_t>()));
@@ -135,12 +138,12 @@ Result<CaptureRequest> parseCaptureRequest(std::string_view body) {
       req.history = static_cast<uint32_t>(*n);
     } else if (key == "start_step") {
       if (!v.is_number_integer()) {
-        return R::error("start_step: expected an integer step, got " + v.dump());
+        return R::error("start_step: expected an integer step, got " + describeJsonValue(v));
       }
       // Checked before it is read as int64_t: a value past INT64_MAX would wrap negative.
       if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(wire::kMaxStep)) {
         return R::error("start_step: must be at most " + std::to_string(wire::kMaxStep) +
-                        " (the protocol's step limit), got " + v.dump());
+                        " (the protocol's step limit), got " + describeJsonValue(v));
       }
       req.startStep = v.get<int64_t>();
       if (*req.startStep < 0) {
@@ -160,11 +163,11 @@ Result<CaptureRequest> parseCaptureRequest(std::string_view body) {
       if (req.reason.empty()) req.reason = kDefaultReason;
     } else if (key == "kind") {
       if (!v.is_string() || (v.get<std::string>() != "trace" && v.get<std::string>() != "stacks")) {
-        return R::error("kind: must be \"trace\" or \"stacks\", got " + v.dump());
+        return R::error("kind: must be \"trace\" or \"stacks\", got " + describeJsonValue(v));
       }
       req.kind = v.get<std::string>();
     } else {
-      return R::error("unknown field '" + key +
+      return R::error("unknown field '" + shortForMessage(key) +
                       "' (allowed: ranks, steps, start_step, history, max_bytes, reason, kind)");
     }
   }

@@ -134,3 +134,32 @@ TEST_CASE("capture ids are cap-<unix ms>-<4 hex>") {
   CHECK(id.rfind("cap-1700000000123-", 0) == 0);
   CHECK(id.substr(18).find_first_not_of("0123456789abcdef") == std::string::npos);
 }
+
+TEST_CASE("deep JSON is refused before it is read, and values are described, never dumped") {
+  // nlohmann's dump() recurses once per level: one 100,000-deep body took the collector down
+  // through an error message that dumped it.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  auto whole = parseCaptureRequest(deep);
+  REQUIRE_FALSE(whole);
+  CHECK_THAT(whole.message(), Catch::Matchers::StartsWith("body: nested deeper than 32 levels"));
+  for (const char* field : {"kind", "steps", "start_step", "ranks"}) {
+    INFO(field);
+    auto r = parseCaptureRequest(std::string("{\"") + field + "\":" + deep + "}");
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.message(), Catch::Matchers::Contains("nested deeper than 32 levels"));
+  }
+  // Within the bound a bad value is named by its type and size, not printed whole.
+  const std::string big(100000, 'x');
+  auto r = parseCaptureRequest("{\"kind\":[\"" + big + "\", 2]}");
+  REQUIRE_FALSE(r);
+  CHECK(r.message() == "kind: must be \"trace\" or \"stacks\", got an array of 2 entries");
+  r = parseCaptureRequest("{\"kind\":\"" + big + "\"}");
+  REQUIRE_FALSE(r);
+  CHECK(r.message().size() < 200);
+  r = parseCaptureRequest("{\"" + big + "\":1}");
+  REQUIRE_FALSE(r);
+  CHECK(r.message().size() < 200);
+  r = parseCaptureRequest("{\"ranks\":\"1-" + big + "\"}");
+  REQUIRE_FALSE(r);
+  CHECK(r.message().size() < 200);
+}
