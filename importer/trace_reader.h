@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/json_limits.h"
 #include "common/status.h"
 
 namespace trainscope::importer {
@@ -91,7 +92,7 @@ struct ReadOptions {
                                           // file must not grow the buffer without bound)
   size_t maxTopLevelBytes = 64u << 20;    // the same for a wanted top-level value
   size_t bufferBytes = 1u << 20;          // read size; larger reads fewer times
-  int maxDepth = 512;                     // nesting deeper than this is refused
+  int maxDepth = kMaxTraceJsonDepth;      // nesting deeper than this is refused
 };
 
 struct ReadSummary {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "collector/capture/gzip_file.h"
+#include "collector/capture/json_list_reader.h"
 
 namespace trainscope::capture {
 namespace {
@@ -16,16 +17,17 @@ std::string dumpJson(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-// A rank's file parsed, or why it cannot be used.
-Result<json> readRankJson(const RankFile& f, const MergeOptions& options) {
-  auto text = readGzipFile(f.path, options.rankFile);
-  if (!text) return text.status();
-  auto doc = json::parse(*text, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object()) {
-    return Result<json>::error("the file of rank " + std::to_string(f.rank) +
-                               " is not a JSON object");
+// Reads the list `listKey` of a rank's file, handing each entry to `onEntry` (nothing: only
+// checks it). Memory stays at one entry (ListReadLimits), whatever the file's size.
+Status readRankList(const RankFile& f, const std::string& listKey, const MergeOptions& options,
+                    const ListEntryFn& onEntry) {
+  auto reader = GzipReader::open(f.path, options.rankFile);
+  if (!reader) return reader.status();
+  auto read = readJsonList(**reader, listKey, options.entries, onEntry);
+  if (!read) {
+    return Status::error("the file of rank " + std::to_string(f.rank) + ": " + read.message());
   }
-  return doc;
+  return Status::ok();
 }
 
 Result<MergeOutcome> finish(GzipWriter& out, const std::string& outPath, MergeOutcome outcome) {
@@ -53,15 +55,10 @@ Result<MergeOutcome> mergeTrace(const std::vector<RankFile>& ranks, const Descri
     ++outcome.events;
   };
   for (const auto& f : ranks) {
-    auto doc = readRankJson(f, options);
-    if (!doc) {
-      outcome.failures[f.rank] = doc.message();
-      continue;
-    }
-    auto it = doc->find("traceEvents");
-    if (it == doc->end() || !it->is_array()) {
-      outcome.failures[f.rank] =
-          "the file of rank " + std::to_string(f.rank) + " has no traceEvents list";
+    // Checked whole before the first event is written: a file that turns out bad halfway
+    // leaves nothing of itself in the merged file.
+    if (Status s = readRankList(f, "traceEvents", options, nullptr); !s) {
+      outcome.failures[f.rank] = s.message();
       continue;
     }
     const std::string label =
@@ -73,14 +70,15 @@ Result<MergeOutcome> mergeTrace(const std::vector<RankFile>& ranks, const Descri
               {"args", {{"sort_index", f.rank}}}});
     // Microseconds: the offset is applied as a double, like the probe's fractional ts.
     const double shiftUs = static_cast<double>(f.offsetNs) / 1000.0;
-    for (auto& event : *it) {
-      if (!event.is_object()) continue;
+    Status read = readRankList(f, "traceEvents", options, [&](json& event) {
+      if (!event.is_object()) return;
       event["pid"] = f.rank;
       auto ts = event.find("ts");
       if (ts != event.end() && ts->is_number()) *ts = ts->get<double>() + shiftUs;
       emit(event);
-    }
-    doc = json();  // free this rank before reading the next
+    });
+    // The file was read once already: only a change under the merge fails it now.
+    if (!read) outcome.failures[f.rank] = read.message();
   }
   out.write("],\n\"trainscope\":");
   out.write(dumpJson(describe(outcome.failures)));
@@ -97,21 +95,23 @@ Result<MergeOutcome> mergeStacks(const std::vector<RankFile>& ranks,
   out.write("{\"kind\":\"stacks\",\"ranks\":[");
   bool first = true;
   for (const auto& f : ranks) {
-    auto doc = readRankJson(f, options);
-    if (!doc) {
-      outcome.failures[f.rank] = doc.message();
+    if (Status s = readRankList(f, "threads", options, nullptr); !s) {
+      outcome.failures[f.rank] = s.message();
       continue;
     }
-    auto threads = doc->find("threads");
-    if (threads == doc->end() || !threads->is_array()) {
-      outcome.failures[f.rank] =
-          "the file of rank " + std::to_string(f.rank) + " has no threads list";
-      continue;
-    }
-    outcome.events += threads->size();
     if (!first) out.write(",\n");
     first = false;
-    out.write(dumpJson(json{{"rank", f.rank}, {"node", f.node}, {"threads", std::move(*threads)}}));
+    out.write("{\"rank\":" + std::to_string(f.rank) + ",\"node\":" + dumpJson(json(f.node)) +
+              ",\"threads\":[");
+    bool firstThread = true;
+    Status read = readRankList(f, "threads", options, [&](json& thread) {
+      if (!firstThread) out.write(",");
+      firstThread = false;
+      out.write(dumpJson(thread));
+      ++outcome.events;
+    });
+    out.write("]}");
+    if (!read) outcome.failures[f.rank] = read.message();
   }
   out.write("],\n\"capture\":");
   out.write(dumpJson(describe(outcome.failures)));

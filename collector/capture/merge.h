@@ -1,7 +1,8 @@
 // Merging per-rank capture files (docs/CAPTURE.md) into the one file the API serves: for a
 // trace, a Chrome-trace JSON whose events are shifted onto the collector's clock, one process
 // per rank; for stacks, every rank's threads side by side. Pure functions of their inputs and
-// files; safe from any thread. Each rank's file is parsed whole, one rank at a time.
+// files; safe from any thread. Each rank's file is streamed (json_list_reader.h), checked
+// whole and then read event by event, so memory stays at one event whatever the files' size.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "collector/capture/gzip_file.h"
+#include "collector/capture/json_list_reader.h"
+#include "common/json_limits.h"
 #include "common/status.h"
 
 namespace trainscope::capture {
@@ -35,10 +38,13 @@ struct MergeOutcome {
 
 struct MergeOptions {
   // A rank file decompressing to more than maxBytes (1 GiB), or to more than maxRatio (64)
-  // times its compressed size (at least 1 MiB), is refused and its rank failed: it is parsed
-  // whole, so this bounds the merge's memory (roughly 10x the JSON while one rank is parsed)
-  // and keeps a small gzip bomb from taking hundreds of MB.
+  // times its compressed size (at least 1 MiB), is refused and its rank failed: it is read
+  // twice, so this bounds the merge's time, and a small gzip bomb costs no more than that.
   DecompressLimits rankFile;
+  // Nesting (512 levels) and one event's size in memory (64 MiB), as the importer reads
+  // them: a rank file past either is refused and its rank failed. The depth bound keeps a
+  // recursive dump of an event off the end of the stack; the size bound is the merge's memory.
+  ListReadLimits entries = {kMaxTraceJsonDepth, 64u << 20};
 };
 
 // Called once every rank is read, with the ranks that failed; returns the capture JSON the

@@ -130,3 +130,76 @@ TEST_CASE("an output that cannot be written fails the merge") {
   auto out = mergeTrace({}, describeAs(&failures), dir.sub("missing/dir/trace.json.gz"));
   CHECK_FALSE(out);
 }
+
+TEST_CASE("a rank file nested 100,000 deep fails its rank with the reason, the others merge") {
+  // One event's args held a value nested 100,000 levels deep: the merge dumped it and the
+  // collector died, again at every restart.
+  testing::TempDir dir;
+  testing::gzipJson(dir.sub("rank-0.json.gz"), testing::rankTrace(0, 1000.0, 1, 2));
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  testing::gzipText(dir.sub("rank-1.json.gz"),
+                    R"({"traceEvents":[{"name":"x","ph":"i","ts":1,"args":{"v":)" + deep + "}}]}");
+  testing::gzipText(dir.sub("rank-2.json.gz"), R"({"threads":[{"tid":1,"v":)" + deep + "}]}");
+  std::map<uint32_t, std::string> failures;
+  auto out =
+      mergeTrace({{0, "n0", 0, dir.sub("rank-0.json.gz")}, {1, "n0", 0, dir.sub("rank-1.json.gz")}},
+                 describeAs(&failures), dir.sub("trace.json.gz"));
+  REQUIRE(out);
+  REQUIRE(out->failures.size() == 1);
+  CHECK(out->failures.at(1) == "the file of rank 1: nested deeper than 512 levels");
+  json doc = readMerged(dir.sub("trace.json.gz"));
+  for (const auto& e : doc["traceEvents"]) CHECK(e["pid"] == 0);
+
+  auto stacks = mergeStacks({{2, "n0", 0, dir.sub("rank-2.json.gz")}}, describeAs(&failures),
+                            dir.sub("stacks.json.gz"));
+  REQUIRE(stacks);
+  CHECK(stacks->failures.at(2) == "the file of rank 2: nested deeper than 512 levels");
+}
+
+TEST_CASE("the merge holds one event at a time: an event past the bound fails its rank") {
+  testing::TempDir dir;
+  json big = testing::rankTrace(0, 1000.0, 1, 3);
+  big["traceEvents"][1]["args"] = {{"blob", std::string(3u << 20, 'b')}};
+  testing::gzipJson(dir.sub("rank-0.json.gz"), big);
+  MergeOptions options;
+  options.rankFile.maxRatio = 1u << 20;  // the blob compresses ~1,000x: not a bomb here
+  options.entries.maxEntryBytes = 2u << 20;
+  std::map<uint32_t, std::string> failures;
+  auto out = mergeTrace({{0, "n0", 0, dir.sub("rank-0.json.gz")}}, describeAs(&failures),
+                        dir.sub("trace.json.gz"), options);
+  REQUIRE(out);
+  CHECK(out->failures.at(0) ==
+        "the file of rank 0: an entry of \"traceEvents\" takes more than 2 MiB");
+  options.entries.maxEntryBytes = 4u << 20;
+  out = mergeTrace({{0, "n0", 0, dir.sub("rank-0.json.gz")}}, describeAs(&failures),
+                   dir.sub("trace.json.gz"), options);
+  REQUIRE(out);
+  CHECK(out->failures.empty());
+  CHECK(out->events == 6 + 2);
+}
+
+TEST_CASE("a rank file that breaks off halfway leaves none of its events in the merge") {
+  testing::TempDir dir;
+  std::string text = testing::rankTrace(0, 1000.0, 1, 50).dump();
+  testing::gzipText(dir.sub("rank-0.json.gz"), text.substr(0, text.size() / 2));
+  testing::gzipText(dir.sub("rank-1.json.gz"), R"({"traceEvents":[],"traceEvents":[]})");
+  testing::gzipText(dir.sub("rank-2.json.gz"), R"({"traceEvents":{}})");
+  testing::gzipText(dir.sub("rank-3.json.gz"), R"([{"traceEvents":[]}])");
+  testing::gzipJson(dir.sub("rank-4.json.gz"), testing::rankTrace(4, 1000.0, 1, 1));
+  std::vector<RankFile> files;
+  for (uint32_t r = 0; r <= 4; ++r) {
+    files.push_back({r, "n0", 0, dir.sub("rank-" + std::to_string(r) + ".json.gz")});
+  }
+  std::map<uint32_t, std::string> failures;
+  auto out = mergeTrace(files, describeAs(&failures), dir.sub("trace.json.gz"));
+  REQUIRE(out);
+  REQUIRE(out->failures.size() == 4);
+  CHECK_THAT(out->failures.at(0),
+             Catch::Matchers::StartsWith("the file of rank 0: not valid JSON"));
+  CHECK(out->failures.at(1) == "the file of rank 1: \"traceEvents\" appears twice");
+  CHECK(out->failures.at(2) == "the file of rank 2: \"traceEvents\" is not a list");
+  CHECK(out->failures.at(3) == "the file of rank 3: not a JSON object");
+  json doc = readMerged(dir.sub("trace.json.gz"));
+  CHECK(doc["traceEvents"].size() == 2 + 2);
+  for (const auto& e : doc["traceEvents"]) CHECK(e["pid"] == 4);
+}
