@@ -140,6 +140,13 @@ void retention(storage::Store& store) {
   }
 }
 
+// The capture stage's share of retention: files of old captures, and of the oldest past
+// --captures-max-bytes.
+void pruneCaptureFiles(capture::CaptureManager& captures, int64_t nowNs) {
+  auto removed = captures.pruneStoredFiles(nowNs);
+  if (!removed) logError(kComponent, "capture file retention failed: " + removed.message());
+}
+
 class ManagerService final : public http::CaptureService {
  public:
   explicit ManagerService(capture::CaptureManager& manager) : manager_(manager) {}
@@ -241,6 +248,8 @@ Status run(const CollectorOptions& options) {
   co.defaultMaxBytes = options.captureMaxBytes;
   co.autoIntervalNs = options.autoCaptureIntervalS * 1'000'000'000;
   co.describe = http::captureJson;
+  co.filesRetentionNs = static_cast<int64_t>(options.retentionHours * 3600.0 * 1e9);
+  co.maxStoredBytes = options.capturesMaxBytes;
   std::filesystem::create_directories(co.dir, ec);
   if (ec || !std::filesystem::is_directory(co.dir)) {
     return Status::error("--capture-dir: cannot create " + co.dir +
@@ -254,6 +263,7 @@ Status run(const CollectorOptions& options) {
                                      return server->sendCommand(node, cmd);
                                    });
   captures.recover();
+  pruneCaptureFiles(captures, clock.nowNs());
 
   std::unique_ptr<DetectPipeline> pipeline;
   ingest::IngestOptions io;
@@ -286,6 +296,8 @@ Status run(const CollectorOptions& options) {
   ingest::ImportReceiverOptions ro;
   ro.dir = co.dir;
   ro.maxStepsBytes = options.importMaxBytes;
+  ro.maxOpen = options.importMaxOpen;
+  ro.maxOpenBytes = options.importMaxOpenBytes;
   ro.onCommitted = [p = pipeline.get(), &captures](const storage::WriteBatch& batch) {
     if (p != nullptr) p->onCommitted(batch);
     captures.onCommitted(batch);
@@ -383,6 +395,7 @@ Status run(const CollectorOptions& options) {
     captures.tick(clock.nowNs());
     if (monotonicNowNs() >= nextRetention) {
       retention(**store);
+      pruneCaptureFiles(captures, clock.nowNs());
       nextRetention =
           monotonicNowNs() + std::chrono::nanoseconds(options.retentionInterval).count();
     }

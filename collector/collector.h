@@ -89,6 +89,14 @@ struct CollectorOptions {
   // Largest steps file one `trainscope import` may upload (its step reports, ~2-8 KiB each):
   // the commit holds it in memory (about 3x) while it checks and stores it in one transaction.
   uint64_t importMaxBytes = 256ull << 20;
+  // Imports open at once, and the bytes they stage on disk together (ImportReceiverOptions):
+  // uploads beyond are refused, saying which bound, instead of filling the disk.
+  uint32_t importMaxOpen = 8;
+  // Disk that finished captures and committed imports may hold together: past it the oldest
+  // lose their files (their rows stay and say so). 0: no bound. Files older than
+  // retentionHours go too.
+  uint64_t capturesMaxBytes = 32ull << 30;
+  uint64_t importMaxOpenBytes = 8ull << 30;
 };
 
 // The HTTP API's view of the capture stage: http::CaptureService over `manager`, which must

@@ -71,7 +71,8 @@ int collectorMain(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, size_t{1000000}));
   app.add_option("--retention-hours", options.retentionHours,
-                 "delete steps and host samples received longer ago than this; 0 keeps all")
+                 "delete steps and host samples received longer ago than this, and the files "
+                 "of captures begun longer ago; 0 keeps all")
       ->capture_default_str();
   app.add_option("--web-root", options.webRoot,
                  "directory of dashboard files to serve; default: the source tree's web/ if "
@@ -155,6 +156,22 @@ int collectorMain(int argc, char** argv) {
                  "3x this in memory")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1} << 20, uint64_t{1} << 36));
+  app.add_option("--import-max-open", options.importMaxOpen,
+                 "imports open (uploading) at once; more are refused with 503 until one commits, "
+                 "is aborted or expires")
+      ->capture_default_str()
+      ->check(CLI::Range(uint32_t{1}, uint32_t{1024}));
+  app.add_option("--import-max-open-bytes", options.importMaxOpenBytes,
+                 "bytes the open imports may stage on disk together; a chunk past it is refused "
+                 "with 413 (the import may resume later); every chunk also leaves 1 GiB of the "
+                 "disk free")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1} << 20, uint64_t{1} << 50));
+  app.add_option("--captures-max-bytes", options.capturesMaxBytes,
+                 "disk that finished captures and imported timelines may hold together; past "
+                 "it the oldest lose their files, checked with retention (0: no bound; files "
+                 "older than --retention-hours go too)")
+      ->capture_default_str();
   bool listRoutes = false;
   app.add_flag("--list-routes", listRoutes,
                "print the HTTP routes this collector serves (a Markdown table: method, path and "

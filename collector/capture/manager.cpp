@@ -29,6 +29,24 @@ constexpr const char* kComponent = "capture";
 // Steps of the latest summary rows whose median step time sets a trace capture's deadline.
 constexpr int64_t kMedianWindowSteps = 20;
 
+// The merges begun on a capture, counted in a file of its directory before each one and
+// removed when it ends: a merge that takes the collector down (one did, on a rank file nested
+// 100,000 levels deep) would otherwise be begun again by every restart's recovery, a crash
+// loop. One retry is allowed, for a collector that was merely killed during a merge.
+constexpr const char* kMergeAttemptsFile = "merge-attempts";
+constexpr int kMaxMergeAttempts = 2;
+
+int mergeAttempts(const fs::path& dir) {
+  std::ifstream in(dir / kMergeAttemptsFile);
+  int n = 0;
+  return in >> n && n > 0 ? n : 0;
+}
+
+void setMergeAttempts(const fs::path& dir, int n) {
+  std::ofstream out(dir / kMergeAttemptsFile, std::ios::trunc);
+  out << n << "\n";
+}
+
 std::string rankFileName(uint32_t rank) {
   return "rank-" + std::to_string(rank) + ".json.gz";
 }
@@ -239,6 +257,16 @@ void CaptureManager::recover() {
     a.row = std::move(row);
     for (auto& r : a.row.rankStatus) {
       if (!wire::isFinal(r.state)) failRankLocked(a, r, "collector restarted during the capture");
+    }
+    if (const int n = mergeAttempts(directory(a.row.id)); n >= kMaxMergeAttempts) {
+      // Its done ranks are failed too: with none done, the next tick fails the capture
+      // instead of merging it again. Their files stay for download.
+      const std::string why = "the collector stopped during each of " + std::to_string(n) +
+                              " merges of this capture (a crash on its files?); not merged again";
+      for (auto& r : a.row.rankStatus) {
+        if (r.state == RankState::kDone) failRankLocked(a, r, why);
+      }
+      logError(kComponent, "capture " + a.row.id + ": " + why);
     }
     persistLocked(a.row);
     logInfo(kComponent, "capture " + a.row.id + " was running when the collector stopped: " +
@@ -723,6 +751,7 @@ void CaptureManager::tick(int64_t nowNs) {
     DescribeCapture trailer = [&](const std::map<uint32_t, std::string>& failures) {
       return describe(finalRow(row, failures, mergeNow));
     };
+    setMergeAttempts(dir, mergeAttempts(dir) + 1);
     const fs::path tmp = dir / "trace.json.gz.tmp";
     auto merged = row.kind == "stacks" ? mergeStacks(files, trailer, tmp.string(), options_.merge)
                                        : mergeTrace(files, trailer, tmp.string(), options_.merge);
@@ -742,14 +771,16 @@ void CaptureManager::tick(int64_t nowNs) {
       logError(kComponent, "capture " + row.id + ": merge failed: " + merged.message());
       for (const auto& f : files) failures[f.rank] = "merge failed: " + merged.message();
     }
+    std::error_code ec;
+    fs::remove(dir / kMergeAttemptsFile, ec);
     MutexLock lock(&mu_);
     auto it = active_.find(row.id);
     if (it == active_.end()) continue;
     finalizeLocked(it->second, failures, bytes);
     active_.erase(it);
   }
-  // A merge parses each rank's JSON whole (about 10x its size in small allocations); hand
-  // those pages back, or a 50 MB rank file leaves the collector ~500 MB larger for good.
+  // A merge holds one event at a time, but a few large ones leave free pages behind: hand
+  // them back.
   malloc_trim(0);
 }
 
@@ -768,6 +799,65 @@ Result<std::unique_ptr<ByteSource>> CaptureManager::openFile(const std::string& 
   auto reader = GzipReader::open(path, options_.download);
   if (!reader) return reader.status();
   return std::unique_ptr<ByteSource>(std::move(reader.value()));
+}
+
+Result<uint64_t> CaptureManager::pruneStoredFiles(int64_t nowNs) {
+  if (options_.filesRetentionNs == 0 && options_.maxStoredBytes == 0) return uint64_t{0};
+  auto rows = store_.capturesSince(0);
+  if (!rows) return rows.status();
+  struct Held {
+    storage::CaptureRow row;
+    uint64_t bytes = 0;
+  };
+  std::vector<Held> held;
+  uint64_t total = 0;
+  for (auto& row : *rows) {
+    if (row.state == CaptureState::kRunning || !safeId(row.id)) continue;
+    std::error_code ec;
+    uint64_t bytes = 0;
+    for (const auto& e : fs::directory_iterator(directory(row.id), ec)) {
+      std::error_code sizeEc;
+      if (e.is_regular_file(sizeEc)) bytes += e.file_size(sizeEc);
+    }
+    if (ec || bytes == 0) continue;  // removed already (or never had files)
+    total += bytes;
+    held.push_back({std::move(row), bytes});
+  }
+  std::sort(held.begin(), held.end(), [](const Held& a, const Held& b) {
+    return a.row.createdNs != b.row.createdNs ? a.row.createdNs < b.row.createdNs
+                                              : a.row.id < b.row.id;
+  });
+  uint64_t removed = 0;
+  for (auto& h : held) {
+    std::string why;
+    if (options_.filesRetentionNs > 0 && nowNs - h.row.createdNs > options_.filesRetentionNs) {
+      why = "older than the retention (--retention-hours)";
+    } else if (options_.maxStoredBytes > 0 && total > options_.maxStoredBytes) {
+      why = "the oldest while captures held more than " + std::to_string(options_.maxStoredBytes) +
+            " bytes (--captures-max-bytes)";
+    } else {
+      continue;
+    }
+    std::error_code ec;
+    fs::remove_all(directory(h.row.id), ec);
+    if (ec) {
+      logWarn(kComponent, "removing the files of capture " + h.row.id + ": " + ec.message());
+      continue;
+    }
+    total -= h.bytes;
+    removed += h.bytes;
+    h.row.traceBytes.reset();
+    for (auto& r : h.row.rankStatus) r.bytes = 0;
+    h.row.summary += "; files removed: " + why;
+    h.row.updatedNs = nowNs;
+    if (Status s = store_.writeCapture(h.row); !s) {
+      logWarn(kComponent, "capture " + h.row.id +
+                              ": its files are removed, its row not updated: " + s.message());
+    }
+    logInfo(kComponent, "removed the files of capture " + h.row.id + " (" +
+                            std::to_string(h.bytes) + " bytes): " + why);
+  }
+  return removed;
 }
 
 CaptureStats CaptureManager::stats() const {

@@ -56,6 +56,12 @@ struct CaptureManagerOptions {
   uint32_t autoSteps = 3;    // N of automatic trace captures
   uint32_t autoHistory = 4;  // K of automatic trace captures
   MergeOptions merge;
+  // Disk held by finished captures and committed imports (pruneStoredFiles): their files are
+  // removed once the capture is older than filesRetentionNs (0: kept for good), and the
+  // oldest are removed while all of them together hold more than maxStoredBytes (0: no
+  // bound). The rows stay, saying that their files were removed and why.
+  int64_t filesRetentionNs = 0;
+  uint64_t maxStoredBytes = 0;
   // How far a file sent decompressed (to a client that does not take gzip) may expand. The
   // merged trace is written by the merge (about 10x); a rank file comes from a probe.
   DecompressLimits download{uint64_t{64} << 30, 64};
@@ -132,6 +138,11 @@ class CaptureManager {
                                                bool gzip) const;
   // DIR/<id>.
   std::string directory(const std::string& id) const;
+  // Applies filesRetentionNs and maxStoredBytes to the files of finished captures (running
+  // ones and open imports are left alone), oldest first; returns the bytes removed. Reads
+  // every capture row and walks their directories: call it now and then (the collector does
+  // with its hourly retention), from any thread.
+  Result<uint64_t> pruneStoredFiles(int64_t nowNs);
   CaptureStats stats() const;
 
  private:

@@ -15,6 +15,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <google/protobuf/util/delimited_message_util.h>
 
+#include "common/json_limits.h"
 #include "common/log.h"
 #include "common/timed_id.h"
 #include "schema/capture_state.h"
@@ -123,10 +124,35 @@ void ImportReceiver::recover() {
   }
 }
 
+void ImportReceiver::eraseLocked(const std::string& id) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  stagedBytes_ -= it->second.bytes;
+  sessions_.erase(it);
+}
+
 void ImportReceiver::dropLocked(const std::string& id) {
   std::error_code ec;
   fs::remove_all(directory(id), ec);
-  sessions_.erase(id);
+  eraseLocked(id);
+}
+
+std::optional<ImportReply> ImportReceiver::roomFor(uint64_t bytes) const {
+  if (stagedBytes_ + bytes > options_.maxOpenBytes) {
+    return fail(StatusCode::kTooLarge,
+                "open imports hold " + std::to_string(stagedBytes_) + " bytes and may hold " +
+                    std::to_string(options_.maxOpenBytes) +
+                    " together (--import-max-open-bytes): retry when one has committed");
+  }
+  std::error_code ec;
+  const auto space = fs::space(options_.dir, ec);
+  if (!ec && space.available < bytes + options_.minFreeBytes) {
+    return fail(StatusCode::kTooLarge, "the disk of " + options_.dir + " has " +
+                                           std::to_string(space.available) +
+                                           " bytes free, and imports leave at least " +
+                                           std::to_string(options_.minFreeBytes) + " free");
+  }
+  return std::nullopt;
 }
 
 void ImportReceiver::expireLocked(int64_t nowNs) {
@@ -147,7 +173,7 @@ ImportReply ImportReceiver::begin(const std::string& job, std::string_view body)
     return fail(StatusCode::kInvalidArgument,
                 "job: must be 1.." + std::to_string(options_.limits.maxJobBytes) + " bytes");
   }
-  json req = body.empty() ? json::object() : json::parse(body, nullptr, false);
+  json req = body.empty() ? json::object() : parseJsonBounded(body, kMaxRequestJsonDepth);
   if (req.is_discarded() || !req.is_object())
     return fail(StatusCode::kInvalidArgument, "the body must be a JSON object");
   Session s;
@@ -162,7 +188,7 @@ ImportReply ImportReceiver::begin(const std::string& job, std::string_view body)
       s.append = value.get<bool>();
     } else {
       return fail(StatusCode::kInvalidArgument,
-                  "unknown field '" + key + "' (known: reason, append)");
+                  "unknown field '" + shortForMessage(key) + "' (known: reason, append)");
     }
   }
   if (!s.append) {
@@ -178,6 +204,12 @@ ImportReply ImportReceiver::begin(const std::string& job, std::string_view body)
   const int64_t now = clock_.nowNs();
   MutexLock lock(&mu_);
   expireLocked(now);
+  if (sessions_.size() >= options_.maxOpen) {
+    return fail(StatusCode::kUnavailable,
+                std::to_string(sessions_.size()) +
+                    " imports are open, the most this collector "
+                    "takes at once (--import-max-open): retry when one has committed or expired");
+  }
   s.id = timedId("imp", now);
   s.touchedNs = now;
   std::error_code ec;
@@ -221,6 +253,7 @@ ImportReply ImportReceiver::put(const std::string& id, const std::string& name, 
                                            std::to_string(limit) +
                                            " bytes): the import is dropped");
   }
+  if (auto refused = roomFor(data.size())) return *refused;
   const fs::path part = fs::path(directory(id)) / (name + kPart);
   {
     std::ofstream out(part, std::ios::binary | (offset == 0 ? std::ios::trunc : std::ios::app));
@@ -229,6 +262,8 @@ ImportReply ImportReceiver::put(const std::string& id, const std::string& name, 
     if (!out) return fail(StatusCode::kError, "cannot write " + part.string());
   }
   f.bytes += data.size();
+  s.bytes += data.size();
+  stagedBytes_ += data.size();
   stats_.bytes += data.size();
   s.touchedNs = clock_.nowNs();
   return ok(json{{"name", name}, {"bytes", f.bytes}});
@@ -265,7 +300,7 @@ ImportReply ImportReceiver::commit(const std::string& id, std::string_view body)
 // Runs with mu_ held throughout: commits are rare, and no upload may change a file under it.
 ImportReply ImportReceiver::commitLocked(Session& s, std::string_view body) {
   const fs::path dir = directory(s.id);
-  json req = json::parse(body, nullptr, false);
+  json req = parseJsonBounded(body, kMaxRequestJsonDepth);
   if (req.is_discarded() || !req.is_object() || !req.contains("files") ||
       !req["files"].is_array()) {
     return fail(StatusCode::kInvalidArgument,
@@ -293,7 +328,8 @@ ImportReply ImportReceiver::commitLocked(Session& s, std::string_view body) {
     const std::string name = f["name"].get<std::string>();
     auto st = s.files.find(name);
     if (st == s.files.end())
-      return fail(StatusCode::kInvalidArgument, "files: " + name + " was never uploaded");
+      return fail(StatusCode::kInvalidArgument,
+                  "files: " + shortForMessage(name) + " was never uploaded");
     if (!declared.insert(name).second)
       return fail(StatusCode::kInvalidArgument, "files: " + name + " is named twice");
     const uint64_t bytes = f["bytes"].get<uint64_t>();
@@ -507,7 +543,7 @@ ImportReply ImportReceiver::commitLocked(Session& s, std::string_view body) {
   const std::string id = s.id;
   const bool keepDir = !rankFiles.empty() && !out["capture"].is_null();
   if (keepDir) {
-    sessions_.erase(id);
+    eraseLocked(id);
   } else {
     dropLocked(id);
   }

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -38,6 +39,15 @@ struct ImportReceiverOptions {
   // Bound on one rank's timeline file (the capture merge parses it whole).
   uint64_t maxTimelineBytes = 1ull << 30;
   uint32_t maxRanks = 1u << 16;  // rank files one import may hold
+  // Bounds on what open imports hold on disk together, so that uploads cannot fill it: at most
+  // maxOpen sessions at once (a new one is refused with 503 until one commits, is aborted or
+  // expires), maxOpenBytes staged over all of them, and every chunk leaves at least
+  // minFreeBytes free on the disk of `dir` (a chunk past either is refused with 413, the
+  // session kept so that it can resume when room is made). A committed import's files count
+  // with the captures (the capture stage's bound on stored traces).
+  uint32_t maxOpen = 8;
+  uint64_t maxOpenBytes = 8ull << 30;
+  uint64_t minFreeBytes = 1ull << 30;
   // A session not touched for this long is dropped with its files: bounds disk held by
   // clients that went away mid-upload.
   int64_t idleTimeoutNs = 600'000'000'000;
@@ -104,10 +114,14 @@ class ImportReceiver {
     std::string reason;
     bool append = false;
     int64_t touchedNs = 0;
+    uint64_t bytes = 0;  // all its files together, counted in stagedBytes_
     std::map<std::string, FileState> files;
   };
 
   ImportReply commitLocked(Session& s, std::string_view body) REQUIRES(mu_);
+  // Refusal of `bytes` more for a session, or none (the disk bounds above).
+  std::optional<ImportReply> roomFor(uint64_t bytes) const REQUIRES(mu_);
+  void eraseLocked(const std::string& id) REQUIRES(mu_);  // forgets it, files kept
   void expireLocked(int64_t nowNs) REQUIRES(mu_);
   void dropLocked(const std::string& id) REQUIRES(mu_);
   std::string directory(const std::string& id) const;
@@ -118,6 +132,7 @@ class ImportReceiver {
   mutable Mutex mu_;
   std::map<std::string, Session> sessions_ GUARDED_BY(mu_);
   ImportStats stats_ GUARDED_BY(mu_);
+  uint64_t stagedBytes_ GUARDED_BY(mu_) = 0;  // the open sessions' files together
 };
 
 }  // namespace trainscope::ingest

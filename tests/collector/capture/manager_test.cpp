@@ -3,6 +3,7 @@
 // checksum failure, repeated chunks, ranks gone, deadlines, an unconnected agent, restart
 // recovery and automatic captures.
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <string>
@@ -405,6 +406,96 @@ TEST_CASE("captures left running by a previous collector fail; done ranks are st
   row = h.stored(cap.id);
   CHECK(row.state == wire::CaptureState::kPartial);
   CHECK(row.traceBytes.has_value());
+}
+
+TEST_CASE("a capture whose merges the collector died in twice is failed, not merged again") {
+  // A merge that crashes the collector (one did, on a rank file nested 100,000 deep) must not
+  // be begun again by every restart: the manager counts merges begun in the capture's
+  // directory ("merge-attempts") and recovery gives up after two.
+  for (const int attempts : {1, 2}) {
+    INFO("merges begun before the restart: " << attempts);
+    Harness h;
+    auto cap = h.start(R"({"ranks":[0,1]})");
+    h.upload(cap.id, 0, h.traceBytes(0, 1.0));
+    h.upload(cap.id, 1, h.traceBytes(1, 1.0));
+    const fs::path marker = fs::path(h.manager->directory(cap.id)) / "merge-attempts";
+    std::ofstream(marker) << attempts << "\n";
+    CaptureManagerOptions o;
+    o.dir = h.dir.sub("captures");
+    CaptureManager restarted(o, *h.store, h.clock,
+                             [](const std::string&, const wire::Command&) { return Status::ok(); });
+    restarted.recover();
+    restarted.tick(h.clock.nowNs());
+    auto row = h.stored(cap.id);
+    if (attempts == 1) {  // merged again, and the count cleared
+      CHECK(row.state == wire::CaptureState::kComplete);
+      CHECK(row.traceBytes.has_value());
+      CHECK_FALSE(fs::exists(marker));
+    } else {
+      CHECK(row.state == wire::CaptureState::kFailed);
+      CHECK_FALSE(row.traceBytes.has_value());
+      CHECK_THAT(h.rank(row, 0).detail, Catch::Matchers::Contains("not merged again"));
+      CHECK(fs::exists(fs::path(h.manager->directory(cap.id)) / "rank-0.json.gz"));
+    }
+  }
+}
+
+TEST_CASE("stored files are bounded: past the byte bound the oldest go, past the retention all") {
+  CaptureManagerOptions o;
+  o.filesRetentionNs = 3'600'000'000'000;  // an hour
+  Harness h(o);
+  // Three finished captures a minute apart, and one still running.
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto cap = h.start(R"({"ranks":[0]})");
+    h.upload(cap.id, 0, h.traceBytes(0, 1.0));
+    h.manager->tick(h.clock.nowNs());
+    REQUIRE(h.stored(cap.id).state == wire::CaptureState::kComplete);
+    ids.push_back(cap.id);
+    h.clock.advance(60'000'000'000);
+  }
+  auto running = h.start(R"({"ranks":[1]})");
+  auto bytesOf = [&](const std::string& id) {
+    uint64_t n = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(h.manager->directory(id), ec)) n += e.file_size();
+    return n;
+  };
+  const uint64_t each = bytesOf(ids[0]);
+  const uint64_t oldestTwo = each + bytesOf(ids[1]);
+  const uint64_t newest = bytesOf(ids[2]);
+  REQUIRE(each > 0);
+
+  // Nothing is over a bound yet.
+  auto removed = h.manager->pruneStoredFiles(h.clock.nowNs());
+  REQUIRE(removed);
+  CHECK(*removed == 0);
+
+  // A bound that holds one capture: the two oldest lose their files, their rows say so.
+  CaptureManagerOptions bounded = o;
+  bounded.dir = h.dir.sub("captures");
+  bounded.maxStoredBytes = newest + each / 2;
+  CaptureManager pruner(bounded, *h.store, h.clock,
+                        [](const std::string&, const wire::Command&) { return Status::ok(); });
+  removed = pruner.pruneStoredFiles(h.clock.nowNs());
+  REQUIRE(removed);
+  CHECK(*removed == oldestTwo);
+  for (int i = 0; i < 2; ++i) {
+    CHECK_FALSE(fs::exists(h.manager->directory(ids[i])));
+    auto row = h.stored(ids[i]);
+    CHECK_FALSE(row.traceBytes.has_value());
+    CHECK_THAT(row.summary, Catch::Matchers::Contains("files removed: the oldest"));
+  }
+  CHECK(h.stored(ids[2]).traceBytes.has_value());
+  CHECK(fs::exists(h.manager->directory(running.id)));
+
+  // Past the retention the last one goes too; the running capture is never touched.
+  h.clock.advance(3'700'000'000'000);
+  removed = h.manager->pruneStoredFiles(h.clock.nowNs());
+  REQUIRE(removed);
+  CHECK(*removed == newest);
+  CHECK_THAT(h.stored(ids[2]).summary, Catch::Matchers::Contains("older than the retention"));
+  CHECK(fs::exists(h.manager->directory(running.id)));
 }
 
 TEST_CASE("automatic captures: anomaly ranks plus a reference rank, stacks for hangs, rate limit") {

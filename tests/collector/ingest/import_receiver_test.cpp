@@ -9,6 +9,7 @@
 #include <zlib.h>
 
 #include <filesystem>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -95,7 +96,7 @@ std::string gzipOf(const std::string& text) {
 }
 
 struct Fixture {
-  Fixture() {
+  explicit Fixture(const std::function<void(ingest::ImportReceiverOptions&)>& tweak = {}) {
     storage::SqliteOptions so;
     so.path = dir.path() + "/store.db";
     auto opened = storage::openSqliteStore(so);
@@ -108,6 +109,7 @@ struct Fixture {
       timelines.push_back(row);
       return row;
     };
+    if (tweak) tweak(o);
     receiver = std::make_unique<ingest::ImportReceiver>(o, *store, clock);
   }
 
@@ -278,4 +280,45 @@ TEST_CASE("sessions idle past the timeout are dropped with their files") {
   CHECK(f.receiver->put(id, "steps.pb", 4, "efgh").status.code() == StatusCode::kNotFound);
   CHECK(f.stagedDirs() == 0);
   CHECK(f.receiver->stats().aborted == 1);
+}
+
+TEST_CASE("open imports are bounded in number and in bytes on disk, each refusal saying why") {
+  Fixture f([](ingest::ImportReceiverOptions& o) {
+    o.maxOpen = 2;
+    o.maxOpenBytes = 10;
+  });
+  const std::string a = f.begin("job-e");
+  const std::string b = f.begin("job-f");
+  auto third = f.receiver->begin("job-g", "");
+  CHECK(third.status.code() == StatusCode::kUnavailable);
+  CHECK_THAT(third.status.message(), Catch::Matchers::Contains("--import-max-open"));
+
+  CHECK(f.receiver->put(a, "steps.pb", 0, "123456").status.isOk());
+  auto over = f.receiver->put(b, "steps.pb", 0, "12345");  // 6 + 5 > 10 together
+  CHECK(over.status.code() == StatusCode::kTooLarge);
+  CHECK_THAT(over.status.message(), Catch::Matchers::Contains("--import-max-open-bytes"));
+  CHECK(f.stagedDirs() == 2);  // refused, not dropped: it may resume
+  CHECK(f.receiver->put(b, "steps.pb", 0, "1234").status.isOk());
+
+  // An aborted import gives its bytes and its place back.
+  CHECK(f.receiver->abort(a).status.isOk());
+  CHECK(f.receiver->put(b, "steps.pb", 4, "123456").status.isOk());
+  CHECK(f.receiver->begin("job-g", "").created);
+}
+
+TEST_CASE("a chunk that would leave the disk too full is refused, naming the disk") {
+  Fixture f([](ingest::ImportReceiverOptions& o) { o.minFreeBytes = uint64_t{1} << 62; });
+  const std::string id = f.begin("job-h");
+  auto r = f.receiver->put(id, "steps.pb", 0, "abcd");
+  CHECK(r.status.code() == StatusCode::kTooLarge);
+  CHECK_THAT(r.status.message(), Catch::Matchers::Contains("bytes free"));
+}
+
+TEST_CASE("import bodies nested past 32 levels are refused, not parsed") {
+  Fixture f;
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  CHECK(f.receiver->begin("job-i", deep).status.code() == StatusCode::kInvalidArgument);
+  const std::string id = f.begin("job-i");
+  auto r = f.receiver->commit(id, "{\"files\":" + deep + "}");
+  CHECK(r.status.code() == StatusCode::kInvalidArgument);
 }
