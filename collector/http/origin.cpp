@@ -107,21 +107,38 @@ Result<std::string> parseOrigin(std::string_view text) {
   return out;
 }
 
-Status checkOrigin(const OriginPolicy& policy, std::string_view host, std::string_view origin) {
-  std::optional<Authority> served;
-  if (!host.empty()) {
-    served = splitAuthority(host);
-    if (!served) return Status::error("invalid Host header '" + std::string(host) + "'");
-    const bool known = policy.anyHost || isIpLiteral(served->host) || isLocalName(served->host) ||
-                       std::find(policy.allowedHosts.begin(), policy.allowedHosts.end(),
-                                 served->host) != policy.allowedHosts.end();
-    if (!known) {
-      return Status::error("Host '" + served->host +
-                           "' is not a name this collector answers to (a web page reaching it "
-                           "through a rebound DNS name?); allow it with --http-allowed-host " +
-                           served->host);
-    }
+namespace {
+
+// The Host header checked (checkHost), and split when present.
+Result<std::optional<Authority>> servedAuthority(const OriginPolicy& policy,
+                                                 std::string_view host) {
+  using R = Result<std::optional<Authority>>;
+  if (host.empty()) return std::optional<Authority>();
+  auto served = splitAuthority(host);
+  if (!served) return R::error("invalid Host header '" + std::string(host.substr(0, 100)) + "'");
+  const bool known = policy.anyHost || isIpLiteral(served->host) || isLocalName(served->host) ||
+                     std::find(policy.allowedHosts.begin(), policy.allowedHosts.end(),
+                               served->host) != policy.allowedHosts.end();
+  if (!known) {
+    return R::error("Host '" + served->host +
+                    "' is not a name this collector answers to (a web page reaching it "
+                    "through a rebound DNS name?); allow it with --http-allowed-host " +
+                    served->host);
   }
+  return std::optional<Authority>(std::move(served));
+}
+
+}  // namespace
+
+Status checkHost(const OriginPolicy& policy, std::string_view host) {
+  auto served = servedAuthority(policy, host);
+  return served ? Status::ok() : served.status();
+}
+
+Status checkOrigin(const OriginPolicy& policy, std::string_view host, std::string_view origin) {
+  auto checked = servedAuthority(policy, host);
+  if (!checked) return checked.status();
+  const std::optional<Authority>& served = *checked;
   if (origin.empty()) return Status::ok();  // not a browser, or a same-origin GET-like request
   if (origin == "null") {
     return Status::error(

@@ -1,6 +1,6 @@
-// Which browsers may change something or open the live feed: the Origin and Host checks that
+// Which browsers may read, change something or open the live feed: the Host and Origin checks that
 // stop another web page the user visits from starting captures (cross-site request forgery)
-// or reaching the collector through a name it rebound to 127.0.0.1 (DNS rebinding). Pure
+// or reading and reaching the collector through a name rebound to 127.0.0.1 (DNS rebinding). Pure
 // functions over header values; any thread.
 //
 // Why both: a browser sends Origin with every cross-origin POST and WebSocket handshake, so a
@@ -35,9 +35,14 @@ struct OriginPolicy {
 // the normalised origin, or why `text` is not one. For flags and the policy.
 Result<std::string> parseOrigin(std::string_view text);
 
-// Checks a request that changes something or opens the live feed. `host` is its Host header
-// and `origin` its Origin header ("" when absent). The error, for a 403, names the header and
-// the flag that would allow it.
+// Checks the Host header of any request, reads too: a page on a rebound name is same-origin
+// with it, and would otherwise read the whole API. "" (HTTP/1.0) passes. The error, for a 403,
+// names the flag that would allow the name.
+Status checkHost(const OriginPolicy& policy, std::string_view host);
+
+// Checks a request that changes something or opens the live feed: checkHost, then the Origin.
+// `host` is its Host header and `origin` its Origin header ("" when absent). The error, for a 403,
+// names the header and the flag that would allow it.
 Status checkOrigin(const OriginPolicy& policy, std::string_view host, std::string_view origin);
 
 // True for addresses only this machine can reach (127.0.0.0/8, ::1, "localhost"): a server

@@ -270,22 +270,24 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string_view targetView(target.data(), target.size());
     std::string_view path = targetView.substr(0, targetView.find('?'));
     const bool upgrade = websocket::is_upgrade(req);
-    if (changesSomething(req.method()) || upgrade) {
-      // Another web page the user visits must not start captures or read the live feed
-      // (origin.h); checked before the token, which a browser would not send cross-origin.
-      // Every WebSocket request is checked, whatever its path: the live feed is the only
-      // route that takes one, and the route table (not this check) decides which path is it.
-      auto host = req[bhttp::field::host];
-      auto origin = req[bhttp::field::origin];
-      if (Status s = checkOrigin(server_.originPolicy, std::string_view(host.data(), host.size()),
-                                 std::string_view(origin.data(), origin.size()));
-          !s) {
-        ++server_.originRefused;
-        server_.errorLog.log(
-            LogLevel::kWarn, "http",
-            "refused " + std::string(method) + ' ' + std::string(path) + ": " + s.message());
-        return errorResponse(403, s.message());
-      }
+    auto host = req[bhttp::field::host];
+    const std::string_view hostView(host.data(), host.size());
+    // Another web page the user visits must not start captures or read the live feed
+    // (origin.h); checked before the token, which a browser would not send cross-origin.
+    // Every WebSocket request is checked, whatever its path: the live feed is the only route
+    // that takes one, and the route table (not this check) decides which path is it. A read
+    // is checked for its Host only: a page on a rebound name would otherwise read it all.
+    auto origin = req[bhttp::field::origin];
+    const Status allowed = changesSomething(req.method()) || upgrade
+                               ? checkOrigin(server_.originPolicy, hostView,
+                                             std::string_view(origin.data(), origin.size()))
+                               : checkHost(server_.originPolicy, hostView);
+    if (!allowed) {
+      ++server_.originRefused;
+      server_.errorLog.log(
+          LogLevel::kWarn, "http",
+          "refused " + std::string(method) + ' ' + std::string(path) + ": " + allowed.message());
+      return errorResponse(403, allowed.message());
     }
     if (!server_.options.authToken.empty() && changesSomething(req.method())) {
       auto auth = req[bhttp::field::authorization];

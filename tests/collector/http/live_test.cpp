@@ -453,7 +453,14 @@ TEST_CASE("origin: a foreign web page can neither change anything nor open the l
   // Reading is not refused: a GET from anywhere is answered (the browser keeps it from the
   // foreign page, which gets no CORS header).
   CHECK(c.request("GET", "/api/v1/jobs", {{"Origin", "http://evil.example"}}).status == 200);
-  CHECK(metricValue(server.port(), "trainscope_http_origin_refused_total") == 4);
+  // But a read under a rebound name is: that page is same-origin with what it reads.
+  auto reboundRead = c.request("GET", "/api/v1/jobs", {{"Host", "evil.example:" + port}});
+  CHECK(reboundRead.status == 403);
+  CHECK(json::parse(reboundRead.body)["error"].get<std::string>().find("--http-allowed-host") !=
+        std::string::npos);
+  CHECK(c.request("GET", "/", {{"Host", "evil.example:" + port}}).status == 403);
+  CHECK(c.request("GET", "/api/v1/jobs", {{"Host", "localhost:" + port}}).status == 200);
+  CHECK(metricValue(server.port(), "trainscope_http_origin_refused_total") == 6);
 
   // The live feed: a foreign page's handshake is refused with 403, the dashboard's accepted.
   auto handshake = [&](const std::string& host, const std::string& origin) {
@@ -476,7 +483,7 @@ TEST_CASE("origin: a foreign web page can neither change anything nor open the l
   auto snapshot = dashboard.read(std::chrono::seconds(10));
   REQUIRE(snapshot);
   CHECK((*snapshot)["type"] == "snapshot");
-  CHECK(metricValue(server.port(), "trainscope_http_origin_refused_total") == 6);
+  CHECK(metricValue(server.port(), "trainscope_http_origin_refused_total") == 8);
   server.stop();
 }
 

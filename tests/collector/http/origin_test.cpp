@@ -73,6 +73,21 @@ TEST_CASE("origin: a rebound name is refused unless listed or any host is allowe
   CHECK_FALSE(checkOrigin(p, "gpu-box-3:7600", "http://evil.example"));  // Origin still checked
 }
 
+TEST_CASE("origin: reads check the Host alone", "[http][origin]") {
+  OriginPolicy p;
+  CHECK(checkHost(p, "127.0.0.1:7600"));
+  CHECK(checkHost(p, "localhost:7600"));
+  CHECK(checkHost(p, "[::1]:7600"));
+  CHECK(checkHost(p, ""));  // HTTP/1.0: no name to rebind
+  auto rebound = checkHost(p, "evil.example:7600");
+  REQUIRE_FALSE(rebound);
+  CHECK(rebound.message().find("--http-allowed-host evil.example") != std::string::npos);
+  p.allowedHosts = {"proxy.example"};
+  CHECK(checkHost(p, "proxy.example"));
+  p.anyHost = true;
+  CHECK(checkHost(p, "gpu-box-3:7600"));
+}
+
 TEST_CASE("origin: loopback bind addresses", "[http][origin]") {
   for (const char* a : {"127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost", "LocalHost"}) {
     INFO(a);
