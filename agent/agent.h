@@ -43,6 +43,7 @@ struct AgentStats {
   std::map<std::string, uint64_t> rejects;  // probe frames/items rejected, by reason
   uint32_t ranks = 0;                       // ranks registered now
   uint64_t hellosAfterGoodbye = 0;          // hellos of ended ranks, ignored
+  uint64_t probeDrainsCut = 0;              // drains stopped at their byte bound (rest later)
   uint64_t hostSamples = 0;                 // HostSamples spooled
   uint64_t upstreamBatches = 0;             // batches sent upstream (resends included)
   uint64_t upstreamResends = 0;             // times sending restarted from the oldest unacked batch

@@ -103,6 +103,10 @@ Status ProbeSide::bind() {
   try {
     socket_.set(zmq::sockopt::linger, 0);
     socket_.set(zmq::sockopt::router_mandatory, 1);
+    // Byte bounds on what probes can make us hold (see the header): no frame larger than any
+    // hop accepts is read into memory, and only a few wait per connection.
+    socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(wire::kMaxFrameBytes));
+    socket_.set(zmq::sockopt::rcvhwm, kProbeRcvHwm);
     socket_.bind(opts_.endpoint);
     bound_ = socket_.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
@@ -168,6 +172,7 @@ void ProbeSide::fill(AgentStats& s) const {
   s.rejects = rejects_;
   s.ranks = rankCount();
   s.hellosAfterGoodbye = hellosAfterGoodbye_;
+  s.probeDrainsCut = drainsCut_;
   s.commandsForwarded = commandsForwarded_;
   s.commandsUnmatched = commandsUnmatched_;
 }
@@ -348,12 +353,22 @@ void ProbeSide::takeRecord(std::string rec, uint64_t seq) {
 
 void ProbeSide::drain(int64_t now) {
   for (int i = 0; i < kDrainLimit; ++i) {
+    if (inBytes_ >= kDrainByteLimit) {
+      // The rest waits in ZeroMQ (at most kProbeRcvHwm messages a connection) for the next
+      // drain, after this one is spooled and its memory freed.
+      ++drainsCut_;
+      rejectLog_.log(LogLevel::kWarn, kLog,
+                     "probes sent more than " + std::to_string(kDrainByteLimit >> 20) +
+                         " MiB in one drain; the rest waits for the next");
+      break;
+    }
     zmq::message_t rid;
     if (!socket_.recv(rid, zmq::recv_flags::dontwait)) break;
     if (!rid.more()) continue;
     zmq::message_t frame;
     if (!socket_.recv(frame, zmq::recv_flags::dontwait)) break;
     std::string ridStr = rid.to_string();
+    inBytes_ += frame.size();
     if (frame.more()) {
       // One frame per message is the protocol; drop the extra parts.
       zmq::message_t extra;
@@ -388,6 +403,7 @@ void ProbeSide::flush(int64_t now) {
   inRecords_.clear();
   inAcks_.clear();
   inBatchItems_ = 0;
+  inBytes_ = 0;
 }
 
 void ProbeSide::forwardCommand(const wire::Command& cmd) {

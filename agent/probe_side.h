@@ -2,6 +2,13 @@
 // ROUTER on the local endpoint, the registry of ranks (routing id, pid, last hello), the
 // intake of probe batches (written to the spool with one append per drain, and acked only
 // after that write), the rejects, and the commands handed down to probes.
+// Memory taken from probes is bounded in bytes, since any local process can send: a message
+// larger than wire::kMaxFrameBytes is refused by ZeroMQ (ZMQ_MAXMSGSIZE: the connection is
+// dropped before the message is read into memory), at most kProbeRcvHwm messages wait per
+// connection (ZMQ_RCVHWM; past that ZeroMQ stops reading the connection), and one drain stops
+// taking messages once kDrainByteLimit bytes are held (the rest wait in ZeroMQ for the next
+// drain, counted in drainsCut). A flood of 8 MB frames from one probe so holds about
+// 16 x 8 MB queued plus 32 MiB in a drain, not gigabytes (tools/bench/agent_flood_bench).
 // Owned by the agent's loop thread; nothing in it is touched from another thread.
 #pragma once
 
@@ -29,6 +36,12 @@ namespace trainscope::agent {
 
 // The uid of a probe whose connection carries none (tcp://).
 inline constexpr uint32_t kUnknownUid = UINT32_MAX;
+// Bytes of probe messages one drain takes before it spools and acks them; the rest wait for
+// the next drain. Far above what probes send in one coalescing period (a report is a few KiB).
+inline constexpr size_t kDrainByteLimit = 32u << 20;
+// Messages queued per probe connection inside ZeroMQ before it stops reading that connection.
+// A probe keeps at most backlogReports / batchMaxItems (16) batches unacked; more only waits.
+inline constexpr int kProbeRcvHwm = 16;
 
 class ProbeSide {
  public:
@@ -47,8 +60,8 @@ class ProbeSide {
   // The endpoint actually bound (tcp://...:* resolved to its port); empty before bind().
   const std::string& boundEndpoint() const { return bound_; }
 
-  // Reads what the probes sent (at most kDrainLimit messages), spools it with one write and
-  // acks the batches that write held.
+  // Reads what the probes sent (at most kDrainLimit messages and about kDrainByteLimit bytes),
+  // spools it with one write and acks the batches that write held.
   void drain(int64_t nowMono);
   // Hands a collector's command to the matching probes; every named rank without a probe
   // here gets a "failed" status at once (docs/CAPTURE.md step 2).
@@ -115,6 +128,7 @@ class ProbeSide {
   std::vector<std::string> inRecords_;
   std::vector<std::pair<std::string, uint64_t>> inAcks_;  // routing id, batch seq
   uint64_t inBatchItems_ = 0;
+  size_t inBytes_ = 0;      // bytes of the messages this drain took (kDrainByteLimit)
   wire::BatchFrame split_;  // reused by each frame's split
   // A split batch's non-step items, decoded, with their positions in it (ascending).
   std::vector<std::pair<size_t, wire::Envelope>> splitOthers_;
@@ -128,6 +142,7 @@ class ProbeSide {
   uint64_t commandsForwarded_ = 0;
   uint64_t commandsUnmatched_ = 0;
   uint64_t hellosAfterGoodbye_ = 0;
+  uint64_t drainsCut_ = 0;  // drains stopped at kDrainByteLimit
   RateLimitedLog rejectLog_{std::chrono::seconds(5)};
 };
 
