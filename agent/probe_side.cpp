@@ -199,8 +199,23 @@ void ProbeSide::send(const std::string& rid, wire::Envelope& env) {
   }
 }
 
-void ProbeSide::registerRank(const std::string& rid, const wire::RankInfo& info, int64_t now,
-                             bool* changed) {
+bool ProbeSide::mayClaim(const std::string& rid, const std::string& job, uint32_t rank,
+                         uint32_t uid, const char* what) {
+  auto it = ranks_.find(std::make_pair(job, rank));
+  if (it == ranks_.end() || it->second.uid == uid) return true;
+  // Over tcp:// both uids are unknown and equal; over ipc:// every connection has one.
+  reject(rid, "rank_claimed",
+         std::string(what) + " for rank " + std::to_string(rank) + " of job " + job + " from uid " +
+             (uid == kUnknownUid ? "unknown" : std::to_string(uid)) + ", but uid " +
+             (it->second.uid == kUnknownUid ? "unknown" : std::to_string(it->second.uid)) +
+             " registered that rank; refused");
+  return false;
+}
+
+bool ProbeSide::registerRank(const std::string& rid, const wire::RankInfo& info, uint32_t uid,
+                             int64_t now, bool* changed) {
+  *changed = false;
+  if (!mayClaim(rid, info.job(), info.rank(), uid, "a hello")) return false;
   auto key = std::make_pair(info.job(), info.rank());
   auto it = ranks_.find(key);
   *changed = it == ranks_.end() || it->second.routingId != rid ||
@@ -209,13 +224,20 @@ void ProbeSide::registerRank(const std::string& rid, const wire::RankInfo& info,
     logInfo(kLog, "rank " + std::to_string(info.rank()) + " of job " + info.job() + " (pid " +
                       std::to_string(info.pid()) + ") registered");
     it = ranks_.emplace(key, RankEntry{}).first;
+    it->second.uid = uid;
   }
+  // A new pid or connection of the same uid takes the rank over: a restarted rank
+  // re-registers before its old entry expires, and the uid could signal or trace the old
+  // process anyway, so this grants it nothing.
   it->second.info = info;
   it->second.routingId = rid;
   it->second.lastSeenMono = now;
+  return true;
 }
 
-void ProbeSide::endRank(const std::string& rid, const std::string& job, uint32_t rank) {
+bool ProbeSide::endRank(const std::string& rid, const std::string& job, uint32_t rank,
+                        uint32_t uid) {
+  if (!mayClaim(rid, job, rank, uid, "a goodbye")) return false;
   auto it = ranks_.find(std::make_pair(job, rank));
   EndedRank e{job, rank, 0, rid};
   if (it != ranks_.end()) {
@@ -224,6 +246,7 @@ void ProbeSide::endRank(const std::string& rid, const std::string& job, uint32_t
   }
   endedRanks_.push_back(std::move(e));
   if (endedRanks_.size() > kEndedRanksKept) endedRanks_.pop_front();
+  return true;
 }
 
 bool ProbeSide::helloAfterGoodbye(const std::string& rid, const wire::RankInfo& info) {
@@ -255,13 +278,15 @@ void ProbeSide::handleFrame(const std::string& rid, const zmq::message_t& frame,
       if (helloAfterGoodbye(rid, *info)) return;
       info->set_node(opts_.node);
       bool changed = false;
-      registerRank(rid, *info, now, &changed);
+      if (!registerRank(rid, *info, peerUid(frame), now, &changed)) return;
       // Periodic hellos only refresh the registry; the collector hears of new or changed ranks_.
       if (changed) inRecords_.push_back(wire::encode(env));
       return;
     }
     case wire::Envelope::kRankGoodbye: {
-      endRank(rid, env.rank_goodbye().job(), env.rank_goodbye().rank());
+      if (!endRank(rid, env.rank_goodbye().job(), env.rank_goodbye().rank(), peerUid(frame))) {
+        return;
+      }
       inRecords_.push_back(wire::encode(env));
       return;
     }
@@ -325,9 +350,12 @@ void ProbeSide::takeItem(const std::string& rid, const zmq::message_t& frame, ui
     if (helloAfterGoodbye(rid, *info)) return;  // not spooled: the rank has ended
     info->set_node(opts_.node);
     bool changed = false;
-    registerRank(rid, *info, now, &changed);
+    // Not spooled when refused: the collector must not hear of the claim either.
+    if (!registerRank(rid, *info, peerUid(frame), now, &changed)) return;
   } else if (item.has_rank_goodbye()) {
-    endRank(rid, item.rank_goodbye().job(), item.rank_goodbye().rank());
+    if (!endRank(rid, item.rank_goodbye().job(), item.rank_goodbye().rank(), peerUid(frame))) {
+      return;
+    }
   } else if (item.has_command_status() &&
              wire::commandState(item.command_status()) == wire::RankState::kUploading &&
              !item.command_status().file_path().empty()) {

@@ -9,6 +9,10 @@
 // taking messages once kDrainByteLimit bytes are held (the rest wait in ZeroMQ for the next
 // drain, counted in drainsCut). A flood of 8 MB frames from one probe so holds about
 // 16 x 8 MB queued plus 32 MiB in a drain, not gigabytes (tools/bench/agent_flood_bench).
+// A (job, rank) belongs to the uid that registered it first (SO_PEERCRED of its ipc
+// connection): a hello or goodbye for it from another uid is refused as rank_claimed, so one
+// local user cannot take over another's rank and its commands. The same uid may register it
+// again from another process or connection, as a restarted rank does.
 // Owned by the agent's loop thread; nothing in it is touched from another thread.
 #pragma once
 
@@ -83,6 +87,7 @@ class ProbeSide {
     wire::RankInfo info;
     std::string routingId;
     int64_t lastSeenMono = 0;
+    uint32_t uid = kUnknownUid;  // of the probe that registered it first; only it may change it
   };
   // A rank that said goodbye: a hello its probe queued before the goodbye and delivered after
   // it (a resend, a late batch) must not register the ended rank again, or the /proc watch
@@ -96,6 +101,10 @@ class ProbeSide {
 
   // The uid of the process that sent `frame` (kUnknownUid when the transport has none).
   uint32_t peerUid(const zmq::message_t& frame) const;
+  // Whether a process of `uid` may speak for (job, rank): the rank is not registered, or was
+  // registered by the same uid. Refuses (rank_claimed) and counts otherwise.
+  bool mayClaim(const std::string& rid, const std::string& job, uint32_t rank, uint32_t uid,
+                const char* what);
   void handleFrame(const std::string& rid, const zmq::message_t& frame, int64_t now);
   // The fast path for a Batch frame as probes send it (wire::splitBatch): false, having taken
   // nothing, when the frame does not split or one of its non-step items does not parse.
@@ -106,9 +115,11 @@ class ProbeSide {
                 wire::Envelope& item, std::string_view raw, int64_t now);
   // Queues one record of batch `seq` for the spool, or rejects it when too large.
   void takeRecord(std::string rec, uint64_t seq);
-  void registerRank(const std::string& rid, const wire::RankInfo& info, int64_t now, bool* changed);
-  // A goodbye: forgets the rank and remembers that it ended.
-  void endRank(const std::string& rid, const std::string& job, uint32_t rank);
+  // Registers or refreshes a rank; false (nothing changed) when another uid owns it.
+  bool registerRank(const std::string& rid, const wire::RankInfo& info, uint32_t uid, int64_t now,
+                    bool* changed);
+  // A goodbye: forgets the rank and remembers that it ended; false when another uid owns it.
+  bool endRank(const std::string& rid, const std::string& job, uint32_t rank, uint32_t uid);
   // Whether a hello is from a rank that already said goodbye (same process); counts it. A hello
   // from a new process of that rank (a restart) forgets the goodbye instead.
   bool helloAfterGoodbye(const std::string& rid, const wire::RankInfo& info);
