@@ -1,4 +1,5 @@
 // trainscope-agent: parses flags into AgentOptions and runs the agent until SIGINT/SIGTERM.
+#include <cstdlib>
 #include <iostream>
 #include <map>
 
@@ -37,6 +38,12 @@ int agentMain(int argc, char** argv) {
                  "root, $XDG_RUNTIME_DIR/trainscope/agent.sock for others, else "
                  "/tmp/trainscope-<uid>/agent.sock; its directory is created with mode 0700 and "
                  "refused when another user owns it")
+      ->capture_default_str();
+  std::string endpointMode = "0666";
+  app.add_option("--endpoint-mode", endpointMode,
+                 "octal mode of an ipc:// --endpoint's socket file; probes need write permission "
+                 "to connect, so the default leaves the directory's permissions to decide who "
+                 "may (0660: the socket's group only)")
       ->capture_default_str();
   app.add_option("--node", opts.node, "this node's name [default: the hostname]");
   app.add_option("--spool-dir", opts.spoolDir,
@@ -105,6 +112,16 @@ int agentMain(int argc, char** argv) {
                                                        {"warn", LogLevel::kWarn},
                                                        {"error", LogLevel::kError}};
   opts.logLevel = kLevels.at(level);
+  {
+    char* end = nullptr;
+    const unsigned long mode = std::strtoul(endpointMode.c_str(), &end, 8);
+    if (endpointMode.empty() || *end != '\0' || endpointMode.size() > 4 || mode > 0777) {
+      std::cerr << "trainscope-agent: --endpoint-mode: '" << endpointMode
+                << "' is not an octal mode within 0..0777 (e.g. 0660)\n";
+      return 2;
+    }
+    opts.endpointMode = static_cast<uint32_t>(mode);
+  }
 
   trainscope::Status st = trainscope::agent::finalizeOptions(opts);
   if (!st) {

@@ -84,6 +84,10 @@ Status finalizeOptions(AgentOptions& opts) {
         std::string(opts.agentKeyFile.empty() ? "--agent-key" : "--collector-key") +
         ": CurveZMQ needs both --collector-key and --agent-key");
   }
+  if (opts.endpointMode > 0777) {
+    return Status::error("--endpoint-mode: must be an octal mode within 0..0777, got " +
+                         std::to_string(opts.endpointMode) + " (decimal)");
+  }
   if (opts.maxFileBytes == 0) return Status::error("--max-file-bytes: must be positive");
   if (opts.procRoot.empty()) return Status::error("--proc-root: must not be empty");
   if (opts.captureDir.empty() || opts.captureDir[0] != '/') {

@@ -36,6 +36,12 @@ struct AgentOptions {
   // default (common/agent_endpoint.h) lies in a directory of our own, mode 0700, which the
   // agent creates; probes find it without configuration when they run as the same user.
   std::string endpoint = defaultAgentEndpoint();
+  // Mode of an ipc:// endpoint's socket file, set after bind (the umask would leave 0755, and
+  // connecting needs write permission). The default lets the directory decide who reaches the
+  // socket: the default endpoint's is 0700, and an --endpoint in a directory other users can
+  // enter serves their probes, as a root agent for every user's jobs needs. 0660 with a group
+  // on the directory narrows it to that group.
+  uint32_t endpointMode = 0666;
   // This node's name in RankInfo.node, HostSample.node and heartbeats. Empty: hostname.
   std::string node;
   // Spool directory. Empty: /var/tmp/trainscope/spool-<node>. Survives restarts; one agent

@@ -98,6 +98,35 @@ Status ProbeSide::claimEndpoint(const AgentOptions& opts) {
   return claimIpcPath(path);
 }
 
+namespace {
+
+// Gives the socket file we just bound `mode`. The file is opened O_PATH|O_NOFOLLOW and changed
+// through its descriptor, so a link swapped in at `path` (a directory others may write to) is
+// never followed to another file.
+Status setSocketMode(const std::string& path, uint32_t mode) {
+  const int fd = ::open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    return Status::error("--endpoint-mode: cannot open the socket file " + path + ": " +
+                         std::strerror(errno));
+  }
+  struct stat sb {};
+  std::string why;
+  if (::fstat(fd, &sb) != 0) {
+    why = std::strerror(errno);
+  } else if (!S_ISSOCK(sb.st_mode) || sb.st_uid != ::geteuid()) {
+    why = "it is no longer the socket this agent bound";
+  } else if (::chmod(("/proc/self/fd/" + std::to_string(fd)).c_str(), mode) != 0) {
+    why = std::strerror(errno);  // fchmod() refuses O_PATH descriptors
+  }
+  ::close(fd);
+  if (!why.empty()) {
+    return Status::error("--endpoint-mode: cannot set the mode of " + path + ": " + why);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status ProbeSide::bind() {
   if (opts_.endpoint.rfind("ipc://", 0) == 0) ipcPath_ = opts_.endpoint.substr(6);
   try {
@@ -115,6 +144,10 @@ Status ProbeSide::bind() {
     }
     return Status::error("--endpoint " + opts_.endpoint +
                          " is already in use (another agent?): " + e.what());
+  }
+  // An abstract socket (ipc://@name) has no file.
+  if (bound_.rfind("ipc://", 0) == 0 && bound_.size() > 6 && bound_[6] != '@') {
+    if (Status st = setSocketMode(bound_.substr(6), opts_.endpointMode); !st) return st;
   }
   return Status::ok();
 }

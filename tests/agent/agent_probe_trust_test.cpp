@@ -1,9 +1,10 @@
 // What a local process gets from the agent's probe endpoint (issue 33 item 11): a (job, rank)
 // belongs to the uid that registered it first, so another user's probe can neither take it over
 // (and receive its commands) nor end it; the same user may register it again from a new
-// process, as a restarted rank does.
-// The other-user case forks a child that drops to uid 65534 before any thread exists; it needs
-// root and is skipped (WARN) otherwise.
+// process, as a restarted rank does. And an ipc --endpoint's socket file takes --endpoint-mode
+// (0666 by default), so the README's root agent serving other users' probes works as written.
+// The other-user cases fork a child that drops to uid 65534 before any thread exists; they
+// need root and are skipped (WARN) otherwise.
 #include "agent/agent.h"
 
 #include <cstdio>
@@ -30,6 +31,12 @@ using trainscope::agent::AgentOptions;
 namespace {
 
 constexpr uint32_t kNobody = 65534;
+
+unsigned modeOf(const std::string& path) {
+  struct stat sb {};
+  REQUIRE(::lstat(path.c_str(), &sb) == 0);
+  return sb.st_mode & 07777;
+}
 
 wire::Envelope helloOf(const std::string& job, uint32_t rank, uint32_t pid) {
   wire::Envelope e;
@@ -161,8 +168,7 @@ TEST_CASE("another user's probe cannot take over or end a registered rank; the s
   AgentOptions opts = testOptions(tmp, collectorEp);
   FakeCollector collector(ctx, collectorEp);
   AgentRunner agent(opts);
-  // Open to everyone (the agent leaves it 0755 under umask 022), so this case checks only the
-  // ranks.
+  // Open to everyone whatever --endpoint-mode does, so this case checks only the ranks.
   REQUIRE(::chmod(tmp.sub("agent.sock").c_str(), 0666) == 0);
   FakeProbe probe(ctx, opts.endpoint);
   probe.hello();  // rank 3 of jobA, as root
@@ -185,4 +191,44 @@ TEST_CASE("another user's probe cannot take over or end a registered rank; the s
   CHECK(agent.stats().ranks == 1);
   CHECK(commandReaches(collector, restarted, "cap-2"));
   CHECK(agent.stats().rejects["rank_claimed"] == 2);
+}
+
+TEST_CASE("an ipc --endpoint's socket file takes --endpoint-mode, 0666 by default") {
+  const mode_t old = ::umask(022);  // what a root agent started by hand or by systemd has
+  TempDir tmp;
+  zmq::context_t ctx;
+  std::string collectorEp = freeTcpEndpoint(ctx);
+  AgentOptions opts = testOptions(tmp, collectorEp);
+  SECTION("by default anyone who can enter the directory may connect") {
+    AgentRunner agent(opts);
+    CHECK(modeOf(tmp.sub("agent.sock")) == 0666);
+  }
+  SECTION("0660 narrows it to the socket's group") {
+    opts.endpointMode = 0660;
+    AgentRunner agent(opts);
+    CHECK(modeOf(tmp.sub("agent.sock")) == 0660);
+  }
+  ::umask(old);
+}
+
+TEST_CASE("a root agent's --endpoint in a directory others can enter serves their probes") {
+  if (::geteuid() != 0) {
+    WARN("not root: cannot run a probe as another user; skipped");
+    return;
+  }
+  OtherUserProbe other;  // forked first, while this process has one thread
+  const mode_t old = ::umask(022);
+  TempDir tmp;
+  REQUIRE(::chmod(tmp.path().c_str(), 0755) == 0);
+  zmq::context_t ctx;
+  std::string collectorEp = freeTcpEndpoint(ctx);
+  AgentOptions opts = testOptions(tmp, collectorEp);
+  AgentRunner agent(opts);
+  // Its hello is taken (not answered) and its goodbye too: that user owns no rank here yet.
+  // Without write permission on the socket its connect fails and the agent hears nothing.
+  const std::string answers = other.run(opts.endpoint);
+  INFO("the other user's probe got: " << answers);
+  CHECK(answers == "none\nnone\n");
+  CHECK(waitFor([&] { return agent.stats().probeFrames == 2; }, 3000));
+  ::umask(old);
 }

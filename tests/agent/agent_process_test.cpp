@@ -152,12 +152,17 @@ TEST_CASE("agent executable names the flag in its errors and documents every fla
     CHECK_THAT(p.output(), Catch::Contains("--sample-interval-ms"));
   }
   {
+    Proc p({agentBin(), "--endpoint-mode", "0999"}, tmp.sub("bad6.log"));
+    CHECK(p.wait() == 2);
+    CHECK_THAT(p.output(), Catch::Contains("--endpoint-mode: '0999'"));
+  }
+  {
     Proc p({agentBin(), "--help"}, tmp.sub("help.log"));
     CHECK(p.wait() == 0);
     std::string help = p.output();
-    for (const char* flag :
-         {"--collector", "--endpoint", "--node", "--spool-dir", "--spool-max-bytes",
-          "--sample-interval-ms", "--heartbeat-interval-ms", "--proc-root", "--log-level"}) {
+    for (const char* flag : {"--collector", "--endpoint", "--node", "--spool-dir",
+                             "--spool-max-bytes", "--sample-interval-ms", "--heartbeat-interval-ms",
+                             "--proc-root", "--log-level", "--endpoint-mode"}) {
       CHECK_THAT(help, Catch::Contains(flag));
     }
     CHECK_THAT(help, Catch::Contains("tcp://127.0.0.1:7601"));
