@@ -66,6 +66,32 @@ bool isUnder(const std::string& path, const std::string& root) {
          path[root.size()] == '/';
 }
 
+// Opens the directory at the absolute path `dir` from "/" one component at a time, each with
+// O_DIRECTORY|O_NOFOLLOW: the descriptor is of the directory that really lies at that path
+// now, never one a link swapped into the path leads to. -1 (errno set) otherwise.
+int openDirNoFollow(const std::string& dir) {
+  int fd = ::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  size_t pos = 0;
+  while (fd >= 0 && pos < dir.size()) {
+    size_t next = dir.find('/', pos);
+    if (next == std::string::npos) next = dir.size();
+    const std::string part = dir.substr(pos, next - pos);
+    pos = next + 1;
+    if (part.empty()) continue;
+    int sub = -1;
+    if (part == "." || part == "..") {
+      errno = EINVAL;  // a resolved path has none; refuse rather than walk up
+    } else {
+      sub = ::openat(fd, part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    fd = sub;
+  }
+  return fd;
+}
+
 // One upload per (command, rank): the key of the journal entry and of the finished list.
 std::string uploadKey(const wire::CommandStatus& st) {
   std::string key;
@@ -236,19 +262,7 @@ void Uploads::finish(Upload& up, const std::string& failure) {
     spool_.commandStatus(st.command_id(), st.job(), st.rank(), wire::RankState::kFailed, failure);
   } else {
     ++filesShipped_;
-    // Delete only the file that was shipped: the path must still name the opened inode.
-    struct stat opened {
-    }, now{};
-    if (::fstat(up.fd, &opened) == 0 && ::lstat(up.resolved.c_str(), &now) == 0 &&
-        opened.st_dev == now.st_dev && opened.st_ino == now.st_ino) {
-      if (::unlink(up.resolved.c_str()) != 0) {
-        logWarn(kLog, "shipped " + up.resolved + " but cannot delete it: " + std::strerror(errno));
-      }
-      // The capture's own directory goes when it is empty; the capture root stays.
-      std::string parent = std::filesystem::path(up.resolved).parent_path().string();
-      auto root = realPath(opts_.captureDir);
-      if (root && isUnder(parent, *root)) (void)::rmdir(parent.c_str());
-    }
+    removeShipped(up);
   }
   if (up.fd >= 0) ::close(up.fd);
   up.fd = -1;
@@ -256,6 +270,49 @@ void Uploads::finish(Upload& up, const std::string& failure) {
   if (!up.journal.empty()) std::filesystem::remove(up.journal, ec);
   finished_.push_back(uploadKey(st));
   while (finished_.size() > kFinishedUploadsKept) finished_.pop_front();
+}
+
+void Uploads::removeShipped(const Upload& up) {
+  // Delete only the file that was shipped, and only in the directory it was opened in: the
+  // directory is reached without following links (a parent swapped for a link since the open
+  // fails the walk), the name must still be the opened inode there, and the unlink is made
+  // relative to that directory's descriptor, so no path is resolved twice.
+  const std::filesystem::path resolved(up.resolved);
+  const std::string name = resolved.filename().string();
+  const std::string parent = resolved.parent_path().string();
+  const std::filesystem::path parentPath(parent);
+  auto keep = [&](const std::string& why) {
+    logWarn(kLog, "shipped " + up.resolved + " but did not delete it: " + why);
+  };
+  // The capture's own directory goes when it is empty (removed through its parent's
+  // descriptor); the capture root stays.
+  auto root = realPath(opts_.captureDir);
+  const bool removeParent = root && isUnder(parent, *root);
+  const int grand = removeParent ? openDirNoFollow(parentPath.parent_path().string()) : -1;
+  int dir = -1;
+  if (removeParent) {
+    if (grand >= 0) {
+      dir = ::openat(grand, parentPath.filename().c_str(),
+                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+  } else {
+    dir = openDirNoFollow(parent);
+  }
+  struct stat opened {
+  }, now{};
+  if (dir < 0) {
+    keep(parent + " is no longer a directory reached without links: " + std::strerror(errno));
+  } else if (::fstat(up.fd, &opened) != 0 ||
+             ::fstatat(dir, name.c_str(), &now, AT_SYMLINK_NOFOLLOW) != 0 ||
+             opened.st_dev != now.st_dev || opened.st_ino != now.st_ino) {
+    keep("its name there no longer names the file shipped");
+  } else if (::unlinkat(dir, name.c_str(), 0) != 0) {
+    keep(std::strerror(errno));
+  } else if (grand >= 0) {
+    (void)::unlinkat(grand, parentPath.filename().c_str(), AT_REMOVEDIR);
+  }
+  if (dir >= 0) ::close(dir);
+  if (grand >= 0) ::close(grand);
 }
 
 void Uploads::release() {

@@ -59,6 +59,8 @@ class Uploads {
 
   void queue(const wire::CommandStatus& status, uint32_t uid, bool resumed);
   void finish(Upload& up, const std::string& failure);
+  // Deletes a shipped file where it was opened, walking to it without following links.
+  void removeShipped(const Upload& up);
   // The front upload found no room in the spool: look again soon, give up after a while.
   void wait(Upload& up, int64_t nowMono, const std::string& why);
   // Forgets chunks no longer held unacked in the spool.

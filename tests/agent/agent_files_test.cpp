@@ -433,3 +433,42 @@ TEST_CASE("a file larger than a small spool never evicts telemetry acked to the 
   CHECK(agent.stats().spoolDropped == 0);
   CHECK(waitFor([&] { return !std::filesystem::exists(path); }));
 }
+
+TEST_CASE(
+    "a shipped file is deleted only in the directory it was opened in, never through a link") {
+  // Issue 33 item 11: the deletion resolved the path again, so a capture directory swapped for
+  // a link after the file was opened made a root agent unlink through that link, outside the
+  // capture directory. Here the swap happens while the upload waits for the collector (a
+  // small spool holds one chunk), and the file moved outside must survive its shipping.
+  TempDir tmp;
+  zmq::context_t ctx;
+  std::string collectorEp = freeTcpEndpoint(ctx);
+  AgentOptions opts = testOptions(tmp, collectorEp);
+  opts.spoolMaxBytes = 4u << 20;
+  opts.spoolSegmentBytes = 256u << 10;
+  AgentRunner agent(opts);
+  FakeProbe probe(ctx, opts.endpoint);
+  probe.hello();
+  const std::string bytes = randomBytes(3u << 20, 13);
+  const std::string capDir = opts.captureDir + "/cap-swap";
+  const std::string path = capDir + "/rank-3.json.gz";
+  writeFile(path, bytes);
+  probe.sendItems(1, {uploadingStatus("cap-swap", 3, path, bytes.size())});
+  REQUIRE(probe.awaitAck() == 1);
+  REQUIRE(waitFor([&] { return agent.stats().fileBytesHeld > 0; }));
+  REQUIRE(agent.stats().uploadsActive == 1);  // waiting for acks, the file still open
+
+  const std::string outside = tmp.sub("outside");
+  std::filesystem::create_directories(outside);
+  std::filesystem::rename(capDir, outside + "/cap-swap");
+  std::filesystem::create_directory_symlink(outside + "/cap-swap", capDir);
+
+  FakeCollector collector(ctx, collectorEp);
+  Assembler files;
+  REQUIRE(collector.pumpUntil([&] { return files.get(collector, "cap-swap").complete; }, 30000));
+  CHECK(files.get(collector, "cap-swap").data == bytes);
+  REQUIRE(waitFor([&] { return agent.stats().filesShipped == 1; }));
+  REQUIRE(waitFor([&] { return agent.stats().uploadsActive == 0; }));
+  CHECK(std::filesystem::exists(outside + "/cap-swap/rank-3.json.gz"));
+  CHECK(std::filesystem::is_symlink(capDir));
+}
