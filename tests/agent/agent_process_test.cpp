@@ -293,7 +293,7 @@ TEST_CASE("a local probe flooding 8 MB frames keeps the agent's memory bounded, 
   }
   int acks = 0;
   double peak = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
   while (acks < kFrames && std::chrono::steady_clock::now() < deadline) {
     zmq::pollitem_t item{probe.handle(), 0, ZMQ_POLLIN, 0};
     if (zmq::poll(&item, 1, std::chrono::milliseconds(50)) > 0) {
@@ -308,7 +308,20 @@ TEST_CASE("a local probe flooding 8 MB frames keeps the agent's memory bounded, 
   peak = std::max(peak, peakRssMiB(agent.pid()));
   INFO("agent peak RSS " << peak << " MiB, " << acks << " of " << kFrames << " frames acked");
   CHECK(acks == kFrames);
-  CHECK(peak < 384);
+  // The bound holds 16 queued frames and a 32 MiB drain (~230 MiB measured); without it the
+  // agent took 947 MiB. A sanitizer build's allocator and shadow memory add to both.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  constexpr double kPeakMiB = 700;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  constexpr double kPeakMiB = 700;
+#else
+  constexpr double kPeakMiB = 384;
+#endif
+#else
+  constexpr double kPeakMiB = 384;
+#endif
+  CHECK(peak < kPeakMiB);
   agent.signal(SIGTERM);
   CHECK(agent.wait(20000) == 0);
 }
