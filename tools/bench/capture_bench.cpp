@@ -3,8 +3,12 @@
 // ranges and --colls collectives per step); (2) the runtime thread's per-step cost of offering
 // folded steps to an active capture (the CaptureWorker copies each step for its writer
 // thread) against no capture, and the writer thread's own cost (gzip Chrome-trace JSON per
-// record, the history written when a command arrives). Prints figures; no assertions.
+// record, the history written when a command arrives); (3) what captures cost the collector:
+// the time ingest's socket thread spends in CaptureManager::onCommandItem per rank status and
+// per file chunk of a capture of --collector-ranks ranks (16,384 by default) over a SQLite
+// store on disk. Prints figures; no assertions.
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +27,9 @@
 #include "agent/probe/flight_recorder.h"
 #include "agent/probe/intern.h"
 #include "agent/probe/probe.h"
+#include "collector/capture/manager.h"
+#include "collector/capture/request.h"
+#include "collector/storage/store.h"
 #include "common/clock.h"
 #include "common/guarded_main.h"
 #include "schema/capture_state.h"
@@ -40,6 +47,9 @@ struct BenchOptions {
   uint32_t flightSteps = 8;  // flight recorder step bound (probe default)
   uint64_t flightMaxBytes = 64ull << 20;  // flight recorder byte bound (probe default)
   std::string dir;                        // capture files go here (default: a fresh temp dir)
+  uint32_t collectorRanks = 16384;        // ranks of the collector-side capture
+  uint32_t statuses = 300;                // statuses (and as many chunks) timed on the collector
+  std::string part = "all";               // probe, collector or all
 };
 
 double nowSec() {
@@ -256,6 +266,127 @@ void offerFigure(const BenchOptions& o, const std::string& dir) {
   }
 }
 
+// A seeded SQLite store (a file under `dir`, WAL, as the collector runs it) holding job
+// "bench" of `ranks` ranks, 8 per node, each at step 10.
+std::unique_ptr<trainscope::storage::Store> seededStore(const std::string& dir, uint32_t ranks) {
+  namespace storage = trainscope::storage;
+  storage::SqliteOptions so;
+  so.path = dir + "/bench.db";
+  auto opened = storage::openSqliteStore(so);
+  if (!opened) {
+    std::fprintf(stderr, "capture_bench: %s\n", opened.message().c_str());
+    std::exit(1);
+  }
+  auto store = std::move(opened.value());
+  storage::WriteBatch b;
+  b.receivedNs = trainscope::wallNowNs();
+  for (uint32_t r = 0; r < ranks; ++r) {
+    wire::RankInfo info;
+    info.set_job("bench");
+    info.set_rank(r);
+    info.set_world_size(ranks);
+    info.set_node("node" + std::to_string(r / 8));
+    info.set_host(info.node());
+    info.set_pid(1000 + r);
+    b.ranks.push_back(info);
+    wire::StepReport rep;
+    rep.set_job("bench");
+    rep.set_rank(r);
+    rep.set_step(10);
+    rep.set_start_ns(1'000'000'000);
+    rep.set_end_ns(1'100'000'000);
+    rep.set_duration_ns(100'000'000);
+    b.steps.push_back(rep);
+  }
+  if (auto st = store->write(b); !st) {
+    std::fprintf(stderr, "capture_bench: seeding the store: %s\n", st.message().c_str());
+    std::exit(1);
+  }
+  return store;
+}
+
+struct Timings {
+  std::vector<double> sec;
+  void print(const char* what) {
+    std::sort(sec.begin(), sec.end());
+    double total = 0;
+    for (double x : sec) total += x;
+    std::printf("  %-28s %8.1f us mean, %8.1f us median, %8.1f us p99, %8.1f us max (%zu)\n", what,
+                total / static_cast<double>(sec.size()) * 1e6, sec[sec.size() / 2] * 1e6,
+                sec[sec.size() * 99 / 100] * 1e6, sec.back() * 1e6, sec.size());
+  }
+};
+
+// The collector's side: one capture of every rank, then statuses and single-chunk files from
+// the first --statuses ranks, each handed to onCommandItem as ingest's socket thread does.
+void collectorFigure(const BenchOptions& o, const std::string& dir) {
+  namespace capture = trainscope::capture;
+  const double s0 = nowSec();
+  auto store = seededStore(dir, o.collectorRanks);
+  const double seeded = nowSec() - s0;
+  trainscope::SystemClock clock;
+  capture::CaptureManagerOptions co;
+  co.dir = dir + "/captures";
+  co.deadlineSlackNs = int64_t{3600} * 1'000'000'000;  // no rank times out while timing
+  capture::CaptureManager manager(co, *store, clock,
+                                  [](const std::string&, const wire::Command&) {
+                                    return trainscope::Status::ok();
+                                  });
+  auto req = capture::parseCaptureRequest(R"({"ranks":"all","steps":5})");
+  if (!req) std::abort();
+  const double c0 = nowSec();
+  auto row = manager.start("bench", *req);
+  const double started = nowSec() - c0;
+  if (!row) {
+    std::fprintf(stderr, "capture_bench: capture refused: %s\n", row.message().c_str());
+    std::exit(1);
+  }
+  const uint32_t n = std::min(o.statuses, o.collectorRanks);
+  auto status = [&](uint32_t rank, const char* state) {
+    wire::Envelope env;
+    auto* st = env.mutable_command_status();
+    st->set_command_id(row->id);
+    st->set_job("bench");
+    st->set_rank(rank);
+    st->set_state(state);
+    st->set_detail("steps 16..20");
+    return env;
+  };
+  Timings recording;
+  Timings uploading;
+  Timings chunk;
+  const std::string data(4096, 'x');  // not gzip: the merge is not timed here
+  const auto crc = static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
+  auto timed = [&](Timings& t, const wire::Envelope& env) {
+    const double a = nowSec();
+    manager.onCommandItem("node0", env);
+    t.sec.push_back(nowSec() - a);
+  };
+  for (uint32_t r = 0; r < n; ++r) timed(recording, status(r, "recording"));
+  for (uint32_t r = 0; r < n; ++r) {
+    timed(uploading, status(r, "uploading"));
+    wire::Envelope env;
+    auto* c = env.mutable_file_chunk();
+    c->set_command_id(row->id);
+    c->set_job("bench");
+    c->set_rank(r);
+    c->set_offset(0);
+    c->set_data(data);
+    c->set_crc32(crc);
+    c->set_last(true);
+    c->set_total_bytes(data.size());
+    timed(chunk, env);
+  }
+  std::printf("collector, one capture of %u ranks on a SQLite file store (seeded in %.1f s, "
+              "started in %.1f ms):\n",
+              o.collectorRanks, seeded, started * 1e3);
+  std::printf("ingest socket thread, per item (CaptureManager::onCommandItem):\n");
+  recording.print("status recording:");
+  uploading.print("status uploading:");
+  chunk.print("last chunk (rank done):");
+}
+
 int benchMain(int argc, char** argv) {
   BenchOptions o;
   CLI::App app{
@@ -276,6 +407,16 @@ int benchMain(int argc, char** argv) {
   app.add_option("--dir", o.dir,
                  "directory for the capture file (default: a fresh directory under /tmp, "
                  "removed afterwards)");
+  app.add_option("--collector-ranks", o.collectorRanks, "ranks of the collector-side capture")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 65536u));
+  app.add_option("--statuses", o.statuses,
+                 "rank statuses (and as many chunks) timed on the collector side")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 65536u));
+  app.add_option("--part", o.part, "which figures: probe, collector or all")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"probe", "collector", "all"}));
   CLI11_PARSE(app, argc, argv);
   if (o.ops < 0 || o.ranges < 0 || o.colls < 0) {
     std::fprintf(stderr, "capture_bench: --ops, --ranges and --colls must be >= 0\n");
@@ -292,8 +433,11 @@ int benchMain(int argc, char** argv) {
     dir = tmpl;
     temp = true;
   }
-  flightFigure(o);
-  offerFigure(o, dir);
+  if (o.part != "collector") {
+    flightFigure(o);
+    offerFigure(o, dir);
+  }
+  if (o.part != "probe") collectorFigure(o, dir);
   if (temp) {
     const std::string cmd = "rm -rf '" + dir + "'";
     if (std::system(cmd.c_str()) != 0)
