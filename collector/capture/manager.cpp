@@ -197,6 +197,10 @@ CaptureManager::CaptureManager(CaptureManagerOptions options, storage::Store& st
                                const Clock& clock, CommandSink sink)
     : options_(std::move(options)), store_(store), clock_(clock), sink_(std::move(sink)) {}
 
+CaptureManager::~CaptureManager() {
+  flush();
+}
+
 json CaptureManager::describe(const storage::CaptureRow& row) const {
   if (options_.describe) return options_.describe(row);
   return json{
@@ -216,11 +220,50 @@ void CaptureManager::persistLocked(storage::CaptureRow& row) {
   }
 }
 
-storage::CaptureRankRow* CaptureManager::rankOf(Active& a, uint32_t rank) {
-  for (auto& r : a.row.rankStatus) {
-    if (r.rank == rank) return &r;
+bool CaptureManager::storeRow(storage::CaptureRow& row) {
+  row.updatedNs = std::max(clock_.nowNs(), row.updatedNs);
+  row.summary = captureSummary(row);
+  Status s = store_.writeCapture(row);
+  if (s) return true;
+  {
+    MutexLock lock(&mu_);
+    ++stats_.storeFailures;
   }
-  return nullptr;
+  storeLog_.log(LogLevel::kError, kComponent, "storing capture " + row.id + ": " + s.message());
+  return false;
+}
+
+void CaptureManager::storeFinal(storage::CaptureRow& row) {
+  MutexLock write(&storeMu_);
+  storeRow(row);
+}
+
+void CaptureManager::flush() {
+  MutexLock write(&storeMu_);
+  std::vector<storage::CaptureRow> rows;
+  {
+    // Only the copy is made under mu_ (the socket thread waits for it, O(ranks) once per
+    // changed capture per flush); the write is not.
+    MutexLock lock(&mu_);
+    for (auto& [id, a] : active_) {
+      if (!a.dirty) continue;
+      a.dirty = false;
+      rows.push_back(a.row);
+    }
+  }
+  for (auto& row : rows) {
+    if (storeRow(row)) continue;
+    MutexLock lock(&mu_);  // stored nothing: the next flush tries again
+    if (auto it = active_.find(row.id); it != active_.end()) it->second.dirty = true;
+  }
+}
+
+storage::CaptureRankRow* CaptureManager::rankOf(Active& a, uint32_t rank) {
+  if (a.index.empty()) {
+    for (size_t i = 0; i < a.row.rankStatus.size(); ++i) a.index[a.row.rankStatus[i].rank] = i;
+  }
+  auto it = a.index.find(rank);
+  return it == a.index.end() ? nullptr : &a.row.rankStatus[it->second];
 }
 
 void CaptureManager::failRankLocked(Active& a, storage::CaptureRankRow& r,
@@ -238,7 +281,6 @@ void CaptureManager::finalizeLocked(Active& a, const std::map<uint32_t, std::str
                                     std::optional<uint64_t> traceBytes) {
   a.row = finalRow(std::move(a.row), failures, clock_.nowNs());
   a.row.traceBytes = a.row.state == CaptureState::kFailed ? std::nullopt : traceBytes;
-  persistLocked(a.row);
   ++stats_.finished[a.row.state];
   logInfo(kComponent, "capture " + a.row.id + " of job " + a.row.job + " " +
                           wire::toString(a.row.state) + ": " + a.row.summary);
@@ -255,8 +297,23 @@ void CaptureManager::recover() {
     if (row.state != CaptureState::kRunning) continue;
     Active a;
     a.row = std::move(row);
+    const fs::path dir = directory(a.row.id);
     for (auto& r : a.row.rankStatus) {
-      if (!wire::isFinal(r.state)) failRankLocked(a, r, "collector restarted during the capture");
+      if (wire::isFinal(r.state)) continue;
+      // The rank file is renamed into place only once complete and checked: a rank that has
+      // one was done, its state still waiting for a flush when the collector stopped.
+      std::error_code ec;
+      const fs::path file = dir / rankFileName(r.rank);
+      if (fs::is_regular_file(fs::symlink_status(file, ec))) {
+        const auto size = fs::file_size(file, ec);
+        if (!ec) {
+          r.state = RankState::kDone;
+          r.bytes = size;
+          r.updatedNs = clock_.nowNs();
+          continue;
+        }
+      }
+      failRankLocked(a, r, "collector restarted during the capture");
     }
     if (const int n = mergeAttempts(directory(a.row.id)); n >= kMaxMergeAttempts) {
       // Its done ranks are failed too: with none done, the next tick fails the capture
@@ -345,6 +402,7 @@ Result<storage::CaptureRow> CaptureManager::start(const std::string& job,
                                         [](const auto& r) { return r.state == RankState::kDone; });
   if (allFinal(a.row) && nothingDone) {
     finalizeLocked(a, {}, std::nullopt);  // no rank can answer: failed at once
+    persistLocked(a.row);                 // never running: no flush holds a copy of it
     return a.row;
   }
   if (changed) persistLocked(a.row);
@@ -566,7 +624,7 @@ void CaptureManager::onStatusLocked(const wire::CommandStatus& st) {
   } else {
     return;  // pending and done are the collector's to decide
   }
-  persistLocked(a.row);
+  changedLocked(a);
 }
 
 void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
@@ -589,7 +647,7 @@ void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
   if (crc != chunk.crc32()) {
     failRankLocked(a, *r,
                    "chunk at offset " + std::to_string(chunk.offset()) + " failed its checksum");
-    persistLocked(a.row);
+    changedLocked(a);
     return;
   }
   if (chunk.offset() < written) {
@@ -600,12 +658,12 @@ void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
     failRankLocked(a, *r,
                    "chunk at offset " + std::to_string(chunk.offset()) +
                        " leaves a gap: the file has " + std::to_string(written) + " bytes");
-    persistLocked(a.row);
+    changedLocked(a);
     return;
   }
   if (written + data.size() > a.row.maxBytes + options_.chunkSlackBytes) {
     failRankLocked(a, *r, "file exceeds max_bytes (" + std::to_string(a.row.maxBytes) + ")");
-    persistLocked(a.row);
+    changedLocked(a);
     return;
   }
   const fs::path dir = directory(a.row.id);
@@ -618,7 +676,7 @@ void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
     out.flush();
     if (!out) {
       failRankLocked(a, *r, "cannot write " + part.string());
-      persistLocked(a.row);
+      changedLocked(a);
       return;
     }
   }
@@ -649,7 +707,7 @@ void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
     }
     changed = true;
   }
-  if (changed) persistLocked(a.row);
+  if (changed) changedLocked(a);
 }
 
 void CaptureManager::onCommitted(const storage::WriteBatch& batch) {
@@ -669,7 +727,7 @@ void CaptureManager::onCommitted(const storage::WriteBatch& batch) {
       failRankLocked(a, *r,
                      "rank exited at step " + std::to_string(bye.last_step()) +
                          " before the capture finished");
-      persistLocked(a.row);
+      changedLocked(a);
     }
   }
   for (const auto& host : batch.hosts) {
@@ -683,7 +741,7 @@ void CaptureManager::onCommitted(const storage::WriteBatch& batch) {
                        "the process of rank " + std::to_string(proc.rank()) + " (pid " +
                            std::to_string(proc.pid()) + ") is gone, reported by agent " +
                            host.node());
-        persistLocked(a.row);
+        changedLocked(a);
       }
     }
   }
@@ -691,6 +749,7 @@ void CaptureManager::onCommitted(const storage::WriteBatch& batch) {
 
 void CaptureManager::tick(int64_t nowNs) {
   std::vector<storage::CaptureRow> ready;
+  std::vector<storage::CaptureRow> ended;  // final without a merge: stored below
   {
     MutexLock lock(&mu_);
     for (auto it = active_.begin(); it != active_.end();) {
@@ -705,7 +764,7 @@ void CaptureManager::tick(int64_t nowNs) {
             failRankLocked(a, r, std::string("timed out in state ") + wire::toString(r.state));
           }
         }
-        persistLocked(a.row);
+        changedLocked(a);
       }
       if (!allFinal(a.row)) {
         ++it;
@@ -715,6 +774,7 @@ void CaptureManager::tick(int64_t nowNs) {
                                        [](const auto& r) { return r.state == RankState::kDone; });
       if (!anyDone) {
         finalizeLocked(a, {}, std::nullopt);
+        ended.push_back(std::move(a.row));
         it = active_.erase(it);
         continue;
       }
@@ -723,6 +783,8 @@ void CaptureManager::tick(int64_t nowNs) {
       ++it;
     }
   }
+  for (auto& row : ended) storeFinal(row);
+  flush();
   if (ready.empty()) return;
 
   std::map<std::string, int64_t> offsets;
@@ -771,13 +833,19 @@ void CaptureManager::tick(int64_t nowNs) {
       logError(kComponent, "capture " + row.id + ": merge failed: " + merged.message());
       for (const auto& f : files) failures[f.rank] = "merge failed: " + merged.message();
     }
+    storage::CaptureRow endRow;
+    {
+      MutexLock lock(&mu_);
+      auto it = active_.find(row.id);
+      if (it == active_.end()) continue;
+      finalizeLocked(it->second, failures, bytes);
+      endRow = std::move(it->second.row);
+      active_.erase(it);
+    }
+    storeFinal(endRow);
     std::error_code ec;
-    fs::remove(dir / kMergeAttemptsFile, ec);
-    MutexLock lock(&mu_);
-    auto it = active_.find(row.id);
-    if (it == active_.end()) continue;
-    finalizeLocked(it->second, failures, bytes);
-    active_.erase(it);
+    fs::remove(dir / kMergeAttemptsFile, ec);  // after the final row: else merged again
+    flush();  // what came in during a long merge
   }
   // A merge holds one event at a time, but a few large ones leave free pages behind: hand
   // them back.

@@ -4,6 +4,12 @@
 // any method; one mutex guards the running captures. tick() does the merges, outside that
 // mutex, so the ingest socket thread (onCommandItem) never waits for one: call it from one
 // thread (the collector's main loop).
+// A rank status or chunk only changes the capture in memory and marks it changed; flush()
+// (each tick(), and the destructor) stores each changed capture once, off ingest's threads.
+// Storing the whole row per status cost the socket thread O(ranks) per status: 20 ms at 8,192
+// ranks, O(ranks^2) over a capture. A capture's start and its final state are stored at once;
+// a rank's state reaches the store within one tick, and a rank whose file was complete before
+// a crash is found done again by recover() (the file's rename is what makes a rank done).
 #pragma once
 
 #include <cstdint>
@@ -99,9 +105,12 @@ class CaptureManager {
                  CommandSink sink);
   CaptureManager(const CaptureManager&) = delete;
   CaptureManager& operator=(const CaptureManager&) = delete;
+  // Stores what changed since the last flush().
+  ~CaptureManager();
 
   // Captures a previous collector left "running" are not resumed: their unfinished ranks fail
-  // with "collector restarted during the capture"; ranks already done are merged by the next
+  // with "collector restarted during the capture", except a rank whose complete file is on
+  // disk (its done state was not stored yet), which is done; ranks done are merged by the next
   // tick() (a partial capture). Call once, before anything else.
   void recover();
 
@@ -127,9 +136,12 @@ class CaptureManager {
   void onCommandItem(const std::string& node, const wire::Envelope& item);
   // ingest's onCommitted: goodbyes and vanished processes fail the ranks they end.
   void onCommitted(const storage::WriteBatch& batch);
-  // Applies deadlines at `nowNs` and merges captures whose ranks are all final. About once a
-  // second, from one thread.
+  // Applies deadlines at `nowNs`, stores what changed (flush()) and merges captures whose ranks
+  // are all final. About once a second, from one thread.
   void tick(int64_t nowNs);
+  // Stores every running capture changed since the last flush: one row write per capture,
+  // however many statuses and chunks changed it. tick() calls it; any thread but ingest's.
+  void flush();
 
   // A stored file of capture `id` ("trace.json.gz" or "rank-<R>.json.gz") as a stream: the
   // gzip bytes as stored when `gzip`, else decompressed piece by piece under
@@ -149,7 +161,11 @@ class CaptureManager {
   struct Active {
     storage::CaptureRow row;
     std::map<uint32_t, uint64_t> written;  // bytes of each rank's .part so far
-    bool merging = false;                  // handed to tick()'s merge
+    // rank -> its index in row.rankStatus (whose order never changes), so a status finds its
+    // rank in O(log n), not by a scan of 16,384 ranks. Built by rankOf on first use.
+    std::map<uint32_t, size_t> index;
+    bool merging = false;  // handed to tick()'s merge
+    bool dirty = false;    // changed since it was last stored: flush() writes it
   };
 
   // The job's ranks as stored, for start.
@@ -176,9 +192,17 @@ class CaptureManager {
   storage::CaptureRankRow* rankOf(Active& a, uint32_t rank);
   void failRankLocked(Active& a, storage::CaptureRankRow& r, const std::string& detail)
       REQUIRES(mu_);
+  // Stores `row` now (start, recover, an ended capture): sets its update time and summary.
   void persistLocked(storage::CaptureRow& row) REQUIRES(mu_);
+  // A status, chunk or deadline changed `a`: the next flush() stores it.
+  static void changedLocked(Active& a) { a.dirty = true; }
+  // Sets the final state of `a` (not stored: the caller erases `a` from active_, then stores
+  // the row with storeFinal, so no flush of an older copy can land after it).
   void finalizeLocked(Active& a, const std::map<uint32_t, std::string>& failures,
                       std::optional<uint64_t> traceBytes) REQUIRES(mu_);
+  void storeFinal(storage::CaptureRow& row) EXCLUDES(mu_);
+  // Writes `row` with its update time and summary set; false (counted, logged) on a refusal.
+  bool storeRow(storage::CaptureRow& row) EXCLUDES(mu_);
   void onStatusLocked(const wire::CommandStatus& status) REQUIRES(mu_);
   void onChunkLocked(const wire::FileChunk& chunk) REQUIRES(mu_);
   // Median step time over the job's steps before `latest` (its highest stored step; -1: none).
@@ -190,6 +214,10 @@ class CaptureManager {
   const Clock& clock_;
   CommandSink sink_;
 
+  // Held over every write of a running or just ended capture (flush, storeFinal), taken before
+  // mu_: a flush writes copies made under mu_ after releasing it, and must not write an older
+  // copy over a newer one, or over the final row.
+  Mutex storeMu_;
   mutable Mutex mu_;
   std::map<std::string, Active> active_ GUARDED_BY(mu_);     // running captures by id
   std::map<std::string, int64_t> lastAuto_ GUARDED_BY(mu_);  // job -> last automatic start
