@@ -387,6 +387,25 @@ void collectorFigure(const BenchOptions& o, const std::string& dir) {
     c->set_total_bytes(data.size());
     timed(chunk, env);
   }
+  // Statuses while the main loop flushes: the socket thread waits only for the flush's copy of
+  // the capture under the manager's lock, never for the store.
+  Timings during;
+  {
+    std::atomic<bool> stop{false};
+    std::thread flusher([&] {
+      while (!stop.load()) {
+        manager.flush();
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
+    for (uint32_t i = 0; i < 20 * n; ++i) {
+      const uint32_t r = n + i % std::max<uint32_t>(1, o.collectorRanks - n);
+      timed(during, status(r, i % 2 == 0 ? "recording" : "uploading"));
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    stop = true;
+    flusher.join();
+  }
   std::printf(
       "collector, one capture of %u ranks on a SQLite file store (seeded in %.1f s, "
       "started in %.1f ms):\n",
@@ -395,6 +414,7 @@ void collectorFigure(const BenchOptions& o, const std::string& dir) {
   recording.print("status recording:");
   uploading.print("status uploading:");
   chunk.print("last chunk (rank done):");
+  during.print("status, flushes beside:");
   std::printf("collector main loop (tick), storing the changed capture:\n");
   flush.print("flush:");
 }
