@@ -315,7 +315,7 @@ void CaptureManager::recover() {
       }
       failRankLocked(a, r, "collector restarted during the capture");
     }
-    if (const int n = mergeAttempts(directory(a.row.id)); n >= kMaxMergeAttempts) {
+    if (const int n = mergeAttempts(dir); n >= kMaxMergeAttempts) {
       // Its done ranks are failed too: with none done, the next tick fails the capture
       // instead of merging it again. Their files stay for download.
       const std::string why = "the collector stopped during each of " + std::to_string(n) +
