@@ -426,8 +426,10 @@ TEST_CASE("a capture whose merges the collector died in twice is failed, not mer
     auto cap = h.start(R"({"ranks":[0,1]})");
     h.upload(cap.id, 0, h.traceBytes(0, 1.0));
     h.upload(cap.id, 1, h.traceBytes(1, 1.0));
-    const fs::path marker = fs::path(h.manager->directory(cap.id)) / "merge-attempts";
+    const fs::path dir = h.manager->directory(cap.id);
+    const fs::path marker = dir / "merge-attempts";
     std::ofstream(marker) << attempts << "\n";
+    h.manager.reset();  // the collector stops (here cleanly: what changed is stored)
     CaptureManagerOptions o;
     o.dir = h.dir.sub("captures");
     CaptureManager restarted(o, *h.store, h.clock,
@@ -443,7 +445,7 @@ TEST_CASE("a capture whose merges the collector died in twice is failed, not mer
       CHECK(row.state == wire::CaptureState::kFailed);
       CHECK_FALSE(row.traceBytes.has_value());
       CHECK_THAT(h.rank(row, 0).detail, Catch::Matchers::Contains("not merged again"));
-      CHECK(fs::exists(fs::path(h.manager->directory(cap.id)) / "rank-0.json.gz"));
+      CHECK(fs::exists(dir / "rank-0.json.gz"));
     }
   }
 }
