@@ -272,10 +272,9 @@ nlohmann::json HttpResponse::json() const {
   return nlohmann::json::parse(body);
 }
 
-namespace {
-
 HttpResponse httpRequest(uint16_t port, const std::string& method, const std::string& target,
-                         const std::string& body, std::chrono::milliseconds timeout) {
+                         const std::string& body, const HttpHeaders& headers,
+                         std::chrono::milliseconds timeout) {
   HttpResponse out;
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) {
@@ -296,8 +295,17 @@ HttpResponse httpRequest(uint16_t port, const std::string& method, const std::st
     ::close(fd);
     return out;
   }
-  std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) +
-                    "\r\nConnection: close\r\n";
+  std::string host = "127.0.0.1:" + std::to_string(port);
+  std::string extra;
+  for (const auto& [name, value] : headers) {
+    if (name == "Host") {
+      host = value;
+    } else {
+      extra += name + ": " + value + "\r\n";
+    }
+  }
+  std::string req =
+      method + " " + target + " HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n" + extra;
   if (method != "GET") {
     req +=
         "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
@@ -354,15 +362,13 @@ HttpResponse httpRequest(uint16_t port, const std::string& method, const std::st
   return out;
 }
 
-}  // namespace
-
 HttpResponse httpGet(uint16_t port, const std::string& target, std::chrono::milliseconds timeout) {
-  return httpRequest(port, "GET", target, "", timeout);
+  return httpRequest(port, "GET", target, "", {}, timeout);
 }
 
 HttpResponse httpPost(uint16_t port, const std::string& target, const std::string& body,
                       std::chrono::milliseconds timeout) {
-  return httpRequest(port, "POST", target, body, timeout);
+  return httpRequest(port, "POST", target, body, {}, timeout);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -81,7 +82,12 @@ struct HttpResponse {
   nlohmann::json json() const;  // parses body; throws on bad JSON (the test fails)
 };
 
-// Blocking HTTP/1.1 to 127.0.0.1:port with Connection: close.
+// Blocking HTTP/1.1 to 127.0.0.1:port with Connection: close; `headers` are sent as given, a
+// "Host" among them in place of 127.0.0.1:port. A body other than a GET's is sent as JSON.
+using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
+HttpResponse httpRequest(uint16_t port, const std::string& method, const std::string& target,
+                         const std::string& body = "", const HttpHeaders& headers = {},
+                         std::chrono::milliseconds timeout = 5s);
 HttpResponse httpGet(uint16_t port, const std::string& target,
                      std::chrono::milliseconds timeout = 5s);
 HttpResponse httpPost(uint16_t port, const std::string& target, const std::string& body,
