@@ -845,7 +845,7 @@ void CaptureManager::tick(int64_t nowNs) {
     storeFinal(endRow);
     std::error_code ec;
     fs::remove(dir / kMergeAttemptsFile, ec);  // after the final row: else merged again
-    flush();  // what came in during a long merge
+    flush();                                   // what came in during a long merge
   }
   // A merge holds one event at a time, but a few large ones leave free pages behind: hand
   // them back.
