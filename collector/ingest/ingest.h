@@ -3,6 +3,16 @@
 // in batched transactions on a writer thread, and acks each Batch only after its commit.
 // start(), stop() and endpoint() belong to the thread that owns the server; stats(),
 // sendCommand() and connectedNodes() may be called from any thread.
+//
+// World sizes: a job's world size is the first one claimed (its first accepted RankHello, or
+// the store's at start); a hello claiming another is refused as "world_size_conflict", so a
+// late or foreign hello cannot turn the job's real ranks into "invalid_rank". A job that
+// really changes size (an elastic restart) needs a new job id.
+//
+// Rejects and acks: a batch is acked once its accepted items are committed, rejects included,
+// and each batch with rejects gets an ErrorReply naming the first reason and the count. That
+// is safe because no reject depends on what may still arrive: the world size is fixed by the
+// first claim. Sending a refused item again would be refused again.
 #pragma once
 
 #include <atomic>

@@ -160,7 +160,14 @@ void IngestServer::Impl::handleItem(Peer& peer, wire::Envelope& item, int64_t re
         rejectItem(rejects, std::move(*r));
         break;
       }
-      worldSizes[info->job()] = info->world_size();
+      if (auto known = worldSizeOf(info->job()); known && *known != info->world_size()) {
+        rejectItem(rejects, {"world_size_conflict",
+                             "job " + info->job() + " has world_size " + std::to_string(*known) +
+                                 "; the hello of rank " + std::to_string(info->rank()) +
+                                 " claims " + std::to_string(info->world_size())});
+        break;
+      }
+      worldSizes.try_emplace(info->job(), info->world_size());
       progressOf(item.rank_hello(), peer, receivedNs);
       groupsOf(item.rank_hello(), peer);
       pending.batch.ranks.push_back(std::move(*info));

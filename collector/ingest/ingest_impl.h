@@ -121,6 +121,9 @@ struct IngestServer::Impl {
   std::unordered_map<std::string, Peer> peers;   // routing id -> peer
   std::unordered_map<int, std::string> fdPeers;  // socket fd -> routing id
   std::atomic<uint64_t> peerCount{0};            // peers.size(), for stats()
+  // Job -> its world size: the first claim wins (a RankHello, or the store's at start), and a
+  // hello claiming another is refused ("world_size_conflict"), so a late or foreign hello
+  // cannot make the job's real ranks invalid.
   std::unordered_map<std::string, uint32_t> worldSizes;
   std::unordered_map<std::string, int64_t> nodeOffsets;  // node -> latest heartbeat offset_ns
   RateLimitedLog rejectLog{std::chrono::seconds(5)};
@@ -198,8 +201,8 @@ struct IngestServer::Impl {
   // One decoded batch item: validated and, when accepted, added to the pending commit.
   void handleItem(Peer& peer, wire::Envelope& item, int64_t receivedNs, ItemRejects& rejects);
 
-  // Acks a handled batch (even when items were rejected: sending it again would not help) and
-  // tells the agent about the rejects.
+  // Acks a handled batch (even when items were rejected: sending it again would not help, as
+  // no reject depends on what may still arrive; ingest.h) and tells the agent about the rejects.
   void finishBatch(const std::string& id, const Peer& peer, uint64_t seq, size_t itemCount,
                    const ItemRejects& rejected);
 

@@ -604,3 +604,68 @@ TEST_CASE("ingest: a step item of a foreign schema version is rejected by reason
   CHECK(f.rows("fv") == 1);
   CHECK(f.rejects("version") == 1);
 }
+
+TEST_CASE(
+    "ingest: a late or foreign hello cannot change a job's world size, before or after a "
+    "restart; its ranks keep being stored") {
+  Fixture f;
+  auto helloItem = [](wire::Batch* b, uint32_t rank, uint32_t worldSize) {
+    auto* info = b->add_items()->mutable_rank_hello()->mutable_rank();
+    info->set_job("ws");
+    info->set_rank(rank);
+    info->set_world_size(worldSize);
+  };
+  auto stepsOf = [](uint64_t seq, int64_t step) {
+    wire::Envelope env;
+    env.mutable_batch()->set_seq(seq);
+    for (uint32_t r = 0; r < 4; ++r)
+      *env.mutable_batch()->add_items()->mutable_step() = report("ws", r, step);
+    return env;
+  };
+  Client agent(f.ctx, f.server->endpoint());
+  wire::Envelope first = stepsOf(1, 1);
+  for (uint32_t r = 0; r < 4; ++r) helloItem(first.mutable_batch(), r, 4);
+  agent.sendEnv(first);
+  REQUIRE(agent.recvKind(wire::Envelope::kAck));
+
+  // Another sender claims the job is one rank wide: refused, counted, and said so.
+  auto forge = [&](ingest::IngestServer& server) {
+    Client forger(f.ctx, server.endpoint());
+    wire::Envelope env;
+    env.mutable_batch()->set_seq(1);
+    helloItem(env.mutable_batch(), 0, 1);
+    forger.sendEnv(env);
+    wire::ErrorReply err;  // none: empty
+    for (;;) {
+      auto reply = forger.recv();
+      REQUIRE(reply);
+      if (reply->body_case() == wire::Envelope::kError) err = reply->error();
+      if (reply->body_case() == wire::Envelope::kAck) break;
+    }
+    CHECK(err.reason() == "world_size_conflict");
+    CHECK(err.detail().find("has world_size 4; the hello of rank 0 claims 1") != std::string::npos);
+  };
+  forge(*f.server);
+  agent.sendEnv(stepsOf(2, 2));
+  REQUIRE(agent.recvKind(wire::Envelope::kAck));
+  CHECK(f.rows("ws") == 8);
+  CHECK(f.rejects("world_size_conflict") == 1);
+  CHECK(f.rejects("invalid_rank") == 0);
+
+  // After a restart the stored world size is the first claim.
+  f.server->stop();
+  ingest::IngestOptions io;
+  io.endpoint = "tcp://127.0.0.1:0";
+  ingest::IngestServer again(io, *f.store);
+  REQUIRE(again.start().isOk());
+  forge(again);
+  Client agent2(f.ctx, again.endpoint());
+  agent2.sendEnv(stepsOf(1, 3));
+  REQUIRE(agent2.recvKind(wire::Envelope::kAck));
+  again.stop();
+  CHECK(f.rows("ws") == 12);
+  auto jobs = f.store->jobs();
+  REQUIRE(jobs.isOk());
+  REQUIRE(jobs->size() == 1);
+  CHECK(jobs->front().worldSize == 4);
+}
