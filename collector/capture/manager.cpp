@@ -593,7 +593,9 @@ Result<storage::CaptureRow> CaptureManager::adoptImport(const storage::CaptureRo
 }
 
 void CaptureManager::onCommandItem(const std::string& node, const wire::Envelope& item) {
-  (void)node;  // statuses and chunks name their capture and rank
+  // Statuses and chunks name their capture and rank. With CURVE, ingest passes only those
+  // from the node the rank lives on (collector/ingest/ingest.h, "Ranks and nodes").
+  (void)node;
   MutexLock lock(&mu_);
   if (item.has_command_status()) onStatusLocked(item.command_status());
   if (item.has_file_chunk()) onChunkLocked(item.file_chunk());

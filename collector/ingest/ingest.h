@@ -9,10 +9,20 @@
 // late or foreign hello cannot turn the job's real ranks into "invalid_rank". A job that
 // really changes size (an elastic restart) needs a new job id.
 //
+// Ranks and nodes (with CURVE, where a sender's node is its key's): a rank lives on the node
+// whose hello for it was accepted first (after a restart: the node the store holds). Its step
+// reports, hellos, goodbye, CommandStatus and FileChunk items are accepted only from that
+// node; the rest, and items of a rank no hello has bound yet, are refused as "node_mismatch".
+// A rank moves to another node's hello only once its node's goodbye for it was accepted or no
+// agent of its node is connected. Without CURVE a sender names its own node, so nothing is
+// bound.
+//
 // Rejects and acks: a batch is acked once its accepted items are committed, rejects included,
 // and each batch with rejects gets an ErrorReply naming the first reason and the count. That
 // is safe because no reject depends on what may still arrive: the world size is fixed by the
-// first claim. Sending a refused item again would be refused again.
+// first claim, and every agent spools a rank's hello before its reports (and ingest handles a
+// batch's hellos before its reports), so a genuine rank's reports never precede its binding.
+// Sending a refused item again would be refused again.
 #pragma once
 
 #include <atomic>
@@ -91,8 +101,9 @@ struct IngestOptions {
   // of curve->agents' keys (a plain-text peer or an unknown key is refused and counted as
   // "handshake_failed" or "unknown_key", and nothing of it is read), traffic is encrypted,
   // and a key may speak only for its own node: a hello, heartbeat, RankHello or HostSample
-  // naming another node is refused ("node_mismatch"), so no key can receive another node's
-  // commands. Unset: plain text from any peer, as before.
+  // naming another node, or any item about a rank of another node (see "Ranks and nodes"
+  // above), is refused ("node_mismatch"), so no key can receive another node's commands or act
+  // for its ranks. Unset: plain text from any peer, as before.
   std::optional<CurveServerKeys> curve;
 };
 

@@ -99,6 +99,80 @@ std::string IngestServer::Impl::nodeMismatch(const Peer& peer, const std::string
          "'";
 }
 
+uint32_t IngestServer::Impl::nodeSlot(const std::string& node) {
+  auto [it, added] = nodeIds.try_emplace(node, static_cast<uint32_t>(nodeNames.size()));
+  if (added) nodeNames.push_back(node);
+  return it->second + 1;
+}
+
+std::vector<uint32_t>& IngestServer::Impl::rankNodesOf(const std::string& job) {
+  auto [it, added] = rankNodes.try_emplace(job);
+  if (!added) return it->second;
+  // Each accepted hello stored its rank's node, so after a restart the store knows where every
+  // rank lives; read once per job, on the first item that names it. Ranks seen only through
+  // their steps have no node there and stay unbound.
+  auto ranks = store.ranks(job);
+  if (!ranks) {
+    // Unbound ranks are refused until a hello binds them; the next hello does.
+    rejectLog.log(LogLevel::kWarn, kComponent,
+                  "cannot read the ranks of job " + job + ": " + ranks.message());
+    return it->second;
+  }
+  for (const auto& r : *ranks) {
+    if (r.node.empty() || r.rank >= wire::kMaxWorldSize) continue;
+    if (it->second.size() <= r.rank) it->second.resize(r.rank + 1, 0);
+    it->second[r.rank] = nodeSlot(r.node) | (r.ended ? kRankEnded : 0);
+  }
+  return it->second;
+}
+
+std::optional<Rejection> IngestServer::Impl::rankNodeCheck(const Peer& peer, const std::string& job,
+                                                           uint32_t rank) {
+  if (!options.curve) return std::nullopt;
+  const auto& nodes = rankNodesOf(job);
+  const uint32_t slot = rank < nodes.size() ? nodes[rank] & ~kRankEnded : 0;
+  const auto at = [&] { return " (job " + job + " rank " + std::to_string(rank) + ")"; };
+  if (slot == 0) {
+    return Rejection{"node_mismatch",
+                     "the rank has no accepted RankHello, so its node is not known; node '" +
+                         peer.keyNode + "' may not speak for it" + at()};
+  }
+  const std::string& home = nodeNames[slot - 1];
+  if (home == peer.keyNode) return std::nullopt;
+  return Rejection{"node_mismatch", "the rank lives on node '" + home + "'; the key of node '" +
+                                        peer.keyNode + "' may not speak for it" + at()};
+}
+
+std::optional<Rejection> IngestServer::Impl::claimRank(const Peer& peer, const std::string& job,
+                                                       uint32_t rank) {
+  if (!options.curve) return std::nullopt;
+  auto& nodes = rankNodesOf(job);
+  const uint32_t mine = nodeSlot(peer.keyNode);
+  const uint32_t held = rank < nodes.size() ? nodes[rank] : 0;
+  const uint32_t home = held & ~kRankEnded;
+  if (home != 0 && home != mine) {
+    const std::string& homeName = nodeNames[home - 1];
+    bool homeConnected = false;
+    {
+      MutexLock lock(&cmdMu);
+      homeConnected = nodeRoutes.count(homeName) != 0;
+    }
+    // A move: the rank ended on its node (its agent said goodbye for it), or its node's agent
+    // is gone (a rank restarted elsewhere after its node failed). A live node's rank stays put.
+    if ((held & kRankEnded) == 0 && homeConnected) {
+      return Rejection{"node_mismatch", "rank " + std::to_string(rank) + " of job " + job +
+                                            " lives on node '" + homeName +
+                                            "', which is connected and has not ended it; node '" +
+                                            peer.keyNode + "' may not take it over"};
+    }
+    logInfo(kComponent, "rank " + std::to_string(rank) + " of job " + job + " moved from node " +
+                            homeName + " to node " + peer.keyNode);
+  }
+  if (nodes.size() <= rank) nodes.resize(rank + 1, 0);
+  nodes[rank] = mine;  // a hello from its node also means it runs (again): not ended
+  return std::nullopt;
+}
+
 void IngestServer::Impl::groupsOf(const wire::RankHello& hello, const Peer& peer) {
   if (hello.groups_declared_ns() == 0 && hello.groups_size() == 0) return;
   if (auto r = validateGroups(hello, options.limits)) {
@@ -137,7 +211,9 @@ void IngestServer::Impl::handleItem(Peer& peer, wire::Envelope& item, int64_t re
   }
   switch (item.body_case()) {
     case wire::Envelope::kStep: {
-      if (auto r = validateStep(item.step(), worldSizeOf(item.step().job()), options.limits)) {
+      auto r = validateStep(item.step(), worldSizeOf(item.step().job()), options.limits);
+      if (!r) r = rankNodeCheck(peer, item.step().job(), item.step().rank());
+      if (r) {
         rejectItem(rejects, std::move(*r));
         break;
       }
@@ -167,6 +243,10 @@ void IngestServer::Impl::handleItem(Peer& peer, wire::Envelope& item, int64_t re
                                  " claims " + std::to_string(info->world_size())});
         break;
       }
+      if (auto r = claimRank(peer, info->job(), info->rank())) {
+        rejectItem(rejects, std::move(*r));
+        break;
+      }
       worldSizes.try_emplace(info->job(), info->world_size());
       progressOf(item.rank_hello(), peer, receivedNs);
       groupsOf(item.rank_hello(), peer);
@@ -176,9 +256,16 @@ void IngestServer::Impl::handleItem(Peer& peer, wire::Envelope& item, int64_t re
     }
     case wire::Envelope::kRankGoodbye: {
       const auto& bye = item.rank_goodbye();
-      if (auto r = validateGoodbye(bye, worldSizeOf(bye.job()), options.limits)) {
+      auto r = validateGoodbye(bye, worldSizeOf(bye.job()), options.limits);
+      if (!r) r = rankNodeCheck(peer, bye.job(), bye.rank());
+      if (r) {
         rejectItem(rejects, std::move(*r));
         break;
+      }
+      // Its node let it go: a hello from another node may take it over (claimRank).
+      if (options.curve) {
+        auto& nodes = rankNodesOf(bye.job());
+        if (bye.rank() < nodes.size()) nodes[bye.rank()] |= kRankEnded;
       }
       pending.batch.goodbyes.push_back(std::move(*item.mutable_rank_goodbye()));
       ++pending.items;
@@ -200,7 +287,16 @@ void IngestServer::Impl::handleItem(Peer& peer, wire::Envelope& item, int64_t re
       break;
     }
     case wire::Envelope::kCommandStatus:
-    case wire::Envelope::kFileChunk:
+    case wire::Envelope::kFileChunk: {
+      // A status or a file of a rank comes from the node the rank lives on, so no other node
+      // can fail its capture or ship its trace.
+      const bool isStatus = item.has_command_status();
+      const std::string& job = isStatus ? item.command_status().job() : item.file_chunk().job();
+      const uint32_t rank = isStatus ? item.command_status().rank() : item.file_chunk().rank();
+      if (auto r = rankNodeCheck(peer, job, rank)) {
+        rejectItem(rejects, std::move(*r));
+        break;
+      }
       if (options.onCommandItem) {
         options.onCommandItem(peer.node, item);
       } else {
@@ -208,6 +304,7 @@ void IngestServer::Impl::handleItem(Peer& peer, wire::Envelope& item, int64_t re
                    {"unsupported_item", "command results are not handled by this collector"});
       }
       break;
+    }
     default:
       rejectItem(rejects, {"invalid_item_type",
                            "item type " + std::to_string(static_cast<int>(item.body_case())) +
@@ -285,6 +382,7 @@ void IngestServer::Impl::handleBatchFrame(const std::string& id, const wire::Bat
   for (size_t i = first; i < steps.size(); ++i) {
     auto r = itemVersion(stepVersions[i - first]);
     if (!r) r = validateStep(steps[i], worldSizeOf(steps[i].job()), options.limits);
+    if (!r) r = rankNodeCheck(peer, steps[i].job(), steps[i].rank());
     if (r) {
       rejectItem(rejected, std::move(*r));
       continue;

@@ -125,6 +125,15 @@ struct IngestServer::Impl {
   // hello claiming another is refused ("world_size_conflict"), so a late or foreign hello
   // cannot make the job's real ranks invalid.
   std::unordered_map<std::string, uint32_t> worldSizes;
+  // With CURVE: job -> the node each rank lives on (ingest.h, "Ranks and nodes"), by rank:
+  // 1 + an index into nodeNames, 0 for none yet, kRankEnded set once that node said goodbye
+  // for it. A job's entry is made when one of its ranks is first named, from the store's
+  // ranks of the job, so bindings survive a restart. At most 4 bytes per rank of the world
+  // size (kMaxWorldSize), node names once each.
+  static constexpr uint32_t kRankEnded = 1U << 31;
+  std::unordered_map<std::string, std::vector<uint32_t>> rankNodes;
+  std::vector<std::string> nodeNames;
+  std::unordered_map<std::string, uint32_t> nodeIds;     // name -> index into nodeNames
   std::unordered_map<std::string, int64_t> nodeOffsets;  // node -> latest heartbeat offset_ns
   RateLimitedLog rejectLog{std::chrono::seconds(5)};
   RateLimitedLog commitLog{std::chrono::seconds(5)};
@@ -176,6 +185,18 @@ struct IngestServer::Impl {
 
   // Hands a valid hello's progress to onRankProgress with the node's clock offset.
   void progressOf(const wire::RankHello& hello, const Peer& peer, int64_t receivedNs);
+
+  // With CURVE, the rank table of `job`: read from the store on its first use.
+  std::vector<uint32_t>& rankNodesOf(const std::string& job);
+  uint32_t nodeSlot(const std::string& node);  // 1 + index into nodeNames, added if new
+  // With CURVE, whether the node of `peer`'s key is the node (job, rank) lives on, for every
+  // item about a rank but its hello: a rank with no accepted hello has no node yet, and is
+  // refused too. Nothing without CURVE (a sender then names its own node).
+  std::optional<Rejection> rankNodeCheck(const Peer& peer, const std::string& job, uint32_t rank);
+  // With CURVE, a hello's claim of (job, rank) for its node: the first claim binds it; another
+  // node may take it over only once the rank ended (its node's goodbye) or no agent of its node
+  // is connected. Binds when it returns nothing. Nothing without CURVE.
+  std::optional<Rejection> claimRank(const Peer& peer, const std::string& job, uint32_t rank);
 
   // With CURVE, a connection may name only the node its key was issued for.
   bool nodeAllowed(const Peer& peer, const std::string& node) const;

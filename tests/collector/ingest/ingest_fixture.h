@@ -49,8 +49,12 @@ inline std::string batchFrame(uint64_t seq, const std::vector<wire::StepReport>&
 }
 
 struct Client {
-  Client(zmq::context_t& ctx, const std::string& endpoint) : sock(ctx, zmq::socket_type::dealer) {
+  // `configure` sets options that must precede the connect (CURVE keys).
+  Client(zmq::context_t& ctx, const std::string& endpoint,
+         const std::function<void(zmq::socket_t&)>& configure = {})
+      : sock(ctx, zmq::socket_type::dealer) {
     sock.set(zmq::sockopt::linger, 0);
+    if (configure) configure(sock);
     sock.connect(endpoint);
   }
   void send(const std::string& frame) { sock.send(zmq::buffer(frame), zmq::send_flags::none); }
