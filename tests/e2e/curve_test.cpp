@@ -1,6 +1,8 @@
 // Whole-system CurveZMQ: keys made by `trainscope keygen`, a collector with --curve-keys that
 // stores only what agents on its allow-list send, refused agents that keep their reports
-// spooled until they are allowed, and plain text still working where no keys are set.
+// spooled until they are allowed, a valid key that cannot act for another node's ranks (a
+// forged hello and reports sent ahead are refused), and plain text still working where no
+// keys are set.
 // Exits 77 when this libzmq has no CURVE.
 #include <zmq.h>
 
@@ -9,12 +11,17 @@
 #include <filesystem>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <sys/stat.h>
 #include <catch2/catch.hpp>
+#include <zmq.hpp>
 
+#include "common/clock.h"
+#include "schema/wire.h"
 #include "tests/e2e/harness.h"
 
+using namespace trainscope;
 using namespace trainscope::e2e;
 
 namespace {
@@ -63,6 +70,21 @@ double rejects(uint16_t http, const std::string& reason) {
   }
   return n;
 }
+
+// A key from a file `trainscope keygen` wrote: the quoted value of `field` ("public-key",
+// "secret-key").
+std::string keyField(const std::string& path, const std::string& field) {
+  const std::string text = readFile(path);
+  const size_t at = text.find(field + " = \"");
+  REQUIRE(at != std::string::npos);
+  const size_t from = at + field.size() + 4;
+  const size_t to = text.find('"', from);
+  REQUIRE(to != std::string::npos);
+  return text.substr(from, to - from);
+}
+
+// The step time of the reports a forger sends, so a stored one is recognised.
+constexpr int64_t kForgedNs = 7'000'000'000;
 
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -152,6 +174,75 @@ TEST_CASE(
   CHECK(waitFor([&] { return jobStepRows(cs.httpPort, "curve-stranger") == 100; }, 40s, 200ms));
   CHECK(jobStepRows(cs.httpPort, "curve-allowed") == 100);
   CHECK(jobStepRows(cs.httpPort, "curve-plain") <= 0);
+
+  // A valid key acts only for its own node's ranks: while a job runs on node0, a sender with
+  // stranger's key claims its rank 0 (world size 1) and sends its ranks' later steps ahead,
+  // every 100 ms. None of it is taken; the job is whole, with its own figures.
+  const double mismatchBefore = rejects(cs.httpPort, "node_mismatch");
+  auto victim = startSim(dir,
+                         {"--agent", allowedSpec.endpoint, "--job", "curve-victim", "--ranks", "4",
+                          "--steps", "40", "--step-ms", "100", "--quiet"},
+                         "simtrain-curve-victim");
+  // Its ranks said hello (their first reports are stored) before the forger starts.
+  REQUIRE(waitFor([&] { return jobStepRows(cs.httpPort, "curve-victim") > 0; }, 30s, 50ms));
+  {
+    zmq::context_t ctx;
+    zmq::socket_t forger(ctx, zmq::socket_type::dealer);
+    forger.set(zmq::sockopt::linger, 0);
+    forger.set(zmq::sockopt::curve_serverkey, keyField(keys + "/server.pub", "public-key"));
+    forger.set(zmq::sockopt::curve_publickey, keyField(nodes + "/stranger.key", "public-key"));
+    forger.set(zmq::sockopt::curve_secretkey, keyField(nodes + "/stranger.key", "secret-key"));
+    forger.connect(cs.ingest());
+    wire::Envelope hello;
+    hello.mutable_agent_hello()->set_node("stranger");
+    forger.send(zmq::buffer(wire::encode(hello)), zmq::send_flags::none);
+    const int64_t nowNs = wallNowNs();
+    for (uint64_t seq = 1; seq <= 40; ++seq) {
+      wire::Envelope env;
+      env.mutable_batch()->set_seq(seq);
+      auto* info = env.mutable_batch()->add_items()->mutable_rank_hello()->mutable_rank();
+      info->set_job("curve-victim");
+      info->set_rank(0);
+      info->set_world_size(1);
+      info->set_node("stranger");
+      for (uint32_t rank = 0; rank < 4; ++rank) {
+        for (int64_t step = 20; step < 40; ++step) {
+          auto* st = env.mutable_batch()->add_items()->mutable_step();
+          st->set_job("curve-victim");
+          st->set_rank(rank);
+          st->set_step(step);
+          st->set_start_ns(nowNs);
+          st->set_duration_ns(kForgedNs);
+          st->set_end_ns(nowNs + kForgedNs);
+        }
+      }
+      forger.send(zmq::buffer(wire::encode(env)), zmq::send_flags::none);
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+  const auto victimRc = victim->wait(60s);
+  INFO("simtrain log:\n" << victim->logTail());
+  REQUIRE(victimRc.has_value());
+  CHECK(*victimRc == 0);
+  waitFor([&] { return jobStepRows(cs.httpPort, "curve-victim") == 160; }, 30s, 100ms);
+  CHECK(jobStepRows(cs.httpPort, "curve-victim") == 160);
+  CHECK(rejects(cs.httpPort, "node_mismatch") - mismatchBefore >= 40 * 80);
+  CHECK(rejects(cs.httpPort, "world_size_conflict") > 0);
+  size_t forgedRows = 0;
+  for (const auto& row : stepRows(cs.httpPort, "curve-victim")) {
+    if (row.value("duration_ns", int64_t{0}) == kForgedNs) ++forgedRows;
+  }
+  CHECK(forgedRows == 0);
+  auto victimRanks = httpGet(cs.httpPort, "/api/v1/jobs/curve-victim/ranks");
+  REQUIRE(victimRanks.status == 200);
+  INFO("/api/v1/jobs/curve-victim/ranks: " << victimRanks.body);
+  const auto victimList = victimRanks.json().at("ranks");  // a copy: json() is a temporary
+  CHECK(victimList.size() == 4);
+  for (const auto& r : victimList) {
+    CHECK(r.value("node", "") == "node0");
+    CHECK(r.value("world_size", 0) == 4);
+  }
+
   imposter.reset();
   plain.reset();
   stranger.reset();
