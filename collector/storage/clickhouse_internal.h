@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "collector/storage/clickhouse_http.h"
 #include "collector/storage/clickhouse_store.h"
@@ -43,6 +44,17 @@ inline std::string insertSql(const char* table, const char* columns, bool versio
   return std::string("INSERT INTO ") + table + " (" + columns + (versioned ? ", version" : "") +
          ") FORMAT RowBinary";
 }
+
+// ClickHouse parses at most max_query_size (256 KiB by default) of a query's text and refuses
+// the rest, so a lookup that named every job of a commit in one list failed the whole commit
+// once the names passed it (thousands of jobs, or fewer long names), with every other agent's
+// items in it. Lists of terms go out in pieces of at most this many bytes, each its own query.
+constexpr size_t kMaxListBytes = 64 * 1024;
+
+// `terms` joined by `separator` into lists of at most kMaxListBytes each (a single longer term
+// gets a list of its own), in order; none when `terms` is empty.
+std::vector<std::string> chunkTerms(const std::vector<std::string>& terms,
+                                    std::string_view separator);
 
 void writeJob(RowWriter& w, const std::string& job, const std::string& collector,
               const ClickHouseStore::JobState& s);

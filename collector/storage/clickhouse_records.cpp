@@ -143,20 +143,20 @@ Status ClickHouseStore::writeAnomalies(const std::vector<AnomalyRow>& rows) {
   MutexLock lock(&writeMu_);
   // The stored rows these ids update, read under the write lock so no other write of them
   // comes between.
-  std::string ids;
-  for (const auto& row : rows) {
-    if (!ids.empty()) ids += ", ";
-    ids += quote(row.id);
-  }
-  auto stored = writer_->query(std::string("SELECT ") + kAnomalyColumns +
-                               " FROM anomalies FINAL WHERE id IN (" + ids + ") FORMAT RowBinary");
-  if (!stored) return Status::error(stored.code(), "storage: " + stored.message());
+  std::vector<std::string> ids;
+  ids.reserve(rows.size());
+  for (const auto& row : rows) ids.push_back(quote(row.id));
   std::map<std::string, AnomalyRow> latest;
-  for (RowReader r(*stored); !r.atEnd();) {
-    auto row = readAnomaly(r);
-    if (!row) return row.status();
-    std::string id = row->id;
-    latest[id] = std::move(row.value());
+  for (const auto& in : chunkTerms(ids, ", ")) {
+    auto stored = writer_->query(std::string("SELECT ") + kAnomalyColumns +
+                                 " FROM anomalies FINAL WHERE id IN (" + in + ") FORMAT RowBinary");
+    if (!stored) return Status::error(stored.code(), "storage: " + stored.message());
+    for (RowReader r(*stored); !r.atEnd();) {
+      auto row = readAnomaly(r);
+      if (!row) return row.status();
+      std::string id = row->id;
+      latest[id] = std::move(row.value());
+    }
   }
   for (const auto& row : rows) {
     AnomalyRow next = row;

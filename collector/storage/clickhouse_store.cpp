@@ -113,6 +113,22 @@ int64_t defaultPartitionNs(int64_t retentionNs) {
 
 namespace clickhouse {
 
+std::vector<std::string> chunkTerms(const std::vector<std::string>& terms,
+                                    std::string_view separator) {
+  std::vector<std::string> out;
+  std::string list;
+  for (const auto& term : terms) {
+    if (!list.empty() && list.size() + separator.size() + term.size() > kMaxListBytes) {
+      out.push_back(std::move(list));
+      list.clear();
+    }
+    if (!list.empty()) list += separator;
+    list += term;
+  }
+  if (!list.empty()) out.push_back(std::move(list));
+  return out;
+}
+
 void writeJob(RowWriter& w, const std::string& job, const std::string& collector,
               const ClickHouseStore::JobState& s) {
   w.str(job);
@@ -525,13 +541,13 @@ Status ClickHouseStore::write(const WriteBatch& batch) {
         it->second.second = std::max(it->second.second, report.step());
       }
     }
-    std::string where;
+    std::vector<std::string> terms;
+    terms.reserve(spans.size());
     for (const auto& [name, span] : spans) {
-      if (!where.empty()) where += " OR ";
-      where += "(job = " + quote(name) + " AND step BETWEEN " + std::to_string(span.first) +
-               " AND " + std::to_string(span.second) + ')';
+      terms.push_back("(job = " + quote(name) + " AND step BETWEEN " + std::to_string(span.first) +
+                      " AND " + std::to_string(span.second) + ')');
     }
-    if (!where.empty()) {
+    for (const auto& where : chunkTerms(terms, " OR ")) {
       auto keys =
           writer_->query("SELECT job, step, rank FROM steps WHERE " + where + " FORMAT RowBinary");
       if (!keys) return Status::error(keys.code(), "storage: " + keys.message());
@@ -692,40 +708,42 @@ Status ClickHouseStore::takeOverLocked(const WriteBatch& batch, int64_t now) {
   for (const auto& r : batch.goodbyes) check(r.job());
   for (const auto& g : batch.groups) check(g.job);
   if (stale.empty()) return Status::ok();
-  std::string in;
-  for (std::string_view job : stale) {
-    if (!in.empty()) in += ", ";
-    in += quote(job);
-  }
-  auto rows = writer_->query(std::string("SELECT ") + kRankColumns +
-                             " FROM ranks FINAL WHERE job IN (" + in + ") FORMAT RowBinary");
-  if (!rows) return Status::error(rows.code(), "storage: reading ranks: " + rows.message());
-  for (RowReader r(*rows); !r.atEnd();) {
-    auto state = readRank(r);
-    if (r.failed()) return Status::error(StatusCode::kMalformed, "storage: ranks do not decode");
-    RankKey key{state.row.job, state.row.rank};
-    ranks_[key] = std::move(state);
-  }
-  // Raw rows, not FINAL: a copy not merged yet (an insert repeated after a lost reply) counts
-  // twice until the merge, the price of not reading every row of a large job here.
-  auto stored = writer_->query("SELECT job, toInt64(count()) FROM steps WHERE job IN (" + in +
-                               ") GROUP BY job FORMAT RowBinary");
-  auto counted =
-      writer_->query("SELECT job, toInt64(sum(step_rows)) FROM jobs FINAL WHERE job IN (" + in +
-                     ") AND collector != " + quote(collector_) + " GROUP BY job FORMAT RowBinary");
-  if (!stored) return Status::error(stored.code(), "storage: counting steps: " + stored.message());
-  if (!counted) {
-    return Status::error(counted.code(), "storage: counting steps: " + counted.message());
-  }
+  std::vector<std::string> quoted;
+  quoted.reserve(stale.size());
+  for (std::string_view job : stale) quoted.push_back(quote(job));
   std::map<std::string, int64_t, std::less<>> own;
   for (std::string_view job : stale) own[std::string(job)] = 0;
-  for (const auto* result : {&*stored, &*counted}) {
-    const int64_t sign = result == &*stored ? 1 : -1;
-    for (RowReader r(*result); !r.atEnd();) {
-      std::string_view job = r.str();
-      const int64_t n = r.i64();
-      if (r.failed()) return Status::error(StatusCode::kMalformed, "storage: step counts");
-      if (auto it = own.find(job); it != own.end()) it->second += sign * n;
+  for (const auto& in : chunkTerms(quoted, ", ")) {
+    auto rows = writer_->query(std::string("SELECT ") + kRankColumns +
+                               " FROM ranks FINAL WHERE job IN (" + in + ") FORMAT RowBinary");
+    if (!rows) return Status::error(rows.code(), "storage: reading ranks: " + rows.message());
+    for (RowReader r(*rows); !r.atEnd();) {
+      auto state = readRank(r);
+      if (r.failed()) return Status::error(StatusCode::kMalformed, "storage: ranks do not decode");
+      RankKey key{state.row.job, state.row.rank};
+      ranks_[key] = std::move(state);
+    }
+    // Raw rows, not FINAL: a copy not merged yet (an insert repeated after a lost reply) counts
+    // twice until the merge, the price of not reading every row of a large job here.
+    auto stored = writer_->query("SELECT job, toInt64(count()) FROM steps WHERE job IN (" + in +
+                                 ") GROUP BY job FORMAT RowBinary");
+    auto counted = writer_->query(
+        "SELECT job, toInt64(sum(step_rows)) FROM jobs FINAL WHERE job IN (" + in +
+        ") AND collector != " + quote(collector_) + " GROUP BY job FORMAT RowBinary");
+    if (!stored) {
+      return Status::error(stored.code(), "storage: counting steps: " + stored.message());
+    }
+    if (!counted) {
+      return Status::error(counted.code(), "storage: counting steps: " + counted.message());
+    }
+    for (const auto* result : {&*stored, &*counted}) {
+      const int64_t sign = result == &*stored ? 1 : -1;
+      for (RowReader r(*result); !r.atEnd();) {
+        std::string_view job = r.str();
+        const int64_t n = r.i64();
+        if (r.failed()) return Status::error(StatusCode::kMalformed, "storage: step counts");
+        if (auto it = own.find(job); it != own.end()) it->second += sign * n;
+      }
     }
   }
   for (const auto& [job, rows] : own) {

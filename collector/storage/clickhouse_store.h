@@ -45,6 +45,10 @@
 //   PARTITION, instant, no rewrite).
 // - Compression. 18.16 has no per-column CODEC; the detail column (a serialized StepReport)
 //   gets the server's default, LZ4 (a <compression> rule in the server's config can pick zstd).
+// - Query size. ClickHouse parses at most 256 KiB of a query (max_query_size), so the lookups
+//   that name a commit's jobs (stored step keys, a taken-over job's ranks and counts) go out
+//   in lists of at most 64 KiB each (clickhouse::kMaxListBytes), one query per list: a commit
+//   of thousands of jobs costs more queries, never a refused one.
 // - Atomicity. Each table's insert is atomic (one block), but a batch spans tables: steps and
 //   host samples go first; when a later insert of the job/rank/node rows fails, those rows stay
 //   marked and go with the next write, and the error is returned.
