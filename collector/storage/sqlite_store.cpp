@@ -365,6 +365,9 @@ Result<int64_t> SqliteStore::jobIdLocked(const std::string& job, int64_t nowNs) 
   sqlite3_reset(select);
   sqlite3_clear_bindings(select);
   if (id < 0) return Result<int64_t>::error(sqlError(writeDb_, "storage: looking up job " + job));
+  // A cache, not the jobs: past the bound it starts over (a miss costs one lookup), so jobs
+  // long ended leave memory however many a sender made.
+  if (jobIds_.size() >= kMaxCachedJobIds) jobIds_.clear();
   jobIds_.emplace(job, id);
   return id;
 }

@@ -90,7 +90,9 @@ class SqliteStore final : public Store {
 
   Mutex writeMu_;
   sqlite3* writeDb_ GUARDED_BY(writeMu_) = nullptr;
-  std::unordered_map<std::string, int64_t> jobIds_ GUARDED_BY(writeMu_);  // job -> jobs.id
+  // job -> jobs.id of the jobs written lately, at most kMaxCachedJobIds.
+  static constexpr size_t kMaxCachedJobIds = 65'536;
+  std::unordered_map<std::string, int64_t> jobIds_ GUARDED_BY(writeMu_);
   // Prepared write statements (indexes into stmts_).
   std::vector<sqlite3_stmt*> stmts_ GUARDED_BY(writeMu_);
 
