@@ -399,13 +399,28 @@ ApiResponse Api::healthz() const {
   return jsonResponse(json{{"status", "ok"}});
 }
 
-ApiResponse Api::jobs() const {
+ApiResponse Api::jobs(const Query& query) const {
+  QueryParams params(query);
+  auto limit = params.unsignedInt("limit", kMaxJobLimit);
+  if (!limit) return errorResponse(400, limit.message());
+  if (*limit && **limit == 0) {
+    return errorResponse(400, "parameter 'limit' must be at least 1, got '0'");
+  }
+  auto offset = params.unsignedInt("offset", std::numeric_limits<uint32_t>::max());
+  if (!offset) return errorResponse(400, offset.message());
+  const size_t pageLimit = *limit ? static_cast<size_t>(**limit) : kDefaultJobLimit;
   auto rows = store_.jobs();
   if (!rows) return errorResponse(500, rows.message());
   int64_t now = clock_.nowNs();
+  const size_t first = std::min(rows->size(), static_cast<size_t>(offset->value_or(0)));
+  const size_t end = std::min(rows->size(), first + pageLimit);
   json list = json::array();
-  for (const auto& row : *rows) list.push_back(jobJson(row, now));
-  return jsonResponse(json{{"jobs", std::move(list)}});
+  for (size_t i = first; i < end; ++i) list.push_back(jobJson((*rows)[i], now));
+  return jsonResponse(json{{"jobs", std::move(list)},
+                           {"total", rows->size()},
+                           {"offset", first},
+                           {"limit", pageLimit},
+                           {"truncated", end < rows->size()}});
 }
 
 ApiResponse Api::nodes() const {

@@ -30,6 +30,11 @@ namespace trainscope::http {
 inline constexpr int64_t kRunningWindowNs = 30LL * 1'000'000'000;
 // Rows a steps/summary query returns when the client gives no limit=.
 inline constexpr size_t kDefaultRowLimit = 1000;
+// Jobs GET /api/v1/jobs lists when the client gives no limit=, and at most: any ingest sender
+// can make thousands of jobs a second, and one reply of 100k jobs was 20 MB. The newest
+// first; offset= pages through the rest.
+inline constexpr size_t kDefaultJobLimit = 1000;
+inline constexpr size_t kMaxJobLimit = 10000;
 
 struct ApiResponse {
   unsigned status = 200;
@@ -114,7 +119,8 @@ class Api {
   // The live feed: 426 unless the request is a WebSocket upgrade, else a response that tells
   // the transport to hand the connection over.
   ApiResponse live(bool webSocketUpgrade) const;
-  ApiResponse jobs() const;
+  // {"jobs":[...],"total":N,"offset":O,"limit":L,"truncated":T}: the newest jobs first.
+  ApiResponse jobs(const std::vector<std::pair<std::string, std::string>>& query) const;
   ApiResponse nodes() const;
   ApiResponse ranks(const std::string& job) const;
   // The job's parallel layout (collector/topology): axis sizes, each rank's coordinates, the

@@ -23,8 +23,10 @@ const Router& Api::router() {
           {"GET", kLivePath, std::nullopt,
            [](const Api& a, const RouteRequest& r) { return a.live(r.webSocketUpgrade); },
            "the live feed, a WebSocket (`ws://`): a snapshot, then every change"},
-          {"GET", "/api/v1/jobs", Q{}, [](const Api& a, const RouteRequest&) { return a.jobs(); },
-           "jobs: state, world size, latest step"},
+          {"GET", "/api/v1/jobs", Q{"limit", "offset"},
+           [](const Api& a, const RouteRequest& r) { return a.jobs(r.query()); },
+           "jobs, the newest first: state, world size, latest step (`limit=` up to 10,000, "
+           "default 1,000; `offset=`; `total` and `truncated` say what is left)"},
           {"GET", "/api/v1/jobs/{job}/ranks", Q{},
            [](const Api& a, const RouteRequest& r) { return a.ranks(r.param("job")); },
            "a job's ranks: host, node, pid, latest step (and coordinates when declared)"},

@@ -219,6 +219,32 @@ TEST_CASE("jobs lists every job with its state", "[http]") {
   CHECK(j["jobs"][2]["state"] == "ended");
 }
 
+TEST_CASE("jobs: one reply holds a bounded page, newest first; limit= and offset= page on",
+          "[http]") {
+  // Any ingest sender can make thousands of jobs a second: one reply of 100k jobs was 20 MB.
+  Fixture f;
+  f.store.jobRows.clear();
+  const size_t total = trainscope::http::kDefaultJobLimit + 500;
+  for (size_t i = 0; i < total; ++i) {
+    f.store.jobRows.push_back(job("j" + std::to_string(i), 1000 * kSec - int64_t(i)));
+  }
+  f.start();
+  json first = f.get("/api/v1/jobs");
+  CHECK(first["jobs"].size() == trainscope::http::kDefaultJobLimit);
+  CHECK(first["jobs"][0]["job"] == "j0");
+  CHECK(first["total"] == total);
+  CHECK(first["truncated"] == true);
+  json last = f.get("/api/v1/jobs?limit=10&offset=" + std::to_string(total - 4));
+  REQUIRE(last["jobs"].size() == 4);
+  CHECK(last["jobs"][0]["job"] == "j" + std::to_string(total - 4));
+  CHECK(last["offset"] == total - 4);
+  CHECK(last["truncated"] == false);
+  CHECK(f.get("/api/v1/jobs?offset=99999")["jobs"].empty());
+  CHECK(f.error("/api/v1/jobs?limit=" + std::to_string(trainscope::http::kMaxJobLimit + 1), 400)
+            .find("limit") != std::string::npos);
+  CHECK(f.error("/api/v1/jobs?limit=0", 400).find("limit") != std::string::npos);
+}
+
 TEST_CASE("job state boundaries: ended needs every rank, running is 30 s", "[http]") {
   using trainscope::http::jobState;
   int64_t now = 1000 * kSec;
