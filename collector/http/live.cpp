@@ -60,7 +60,8 @@ Result<std::string> LiveFeed::snapshot() {
   int64_t now = clock_.nowNs();
   json j = {
       {"type", "snapshot"}, {"time_ns", now}, {"jobs", json::array()}, {"nodes", json::array()}};
-  for (const auto& row : *jobs) j["jobs"].push_back(jobJson(row, now));
+  const size_t followed = std::min(jobs->size(), kLiveMaxJobs);
+  for (size_t i = 0; i < followed; ++i) j["jobs"].push_back(jobJson((*jobs)[i], now));
   for (const auto& row : *nodes) j["nodes"].push_back(nodeJson(row, now));
   j["anomalies"] = json::array();
   // A store without anomaly support refuses; the feed then simply carries none.
@@ -90,7 +91,10 @@ Result<std::vector<std::string>> LiveFeed::poll() {
   int64_t now = clock_.nowNs();
   json changedJobs = json::array();
   json summaries = json::object();
-  for (const auto& row : *jobs) {
+  // Only the newest jobs; what was seen of the others is forgotten below.
+  if (jobs->size() > kLiveMaxJobs) jobs->resize(kLiveMaxJobs);
+  std::map<std::string, JobSeen> stillSeen;
+  for (auto& row : *jobs) {
     JobSeen seen{row.latestStep, row.stepRows,  row.ranksSeen,
                  row.ranksEnded, row.worldSize, jobState(row, now)};
     auto it = jobs_.find(row.job);
@@ -99,6 +103,7 @@ Result<std::vector<std::string>> LiveFeed::poll() {
     if (known && before.latestStep == seen.latestStep && before.stepRows == seen.stepRows &&
         before.ranksSeen == seen.ranksSeen && before.ranksEnded == seen.ranksEnded &&
         before.worldSize == seen.worldSize && before.state == seen.state) {
+      stillSeen.emplace(std::move(row.job), std::move(seen));
       continue;
     }
     changedJobs.push_back(jobJson(row, now));
@@ -119,15 +124,18 @@ Result<std::vector<std::string>> LiveFeed::poll() {
       for (const auto& s : *rows) list.push_back(summaryJson(s));
       summaries[row.job] = std::move(list);
     }
-    jobs_[row.job] = std::move(seen);
+    stillSeen.emplace(std::move(row.job), std::move(seen));
   }
+  jobs_ = std::move(stillSeen);
   json changedNodes = json::array();
+  std::map<std::string, int64_t> nodesSeen;
   for (const auto& row : *nodes) {
     auto it = nodesSeenNs_.find(row.node);
+    nodesSeen.emplace(row.node, row.lastSeenNs);
     if (it != nodesSeenNs_.end() && it->second == row.lastSeenNs) continue;
-    nodesSeenNs_[row.node] = row.lastSeenNs;
     changedNodes.push_back(nodeJson(row, now));
   }
+  nodesSeenNs_ = std::move(nodesSeen);
   json changedAnomalies = json::array();
   if (auto anomalies = store_.anomaliesSince(anomaliesSeenNs_)) {
     for (const auto* a : unsentSince(*anomalies, &anomaliesSeenNs_, &anomaliesAtEdge_)) {

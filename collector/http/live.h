@@ -21,6 +21,12 @@ inline constexpr size_t kLiveMaxSummaryRows = 5000;
 inline constexpr size_t kLiveMaxAnomalies = 2000;
 // Captures a snapshot carries at most (the most recently updated).
 inline constexpr size_t kLiveMaxCaptures = 500;
+// Jobs the feed follows at most: the most recently seen (the store lists jobs newest first).
+// Any ingest sender can make thousands of jobs a second, and stored jobs stay until retention:
+// unbounded, the snapshot grew to 20 MB at 100k jobs and every poll summarized each of them.
+// A job past the bound leaves the feed (and the feed's memory) and comes back as a change when
+// it reports again; GET /api/v1/jobs pages through all of them.
+inline constexpr size_t kLiveMaxJobs = 2000;
 
 class LiveFeed {
  public:
@@ -28,13 +34,15 @@ class LiveFeed {
   LiveFeed(storage::Store& store, const Clock& clock);
 
   // {"type":"snapshot","time_ns":T,"jobs":[job...],"nodes":[node...],"anomalies":[...],
-  // "captures":[...]} in the API's shapes (anomalies: the newest kLiveMaxAnomalies, captures:
-  // the kLiveMaxCaptures most recently updated; [] when the store keeps none).
+  // "captures":[...]} in the API's shapes (jobs: the kLiveMaxJobs most recently seen,
+  // anomalies: the newest kLiveMaxAnomalies, captures: the kLiveMaxCaptures most recently
+  // updated; [] when the store keeps none).
   Result<std::string> snapshot();
 
   // The messages for what changed since the previous poll(), in order: {"type":"delta",
   // "time_ns":T,"jobs":[changed jobs],"summary":{job:[summary rows of new steps]},"nodes":[nodes
-  // heard from since],"anomalies":[opened/updated since]} when any of those changed, then one
+  // heard from since],"anomalies":[opened/updated since]} when any of those changed (jobs among
+  // the kLiveMaxJobs newest; one summary read per changed job), then one
   // {"type":"capture","capture":{capture JSON}} per capture written since (docs/CAPTURE.md).
   // Empty when nothing changed. The first poll() after construction (or reset()) compares with
   // an empty store.
@@ -42,6 +50,11 @@ class LiveFeed {
 
   // Forgets what the previous poll saw (the next poll compares with an empty store).
   void reset();
+
+  // Jobs and nodes the feed remembers from the previous poll (bounded: kLiveMaxJobs jobs, the
+  // nodes the store lists).
+  size_t followedJobs() const { return jobs_.size(); }
+  size_t followedNodes() const { return nodesSeenNs_.size(); }
 
  private:
   struct JobSeen {
@@ -54,6 +67,8 @@ class LiveFeed {
   };
   storage::Store& store_;
   const Clock& clock_;
+  // What the previous poll saw of each job it follows and each node the store lists; entries
+  // of jobs and nodes that left the listing (or the kLiveMaxJobs newest) are dropped.
   std::map<std::string, JobSeen> jobs_;
   std::map<std::string, int64_t> nodesSeenNs_;
   // Largest updated_ns among anomalies sent; the next poll asks for those written since.

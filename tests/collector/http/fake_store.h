@@ -71,6 +71,7 @@ class FakeStore final : public storage::Store {
   Result<std::vector<storage::StepSummaryRow>> summary(const storage::SummaryQuery& q) override {
     std::lock_guard lock(mu_);
     lastSummaryQuery = q;
+    ++summaryCalls;
     if (failWith) return Result<std::vector<storage::StepSummaryRow>>::error(*failWith);
     std::vector<storage::StepSummaryRow> out;
     for (const auto& s : summaryRows) {
@@ -167,6 +168,7 @@ class FakeStore final : public storage::Store {
 
   std::optional<storage::StepQuery> lastStepQuery;
   std::optional<storage::SummaryQuery> lastSummaryQuery;
+  size_t summaryCalls = 0;
   std::optional<int64_t> lastAnomaliesSince;
 
   std::unique_lock<std::mutex> lock() { return std::unique_lock(mu_); }
