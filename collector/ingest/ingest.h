@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "collector/ingest/job_limiter.h"
 #include "collector/ingest/validate.h"
 #include "collector/storage/store.h"
 #include "common/curve_keys.h"
@@ -79,6 +80,7 @@ struct IngestOptions {
   // over the wire limit still get a counted "oversized" ErrorReply.
   int64_t maxMessageBytes = static_cast<int64_t>(wire::kMaxFrameBytes) + (64 << 10);
   ValidationLimits limits;  // item field checks
+  NewJobLimits newJobs;     // jobs one sender may start: a burst, then a rate
   // A connection silent this long is forgotten (its node's command route with it), whether or
   // not libzmq's close of it was seen: a message read after its close, or a close lost from the
   // monitor, would otherwise keep it, and its node listed as connected, for ever. An agent

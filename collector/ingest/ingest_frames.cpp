@@ -209,6 +209,10 @@ void IngestServer::Impl::handleItem(Peer& peer, wire::Envelope& item, int64_t re
     rejectItem(rejects, std::move(*r));
     return;
   }
+  if (auto r = newJobRefused(peer, item)) {
+    rejectItem(rejects, std::move(*r));
+    return;
+  }
   switch (item.body_case()) {
     case wire::Envelope::kStep: {
       auto r = validateStep(item.step(), worldSizeOf(item.step().job()), options.limits);
@@ -381,6 +385,7 @@ void IngestServer::Impl::handleBatchFrame(const std::string& id, const wire::Bat
   size_t kept = first;
   for (size_t i = first; i < steps.size(); ++i) {
     auto r = itemVersion(stepVersions[i - first]);
+    if (!r) r = newJobRefused(peer, steps[i].job());
     if (!r) r = validateStep(steps[i], worldSizeOf(steps[i].job()), options.limits);
     if (!r) r = rankNodeCheck(peer, steps[i].job(), steps[i].rank());
     if (r) {

@@ -219,6 +219,13 @@ struct IngestServer::Impl {
 
   static std::optional<Rejection> itemVersion(uint32_t version);
 
+  // Refuses ("too_many_new_jobs") an item of a job the collector has not seen lately once its
+  // sender started more jobs than options.newJobs allows (ingest_jobs.cpp). Items without a
+  // job pass.
+  std::optional<Rejection> newJobRefused(const Peer& peer, const wire::Envelope& item);
+  std::optional<Rejection> newJobRefused(const Peer& peer, const std::string& job);
+  NewJobLimiter newJobs{options.newJobs};  // socket thread
+
   // One decoded batch item: validated and, when accepted, added to the pending commit.
   void handleItem(Peer& peer, wire::Envelope& item, int64_t receivedNs, ItemRejects& rejects);
 
