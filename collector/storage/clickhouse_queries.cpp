@@ -282,6 +282,13 @@ Result<uint64_t> ClickHouseStore::applyRetention(int64_t nowNs) {
         auto counts = writer_->query("SELECT job, toUInt64(count()) FROM steps FINAL WHERE " +
                                      inPartition + " GROUP BY job FORMAT RowBinary");
         if (!counts) return R::error(counts.code(), "storage: retention: " + counts.message());
+        // Jobs idle long enough to be forgotten are read back before their counts go down.
+        std::vector<std::string> names;
+        for (RowReader r(*counts); !r.atEnd();) {
+          names.emplace_back(r.str());
+          (void)r.u64();
+        }
+        if (auto st = restoreJobsLocked(names); !st) return st;
         for (RowReader r(*counts); !r.atEnd();) {
           std::string name(r.str());
           uint64_t n = r.u64();

@@ -425,6 +425,8 @@ Status ClickHouseStore::loadState() {
     std::string name = state.row.node;
     nodes_[name] = std::move(state);
   }
+  // What was loaded of jobs long idle goes again at once (a write reads it back).
+  forgetIdleJobsLocked(wallNowNs());
   return Status::ok();
 }
 
@@ -687,7 +689,48 @@ Status ClickHouseStore::write(const WriteBatch& batch) {
   duplicates_ += duplicates;
   if (auto s = flushStateLocked(); !s) return s;
   ++transactions_;
+  forgetIdleJobsLocked(now);
   return Status::ok();
+}
+
+void ClickHouseStore::forgetIdleJobsLocked(int64_t now) {
+  constexpr int64_t kMinuteNs = 60'000'000'000;
+  if (lastForgetNs_ != 0 && now >= lastForgetNs_ && now - lastForgetNs_ < kMinuteNs) return;
+  lastForgetNs_ = now;
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    const bool idle = now - it->second.lastSeenNs > kForgetJobNs;
+    it = idle && dirtyJobs_.count(it->first) == 0 ? jobs_.erase(it) : std::next(it);
+  }
+  // Ranks of jobs not held (forgotten above, or another collector's, loaded at open): a write
+  // of such a job reads its ranks again first.
+  for (auto it = ranks_.begin(); it != ranks_.end();) {
+    const bool held = jobs_.count(it->first.first) != 0;
+    it = !held && dirtyRanks_.count(it->first) == 0 ? ranks_.erase(it) : std::next(it);
+  }
+}
+
+Status ClickHouseStore::restoreJobsLocked(const std::vector<std::string>& names) {
+  std::vector<std::string> notHeld;
+  for (const auto& name : names) {
+    if (jobs_.find(name) == jobs_.end()) notHeld.push_back(quote(name));
+  }
+  for (const auto& in : chunkTerms(notHeld, ", ")) {
+    auto rows =
+        writer_->query(std::string("SELECT ") + kJobColumns + " FROM jobs FINAL WHERE job IN (" +
+                       in + ") AND collector = " + quote(collector_) + " FORMAT RowBinary");
+    if (!rows) return Status::error(rows.code(), "storage: reading jobs: " + rows.message());
+    for (RowReader r(*rows); !r.atEnd();) {
+      auto [name, state] = readJob(r);
+      if (r.failed()) return Status::error(StatusCode::kMalformed, "storage: jobs do not decode");
+      jobs_.emplace(std::move(name), state);
+    }
+  }
+  return Status::ok();
+}
+
+std::pair<size_t, size_t> ClickHouseStore::heldInMemory() {
+  MutexLock lock(&writeMu_);
+  return {jobs_.size(), ranks_.size()};
 }
 
 Status ClickHouseStore::takeOverLocked(const WriteBatch& batch, int64_t now) {
@@ -713,6 +756,10 @@ Status ClickHouseStore::takeOverLocked(const WriteBatch& batch, int64_t now) {
   for (std::string_view job : stale) quoted.push_back(quote(job));
   std::map<std::string, int64_t, std::less<>> own;
   for (std::string_view job : stale) own[std::string(job)] = 0;
+  {
+    std::vector<std::string> names(stale.begin(), stale.end());
+    if (auto st = restoreJobsLocked(names); !st) return st;
+  }
   for (const auto& in : chunkTerms(quoted, ", ")) {
     auto rows = writer_->query(std::string("SELECT ") + kRankColumns +
                                " FROM ranks FINAL WHERE job IN (" + in + ") FORMAT RowBinary");

@@ -100,6 +100,13 @@ class ClickHouseStore final : public Store {
   // The partition length the tables were created with (meta), which retention works in.
   int64_t partitionNs() const { return partitionNs_; }
 
+  // Jobs this collector stored nothing of for this long leave the writer's memory (their job
+  // and rank rows); a later write of one reads them back, as when a job moves between
+  // collectors (takeOverLocked). Without it every job and rank ever stored stayed in memory.
+  static constexpr int64_t kForgetJobNs = 10LL * 60 * 1'000'000'000;
+  // Jobs and ranks the writer holds in memory now.
+  std::pair<size_t, size_t> heldInMemory();
+
   // The writer's view of one job, rank and node: the row as stored, plus what the write
   // rules need that the API rows leave out.
   struct JobState {
@@ -135,6 +142,12 @@ class ClickHouseStore final : public Store {
   // For the batch's jobs this collector stored nothing of lately: reads their ranks and sets its
   // own row count of each from the stored rows (writeMu_ held).
   Status takeOverLocked(const WriteBatch& batch, int64_t nowNs) REQUIRES(writeMu_);
+  // Forgets the jobs idle for kForgetJobNs and the ranks of jobs not held (nothing unflushed),
+  // at most once a minute of batch time (writeMu_ held).
+  void forgetIdleJobsLocked(int64_t nowNs) REQUIRES(writeMu_);
+  // Reads this collector's own row of each of `names` it does not hold (forgotten while idle)
+  // back into jobs_, so first-seen time, world size, latest step and count carry on.
+  Status restoreJobsLocked(const std::vector<std::string>& names) REQUIRES(writeMu_);
   // CREATE TABLE of kSchema's `table` (as table_local when `local`).
   std::string createSql(const char* table, bool local) const;
   // Runs a DDL statement on every server (writeMu_ held).
@@ -162,6 +175,7 @@ class ClickHouseStore final : public Store {
   std::set<RankKey> dirtyRanks_ GUARDED_BY(writeMu_);
   std::set<std::string> dirtyNodes_ GUARDED_BY(writeMu_);
   uint64_t lastVersion_ GUARDED_BY(writeMu_) = 0;
+  int64_t lastForgetNs_ GUARDED_BY(writeMu_) = 0;
 
   Mutex poolMu_;
   std::vector<std::unique_ptr<clickhouse::HttpClient>> idle_ GUARDED_BY(poolMu_);

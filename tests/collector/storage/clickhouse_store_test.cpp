@@ -135,6 +135,42 @@ TEST_CASE("clickhouse: a commit naming thousands of long job names is stored, no
   CHECK(store->stats().duplicateSteps == 2005);
 }
 
+TEST_CASE("clickhouse: idle jobs leave the writer's memory and come back whole when written") {
+  // Every job and rank ever stored stayed in the writer's memory, loaded again at each open.
+  ClickHouseOptions o;
+  o.url = clickHouseServer().url("forget_idle");
+  auto opened = ClickHouseStore::open(o);
+  REQUIRE(opened);
+  auto& store = **opened;
+  const int64_t t0 = 1'000'000 * 1'000'000'000LL;
+  WriteBatch a = grid("old", 2, 3);
+  wire::RankInfo info;
+  info.set_job("old");
+  info.set_world_size(3);
+  a.ranks.push_back(info);
+  a.receivedNs = t0;
+  REQUIRE(store.write(a));
+  CHECK(store.heldInMemory() == std::pair<size_t, size_t>{1, 3});
+  WriteBatch b = grid("new", 1, 1);
+  b.receivedNs = t0 + ClickHouseStore::kForgetJobNs + 1;
+  REQUIRE(store.write(b));
+  CHECK(store.heldInMemory() == std::pair<size_t, size_t>{1, 1});  // "old" left
+  // "old" reports again: read back, its first-seen time, world size and counts carry on.
+  WriteBatch again = grid("old", 3, 3);  // steps 0 and 1 stored already, step 2 new
+  again.receivedNs = b.receivedNs + 1;
+  REQUIRE(store.write(again));
+  CHECK(store.stats().duplicateSteps == 6);
+  auto jobs = store.jobs();
+  REQUIRE(jobs);
+  REQUIRE(jobs->size() == 2);
+  const JobRow& old = (*jobs)[0].job == "old" ? (*jobs)[0] : (*jobs)[1];
+  CHECK(old.firstSeenNs == t0);
+  CHECK(old.worldSize == 3);
+  CHECK(old.stepRows == 9);
+  CHECK(old.latestStep == 2);
+  CHECK(old.ranksSeen == 3);
+}
+
 TEST_CASE("clickhouse: the partition length is fixed by the first open and kept after") {
   const int64_t hour = 3600LL * 1'000'000'000;
   {
