@@ -5,7 +5,8 @@
 // collectors sharing a database count a job that moved between them exactly; a cluster of two
 // shards (two servers, Distributed tables) stores each job on one shard and answers as one
 // server does; a database of schema version 1 is moved to version 2; a commit naming thousands
-// of long job names is stored (its lookups stay under the server's query size).
+// of long job names is stored (its lookups stay under the server's query size); jobs idle for
+// ClickHouseStore::kForgetJobNs leave the writer's memory and come back whole when written.
 // Exits 77 where clickhouse-server is not installed.
 #include <chrono>
 #include <string>
