@@ -1,9 +1,10 @@
 // Hostile input to a running collector, as an attacker on the network sends it (issue 33):
 // JSON nested 100,000 deep in a capture request and in one event of an imported rank file
-// (which crashed the collector, and every restart after it), and a read under a rebound DNS
-// name. Each request is bounded and goes to 127.0.0.1 only. The collector must answer each
-// with a refusal or a failed rank naming the reason, stay up, and come up again after a
-// restart.
+// (which crashed the collector, and every restart after it), a read under a rebound DNS
+// name, and a forged hello that shrank a running job's world size so that its ranks' reports
+// were refused (and acked all the same). Each request is bounded and goes to 127.0.0.1 only. The
+// collector must answer each with a refusal or a failed rank naming the reason, stay up, and come
+// up again after a restart.
 #include <zlib.h>
 
 #include <sstream>
@@ -14,6 +15,7 @@
 #include <google/protobuf/util/delimited_message_util.h>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <zmq.hpp>
 
 #include "schema/wire.h"
 #include "tests/e2e/harness.h"
@@ -78,7 +80,7 @@ std::string importWith(uint16_t port, const std::string& job, const std::string&
 
 }  // namespace
 
-TEST_CASE("e2e: hostile requests are refused and the collector stays up, across a restart") {
+TEST_CASE("e2e: hostile requests are refused and the collector stays up across a restart") {
   TempDir dir;
   CollectorSpec cs;
   cs.dataDir = dir / "data";
@@ -131,4 +133,49 @@ TEST_CASE("e2e: hostile requests are refused and the collector stays up, across 
   std::this_thread::sleep_for(2s);  // recovery and a tick or two
   CHECK(collector->running());
   CHECK(httpGet(port, "/api/v1/captures/" + cap).json()["state"] == "failed");
+}
+
+TEST_CASE("e2e: a forged hello flood cannot shrink a running job and its reports all arrive") {
+  // Issue 33 item 2: a fake agent sending RankHello{job, rank 0, world_size 1} every 100 ms
+  // made a 4-rank job lose 240 of 600 reports, while the simulator saw all 600 acked.
+  TempDir dir;
+  OneNode one = startOneNode(dir);
+  auto sim = startSim(dir, {"--agent", one.as.endpoint, "--job", "victim", "--ranks", "4",
+                            "--steps", "150", "--step-ms", "30", "--quiet"});
+  REQUIRE(waitFor([&] { return jobStepRows(one.cs.httpPort, "victim") > 0; }, 30s, 50ms));
+  {
+    zmq::context_t ctx;
+    zmq::socket_t forger(ctx, zmq::socket_type::dealer);
+    forger.set(zmq::sockopt::linger, 0);
+    forger.connect(one.cs.ingest());
+    trainscope::wire::Envelope hello;
+    hello.set_schema_version(trainscope::wire::kSchemaVersion);
+    hello.mutable_agent_hello()->set_node("forger");
+    forger.send(zmq::buffer(trainscope::wire::encode(hello)), zmq::send_flags::none);
+    for (uint64_t seq = 1; seq <= 30 && sim->running(); ++seq) {
+      trainscope::wire::Envelope env;
+      env.set_schema_version(trainscope::wire::kSchemaVersion);
+      env.mutable_batch()->set_seq(seq);
+      auto* info = env.mutable_batch()->add_items()->mutable_rank_hello()->mutable_rank();
+      info->set_job("victim");
+      info->set_rank(0);
+      info->set_world_size(1);
+      info->set_node("forger");
+      forger.send(zmq::buffer(trainscope::wire::encode(env)), zmq::send_flags::none);
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+  const auto rc = sim->wait(60s);
+  INFO("simtrain log:\n" << sim->logTail());
+  REQUIRE(rc.has_value());
+  CHECK(*rc == 0);
+  waitFor([&] { return jobStepRows(one.cs.httpPort, "victim") == 600; }, 30s, 100ms);
+  CHECK(jobStepRows(one.cs.httpPort, "victim") == 600);
+  auto ranks = httpGet(one.cs.httpPort, "/api/v1/jobs/victim/ranks");
+  REQUIRE(ranks.status == 200);
+  const auto list = ranks.json().at("ranks");
+  CHECK(list.size() == 4);
+  for (const auto& r : list) CHECK(r.value("world_size", 0) == 4);
+  auto metrics = httpGet(one.cs.httpPort, "/metrics");
+  CHECK(metrics.body.find("world_size_conflict") != std::string::npos);
 }
