@@ -1,5 +1,7 @@
-// Capture rows in SqliteStore (docs/CAPTURE.md): the replace-by-id write, and the reads by id,
-// by job (newest first) and by update time. The rank list and per-rank status are JSON columns.
+// Capture rows in SqliteStore (docs/CAPTURE.md): the replace-by-id write, the progress write of
+// a running capture's changed ranks, and the reads by id, by job (newest first) and by update
+// time. The rank list is a JSON column; each rank's status is a row of capture_ranks, so a
+// progress write costs the ranks that changed, not the capture's size.
 #include "collector/storage/sqlite_store.h"
 
 #include <utility>
@@ -17,7 +19,10 @@ using namespace internal;  // NOLINT(google-build-using-namespace): this folder'
 
 constexpr const char* kColumns =
     "id, job, kind, state, reason, anomaly_id, ranks, start_step, steps, history, max_bytes,"
-    " created_ns, updated_ns, finished_ns, deadline_ns, trace_bytes, summary, rank_status";
+    " created_ns, updated_ns, finished_ns, deadline_ns, trace_bytes, summary";
+constexpr const char* kRankSql =
+    "SELECT rank, node, state, detail, bytes, truncated, first_step, last_step, updated_ns"
+    " FROM capture_ranks WHERE capture_id = ?1 ORDER BY rank";
 
 Result<CaptureRow> readRow(sqlite3_stmt* s) {
   CaptureRow row;
@@ -40,16 +45,73 @@ Result<CaptureRow> readRow(sqlite3_stmt* s) {
     row.traceBytes = static_cast<uint64_t>(sqlite3_column_int64(s, 15));
   }
   row.summary = columnText(s, 16);
-  if (auto st = parseRankStatus(columnText(s, 17), &row); !st) return st;
   return row;
+}
+
+// The rank rows of `row` from `ranks` (kRankSql, reset here), in rank order.
+Status readRanks(sqlite3* db, sqlite3_stmt* ranks, CaptureRow* row) {
+  sqlite3_reset(ranks);
+  bindText(ranks, 1, row->id);
+  int rc;
+  while ((rc = sqlite3_step(ranks)) == SQLITE_ROW) {
+    CaptureRankRow r;
+    r.rank = static_cast<uint32_t>(sqlite3_column_int64(ranks, 0));
+    r.node = columnText(ranks, 1);
+    const std::string state = columnText(ranks, 2);
+    const auto parsed = wire::parseRankState(state);
+    if (!parsed) {
+      return Status::error(StatusCode::kMalformed, "storage: capture " + row->id + ": rank " +
+                                                       std::to_string(r.rank) +
+                                                       " has an unknown state '" + state + "'");
+    }
+    r.state = *parsed;
+    r.detail = columnText(ranks, 3);
+    r.bytes = static_cast<uint64_t>(sqlite3_column_int64(ranks, 4));
+    r.truncated = sqlite3_column_int64(ranks, 5) != 0;
+    r.firstStep = sqlite3_column_int64(ranks, 6);
+    r.lastStep = sqlite3_column_int64(ranks, 7);
+    r.updatedNs = sqlite3_column_int64(ranks, 8);
+    row->rankStatus.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return Status::error(sqlError(db, "storage: reading capture ranks"));
+  return Status::ok();
 }
 
 }  // namespace
 
+Status SqliteStore::upsertCaptureRanksLocked(const std::string& id,
+                                             const std::vector<CaptureRankRow>& ranks) {
+  auto* s = stmts_[kUpsertCaptureRank];
+  for (const auto& r : ranks) {
+    const std::string state = wire::toString(r.state);  // bound SQLITE_STATIC: kept until the step
+    bindText(s, 1, id);
+    sqlite3_bind_int64(s, 2, r.rank);
+    bindText(s, 3, r.node);
+    bindText(s, 4, state);
+    bindText(s, 5, r.detail);
+    sqlite3_bind_int64(s, 6, static_cast<int64_t>(r.bytes));
+    sqlite3_bind_int(s, 7, r.truncated ? 1 : 0);
+    sqlite3_bind_int64(s, 8, r.firstStep);
+    sqlite3_bind_int64(s, 9, r.lastStep);
+    sqlite3_bind_int64(s, 10, r.updatedNs);
+    if (auto st = step(writeDb_, s, "storage: storing a capture rank"); !st) return st;
+  }
+  return Status::ok();
+}
+
+Status SqliteStore::endTransactionLocked(Status st) {
+  if (st) st = step(writeDb_, stmts_[kCommit], "storage: commit");
+  if (!st) {
+    (void)step(writeDb_, stmts_[kRollback], "storage: rollback");  // `st` says why
+    return st;
+  }
+  ++transactions_;
+  return Status::ok();
+}
+
 Status SqliteStore::writeCapture(const CaptureRow& row) {
   if (auto st = checkCapture(row); !st) return st;
   const std::string ranks = captureRanksText(row);
-  const std::string rankStatus = rankStatusText(row.rankStatus);
   const std::string state = wire::toString(row.state);  // bound SQLITE_STATIC: kept until the step
   MutexLock lock(&writeMu_);
   auto* s = stmts_[kUpsertCapture];
@@ -82,11 +144,31 @@ Status SqliteStore::writeCapture(const CaptureRow& row) {
     sqlite3_bind_null(s, 16);
   }
   bindText(s, 17, row.summary);
-  bindText(s, 18, rankStatus);
-  // One statement is its own transaction (autocommit): no BEGIN/COMMIT needed.
-  if (auto st = step(writeDb_, s, "storage: storing capture"); !st) return st;
-  ++transactions_;
-  return Status::ok();
+  // The row and all its ranks replace what was stored, together.
+  if (auto st = step(writeDb_, stmts_[kBegin], "storage: begin"); !st) return st;
+  Status st = step(writeDb_, s, "storage: storing capture");
+  if (st) {
+    auto* del = stmts_[kDeleteCaptureRanks];
+    bindText(del, 1, row.id);
+    st = step(writeDb_, del, "storage: replacing capture ranks");
+  }
+  if (st) st = upsertCaptureRanksLocked(row.id, row.rankStatus);
+  return endTransactionLocked(std::move(st));
+}
+
+Status SqliteStore::writeCaptureProgress(const CaptureProgress& progress) {
+  MutexLock lock(&writeMu_);
+  if (auto st = step(writeDb_, stmts_[kBegin], "storage: begin"); !st) return st;
+  auto* s = stmts_[kCaptureProgress];
+  bindText(s, 1, progress.id);
+  bindText(s, 2, progress.summary);
+  sqlite3_bind_int64(s, 3, progress.updatedNs != 0 ? progress.updatedNs : wallNowNs());
+  Status st = step(writeDb_, s, "storage: storing capture progress");
+  if (st && sqlite3_changes(writeDb_) == 0) {
+    st = Status::error("storage: capture " + progress.id + " is not stored as running");
+  }
+  if (st) st = upsertCaptureRanksLocked(progress.id, progress.ranks);
+  return endTransactionLocked(std::move(st));
 }
 
 Result<std::vector<CaptureRow>> SqliteStore::queryCaptures(const std::string& where,
@@ -97,20 +179,32 @@ Result<std::vector<CaptureRow>> SqliteStore::queryCaptures(const std::string& wh
   ReadStmt q(readDb(), std::string("SELECT ") + kColumns + " FROM captures WHERE " + where +
                            " ORDER BY " + order);
   if (!q.ok()) return R::error(q.error("storage: querying captures"));
+  ReadStmt ranks(readDb(), kRankSql);
+  if (!ranks.ok()) return R::error(ranks.error("storage: querying capture ranks"));
   auto* s = q.get();
   if (text != nullptr) {
     bindText(s, 1, *text);
   } else {
     sqlite3_bind_int64(s, 1, sinceNs);
   }
+  // One read transaction: a capture's row and its ranks from the same write (its summary
+  // agrees with its ranks).
+  if (auto st = exec(readDb(), "BEGIN", "storage: querying captures"); !st) return st;
   std::vector<CaptureRow> out;
+  Status st;
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     auto row = readRow(s);
-    if (!row) return row.status();
+    if (row) st = readRanks(readDb(), ranks.get(), &row.value());
+    if (!row) st = row.status();
+    if (!st) break;
     out.push_back(std::move(row.value()));
   }
-  if (rc != SQLITE_DONE) return R::error(q.error("storage: querying captures"));
+  if (st && rc != SQLITE_DONE) st = Status::error(q.error("storage: querying captures"));
+  sqlite3_reset(s);
+  sqlite3_reset(ranks.get());
+  (void)exec(readDb(), "COMMIT", "storage: querying captures");  // a read: nothing to lose
+  if (!st) return st;
   return out;
 }
 

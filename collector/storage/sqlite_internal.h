@@ -33,6 +33,9 @@ enum Stmt : size_t {
   kUpsertAnomaly,
   kUpsertCapture,
   kRankGroups,
+  kDeleteCaptureRanks,
+  kUpsertCaptureRank,
+  kCaptureProgress,
   kStmtCount,
 };
 

@@ -56,6 +56,7 @@ class SqliteStore final : public Store {
   Result<std::vector<AnomalyRow>> anomalies(const std::string& job) override;
   Result<std::vector<AnomalyRow>> anomaliesSince(int64_t sinceNs) override;
   Status writeCapture(const CaptureRow& row) override;
+  Status writeCaptureProgress(const CaptureProgress& progress) override;
   Result<std::optional<CaptureRow>> capture(const std::string& id) override;
   Result<std::vector<CaptureRow>> captures(const std::string& job) override;
   Result<std::vector<CaptureRow>> capturesSince(int64_t sinceNs) override;
@@ -68,6 +69,12 @@ class SqliteStore final : public Store {
   Status writeLocked(const WriteBatch& batch, uint64_t* inserted, uint64_t* duplicates)
       REQUIRES(writeMu_);
   Result<int64_t> jobIdLocked(const std::string& job, int64_t nowNs) REQUIRES(writeMu_);
+  // Writes each of `ranks` as capture `id`'s row for that rank, inside the caller's transaction.
+  Status upsertCaptureRanksLocked(const std::string& id, const std::vector<CaptureRankRow>& ranks)
+      REQUIRES(writeMu_);
+  // Commits the transaction begun with kBegin when `st` is ok (counted), else rolls it back;
+  // returns `st` or the commit's error.
+  Status endTransactionLocked(Status st) REQUIRES(writeMu_);
   // Anomaly rows matching `where` (one parameter ?1: the job when `job` is set, else sinceNs).
   Result<std::vector<AnomalyRow>> queryAnomalies(const std::string& where, const std::string* job,
                                                  int64_t sinceNs);

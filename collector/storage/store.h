@@ -233,6 +233,16 @@ struct CaptureRow {
   std::vector<CaptureRankRow> rankStatus;
 };
 
+// What changed in a running capture since it was last written (CaptureManager::flush): the
+// ranks whose state changed, and the capture's new summary and update time. Everything else of
+// the stored capture stays as it is.
+struct CaptureProgress {
+  std::string id;
+  std::string summary;
+  int64_t updatedNs = 0;              // collector clock; 0 = the store's clock now
+  std::vector<CaptureRankRow> ranks;  // only the changed ranks, each replacing its stored one
+};
+
 struct StoreStats {
   uint64_t stepRows = 0;
   uint64_t duplicateSteps = 0;  // step reports ignored because the key was stored already
@@ -296,6 +306,14 @@ class Store {
     (void)row;
     return Status::error("storage: this store does not keep captures");
   }
+  // Applies `progress` to the stored capture `progress.id` (an error when it is not stored, or
+  // stored final: a late progress write never changes a capture's final row):
+  // what a running capture's statuses changed, written as often as the collector's tick. An
+  // engine that keeps a row per rank writes only the changed ranks, so the write costs what
+  // changed, not the capture's size (16,384 ranks rewritten per tick took SQLite 53-148 ms
+  // under its write lock, which ingest's writer needs too). This default reads the capture
+  // and writes it whole, for engines that keep a capture as one row.
+  virtual Status writeCaptureProgress(const CaptureProgress& progress);
   // One capture; an empty optional when the id is unknown.
   virtual Result<std::optional<CaptureRow>> capture(const std::string& id) {
     (void)id;

@@ -1,6 +1,7 @@
 #include "collector/storage/store_rows.h"
 
 #include <algorithm>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -202,6 +203,27 @@ Status parseRankStatus(std::string_view text, CaptureRow* row) {
     row->rankStatus.push_back(std::move(r));
   }
   return Status::ok();
+}
+
+Status Store::writeCaptureProgress(const CaptureProgress& progress) {
+  auto stored = capture(progress.id);
+  if (!stored) return stored.status();
+  if (!stored->has_value() || (*stored)->state != wire::CaptureState::kRunning) {
+    return Status::error("storage: capture " + progress.id + " is not stored as running");
+  }
+  CaptureRow row = std::move(**stored);
+  std::map<uint32_t, size_t> index;
+  for (size_t i = 0; i < row.rankStatus.size(); ++i) index[row.rankStatus[i].rank] = i;
+  for (const auto& r : progress.ranks) {
+    if (auto it = index.find(r.rank); it != index.end()) {
+      row.rankStatus[it->second] = r;
+    } else {
+      row.rankStatus.push_back(r);
+    }
+  }
+  row.summary = progress.summary;
+  row.updatedNs = progress.updatedNs;
+  return writeCapture(row);
 }
 
 json rankStatusJson(const std::vector<CaptureRankRow>& ranks) {

@@ -1,7 +1,9 @@
 // The captures table: every field round-trips (rank status included), a stored id is replaced,
 // per-job reads come newest first, since-updated reads oldest update first, bad rows are
-// refused naming the field, an unknown stored state is an error on read, and a version-3 database
-// (anomalies, no captures) migrates to the current version keeping its anomalies.
+// refused naming the field, an unknown stored state is an error on read, a version-3 database
+// (anomalies, no captures) migrates to the current version keeping its anomalies, a progress
+// write changes only the ranks it names, and a version-5 database's rank_status lists become
+// rows of capture_ranks.
 
 #include <string>
 
@@ -157,8 +159,8 @@ TEST_CASE("a stored state no enum value names is an error on read, not a guess",
   CHECK(read.message() == "storage: capture cap-x: unknown state 'paused'");
 
   REQUIRE(store->writeCapture(row("cap-x", "j", 1, 1)));
-  trainscope::storage::testing::execSql(
-      path, "UPDATE captures SET rank_status = '[{\"rank\": 5, \"state\": \"paused\"}]'");
+  trainscope::storage::testing::execSql(path,
+                                        "UPDATE capture_ranks SET state = 'paused' WHERE rank = 5");
   read = store->capture("cap-x");
   REQUIRE_FALSE(read);
   CHECK(read.message() == "storage: capture cap-x: rank 5 has an unknown state 'paused'");
@@ -189,4 +191,107 @@ TEST_CASE("a version-3 database gains the captures table and keeps its anomalies
   auto reopened = openAt(path);
   CHECK(reopened->capture("cap-1")->has_value());
   CHECK(reopened->anomalies("j")->front().captureId == std::optional<std::string>("cap-1"));
+}
+
+TEST_CASE("a progress write replaces the ranks it names and the summary, nothing else") {
+  auto store = openAt(":memory:");
+  auto c = row("cap-p", "j", 1000, 1000);
+  REQUIRE(store->writeCapture(c));
+  CaptureProgress p;
+  p.id = "cap-p";
+  p.summary = "1 of 2 ranks done";
+  p.updatedNs = 2000;
+  CaptureRankRow r5 = c.rankStatus[1];
+  r5.state = wire::RankState::kDone;
+  r5.bytes = 777;
+  r5.updatedNs = 1900;
+  p.ranks = {r5};
+  REQUIRE(store->writeCaptureProgress(p));
+  auto got = **store->capture("cap-p");
+  CHECK(got.summary == "1 of 2 ranks done");
+  CHECK(got.updatedNs == 2000);
+  CHECK(got.state == wire::CaptureState::kRunning);
+  CHECK(got.ranks == std::vector<uint32_t>{0, 5});
+  CHECK(got.deadlineNs == 2000);
+  REQUIRE(got.rankStatus.size() == 2);
+  CHECK(got.rankStatus[0].state == wire::RankState::kUploading);  // untouched
+  CHECK(got.rankStatus[0].detail == "steps 120..122, history from 118");
+  CHECK(got.rankStatus[1].rank == 5);
+  CHECK(got.rankStatus[1].state == wire::RankState::kDone);
+  CHECK(got.rankStatus[1].bytes == 777);
+  CHECK(got.rankStatus[1].updatedNs == 1900);
+  CHECK(store->capturesSince(2000)->size() == 1);
+
+  p.id = "cap-unknown";
+  auto refused = store->writeCaptureProgress(p);
+  CHECK_FALSE(refused);
+  CHECK(refused.message() == "storage: capture cap-unknown is not stored as running");
+  CHECK_FALSE(store->capture("cap-unknown")->has_value());
+
+  // Progress never changes a capture stored final (a late write of a collector's old copy).
+  auto ended = c;
+  ended.id = "cap-ended";
+  ended.state = wire::CaptureState::kFailed;
+  ended.summary = "0 of 2 ranks done, 2 failed";
+  REQUIRE(store->writeCapture(ended));
+  p.id = "cap-ended";
+  CHECK_FALSE(store->writeCaptureProgress(p));
+  auto kept = **store->capture("cap-ended");
+  CHECK(kept.summary == "0 of 2 ranks done, 2 failed");
+  CHECK(kept.rankStatus[1].state == wire::RankState::kPending);
+
+  // A whole write afterwards replaces every rank again.
+  REQUIRE(store->writeCapture(c));
+  got = **store->capture("cap-p");
+  CHECK(got.rankStatus[1].state == wire::RankState::kPending);
+  CHECK(got.summary == "0 of 2 ranks done");
+}
+
+TEST_CASE("a version-5 database's rank_status lists become rows of capture_ranks", "[sqlite]") {
+  TempDir dir;
+  const std::string path = dir.sub("v5.db");
+  // As a version-5 collector wrote them: the ranks in a JSON column. One list is not JSON
+  // (every read of it failed): the migration leaves it, and the capture reads with no ranks.
+  createAtVersion(
+      path, 5,
+      "INSERT INTO captures(id, job, kind, state, ranks, created_ns, updated_ns, summary,"
+      " rank_status) VALUES('cap-old', 'j', 'trace', 'running', '[0,5,7]', 10, 20,"
+      " '1 of 3 ranks done', '[{\"rank\":0,\"node\":\"n0\",\"state\":\"done\","
+      "\"detail\":\"\",\"bytes\":12345,\"truncated\":true,\"first_step\":118,"
+      "\"last_step\":122,\"updated_ns\":15},{\"rank\":5,\"node\":\"n1\","
+      "\"state\":\"failed\",\"detail\":\"out of disk\",\"bytes\":0,"
+      "\"truncated\":false,\"first_step\":-1,\"last_step\":-1,\"updated_ns\":16},"
+      "{\"rank\":7,\"node\":\"n1\",\"state\":\"pending\"}]');"
+      "INSERT INTO captures(id, job, kind, state, ranks, created_ns, updated_ns, rank_status)"
+      " VALUES('cap-bad', 'j', 'trace', 'failed', '[1]', 11, 21, '[{not json');");
+  auto store = openAt(path);
+  CHECK(userVersion(path) == currentSchemaVersion());
+  auto got = store->capture("cap-old");
+  INFO(got.message());
+  REQUIRE(got);
+  REQUIRE(got->has_value());
+  const auto& c = **got;
+  CHECK(c.summary == "1 of 3 ranks done");
+  REQUIRE(c.rankStatus.size() == 3);
+  CHECK(c.rankStatus[0].rank == 0);
+  CHECK(c.rankStatus[0].node == "n0");
+  CHECK(c.rankStatus[0].state == wire::RankState::kDone);
+  CHECK(c.rankStatus[0].bytes == 12345);
+  CHECK(c.rankStatus[0].truncated);
+  CHECK(c.rankStatus[0].firstStep == 118);
+  CHECK(c.rankStatus[0].lastStep == 122);
+  CHECK(c.rankStatus[0].updatedNs == 15);
+  CHECK(c.rankStatus[1].rank == 5);
+  CHECK(c.rankStatus[1].state == wire::RankState::kFailed);
+  CHECK(c.rankStatus[1].detail == "out of disk");
+  CHECK_FALSE(c.rankStatus[1].truncated);
+  CHECK(c.rankStatus[2].rank == 7);
+  CHECK(c.rankStatus[2].state == wire::RankState::kPending);
+  CHECK(c.rankStatus[2].firstStep == -1);
+  CHECK(c.rankStatus[2].bytes == 0);
+  auto bad = store->capture("cap-bad");
+  REQUIRE(bad);
+  REQUIRE(bad->has_value());
+  CHECK((*bad)->rankStatus.empty());
+  CHECK(store->captures("j")->size() == 2);
 }
