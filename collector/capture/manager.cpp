@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -146,6 +147,17 @@ std::vector<storage::CaptureRankRow> initialRankStatus(
 
 }  // namespace
 
+namespace {
+
+std::string summaryOf(size_t done, size_t failed, size_t ranks) {
+  std::string out = std::to_string(done) + " of " + std::to_string(ranks) +
+                    (ranks == 1 ? " rank done" : " ranks done");
+  if (failed > 0) out += ", " + std::to_string(failed) + " failed";
+  return out;
+}
+
+}  // namespace
+
 std::string captureSummary(const storage::CaptureRow& row) {
   size_t done = 0;
   size_t failed = 0;
@@ -153,10 +165,7 @@ std::string captureSummary(const storage::CaptureRow& row) {
     if (r.state == RankState::kDone) ++done;
     if (r.state == RankState::kFailed) ++failed;
   }
-  std::string out = std::to_string(done) + " of " + std::to_string(row.rankStatus.size()) +
-                    (row.rankStatus.size() == 1 ? " rank done" : " ranks done");
-  if (failed > 0) out += ", " + std::to_string(failed) + " failed";
-  return out;
+  return summaryOf(done, failed, row.rankStatus.size());
 }
 
 std::string captureMetricsText(const CaptureStats& s) {
@@ -240,30 +249,78 @@ void CaptureManager::storeFinal(storage::CaptureRow& row) {
 
 void CaptureManager::flush() {
   MutexLock write(&storeMu_);
-  std::vector<storage::CaptureRow> rows;
+  std::vector<storage::CaptureProgress> progress;
   {
-    // Only the copy is made under mu_ (the socket thread waits for it, O(ranks) once per
-    // changed capture per flush); the write is not.
+    // Only the changed ranks are copied under mu_ (the socket thread waits for the copy); the
+    // write is made outside it.
     MutexLock lock(&mu_);
+    const int64_t now = clock_.nowNs();
     for (auto& [id, a] : active_) {
-      if (!a.dirty) continue;
-      a.dirty = false;
-      rows.push_back(a.row);
+      if (a.changed.empty()) continue;
+      storage::CaptureProgress p;
+      p.id = id;
+      takeChangedLocked(a, &p.ranks);
+      p.summary = summaryOf(a.done, a.failed, a.row.rankStatus.size());
+      p.updatedNs = std::max(now, a.row.updatedNs);
+      progress.push_back(std::move(p));
     }
   }
-  for (auto& row : rows) {
-    if (storeRow(row)) continue;
-    MutexLock lock(&mu_);  // stored nothing: the next flush tries again
-    if (auto it = active_.find(row.id); it != active_.end()) it->second.dirty = true;
+  for (const auto& p : progress) {
+    Status s = store_.writeCaptureProgress(p);
+    if (s) continue;
+    storeLog_.log(LogLevel::kError, kComponent, "storing capture " + p.id + ": " + s.message());
+    MutexLock lock(&mu_);  // stored nothing: the next flush tries these ranks again
+    ++stats_.storeFailures;
+    auto it = active_.find(p.id);
+    if (it == active_.end()) continue;
+    for (const auto& r : p.ranks) {
+      if (auto* rs = rankOf(it->second, r.rank)) changedLocked(it->second, *rs);
+    }
+  }
+}
+
+void CaptureManager::indexLocked(Active& a) {
+  if (!a.index.empty() || a.row.rankStatus.empty()) return;
+  const auto& ranks = a.row.rankStatus;
+  a.marked.assign(ranks.size(), false);
+  a.counted.resize(ranks.size());
+  a.done = 0;
+  a.failed = 0;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    a.index[ranks[i].rank] = i;
+    a.counted[i] = ranks[i].state;
+    if (ranks[i].state == RankState::kDone) ++a.done;
+    if (ranks[i].state == RankState::kFailed) ++a.failed;
   }
 }
 
 storage::CaptureRankRow* CaptureManager::rankOf(Active& a, uint32_t rank) {
-  if (a.index.empty()) {
-    for (size_t i = 0; i < a.row.rankStatus.size(); ++i) a.index[a.row.rankStatus[i].rank] = i;
-  }
+  indexLocked(a);
   auto it = a.index.find(rank);
   return it == a.index.end() ? nullptr : &a.row.rankStatus[it->second];
+}
+
+void CaptureManager::changedLocked(Active& a, const storage::CaptureRankRow& r) {
+  indexLocked(a);
+  const auto i = static_cast<size_t>(&r - a.row.rankStatus.data());
+  assert(i < a.row.rankStatus.size());
+  if (a.marked[i]) return;
+  a.marked[i] = true;
+  a.changed.push_back(i);
+}
+
+void CaptureManager::takeChangedLocked(Active& a, std::vector<storage::CaptureRankRow>* out) {
+  for (size_t i : a.changed) {
+    const auto& r = a.row.rankStatus[i];
+    a.marked[i] = false;
+    if (a.counted[i] == RankState::kDone) --a.done;
+    if (a.counted[i] == RankState::kFailed) --a.failed;
+    if (r.state == RankState::kDone) ++a.done;
+    if (r.state == RankState::kFailed) ++a.failed;
+    a.counted[i] = r.state;
+    if (out != nullptr) out->push_back(r);
+  }
+  a.changed.clear();
 }
 
 void CaptureManager::failRankLocked(Active& a, storage::CaptureRankRow& r,
@@ -271,6 +328,7 @@ void CaptureManager::failRankLocked(Active& a, storage::CaptureRankRow& r,
   r.state = RankState::kFailed;
   r.detail = detail;
   r.updatedNs = clock_.nowNs();
+  changedLocked(a, r);
   std::error_code ec;
   fs::remove(fs::path(directory(a.row.id)) / (rankFileName(r.rank) + ".part"), ec);
   logWarn(kComponent,
@@ -310,6 +368,7 @@ void CaptureManager::recover() {
           r.state = RankState::kDone;
           r.bytes = size;
           r.updatedNs = clock_.nowNs();
+          changedLocked(a, r);
           continue;
         }
       }
@@ -326,6 +385,7 @@ void CaptureManager::recover() {
       logError(kComponent, "capture " + a.row.id + ": " + why);
     }
     persistLocked(a.row);
+    takeChangedLocked(a, nullptr);  // stored whole just now
     logInfo(kComponent, "capture " + a.row.id + " was running when the collector stopped: " +
                             "its unfinished ranks are failed");
     active_.emplace(a.row.id, std::move(a));
@@ -406,6 +466,7 @@ Result<storage::CaptureRow> CaptureManager::start(const std::string& job,
     return a.row;
   }
   if (changed) persistLocked(a.row);
+  takeChangedLocked(a, nullptr);  // stored whole just now
   storage::CaptureRow out = a.row;
   active_.emplace(a.row.id, std::move(a));
   return out;
@@ -626,7 +687,7 @@ void CaptureManager::onStatusLocked(const wire::CommandStatus& st) {
   } else {
     return;  // pending and done are the collector's to decide
   }
-  changedLocked(a);
+  changedLocked(a, *r);
 }
 
 void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
@@ -649,7 +710,6 @@ void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
   if (crc != chunk.crc32()) {
     failRankLocked(a, *r,
                    "chunk at offset " + std::to_string(chunk.offset()) + " failed its checksum");
-    changedLocked(a);
     return;
   }
   if (chunk.offset() < written) {
@@ -660,12 +720,10 @@ void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
     failRankLocked(a, *r,
                    "chunk at offset " + std::to_string(chunk.offset()) +
                        " leaves a gap: the file has " + std::to_string(written) + " bytes");
-    changedLocked(a);
     return;
   }
   if (written + data.size() > a.row.maxBytes + options_.chunkSlackBytes) {
     failRankLocked(a, *r, "file exceeds max_bytes (" + std::to_string(a.row.maxBytes) + ")");
-    changedLocked(a);
     return;
   }
   const fs::path dir = directory(a.row.id);
@@ -678,7 +736,6 @@ void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
     out.flush();
     if (!out) {
       failRankLocked(a, *r, "cannot write " + part.string());
-      changedLocked(a);
       return;
     }
   }
@@ -709,7 +766,7 @@ void CaptureManager::onChunkLocked(const wire::FileChunk& chunk) {
     }
     changed = true;
   }
-  if (changed) changedLocked(a);
+  if (changed) changedLocked(a, *r);
 }
 
 void CaptureManager::onCommitted(const storage::WriteBatch& batch) {
@@ -729,7 +786,6 @@ void CaptureManager::onCommitted(const storage::WriteBatch& batch) {
       failRankLocked(a, *r,
                      "rank exited at step " + std::to_string(bye.last_step()) +
                          " before the capture finished");
-      changedLocked(a);
     }
   }
   for (const auto& host : batch.hosts) {
@@ -743,7 +799,6 @@ void CaptureManager::onCommitted(const storage::WriteBatch& batch) {
                        "the process of rank " + std::to_string(proc.rank()) + " (pid " +
                            std::to_string(proc.pid()) + ") is gone, reported by agent " +
                            host.node());
-        changedLocked(a);
       }
     }
   }
@@ -766,7 +821,6 @@ void CaptureManager::tick(int64_t nowNs) {
             failRankLocked(a, r, std::string("timed out in state ") + wire::toString(r.state));
           }
         }
-        changedLocked(a);
       }
       if (!allFinal(a.row)) {
         ++it;

@@ -4,12 +4,14 @@
 // any method; one mutex guards the running captures. tick() does the merges, outside that
 // mutex, so the ingest socket thread (onCommandItem) never waits for one: call it from one
 // thread (the collector's main loop).
-// A rank status or chunk only changes the capture in memory and marks it changed; flush()
-// (each tick(), and the destructor) stores each changed capture once, off ingest's threads.
-// Storing the whole row per status cost the socket thread O(ranks) per status: 20 ms at 8,192
-// ranks, O(ranks^2) over a capture. A capture's start and its final state are stored at once;
-// a rank's state reaches the store within one tick, and a rank whose file was complete before
-// a crash is found done again by recover() (the file's rename is what makes a rank done).
+// A rank status or chunk only changes the capture in memory and marks that rank changed;
+// flush() (each tick(), and the destructor) stores, off ingest's threads, only the ranks that
+// changed (Store::writeCaptureProgress), copying only those under the lock. Storing the whole
+// row per status cost the socket thread O(ranks) per status (20 ms at 8,192 ranks, O(ranks^2)
+// over a capture), and a whole row per tick still cost 53-148 ms of the store's write lock at
+// 16,384 ranks. A capture's start and its final state are stored whole at once; a rank's
+// state reaches the store within one tick, and a rank whose file was complete before a crash
+// is found done again by recover() (the file's rename is what makes a rank done).
 #pragma once
 
 #include <cstdint>
@@ -139,8 +141,9 @@ class CaptureManager {
   // Applies deadlines at `nowNs`, stores what changed (flush()) and merges captures whose ranks
   // are all final. About once a second, from one thread.
   void tick(int64_t nowNs);
-  // Stores every running capture changed since the last flush: one row write per capture,
-  // however many statuses and chunks changed it. tick() calls it; any thread but ingest's.
+  // Stores every running capture changed since the last flush: one write per capture of the
+  // ranks that changed (however many statuses and chunks changed each) and its summary.
+  // tick() calls it; any thread but ingest's.
   void flush();
 
   // A stored file of capture `id` ("trace.json.gz" or "rank-<R>.json.gz") as a stream: the
@@ -162,10 +165,19 @@ class CaptureManager {
     storage::CaptureRow row;
     std::map<uint32_t, uint64_t> written;  // bytes of each rank's .part so far
     // rank -> its index in row.rankStatus (whose order never changes), so a status finds its
-    // rank in O(log n), not by a scan of 16,384 ranks. Built by rankOf on first use.
+    // rank in O(log n), not by a scan of 16,384 ranks. Built with the fields below by
+    // indexLocked on first use.
     std::map<uint32_t, size_t> index;
+    // Indexes into row.rankStatus of the ranks changed since they were last stored (each once:
+    // `marked`), so a flush copies and writes those, not every rank.
+    std::vector<size_t> changed;
+    std::vector<bool> marked;
+    // The summary's counts as of the ranks' `counted` states, brought up to date rank by rank
+    // as changed ranks are taken (takeChangedLocked): a flush's summary costs what changed.
+    std::vector<wire::RankState> counted;
+    size_t done = 0;
+    size_t failed = 0;
     bool merging = false;  // handed to tick()'s merge
-    bool dirty = false;    // changed since it was last stored: flush() writes it
   };
 
   // The job's ranks as stored, for start.
@@ -190,12 +202,19 @@ class CaptureManager {
   bool sendCommandsLocked(Active& a) REQUIRES(mu_);
 
   storage::CaptureRankRow* rankOf(Active& a, uint32_t rank);
+  static void indexLocked(Active& a);
   void failRankLocked(Active& a, storage::CaptureRankRow& r, const std::string& detail)
       REQUIRES(mu_);
   // Stores `row` now (start, recover, an ended capture): sets its update time and summary.
   void persistLocked(storage::CaptureRow& row) REQUIRES(mu_);
-  // A status, chunk or deadline changed `a`: the next flush() stores it.
-  static void changedLocked(Active& a) { a.dirty = true; }
+  // A status, chunk, deadline or failure changed rank `r` (an element of a.row.rankStatus):
+  // the next flush() stores it. Every change of a rank's state in a running capture goes
+  // through here, or the summary's counts go stale.
+  static void changedLocked(Active& a, const storage::CaptureRankRow& r);
+  // Brings the counts of `a` up to date with its changed ranks and forgets them as changed;
+  // appends copies of them to `out` when set (a flush), else drops them (the whole row was
+  // just stored).
+  static void takeChangedLocked(Active& a, std::vector<storage::CaptureRankRow>* out);
   // Sets the final state of `a` (not stored: the caller erases `a` from active_, then stores
   // the row with storeFinal, so no flush of an older copy can land after it).
   void finalizeLocked(Active& a, const std::map<uint32_t, std::string>& failures,
