@@ -110,6 +110,7 @@ void IngestServer::Impl::socketLoop() {
     if (stop) handOff();
     const bool readRouter = !stop && queued < options.maxQueuedCommits;
     forgetIdlePeers(monotonicNowNs(), readRouter);
+    forgetIdleJobs(monotonicNowNs());
     long timeoutMs = 100;
     if (!pending.empty()) {
       const int64_t now = monotonicNowNs();
@@ -281,12 +282,6 @@ Status IngestServer::start() {
   } catch (const zmq::error_t& e) {
     return Status::error("ingest: cannot bind " + endpoint + ": " + e.what());
   }
-  // Seed the world sizes from jobs stored earlier, so rank checks work across restarts.
-  if (auto jobs = m.store.jobs(); jobs) {
-    for (const auto& j : *jobs) {
-      if (j.worldSize > 0) m.worldSizes[j.job] = j.worldSize;
-    }
-  }
   m.started = true;
   m.writerThread = std::thread([&m] {
     pthread_setname_np(pthread_self(), "ts-ingest-write");
@@ -343,6 +338,7 @@ IngestStats IngestServer::stats() const {
   s.commitFailures = m.commitFailures.load();
   s.disconnects = m.disconnects.load();
   s.peers = m.peerCount.load();
+  s.jobsHeld = m.jobCount.load();
   s.lastCommitNs = m.lastCommitNs.load();
   {
     MutexLock lock(&m.rejectMu);

@@ -86,6 +86,10 @@ struct IngestOptions {
   // monitor, would otherwise keep it, and its node listed as connected, for ever. An agent
   // heartbeats every second by default; one that speaks again is known again at once.
   std::chrono::milliseconds peerIdleTimeout{std::chrono::minutes(2)};
+  // A job no item named for this long leaves ingest's memory (its world size and, with CURVE,
+  // its ranks' nodes); both are read again from the store when it speaks again, so memory
+  // follows the jobs running, not every job ever seen. Shorter holds less, reads more.
+  std::chrono::milliseconds jobIdleTimeout{std::chrono::minutes(10)};
   // Called on the writer thread after each successful commit (detectors hook in here). Must be
   // quick: the acks of that commit wait for it. It may take what it keeps out of the batch (the
   // detectors move the step reports): after it returns the batch is only freed.
@@ -122,6 +126,7 @@ struct IngestStats {
   uint64_t commitFailures = 0;  // failed transactions (their batches are not acked)
   uint64_t disconnects = 0;     // peer connections closed (incl. ones libzmq drops for size)
   uint64_t peers = 0;           // connections open that have sent a message
+  uint64_t jobsHeld = 0;        // jobs in ingest's memory (named within jobIdleTimeout)
   int64_t lastCommitNs = 0;     // duration of the last Store::write
   std::map<std::string, uint64_t> rejects;  // by reason: oversized, malformed, version, ...
 };

@@ -57,7 +57,45 @@ void IngestServer::Impl::markPending() {
   }
 }
 
+void IngestServer::Impl::noteJob(const std::string& job) {
+  auto [it, added] = jobSeenNs.try_emplace(job, frameNowNs);
+  it->second = frameNowNs;
+  if (!added) return;
+  jobCount = jobSeenNs.size();
+  // First sight since start, or since the job was forgotten: its stored ranks say its world
+  // size, so a late or foreign hello still meets the first claim.
+  auto ranks = store.ranks(job);
+  if (!ranks) {
+    rejectLog.log(LogLevel::kWarn, kComponent,
+                  "cannot read the ranks of job " + job + ": " + ranks.message());
+    return;
+  }
+  for (const auto& r : *ranks) {
+    if (r.worldSize > 0) {
+      worldSizes.try_emplace(job, r.worldSize);
+      break;
+    }
+  }
+}
+
+void IngestServer::Impl::forgetIdleJobs(int64_t nowNs) {
+  const int64_t idleNs = std::chrono::nanoseconds(options.jobIdleTimeout).count();
+  if (nowNs - lastJobSweepNs < std::min<int64_t>(idleNs, 10'000'000'000)) return;
+  lastJobSweepNs = nowNs;
+  for (auto it = jobSeenNs.begin(); it != jobSeenNs.end();) {
+    if (nowNs - it->second <= idleNs) {
+      ++it;
+      continue;
+    }
+    worldSizes.erase(it->first);
+    rankNodes.erase(it->first);
+    it = jobSeenNs.erase(it);
+  }
+  jobCount = jobSeenNs.size();
+}
+
 std::optional<uint32_t> IngestServer::Impl::worldSizeOf(const std::string& job) {
+  noteJob(job);
   auto it = worldSizes.find(job);
   if (it == worldSizes.end()) return std::nullopt;
   return it->second;
@@ -106,6 +144,7 @@ uint32_t IngestServer::Impl::nodeSlot(const std::string& node) {
 }
 
 std::vector<uint32_t>& IngestServer::Impl::rankNodesOf(const std::string& job) {
+  noteJob(job);  // so that the entry made here leaves with the job
   auto [it, added] = rankNodes.try_emplace(job);
   if (!added) return it->second;
   // Each accepted hello stored its rank's node, so after a restart the store knows where every
@@ -421,6 +460,7 @@ void IngestServer::Impl::handleBatchFrame(const std::string& id, const wire::Bat
 
 void IngestServer::Impl::handleFrame(const std::string& id, zmq::message_t& payload) {
   const int64_t receivedNs = wallNowNs();
+  frameNowNs = monotonicNowNs();
   ++frames;
   int fd = -1;
   {

@@ -125,6 +125,13 @@ struct IngestServer::Impl {
   // hello claiming another is refused ("world_size_conflict"), so a late or foreign hello
   // cannot make the job's real ranks invalid.
   std::unordered_map<std::string, uint32_t> worldSizes;
+  // Job -> when an item last named it (monotonic). A job enters on its first item since start
+  // or since it was forgotten, its world size read from the store then (noteJob); jobs silent
+  // for options.jobIdleTimeout leave it, worldSizes and rankNodes (forgetIdleJobs).
+  std::unordered_map<std::string, int64_t> jobSeenNs;
+  std::atomic<uint64_t> jobCount{0};  // jobSeenNs.size(), for stats()
+  int64_t lastJobSweepNs = 0;         // monotonic
+  int64_t frameNowNs = 0;             // monotonic, read once a frame for the items in it
   // With CURVE: job -> the node each rank lives on (ingest.h, "Ranks and nodes"), by rank:
   // 1 + an index into nodeNames, 0 for none yet, kRankEnded set once that node said goodbye
   // for it. A job's entry is made when one of its ranks is first named, from the store's
@@ -164,6 +171,8 @@ struct IngestServer::Impl {
   // none while ingest has not been reading the socket for that long (a slow disk holds it back:
   // the peers spoke, ingest did not listen).
   void forgetIdlePeers(int64_t nowNs, bool reading);
+  void noteJob(const std::string& job);
+  void forgetIdleJobs(int64_t nowNs);
   int64_t lastIdleSweepNs = 0;  // monotonic
   int64_t lastPausedNs = 0;     // monotonic: when ingest last left the socket unread
 

@@ -669,3 +669,41 @@ TEST_CASE(
   REQUIRE(jobs->size() == 1);
   CHECK(jobs->front().worldSize == 4);
 }
+
+TEST_CASE("ingest: a job silent past the idle timeout leaves memory, and its world size holds") {
+  // Issue 33 item 8: jobs and world sizes grew without bound. A forgotten job's world size is
+  // read again from the store when it speaks again, so a forged hello still meets it.
+  Fixture f;
+  f.server->stop();
+  ingest::IngestOptions io;
+  io.endpoint = "tcp://127.0.0.1:0";
+  io.jobIdleTimeout = std::chrono::milliseconds(50);
+  ingest::IngestServer server(io, *f.store);
+  REQUIRE(server.start().isOk());
+  Client agent(f.ctx, server.endpoint());
+  wire::Envelope env;
+  env.mutable_batch()->set_seq(1);
+  auto* info = env.mutable_batch()->add_items()->mutable_rank_hello()->mutable_rank();
+  info->set_job("idle");
+  info->set_rank(0);
+  info->set_world_size(4);
+  agent.sendEnv(env);
+  REQUIRE(agent.recvKind(wire::Envelope::kAck));
+  CHECK(server.stats().jobsHeld == 1);
+  for (int i = 0; i < 100 && server.stats().jobsHeld != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(server.stats().jobsHeld == 0);
+
+  wire::Envelope forged;
+  forged.mutable_batch()->set_seq(2);
+  auto* claim = forged.mutable_batch()->add_items()->mutable_rank_hello()->mutable_rank();
+  claim->set_job("idle");
+  claim->set_rank(0);
+  claim->set_world_size(1);
+  agent.sendEnv(forged);
+  REQUIRE(agent.recvKind(wire::Envelope::kAck));
+  server.stop();
+  CHECK(server.stats().rejects["world_size_conflict"] == 1);
+  CHECK(server.stats().jobsHeld == 1);
+}
