@@ -57,13 +57,8 @@ Status readRanks(sqlite3* db, sqlite3_stmt* ranks, CaptureRow* row) {
     CaptureRankRow r;
     r.rank = static_cast<uint32_t>(sqlite3_column_int64(ranks, 0));
     r.node = columnText(ranks, 1);
-    const std::string state = columnText(ranks, 2);
-    const auto parsed = wire::parseRankState(state);
-    if (!parsed) {
-      return Status::error(StatusCode::kMalformed, "storage: capture " + row->id + ": rank " +
-                                                       std::to_string(r.rank) +
-                                                       " has an unknown state '" + state + "'");
-    }
+    auto parsed = storedRankState(row->id, r.rank, columnText(ranks, 2));
+    if (!parsed) return parsed.status();
     r.state = *parsed;
     r.detail = columnText(ranks, 3);
     r.bytes = static_cast<uint64_t>(sqlite3_column_int64(ranks, 4));

@@ -175,6 +175,17 @@ Status parseCaptureRanks(std::string_view text, CaptureRow* row) {
   return Status::ok();
 }
 
+Result<wire::RankState> storedRankState(const std::string& captureId, uint32_t rank,
+                                        const std::string& text) {
+  const auto parsed = wire::parseRankState(text);
+  if (!parsed) {
+    return Status::error(StatusCode::kMalformed, "storage: capture " + captureId + ": rank " +
+                                                     std::to_string(rank) +
+                                                     " has an unknown state '" + text + "'");
+  }
+  return *parsed;
+}
+
 Status parseRankStatus(std::string_view text, CaptureRow* row) {
   auto list = json::parse(text, nullptr, false);
   if (list.is_discarded() || !list.is_array()) {
@@ -185,14 +196,9 @@ Status parseRankStatus(std::string_view text, CaptureRow* row) {
     CaptureRankRow r;
     r.rank = j.value("rank", 0u);
     r.node = j.value("node", std::string());
-    const std::string state =
-        j.value("state", std::string(wire::toString(wire::RankState::kPending)));
-    const auto parsed = wire::parseRankState(state);
-    if (!parsed) {
-      return Status::error(StatusCode::kMalformed, "storage: capture " + row->id + ": rank " +
-                                                       std::to_string(r.rank) +
-                                                       " has an unknown state '" + state + "'");
-    }
+    auto parsed = storedRankState(
+        row->id, r.rank, j.value("state", std::string(wire::toString(wire::RankState::kPending))));
+    if (!parsed) return parsed.status();
     r.state = *parsed;
     r.detail = j.value("detail", std::string());
     r.bytes = j.value("bytes", uint64_t{0});

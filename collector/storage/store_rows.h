@@ -51,6 +51,9 @@ Status parseCaptureStateText(std::string_view text, CaptureRow* row);
 // The capture's rank list and per-rank status as stored (JSON text), and back.
 std::string captureRanksText(const CaptureRow& row);
 std::string rankStatusText(const std::vector<CaptureRankRow>& ranks);
+// A stored rank state's text as the enum, or the error naming the capture and the rank.
+Result<wire::RankState> storedRankState(const std::string& captureId, uint32_t rank,
+                                        const std::string& text);
 Status parseCaptureRanks(std::string_view text, CaptureRow* row);
 // An unknown rank state is an error naming the capture, the rank and the text.
 Status parseRankStatus(std::string_view text, CaptureRow* row);
