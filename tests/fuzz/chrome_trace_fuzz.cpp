@@ -40,11 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string bytes =
         i + 1 == n ? in.ConsumeRemainingBytesAsString() : in.ConsumeRandomLengthString(1 << 16);
     const std::string path = dir.sub("rank" + std::to_string(i) + (gzip ? ".json.gz" : ".json"));
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    check(f != nullptr);
-    const std::string content = gzip ? gzipOf(bytes) : bytes;
-    check(std::fwrite(content.data(), 1, content.size(), f) == content.size());
-    std::fclose(f);
+    fuzz::writeRaw(path, gzip ? gzipOf(bytes) : bytes);
     files.push_back(path);
   }
   importer::ImportOptions options;

@@ -1,10 +1,12 @@
 // Helpers the libFuzzer targets share: a property check that stops the target (libFuzzer keeps
-// the input as a crash) and an in-memory gzip for the rank and chunk files the targets write.
+// the input as a crash), an in-memory gzip and a raw write for the rank and chunk files the
+// targets write.
 // Test-only; called from the fuzzing thread.
 #pragma once
 
 #include <zlib.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -31,6 +33,14 @@ inline std::string gzipOf(const std::string& text) {
   out.resize(z.total_out);
   deflateEnd(&z);
   return out;
+}
+
+// Writes `bytes` to `path` as they are (a rank or chunk file the code under test reads).
+inline void writeRaw(const std::string& path, const std::string& bytes) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  check(f != nullptr);
+  check(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
+  std::fclose(f);
 }
 
 }  // namespace trainscope::fuzz

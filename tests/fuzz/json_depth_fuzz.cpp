@@ -11,7 +11,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <map>
 #include <string>
 
@@ -43,13 +42,6 @@ std::string amplified(FuzzedDataProvider& in) {
   text.append(depth, objects ? '}' : ']');
   text += in.ConsumeRemainingBytesAsString();
   return text;
-}
-
-void writeFile(const std::string& path, const std::string& bytes) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  check(f != nullptr);
-  check(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
-  std::fclose(f);
 }
 
 }  // namespace
@@ -99,7 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 text + "}]}";
   capture::RankFile f;
   f.path = dir.sub("rank-0.json.gz");
-  writeFile(f.path, fuzz::gzipOf(document));
+  fuzz::writeRaw(f.path, fuzz::gzipOf(document));
   std::map<uint32_t, std::string> failed;
   auto describe = [&](const std::map<uint32_t, std::string>& failures) {
     failed = failures;

@@ -24,19 +24,9 @@
 using namespace trainscope;
 using nlohmann::json;
 
-namespace {
-
 using fuzz::check;
 using fuzz::gzipOf;
-
-void writeRaw(const std::string& path, const std::string& bytes) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  check(f != nullptr);
-  check(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
-  std::fclose(f);
-}
-
-}  // namespace
+using fuzz::writeRaw;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
