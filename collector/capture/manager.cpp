@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "collector/capture/gzip_file.h"
+#include "collector/capture/manager_internal.h"
 #include "common/checked.h"
 #include "common/median.h"
 #include "common/prometheus_text.h"
@@ -20,42 +21,16 @@
 namespace trainscope::capture {
 namespace {
 
+using namespace internal;  // NOLINT(google-build-using-namespace): this stage's own helpers
+
 using nlohmann::json;
 namespace fs = std::filesystem;
 
 using wire::CaptureState;
 using wire::RankState;
 
-constexpr const char* kComponent = "capture";
 // Steps of the latest summary rows whose median step time sets a trace capture's deadline.
 constexpr int64_t kMedianWindowSteps = 20;
-
-// The merges begun on a capture, counted in a file of its directory before each one and
-// removed when it ends: a merge that takes the collector down (one did, on a rank file nested
-// 100,000 levels deep) would otherwise be begun again by every restart's recovery, a crash
-// loop. One retry is allowed, for a collector that was merely killed during a merge.
-constexpr const char* kMergeAttemptsFile = "merge-attempts";
-constexpr int kMaxMergeAttempts = 2;
-
-int mergeAttempts(const fs::path& dir) {
-  std::ifstream in(dir / kMergeAttemptsFile);
-  int n = 0;
-  return in >> n && n > 0 ? n : 0;
-}
-
-void setMergeAttempts(const fs::path& dir, int n) {
-  std::ofstream out(dir / kMergeAttemptsFile, std::ios::trunc);
-  out << n << "\n";
-}
-
-std::string rankFileName(uint32_t rank) {
-  return "rank-" + std::to_string(rank) + ".json.gz";
-}
-
-bool allFinal(const storage::CaptureRow& row) {
-  return std::all_of(row.rankStatus.begin(), row.rankStatus.end(),
-                     [](const auto& r) { return wire::isFinal(r.state); });
-}
 
 // The row as it ends: `failures` (from the merge) applied, the final state chosen by how many
 // ranks are done.
@@ -77,25 +52,6 @@ storage::CaptureRow finalRow(storage::CaptureRow row,
   row.updatedNs = nowNs;
   row.summary = captureSummary(row);
   return row;
-}
-
-bool safeId(const std::string& id) {
-  return !id.empty() && id.size() <= 128 && std::all_of(id.begin(), id.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-           c == '_';
-  });
-}
-
-bool safeFileName(const std::string& name) {
-  if (name == "trace.json.gz") return true;
-  const std::string prefix = "rank-";
-  const std::string suffix = ".json.gz";
-  if (name.size() <= prefix.size() + suffix.size()) return false;
-  if (name.compare(0, prefix.size(), prefix) != 0) return false;
-  if (name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return false;
-  const std::string digits =
-      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  return digits.find_first_not_of("0123456789") == std::string::npos;
 }
 
 // The request's own fields, before the job is looked at.
@@ -142,17 +98,6 @@ std::vector<storage::CaptureRankRow> initialRankStatus(
     }
     out.push_back(std::move(rs));
   }
-  return out;
-}
-
-}  // namespace
-
-namespace {
-
-std::string summaryOf(size_t done, size_t failed, size_t ranks) {
-  std::string out = std::to_string(done) + " of " + std::to_string(ranks) +
-                    (ranks == 1 ? " rank done" : " ranks done");
-  if (failed > 0) out += ", " + std::to_string(failed) + " failed";
   return out;
 }
 
@@ -216,113 +161,6 @@ json CaptureManager::describe(const storage::CaptureRow& row) const {
       {"id", row.id}, {"job", row.job}, {"kind", row.kind}, {"state", wire::toString(row.state)}};
 }
 
-std::string CaptureManager::directory(const std::string& id) const {
-  return (fs::path(options_.dir) / id).string();
-}
-
-void CaptureManager::persistLocked(storage::CaptureRow& row) {
-  row.updatedNs = std::max(clock_.nowNs(), row.updatedNs);
-  row.summary = captureSummary(row);
-  if (Status s = store_.writeCapture(row); !s) {
-    ++stats_.storeFailures;
-    storeLog_.log(LogLevel::kError, kComponent, "storing capture " + row.id + ": " + s.message());
-  }
-}
-
-bool CaptureManager::storeRow(storage::CaptureRow& row) {
-  row.updatedNs = std::max(clock_.nowNs(), row.updatedNs);
-  row.summary = captureSummary(row);
-  Status s = store_.writeCapture(row);
-  if (s) return true;
-  {
-    MutexLock lock(&mu_);
-    ++stats_.storeFailures;
-  }
-  storeLog_.log(LogLevel::kError, kComponent, "storing capture " + row.id + ": " + s.message());
-  return false;
-}
-
-void CaptureManager::storeFinal(storage::CaptureRow& row) {
-  MutexLock write(&storeMu_);
-  storeRow(row);
-}
-
-void CaptureManager::flush() {
-  MutexLock write(&storeMu_);
-  std::vector<storage::CaptureProgress> progress;
-  {
-    // Only the changed ranks are copied under mu_ (the socket thread waits for the copy); the
-    // write is made outside it.
-    MutexLock lock(&mu_);
-    const int64_t now = clock_.nowNs();
-    for (auto& [id, a] : active_) {
-      if (a.changed.empty()) continue;
-      storage::CaptureProgress p;
-      p.id = id;
-      takeChangedLocked(a, &p.ranks);
-      p.summary = summaryOf(a.done, a.failed, a.row.rankStatus.size());
-      p.updatedNs = std::max(now, a.row.updatedNs);
-      progress.push_back(std::move(p));
-    }
-  }
-  for (const auto& p : progress) {
-    Status s = store_.writeCaptureProgress(p);
-    if (s) continue;
-    storeLog_.log(LogLevel::kError, kComponent, "storing capture " + p.id + ": " + s.message());
-    MutexLock lock(&mu_);  // stored nothing: the next flush tries these ranks again
-    ++stats_.storeFailures;
-    auto it = active_.find(p.id);
-    if (it == active_.end()) continue;
-    for (const auto& r : p.ranks) {
-      if (auto* rs = rankOf(it->second, r.rank)) changedLocked(it->second, *rs);
-    }
-  }
-}
-
-void CaptureManager::indexLocked(Active& a) {
-  if (!a.index.empty() || a.row.rankStatus.empty()) return;
-  const auto& ranks = a.row.rankStatus;
-  a.marked.assign(ranks.size(), false);
-  a.counted.resize(ranks.size());
-  a.done = 0;
-  a.failed = 0;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    a.index[ranks[i].rank] = i;
-    a.counted[i] = ranks[i].state;
-    if (ranks[i].state == RankState::kDone) ++a.done;
-    if (ranks[i].state == RankState::kFailed) ++a.failed;
-  }
-}
-
-storage::CaptureRankRow* CaptureManager::rankOf(Active& a, uint32_t rank) {
-  indexLocked(a);
-  auto it = a.index.find(rank);
-  return it == a.index.end() ? nullptr : &a.row.rankStatus[it->second];
-}
-
-void CaptureManager::changedLocked(Active& a, const storage::CaptureRankRow& r) {
-  indexLocked(a);
-  const auto i = static_cast<size_t>(&r - a.row.rankStatus.data());
-  assert(i < a.row.rankStatus.size());
-  if (a.marked[i]) return;
-  a.marked[i] = true;
-  a.changed.push_back(i);
-}
-
-void CaptureManager::takeChangedLocked(Active& a, std::vector<storage::CaptureRankRow>* out) {
-  for (size_t i : a.changed) {
-    const auto& r = a.row.rankStatus[i];
-    a.marked[i] = false;
-    if (a.counted[i] == RankState::kDone) --a.done;
-    if (a.counted[i] == RankState::kFailed) --a.failed;
-    if (r.state == RankState::kDone) ++a.done;
-    if (r.state == RankState::kFailed) ++a.failed;
-    a.counted[i] = r.state;
-    if (out != nullptr) out->push_back(r);
-  }
-  a.changed.clear();
-}
-
 void CaptureManager::failRankLocked(Active& a, storage::CaptureRankRow& r,
                                     const std::string& detail) {
   r.state = RankState::kFailed;
@@ -342,54 +180,6 @@ void CaptureManager::finalizeLocked(Active& a, const std::map<uint32_t, std::str
   ++stats_.finished[a.row.state];
   logInfo(kComponent, "capture " + a.row.id + " of job " + a.row.job + " " +
                           wire::toString(a.row.state) + ": " + a.row.summary);
-}
-
-void CaptureManager::recover() {
-  auto rows = store_.capturesSince(0);
-  if (!rows) {
-    logError(kComponent, "reading captures left running: " + rows.message());
-    return;
-  }
-  MutexLock lock(&mu_);
-  for (auto& row : *rows) {
-    if (row.state != CaptureState::kRunning) continue;
-    Active a;
-    a.row = std::move(row);
-    const fs::path dir = directory(a.row.id);
-    for (auto& r : a.row.rankStatus) {
-      if (wire::isFinal(r.state)) continue;
-      // The rank file is renamed into place only once complete and checked: a rank that has
-      // one was done, its state still waiting for a flush when the collector stopped.
-      std::error_code ec;
-      const fs::path file = dir / rankFileName(r.rank);
-      if (fs::is_regular_file(fs::symlink_status(file, ec))) {
-        const auto size = fs::file_size(file, ec);
-        if (!ec) {
-          r.state = RankState::kDone;
-          r.bytes = size;
-          r.updatedNs = clock_.nowNs();
-          changedLocked(a, r);
-          continue;
-        }
-      }
-      failRankLocked(a, r, "collector restarted during the capture");
-    }
-    if (const int n = mergeAttempts(dir); n >= kMaxMergeAttempts) {
-      // Its done ranks are failed too: with none done, the next tick fails the capture
-      // instead of merging it again. Their files stay for download.
-      const std::string why = "the collector stopped during each of " + std::to_string(n) +
-                              " merges of this capture (a crash on its files?); not merged again";
-      for (auto& r : a.row.rankStatus) {
-        if (r.state == RankState::kDone) failRankLocked(a, r, why);
-      }
-      logError(kComponent, "capture " + a.row.id + ": " + why);
-    }
-    persistLocked(a.row);
-    takeChangedLocked(a, nullptr);  // stored whole just now
-    logInfo(kComponent, "capture " + a.row.id + " was running when the collector stopped: " +
-                            "its unfinished ranks are failed");
-    active_.emplace(a.row.id, std::move(a));
-  }
 }
 
 int64_t CaptureManager::medianStepNs(const std::string& job, int64_t latest) {
@@ -906,82 +696,6 @@ void CaptureManager::tick(int64_t nowNs) {
   // A merge holds one event at a time, but a few large ones leave free pages behind: hand
   // them back.
   malloc_trim(0);
-}
-
-Result<std::unique_ptr<ByteSource>> CaptureManager::openFile(const std::string& id,
-                                                             const std::string& name,
-                                                             bool gzip) const {
-  using R = Result<std::unique_ptr<ByteSource>>;
-  if (!safeId(id)) return R::error("capture id '" + id + "' is not valid");
-  if (!safeFileName(name)) return R::error("no capture file named " + name);
-  const std::string path = (fs::path(directory(id)) / name).string();
-  if (gzip) {
-    auto raw = FileSource::open(path);
-    if (!raw) return raw.status();
-    return std::unique_ptr<ByteSource>(std::move(raw.value()));
-  }
-  auto reader = GzipReader::open(path, options_.download);
-  if (!reader) return reader.status();
-  return std::unique_ptr<ByteSource>(std::move(reader.value()));
-}
-
-Result<uint64_t> CaptureManager::pruneStoredFiles(int64_t nowNs) {
-  if (options_.filesRetentionNs == 0 && options_.maxStoredBytes == 0) return uint64_t{0};
-  auto rows = store_.capturesSince(0);
-  if (!rows) return rows.status();
-  struct Held {
-    storage::CaptureRow row;
-    uint64_t bytes = 0;
-  };
-  std::vector<Held> held;
-  uint64_t total = 0;
-  for (auto& row : *rows) {
-    if (row.state == CaptureState::kRunning || !safeId(row.id)) continue;
-    std::error_code ec;
-    uint64_t bytes = 0;
-    for (const auto& e : fs::directory_iterator(directory(row.id), ec)) {
-      std::error_code sizeEc;
-      if (e.is_regular_file(sizeEc)) bytes += e.file_size(sizeEc);
-    }
-    if (ec || bytes == 0) continue;  // removed already (or never had files)
-    total += bytes;
-    held.push_back({std::move(row), bytes});
-  }
-  std::sort(held.begin(), held.end(), [](const Held& a, const Held& b) {
-    return a.row.createdNs != b.row.createdNs ? a.row.createdNs < b.row.createdNs
-                                              : a.row.id < b.row.id;
-  });
-  uint64_t removed = 0;
-  for (auto& h : held) {
-    std::string why;
-    if (options_.filesRetentionNs > 0 && nowNs - h.row.createdNs > options_.filesRetentionNs) {
-      why = "older than the retention (--retention-hours)";
-    } else if (options_.maxStoredBytes > 0 && total > options_.maxStoredBytes) {
-      why = "the oldest while captures held more than " + std::to_string(options_.maxStoredBytes) +
-            " bytes (--captures-max-bytes)";
-    } else {
-      continue;
-    }
-    std::error_code ec;
-    fs::remove_all(directory(h.row.id), ec);
-    if (ec) {
-      logWarn(kComponent, "removing the files of capture " + h.row.id + ": " + ec.message());
-      continue;
-    }
-    total -= h.bytes;
-    removed += h.bytes;
-    h.row.traceBytes.reset();
-    for (auto& r : h.row.rankStatus) r.bytes = 0;
-    h.row.summary += "; files removed: " + why;
-    h.row.updatedNs = nowNs;
-    if (Status s = store_.writeCapture(h.row); !s) {
-      logWarn(kComponent, "capture " + h.row.id +
-                              ": its files are removed, its row not updated: " + s.message());
-    }
-    logInfo(kComponent, "removed the files of capture " + h.row.id + " (" +
-                            std::to_string(h.bytes) + " bytes): " + why);
-  }
-  return removed;
 }
 
 CaptureStats CaptureManager::stats() const {
