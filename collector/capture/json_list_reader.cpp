@@ -33,7 +33,7 @@ class SourceBuffer final : public std::streambuf {
 
  private:
   ByteSource& source_;
-  std::vector<char> buffer_ = std::vector<char>(256 * 1024);
+  std::vector<char> buffer_ = std::vector<char>(size_t{256} << 10);
   Status error_;
 };
 
@@ -42,6 +42,7 @@ class SourceBuffer final : public std::streambuf {
 // members from depth 3. Each callback returns false to stop the parse, with error_ set.
 class ListHandler {
  public:
+  // NOLINTBEGIN(readability-identifier-naming): the names nlohmann's SAX interface calls
   using number_integer_t = json::number_integer_t;
   using number_unsigned_t = json::number_unsigned_t;
   using number_float_t = json::number_float_t;
@@ -91,6 +92,7 @@ class ListHandler {
     if (error_.empty()) error_ = "not valid JSON (at byte " + std::to_string(position) + ")";
     return false;
   }
+  // NOLINTEND(readability-identifier-naming)
 
  private:
   static constexpr uint64_t kValueCost = 32;  // about one nlohmann::json and its node

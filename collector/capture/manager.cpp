@@ -21,7 +21,7 @@
 namespace trainscope::capture {
 namespace {
 
-using namespace internal;  // NOLINT(google-build-using-namespace): this stage's own helpers
+using namespace internal;  // this stage's own helpers
 
 using nlohmann::json;
 namespace fs = std::filesystem;

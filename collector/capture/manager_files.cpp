@@ -13,7 +13,7 @@
 namespace trainscope::capture {
 
 namespace fs = std::filesystem;
-using namespace internal;  // NOLINT(google-build-using-namespace): this stage's own helpers
+using namespace internal;  // this stage's own helpers
 using wire::CaptureState;
 using wire::RankState;
 
