@@ -111,11 +111,10 @@ Status setSocketMode(const std::string& path, uint32_t mode) {
   }
   struct stat sb {};
   std::string why;
-  if (::fstat(fd, &sb) != 0) {
-    why = std::strerror(errno);
-  } else if (!S_ISSOCK(sb.st_mode) || sb.st_uid != ::geteuid()) {
+  const bool statted = ::fstat(fd, &sb) == 0;
+  if (statted && (!S_ISSOCK(sb.st_mode) || sb.st_uid != ::geteuid())) {
     why = "it is no longer the socket this agent bound";
-  } else if (::chmod(("/proc/self/fd/" + std::to_string(fd)).c_str(), mode) != 0) {
+  } else if (!statted || ::chmod(("/proc/self/fd/" + std::to_string(fd)).c_str(), mode) != 0) {
     why = std::strerror(errno);  // fchmod() refuses O_PATH descriptors
   }
   ::close(fd);

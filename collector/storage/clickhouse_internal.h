@@ -49,7 +49,7 @@ inline std::string insertSql(const char* table, const char* columns, bool versio
 // the rest, so a lookup that named every job of a commit in one list failed the whole commit
 // once the names passed it (thousands of jobs, or fewer long names), with every other agent's
 // items in it. Lists of terms go out in pieces of at most this many bytes, each its own query.
-constexpr size_t kMaxListBytes = 64 * 1024;
+constexpr size_t kMaxListBytes = size_t{64} << 10;
 
 // `terms` joined by `separator` into lists of at most kMaxListBytes each (a single longer term
 // gets a list of its own), in order; none when `terms` is empty.

@@ -67,7 +67,11 @@ std::string importWith(uint16_t port, const std::string& job, const std::string&
   json files = json::array();
   for (const auto& [name, bytes] : {std::pair<std::string, std::string>{"steps.pb", stepsFile(job)},
                                     {"rank-0.json.gz", rankFile}}) {
-    auto put = httpRequest(port, "PUT", base + "/files/" + name + "?offset=0", bytes);
+    std::string target = base;
+    target += "/files/";
+    target += name;
+    target += "?offset=0";
+    auto put = httpRequest(port, "PUT", target, bytes);
     INFO(put.body);
     REQUIRE(put.status / 100 == 2);
     files.push_back({{"name", name}, {"bytes", bytes.size()}, {"crc32", crcOf(bytes)}});

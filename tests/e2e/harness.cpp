@@ -301,7 +301,10 @@ HttpResponse httpRequest(uint16_t port, const std::string& method, const std::st
     if (name == "Host") {
       host = value;
     } else {
-      extra += name + ": " + value + "\r\n";
+      extra += name;
+      extra += ": ";
+      extra += value;
+      extra += "\r\n";
     }
   }
   std::string req =

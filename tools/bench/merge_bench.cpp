@@ -16,6 +16,7 @@
 #include "collector/capture/gzip_file.h"
 #include "collector/capture/merge.h"
 #include "common/clock.h"
+#include "common/guarded_main.h"
 #include "common/process_memory.h"
 
 using namespace trainscope;
@@ -60,9 +61,7 @@ uint64_t writeRankFile(const std::string& path, uint32_t rank, uint64_t bytes) {
   return written;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int benchMain(int argc, char** argv) {
   CLI::App app("capture merge: peak memory per merged MiB and events/s");
   uint32_t ranks = 2;
   uint64_t mib = 32;
@@ -107,4 +106,10 @@ int main(int argc, char** argv) {
             << "time " << seconds << " s, " << static_cast<double>(merged->events) / seconds
             << " events/s, " << mergedMiB / seconds << " MiB/s of JSON\n";
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return trainscope::guardedMain("merge_bench", [&] { return benchMain(argc, argv); });
 }

@@ -19,6 +19,7 @@ TEST_CASE("ingest: a sender making jobs by the thousand is refused past its burs
 
   Client flood(f.ctx, f.server->endpoint());
   std::vector<wire::StepReport> steps;
+  steps.reserve(1000);
   for (int i = 0; i < 1000; ++i) steps.push_back(report("flood-" + std::to_string(i), 0, 0));
   flood.send(batchFrame(1, steps));
   auto err = flood.recvKind(wire::Envelope::kError);
