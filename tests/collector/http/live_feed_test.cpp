@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "tests/collector/http/fake_store.h"
+#include "tests/common/gcc12_string_warnings.h"  // last: GCC 12 -O3 false positives
 
 using nlohmann::json;
 using trainscope::ManualClock;

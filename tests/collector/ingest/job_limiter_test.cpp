@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/common/gcc12_string_warnings.h"  // last: GCC 12 -O3 false positives
+
 using trainscope::ingest::NewJobLimiter;
 using trainscope::ingest::NewJobLimits;
 
