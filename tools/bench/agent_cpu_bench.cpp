@@ -25,6 +25,7 @@
 #include "common/clock.h"
 #include "common/guarded_main.h"
 #include "schema/wire.h"
+#include "tools/bench/agent_bench_common.h"
 
 namespace wire = trainscope::wire;
 
@@ -57,14 +58,7 @@ uint64_t cpuTicks(pid_t pid) {
   return utime + stime;
 }
 
-std::string findAgent(const std::string& given) {
-  if (!given.empty()) return given;
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe").parent_path();
-  for (const auto& p : {self / "trainscope-agent", self / "../../agent/trainscope-agent"}) {
-    if (std::filesystem::exists(p)) return std::filesystem::weakly_canonical(p).string();
-  }
-  return "";
-}
+using trainscope::bench::findAgent;
 
 wire::Envelope stepReport(const std::string& job, uint32_t rank, int64_t step) {
   wire::Envelope env;

@@ -26,6 +26,7 @@
 #include "common/clock.h"
 #include "common/guarded_main.h"
 #include "schema/wire.h"
+#include "tools/bench/agent_bench_common.h"
 
 namespace wire = trainscope::wire;
 
@@ -51,14 +52,7 @@ std::pair<uint64_t, uint64_t> memKiB(pid_t pid) {
   return {rss, hwm};
 }
 
-std::string findAgent(const std::string& given) {
-  if (!given.empty()) return given;
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe").parent_path();
-  for (const auto& p : {self / "trainscope-agent", self / "../../agent/trainscope-agent"}) {
-    if (std::filesystem::exists(p)) return std::filesystem::weakly_canonical(p).string();
-  }
-  return "";
-}
+using trainscope::bench::findAgent;
 
 // A Batch frame of about `bytes` holding one step item whose op name fills it.
 std::string floodFrame(size_t bytes) {
