@@ -95,7 +95,7 @@ uint8_t rangeKindOf(std::string_view args) {
     const std::string_view s = stringOf(v, &scratch);
     if (s == "compute") kind = TS_RANGE_COMPUTE;
     if (s == "data") kind = TS_RANGE_DATA;
-    if (s == "comm") kind = 3;
+    if (s == "comm") kind = TS_RANGE_COMM;
     return false;
   });
   return kind;

@@ -54,7 +54,7 @@ const char* rangeKindName(uint8_t kind) {
       return "compute";
     case TS_RANGE_DATA:
       return "data";
-    case 3:  // CAPTURE.md names a "comm" kind; the C ABI has none yet
+    case TS_RANGE_COMM:
       return "comm";
     default:
       return "other";

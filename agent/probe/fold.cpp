@@ -29,6 +29,21 @@ Intervals merged(Intervals v) {
   return out;
 }
 
+// Merged intervals `a` less merged intervals `b`.
+Intervals subtracted(const Intervals& a, const Intervals& b) {
+  Intervals out;
+  size_t j = 0;
+  for (auto [lo, hi] : a) {
+    while (j < b.size() && b[j].second <= lo) ++j;
+    for (size_t k = j; k < b.size() && b[k].first < hi; ++k) {
+      if (b[k].first > lo) out.emplace_back(lo, b[k].first);
+      lo = std::max(lo, b[k].second);
+    }
+    if (hi > lo) out.emplace_back(lo, hi);
+  }
+  return out;
+}
+
 int64_t lengthOf(const Intervals& m) {
   int64_t total = 0;
   for (const auto& iv : m) total += iv.second - iv.first;
@@ -278,6 +293,7 @@ void StepAccumulator::add(const Record& r) {
         anyCompute_ = true;
       }
       if (r.kind == TS_RANGE_DATA) push(data_, r.t0, r.t1);
+      if (r.kind == TS_RANGE_COMM) push(waits_, r.t0, r.t1);
       break;
     case RecordType::kCollective: {
       push(comm_, r.t0, r.t1);
@@ -317,7 +333,8 @@ void StepAccumulator::add(const Record& r) {
 }
 
 size_t StepAccumulator::units() const {
-  return compute_.size() + comm_.size() + data_.size() + coll_.size() + p2p_.size() + a2a_.size() +
+  return compute_.size() + comm_.size() + waits_.size() + data_.size() + coll_.size() +
+         p2p_.size() + a2a_.size() +
          4 * (ops_.size() + colls_.size() + links_.size() + p2ps_.size());
 }
 
@@ -331,15 +348,31 @@ wire::StepReport StepAccumulator::report(const std::string& job, uint32_t rank, 
   rep.set_end_ns(end_);
   const int64_t duration = end_ - begin_;
   rep.set_duration_ns(duration);
-  const Intervals computeU = merged(std::move(compute_));
+  // Time blocked on communication (TS_RANGE_COMM: a synchronous collective, Work.wait(),
+  // DDP's wait for its gradient buckets at the end of backward) is never compute, even inside
+  // a compute phase, and is communication the step is exposed to. A wait counts with the
+  // collectives unless it meets no collective and some p2p transfer (a pipeline's recv wait).
+  const Intervals waitU = merged(std::move(waits_));
+  const Intervals computeU = subtracted(merged(std::move(compute_)), waitU);
+  Intervals collU = merged(std::move(coll_));
+  Intervals p2pU = merged(std::move(p2p_));
+  Intervals collWaits;
+  Intervals p2pWaits;
+  for (const auto& w : waitU) {
+    const bool p2pOnly = overlapLength({w}, collU) == 0 && overlapLength({w}, p2pU) > 0;
+    (p2pOnly ? p2pWaits : collWaits).push_back(w);
+  }
+  comm_.insert(comm_.end(), waitU.begin(), waitU.end());
+  collU.insert(collU.end(), collWaits.begin(), collWaits.end());
+  p2pU.insert(p2pU.end(), p2pWaits.begin(), p2pWaits.end());
   const Intervals commU = merged(std::move(comm_));
+  collU = merged(std::move(collU));
+  p2pU = merged(std::move(p2pU));
   const int64_t commNs = lengthOf(commU);
   const int64_t exposed = commNs - overlapLength(computeU, commU);
   const int64_t dataNs = unionLength(std::move(data_));
   // The same split for collectives alone and for p2p alone: what the overlap ratio and the
   // pipeline bubble are made of.
-  const Intervals collU = merged(std::move(coll_));
-  const Intervals p2pU = merged(std::move(p2p_));
   const int64_t collNs = lengthOf(collU);
   const int64_t p2pNs = lengthOf(p2pU);
   rep.set_collective_ns(collNs);

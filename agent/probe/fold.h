@@ -84,6 +84,7 @@ class StepAccumulator {
   Intervals coll_;  // collectives only (comm_ has p2p too)
   Intervals p2p_;
   Intervals a2a_;
+  Intervals waits_;          // TS_RANGE_COMM: the training thread blocked on communication
   bool anyCompute_ = false;  // an operator or compute range was added, even of length 0
   std::unordered_map<uint32_t, OpAcc> ops_;
   std::map<std::tuple<uint8_t, uint32_t, uint64_t>, CollAcc> colls_;

@@ -38,7 +38,10 @@ typedef uint32_t ts_name;
 enum ts_range_kind {
   TS_RANGE_OTHER = 0,   /* user range: shown in traces, not counted as compute or data */
   TS_RANGE_COMPUTE = 1, /* forward, backward, optimizer: counted as compute */
-  TS_RANGE_DATA = 2     /* data loading: counted as data wait */
+  TS_RANGE_DATA = 2,    /* data loading: counted as data wait */
+  TS_RANGE_COMM = 3     /* blocked on communication (a synchronous collective, waiting for
+                           async work, DDP's end-of-backward wait for its gradient buckets):
+                           counted as exposed communication and never as compute */
 };
 
 /* Collective ops; the numbers match trainscope.wire.CollectiveOp. */

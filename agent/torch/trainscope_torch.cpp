@@ -4,7 +4,8 @@
 // USER_SCOPE scopes (record_function: "DistributedDataParallel.forward", the DataLoader's
 // __next__, "Optimizer.step#SGD.step", the process group's "gloo:all_reduce") wrap other work
 // rather than compute, so they become ranges of kind other: on the timeline, but neither
-// compute nor top operators (as ops, "gloo:all_reduce" hid every exposed communication).
+// compute nor top operators (as ops, "gloo:all_reduce" hid every exposed communication); so
+// do the function-scope communication calls and autograd's node wrappers (wrapsOtherWork).
 #include "agent/torch/trainscope_torch.h"
 
 #include <algorithm>
@@ -102,6 +103,18 @@ ts_name nameId(ThreadState& t, const char* name) {
   return it->second;
 }
 
+// Function-scope records that are not compute: the communication calls ("c10d::allreduce_",
+// which return once the work is queued, or block until it is done) and autograd's per-node
+// wrappers ("autograd::engine::evaluate_function: AddmmBackward0", whose time holds the
+// node's operators, recorded on their own, and the hooks run after it: DDP copying gradients
+// into its buckets and launching their all-reduce). As operators they counted communication
+// as compute, and on a shared 2-core host they were most of the false operator regressions.
+bool wrapsOtherWork(const char* name) {
+  if (name == nullptr) return false;
+  if (name[0] == 'c') return std::strncmp(name, "c10d::", 6) == 0;
+  return name[0] == 'a' && std::strncmp(name, "autograd::engine::", 18) == 0;
+}
+
 std::unique_ptr<at::ObserverContext> onStart(const at::RecordFunction& rf) {
   ThreadState& t = threadState();
   if (t.depth < kMaxDepth) t.open[t.depth] = Open{&rf, ts_now_ns()};
@@ -128,7 +141,7 @@ void onEnd(const at::RecordFunction& rf, at::ObserverContext* /*ctx*/) {
   t.busy.store(true);
   ts_probe* probe = gProbe.load();
   if (probe != nullptr) {
-    if (rf.scope() == at::RecordScope::USER_SCOPE) {
+    if (rf.scope() == at::RecordScope::USER_SCOPE || wrapsOtherWork(rf.name())) {
       ts_range(probe, nameId(t, rf.name()), TS_RANGE_OTHER, startNs, endNs);
     } else {
       ts_op(probe, nameId(t, rf.name()), startNs, endNs - startNs);

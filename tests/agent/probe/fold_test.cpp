@@ -153,6 +153,49 @@ TEST_CASE("fold computes compute, comm, exposed comm and data unions") {
   CHECK(ar.last_completion_ns() == 1800);
 }
 
+TEST_CASE("fold counts time blocked on communication as exposed, never as compute") {
+  // DDP without the operator callback: forward and backward are compute phases; the gradient
+  // all-reduce runs beside backward and the end of backward waits for it (a comm range).
+  StepFolder f(opts());
+  f.add(0, step(RecordType::kStepBegin, 1, 0));
+  f.add(0, range(TS_RANGE_COMPUTE, 0, 300));                 // forward
+  f.add(0, range(TS_RANGE_COMPUTE, 300, 900));               // backward, its wait included
+  f.add(0, coll(TS_COLL_ALL_REDUCE, "dp", 4096, 500, 600));  // a bucket under compute
+  f.add(0, coll(TS_COLL_ALL_REDUCE, "dp", 4096, 650, 880));  // the last bucket
+  f.add(0, range(TS_RANGE_COMM, 650, 900));                  // backward's wait for it
+  f.add(0, range(TS_RANGE_COMPUTE, 900, 1000));              // optimizer
+  f.add(0, step(RecordType::kStepEnd, 1, 1000));
+  f.finish();
+  auto out = f.take();
+  REQUIRE(out.size() == 1);
+  const auto& rep = out[0].report;
+  CHECK(rep.compute_ns() == 1000 - 250);
+  CHECK(rep.comm_ns() == 100 + 250);  // the wait reaches past the last completion
+  CHECK(rep.exposed_comm_ns() == 250);
+  CHECK(rep.collective_ns() == 350);
+  CHECK(rep.exposed_collective_ns() == 250);
+  CHECK(rep.bubble_ns() == 0);
+}
+
+TEST_CASE("fold counts a wait on a pipeline receive as bubble, not as a collective") {
+  StepFolder f(opts());
+  f.add(0, step(RecordType::kStepBegin, 1, 0));
+  f.add(0, range(TS_RANGE_COMPUTE, 0, 1000));  // the whole step a compute phase
+  f.add(0, p2p(TS_COLL_RECV, 2, "pp", 64, 100, 400));
+  f.add(0, range(TS_RANGE_COMM, 200, 400));  // Work.wait() on the irecv
+  f.add(0, coll(TS_COLL_ALL_REDUCE, "dp", 8, 700, 800));
+  f.add(0, range(TS_RANGE_COMM, 700, 800));  // a synchronous all-reduce
+  f.add(0, step(RecordType::kStepEnd, 1, 1000));
+  f.finish();
+  auto out = f.take();
+  REQUIRE(out.size() == 1);
+  const auto& rep = out[0].report;
+  CHECK(rep.compute_ns() == 700);
+  CHECK(rep.exposed_comm_ns() == 300);
+  CHECK(rep.bubble_ns() == 200);
+  CHECK(rep.exposed_collective_ns() == 100);
+}
+
 TEST_CASE("fold without compute records derives compute from the step") {
   StepFolder f(opts());
   f.add(0, step(RecordType::kStepBegin, 7, 0));

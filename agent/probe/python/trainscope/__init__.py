@@ -40,14 +40,16 @@ __all__ = [
     "init", "step", "step_begin", "step_end", "range", "collective", "record_collective",
     "record_link_transfer", "op", "flush", "stats", "shutdown", "now_ns", "intern", "dump_stacks", "ProbeError",
     "declare_group", "record_p2p", "p2p", "set_flops",
-    "RANGE_OTHER", "RANGE_COMPUTE", "RANGE_DATA", "COLLECTIVE_OPS", "GROUP_KINDS",
+    "RANGE_OTHER", "RANGE_COMPUTE", "RANGE_DATA", "RANGE_COMM", "COLLECTIVE_OPS", "GROUP_KINDS",
     "GROUP_OTHER", "GROUP_DP", "GROUP_TP", "GROUP_PP", "GROUP_CP", "GROUP_EP",
 ]
 
 RANGE_OTHER = 0
 RANGE_COMPUTE = 1
 RANGE_DATA = 2
-_RANGE_KINDS = {"other": RANGE_OTHER, "compute": RANGE_COMPUTE, "data": RANGE_DATA}
+RANGE_COMM = 3  # blocked on communication: exposed communication, never compute
+_RANGE_KINDS = {"other": RANGE_OTHER, "compute": RANGE_COMPUTE, "data": RANGE_DATA,
+                "comm": RANGE_COMM}
 
 # Names match trainscope.wire.CollectiveOp and ts_collective_op.
 COLLECTIVE_OPS = {
@@ -359,7 +361,8 @@ def _kind(kind):
 
 @contextlib.contextmanager
 def range(name, kind="other"):  # noqa: A001 (the API name the team agreed on)
-    """Context manager for a named range: kind 'compute', 'data' or 'other'."""
+    """Context manager for a named range: kind 'compute', 'data', 'comm' (the thread blocked on
+    communication: counted as exposed communication, never as compute) or 'other'."""
     lib = _get_lib()
     p = _probe()
     lib.ts_range_push(p, intern(name), _kind(kind), 0)

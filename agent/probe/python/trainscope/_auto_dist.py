@@ -13,6 +13,10 @@ recorded as a point-to-point transfer with that peer (ts_p2p: the pipeline's p2p
 an irecv from any source as a collective "recv". Calls made inside another wrapped call (a
 deprecated name forwarding to its successor) are recorded once, by the outermost.
 
+Time the training thread is blocked on communication is also recorded, as a wait (the probe's
+range kind "comm": exposed communication, never compute): the whole of a synchronous call, and
+each Work.wait(). DDP's wait for its gradient buckets at the end of backward is _auto_torch's.
+
 Bytes of one call, the same on every rank: all_reduce, broadcast, reduce, send, recv: the
 tensor; all_gather (list, coalesced, into_tensor, _all_gather_base): the gathered output;
 reduce_scatter (list, tensor, _reduce_scatter_base): the input; all_to_all: the input;
@@ -169,6 +173,20 @@ def _completed(work):
         entry[1](_time_ns())
 
 
+def _blocked(t0):
+    """The calling thread was blocked on communication from t0 until now (Work.wait(), a
+    synchronous collective): a wait range for the recorder, which keeps the training thread's."""
+    recorder = _waits["recorder"]
+    if recorder is not None:
+        try:
+            recorder.wait(t0, _time_ns())
+        except Exception as e:  # noqa: BLE001 - telemetry must not fail the wait
+            recorder.fail("Work.wait", e)
+
+
+_waits = {"recorder": None}  # set by patch()
+
+
 def _patch_work(work_cls):
     if getattr(work_cls, "_trainscope_patched", False):
         return
@@ -177,8 +195,10 @@ def _patch_work(work_cls):
 
     @functools.wraps(orig_wait)
     def wait(self, *args, **kwargs):
+        t0 = _time_ns()
         result = orig_wait(self, *args, **kwargs)
         _completed(self)
+        _blocked(t0)
         return result
 
     @functools.wraps(orig_done)
@@ -196,7 +216,9 @@ def _patch_work(work_cls):
 def wrap_call(fn, name, recorder):
     """`fn` (torch.distributed.<name>) wrapped to record through `recorder`, an object with
     active() -> bool, group_key(group) -> (group id, is member), collective(op, group id,
-    bytes, t0, t1), p2p(op, group id, peer, bytes, t0, t1) and fail(what, exc)."""
+    bytes, t0, t1), p2p(op, group id, peer, bytes, t0, t1), wait(t0, t1) (the calling thread
+    blocked on communication; the recorder keeps only its training thread's) and fail(what,
+    exc)."""
     op, data_param, how, peer_param = CALLS[name]
     get_data = _getter(fn, data_param)
     get_group = _getter(fn, "group")
@@ -233,7 +255,9 @@ def wrap_call(fn, name, recorder):
                 if result is not None:
                     _record_on_completion(result, record)
             else:
-                record(_time_ns())
+                t1 = _time_ns()
+                record(t1)
+                recorder.wait(t0, t1)  # a synchronous call blocks its caller throughout
         except Exception as e:  # noqa: BLE001 - the call's result stands
             recorder.fail("torch.distributed." + name, e)
         return result
@@ -256,6 +280,7 @@ def patch(dist, recorder):
             setattr(dist, name, wrapped)
         done.append(name)
     work_cls = getattr(c10d, "Work", None) or getattr(dist, "Work", None)
+    _waits["recorder"] = recorder
     if work_cls is not None:
         _patch_work(work_cls)
     return done

@@ -23,6 +23,7 @@ from trainscope import auto
 from trainscope import _auto_dist
 
 _time_ns = time.time_ns
+_TRAINING = threading.main_thread()  # the thread whose waits the step is exposed to
 _MAX_ROOTS = 64  # outermost modules hooked after the first step; a model has a few
 
 _names = {}
@@ -36,8 +37,8 @@ def _name(text):
 
 
 def _phase_kind():
-    # With operators recorded, they are the compute; a phase range would also count the
-    # waits inside it (DDP waits for its last bucket inside backward) as compute.
+    # With operators recorded, they are the compute (a phase range would also count the
+    # interpreter's time between them); waits inside a phase are recorded as such either way.
     return trainscope.RANGE_OTHER if auto.state.ops else trainscope.RANGE_COMPUTE
 
 
@@ -229,9 +230,17 @@ def _patch_backward(torch):
             auto.activity(t0)
         except Exception as e:  # noqa: BLE001
             _fail("backward", e)
+        _ddp["last_bucket_ns"] = 0
         result = orig(*args, **kwargs)
         try:
-            _phase("backward", t0, _time_ns())
+            t1 = _time_ns()
+            _phase("backward", t0, t1)
+            last = _ddp["last_bucket_ns"]
+            if t0 < last <= t1 and auto.state.sink is not None:
+                # DDP launched its last gradient bucket at `last`; from there to the end of
+                # backward the reducer waits for every bucket's all-reduce (finalize_backward):
+                # blocked on communication, however long the other ranks took to arrive.
+                auto.state.sink.range(_name("ddp wait"), trainscope.RANGE_COMM, last, t1)
         except Exception as e:  # noqa: BLE001
             _fail("backward", e)
         return result
@@ -273,6 +282,11 @@ class _DistRecorder(object):
 
     def p2p(self, op, gid, peer, nbytes, t0, t1):
         auto.state.sink.p2p(self._ops[op], gid, peer, nbytes, t0, t1)
+
+    def wait(self, t0, t1):
+        sink = auto.state.sink
+        if sink is not None and auto.state.on and threading.current_thread() is _TRAINING:
+            sink.range(_name("wait"), trainscope.RANGE_COMM, t0, t1)
 
     def fail(self, what, exc):
         _fail("collectives", "%s: %r" % (what, exc))
@@ -359,10 +373,16 @@ class _AutoHookState(object):
         self.user = None  # (state, hook)
 
 
+_ddp = {"last_bucket_ns": 0}  # when this backward's latest bucket was handed to the hook
+
+
 def _auto_allreduce_hook(state, bucket):
     """DDP's default gradient averaging, bit for bit: multiply by 1/size (what the reducer's
     mul_out does without a hook; div_ rounds differently for sizes that are not powers of
-    two), all_reduce (recorded by the torch.distributed wrapper), the tensor as result."""
+    two), all_reduce (recorded by the torch.distributed wrapper), the tensor as result. The
+    time a bucket arrives here is the rank's arrival at its all-reduce; the last one's starts
+    the wait that ends backward (see _patch_backward)."""
+    _ddp["last_bucket_ns"] = _time_ns()
     if state.user is not None:
         return state.user[1](state.user[0], bucket)
     group = state.group
