@@ -138,6 +138,19 @@ void fillGain(Anomaly& a, double stepMs) {
   a.labels["gain_model"] = model;
 }
 
+// Whether `a` costs the step too little to be raised (FoldOptions::minGain), by its own
+// estimated gain; hangs, periodic spikes and anomalies without an estimate are always raised.
+bool belowFloor(const Anomaly& a, const FoldOptions& o) {
+  if (o.minGain <= 0 || a.kind == AnomalyKind::kHang || a.kind == AnomalyKind::kSpike) return false;
+  auto it = a.evidence.find("estimated_gain");
+  return it != a.evidence.end() && it->second < o.minGain;
+}
+
+// Whether `a` is held until confirmed (FoldOptions::confirmSteps): every kind but a hang.
+bool confirming(const Anomaly& a, const FoldOptions& o) {
+  return (o.confirmSteps > 0 || o.confirmMs > 0) && a.kind != AnomalyKind::kHang;
+}
+
 constexpr size_t kExplainerHistory = 256;
 constexpr int kMaxImbalanceWait = 8;  // judged steps a held anomaly waits on workload_imbalance
 
@@ -161,6 +174,7 @@ struct DetectorSet::Job {
     int age = 0;                   // judged steps waited
     int extra = 0;                 // judged steps waited on an imbalance being judged
     std::vector<Anomaly> updates;  // its resolution, when it came while held
+    bool foldable = false;         // held for an explanation too, not only to be confirmed
   };
 
   EventLog staged;  // the detectors' events before folding (declared first: they point here)
@@ -247,8 +261,14 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
       continue;
     }
     if (a.state == AnomalyState::kOpen) {
-      if (heldKind(a, imbalance, j.expertImbalance.active())) {
-        j.held.push_back(Job::Held{std::move(a), 0, 0, {}});
+      if (belowFloor(a, options_.fold)) {
+        ++belowFloor_;
+        j.folded.insert(a.id);  // its refreshes and resolution are dropped with it
+        continue;
+      }
+      const bool foldable = heldKind(a, imbalance, j.expertImbalance.active());
+      if (foldable || confirming(a, options_.fold)) {
+        j.held.push_back(Job::Held{std::move(a), 0, 0, {}, foldable});
       } else {
         publish(std::move(a));
       }
@@ -269,12 +289,20 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
     }
   }
   if (j.held.empty()) return;
+  // Held long enough, in judged steps and collector time since its detection, to stand.
+  auto confirmed = [&](const Anomaly& a, int age, const AssembledStep* at) {
+    if (!confirming(a, options_.fold)) return true;
+    if (age < options_.fold.confirmSteps) return false;
+    return at != nullptr && at->nowNs - a.detectedNs >= options_.fold.confirmMs * 1'000'000;
+  };
   for (auto it = j.held.begin(); it != j.held.end();) {
     const Anomaly& a = it->anomaly;
-    bool explained = std::any_of(j.explainers.begin(), j.explainers.end(),
+    bool explained = it->foldable &&
+                     std::any_of(j.explainers.begin(), j.explainers.end(),
                                  [&](const Anomaly& by) { return explains(by, a, options_.fold); });
     // The open imbalance's spread as it is now (its evidence is that of its first steps).
-    if (!explained && j.workloadImbalance.isOpen() && a.kind != AnomalyKind::kStageImbalance) {
+    if (it->foldable && !explained && j.workloadImbalance.isOpen() &&
+        a.kind != AnomalyKind::kStageImbalance) {
       explained =
           std::fabs(a.magnitude - 1.0) <= kSpreadsExplained * j.workloadImbalance.currentSpread();
     }
@@ -299,7 +327,20 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
         ++it->age;
       }
     }
-    if (final || it->age > options_.fold.holdSteps) {
+    const bool flap = std::any_of(it->updates.begin(), it->updates.end(), [](const Anomaly& u) {
+      return u.state == AnomalyState::kResolved;
+    });
+    if (flap && confirming(a, options_.fold)) {
+      // Over before it was confirmed: a burst, not a regression anyone should act on.
+      ++flapped_;
+      const std::string id = a.id;
+      j.explainers.erase(std::remove_if(j.explainers.begin(), j.explainers.end(),
+                                        [&](const Anomaly& x) { return x.id == id; }),
+                         j.explainers.end());
+      it = j.held.erase(it);
+      continue;
+    }
+    if (final || (it->age > options_.fold.holdSteps && confirmed(a, it->age, judged))) {
       Anomaly out = std::move(it->anomaly);
       if (judged != nullptr) {
         out.detectedStep = std::max(out.detectedStep, judged->step);
@@ -581,6 +622,8 @@ DetectStats DetectorSet::stats() const {
   s.anomaliesOpened = opened_;
   s.anomaliesResolved = resolved_;
   s.folded = folded_;
+  s.flapped = flapped_;
+  s.belowFloor = belowFloor_;
   s.jobs = jobs_.size();
   return s;
 }

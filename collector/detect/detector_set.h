@@ -72,8 +72,10 @@ struct DetectStats {
   uint64_t rewinds = 0;       // jobs that started over at a lower step (restarts)
   uint64_t anomaliesOpened = 0;
   uint64_t anomaliesResolved = 0;
-  uint64_t folded = 0;  // anomalies not published: another one explains them
-  size_t jobs = 0;      // jobs tracked now
+  uint64_t folded = 0;      // anomalies not published: another one explains them
+  uint64_t flapped = 0;     // not published: resolved while held (FoldOptions::confirmSteps)
+  uint64_t belowFloor = 0;  // not published: estimated gain under FoldOptions::minGain
+  size_t jobs = 0;          // jobs tracked now
 };
 
 class DetectorSet {
@@ -146,6 +148,8 @@ class DetectorSet {
   uint64_t opened_ = 0;
   uint64_t resolved_ = 0;
   uint64_t folded_ = 0;
+  uint64_t flapped_ = 0;
+  uint64_t belowFloor_ = 0;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   uint64_t useCounter_ = 0;
   DetectStats retired_;  // counters of forgotten jobs

@@ -62,7 +62,7 @@ struct StragglerOptions {
   // baseline, so a rank slow from its first step is judged from that step and reported with
   // it as the onset (a warm-up slows every rank alike and leaves the ratios at 1).
   PersistenceOptions persistence{.warmupSamples = 0};
-  uint32_t minRanks = 3;  // fewer ranks give no meaningful peer median
+  uint32_t minRanks = 2;  // two ranks are judged with their waits (see straggler.h)
   int noiseWindow = 64;   // steps over which the job-wide ratio spread is learned
 };
 
@@ -190,6 +190,15 @@ struct FoldOptions {
                               // wider = folds more, may hide a second, unrelated change
   double minExplained = 0.5;  // the explanation must account for at least this fraction of
                               // the added time per step; lower = folds more eagerly
+  // Real jobs on shared hosts (tools/bench/realjob): a neighbour's burst of work slows one
+  // rank, an operator or the whole job for a few to a few dozen steps; nobody should act on it.
+  int confirmSteps = 24;     // every anomaly but a hang is held this many judged steps ...
+  int64_t confirmMs = 2000;  // ... and this long (collector clock) after its detection; one
+                             // whose detector resolves it meanwhile is dropped (counted as
+                             // flapped). Both are added to the detection latency; 0 and 0 =
+                             // publish at once
+  double minGain = 0.01;     // an anomaly whose estimated gain (the share of the step its fix
+                             // would save) is below this is not raised; 0 = all are
 };
 
 struct DetectOptions {

@@ -65,6 +65,14 @@ StepShiftCore::Event StepShiftCore::notePossibleSpike(int64_t step, double value
   return ev;
 }
 
+void StepShiftCore::rebaseline() {
+  ref_.clear();
+  lagged_.clear();
+  shifted_ = false;
+  sPlus_ = sMinus_ = 0.0;
+  seen_ = o_.warmupSteps;  // the next steps learn the new reference
+}
+
 StepShiftCore::Event StepShiftCore::push(int64_t step, double value) {
   Event none;
   ++seen_;
@@ -237,6 +245,10 @@ void StepShiftDetector::onStep(const AssembledStep& step) {
     case StepShiftCore::EventType::kNone:
       return;
     case StepShiftCore::EventType::kShift: {
+      if (ev.direction < 0) {
+        core_.rebaseline();  // faster: nothing to act on (see step_shift.h)
+        return;
+      }
       Anomaly a;
       a.job = job_;
       a.kind = AnomalyKind::kStepShift;

@@ -8,6 +8,9 @@
 // old reference than the shifted level. While a shift is open no second shift is looked for.
 // StepShiftCore is the pure series algorithm (also used offline); StepShiftDetector turns its
 // events into anomalies. Used from the caller's thread only.
+//
+// The live detector reports slowdowns only: a job that got faster is nothing to act on, so its
+// reference is learned again at the new level, and no anomaly (nor capture) follows.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +45,9 @@ class StepShiftCore {
   // Steps must be pushed in increasing order; gaps are allowed.
   Event push(int64_t step, double value);
 
+  // Forgets the reference and learns a new one from the next steps (after a shift the live
+  // detector does not report: a job that got faster).
+  void rebaseline();
   bool shifted() const { return shifted_; }
   double reference() const { return refMedian_; }
   double referenceSigma() const { return refSigma_; }

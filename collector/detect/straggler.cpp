@@ -32,6 +32,20 @@ void StragglerDetector::setLayout(std::shared_ptr<const JobLayout> layout) {
   workers_.assign(layout_->workers.size(), WorkerState(window));
 }
 
+namespace {
+
+// A rank's own time in a step: all of it but the time it waited on communication. In a
+// synchronous job every rank's step lasts as long, and whatever makes one rank late (its
+// operators, Python between them, a slow data loader, a busy neighbour) is in its own time
+// and in its peers' waits, where compute_ns (the operators) misses all but the first. Reports
+// without a duration or without communication (nothing says what was waited) use compute_ns.
+double ownTime(const wire::StepReport& r) {
+  if (r.duration_ns() <= 0 || r.comm_ns() <= 0) return static_cast<double>(r.compute_ns());
+  return static_cast<double>(std::max<int64_t>(0, r.duration_ns() - r.exposed_comm_ns()));
+}
+
+}  // namespace
+
 void StragglerDetector::onStep(const AssembledStep& step) {
   if (layout_) {
     onLayoutStep(step);
@@ -39,20 +53,35 @@ void StragglerDetector::onStep(const AssembledStep& step) {
   }
   std::vector<const RankStep*> rs;
   for (const RankStep& r : step.ranks) {
-    if (r.report.compute_ns() > 0) rs.push_back(&r);
+    if (ownTime(r.report) > 0) rs.push_back(&r);
   }
   if (rs.size() < std::max<uint32_t>(o_.minRanks, 2)) return;
 
   size_t n = rs.size();
   std::vector<double> computes(n);
-  for (size_t i = 0; i < n; ++i) computes[i] = static_cast<double>(rs[i]->report.compute_ns());
+  for (size_t i = 0; i < n; ++i) computes[i] = ownTime(rs[i]->report);
   const std::vector<double> peers = mediansOfOthers(computes);
+  std::vector<double> waits(n);
+  for (size_t i = 0; i < n; ++i) waits[i] = static_cast<double>(rs[i]->report.exposed_comm_ns());
+  const std::vector<double> peerWaits = mediansOfOthers(waits);
   std::vector<double> ratios(n);
   for (size_t i = 0; i < n; ++i) ratios[i] = peers[i] > 0 ? computes[i] / peers[i] : 1.0;
   // Job-wide spread of the ratios; one straggler barely moves a MAD across ranks.
   double med = median(ratios);
-  noise_.push(kMadToSigma * mad(ratios, med));
-  double jobNoise = median(noise_.values());
+  if (n >= 3) {
+    noise_.push(kMadToSigma * mad(ratios, med));
+  } else {
+    // Two ranks: the spread across them is the straggler's own excess (it would hide itself),
+    // so the noise is learned from the ratio's step-to-step change, which a lasting straggler
+    // does not inflate (sigma of a difference of two steps = sqrt(2) sigma).
+    const uint32_t first = rs[0]->report.rank();
+    if (pairRatio_ > 0 && pairRank_ == first) noise_.push(std::fabs(ratios[0] - pairRatio_));
+    pairRank_ = first;
+    pairRatio_ = ratios[0];
+  }
+  double jobNoise = noise_.empty() ? 0.0
+                    : n >= 3       ? median(noise_.values())
+                                   : kMadToSigma * median(noise_.values()) / std::sqrt(2.0);
 
   // First collective arrival per rank, clock-aligned, for the "arrives last" evidence.
   std::vector<double> arrivals(n, std::numeric_limits<double>::quiet_NaN());
@@ -77,13 +106,27 @@ void StragglerDetector::onStep(const AssembledStep& step) {
     if (it == ranks_.end()) it = ranks_.emplace(rank, RankState(o_)).first;
     RankState& st = it->second;
     st.node = rs[i]->ctx.node;
-    st.compute.push(static_cast<double>(rs[i]->report.compute_ns()));
+    st.compute.push(computes[i]);
     st.peer.push(peers[i]);
+    st.exposed.push(waits[i]);
+    st.peerExposed.push(peerWaits[i]);
     if (known.size() >= 2 && arrivals[i] == arrivals[i])
       st.arrivalLag.push(arrivals[i] - arrivalMedian);
     st.tracker.setExternalNoise(jobNoise);
     auto t = st.tracker.push(step.step, ratios[i]);
-    if (t == PersistenceTracker::Transition::kOpened) {
+    const bool candidate = t == PersistenceTracker::Transition::kOpened ||
+                           (st.deferred && !st.open && st.tracker.active());
+    if (candidate) {
+      // The steps since the onset: the window also holds healthy steps from before it, whose
+      // median would show the old compute time.
+      const size_t since =
+          static_cast<size_t>(std::max<int64_t>(1, step.step - st.tracker.onsetStep() + 1));
+      double computeMs = median(st.compute.latest(since)) / 1e6;
+      double peerMs = median(st.peer.latest(since)) / 1e6;
+      double waitMs = median(st.exposed.latest(since)) / 1e6;
+      double peerWaitMs = median(st.peerExposed.latest(since)) / 1e6;
+      st.deferred = n < 3 && !(peerWaitMs - waitMs >= 0.5 * (computeMs - peerMs));
+      if (st.deferred) continue;
       Anomaly a;
       a.job = job_;
       a.kind = AnomalyKind::kStraggler;
@@ -94,13 +137,10 @@ void StragglerDetector::onStep(const AssembledStep& step) {
       a.detectedNs = step.nowNs;
       a.magnitude = st.tracker.level();
       a.confidence = st.tracker.confidence();
-      // The steps since the onset: the window also holds healthy steps from before it, whose
-      // median would show the old compute time.
-      const size_t since = static_cast<size_t>(std::max<int64_t>(1, step.step - a.onsetStep + 1));
-      double computeMs = median(st.compute.latest(since)) / 1e6;
-      double peerMs = median(st.peer.latest(since)) / 1e6;
       a.evidence = {{"compute_ms", computeMs},
                     {"peer_median_ms", peerMs},
+                    {"exposed_comm_ms", waitMs},
+                    {"peer_exposed_comm_ms", peerWaitMs},
                     {"ratio", a.magnitude},
                     {"noise_sigma", jobNoise},
                     {"exceed_level", st.tracker.exceedLevel()},
@@ -110,14 +150,15 @@ void StragglerDetector::onStep(const AssembledStep& step) {
       if (!st.arrivalLag.empty())
         a.evidence["arrival_lag_ms"] = median(st.arrivalLag.values()) / 1e6;
       a.summary = "rank " + std::to_string(rank) + (st.node.empty() ? "" : " (" + st.node + ")") +
-                  " is a straggler: compute " + formatRatio(a.magnitude) + " the peer median (" +
-                  formatMs(computeMs * 1e6) + " vs " + formatMs(peerMs * 1e6) + ") from step " +
-                  std::to_string(a.onsetStep);
+                  " is a straggler: its own time (the step less its waits) " +
+                  formatRatio(a.magnitude) + " the peer median (" + formatMs(computeMs * 1e6) +
+                  " vs " + formatMs(peerMs * 1e6) + ") from step " + std::to_string(a.onsetStep);
       st.anomaly = log_->open(std::move(a), rankSubject({rank}));
       st.open = true;
-    } else if (t == PersistenceTracker::Transition::kResolved && st.open) {
-      log_->resolve(st.anomaly, st.tracker.resolvedStep(), step.nowNs);
+    } else if (t == PersistenceTracker::Transition::kResolved) {
+      if (st.open) log_->resolve(st.anomaly, st.tracker.resolvedStep(), step.nowNs);
       st.open = false;
+      st.deferred = false;
     }
   }
 }

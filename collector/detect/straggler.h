@@ -1,6 +1,10 @@
 // straggler: the rank the others wait for. In a synchronous job every rank's step takes the
 // same wall time and healthy ranks spend their extra time waiting inside collectives, so the
-// step duration cannot tell who is slow; each rank's compute_ns can. Per step the detector
+// step duration cannot tell who is slow; each rank's own time can: the step less its exposed
+// communication (its waits), which holds whatever makes it late — operators, Python between
+// them, a slow data loader — where compute_ns holds only the operators (a rank slowed by
+// Python code showed no more compute than its peers on a real DDP job). Below, "compute" in
+// the flat (no layout) path means that own time. Per step the detector
 // takes ratio = rank compute / median compute of its peers (the other ranks) and runs a CUSUM
 // on the ratio's excess over 1 + minExcess in units of sigma (PersistenceOptions), sigma
 // being the job-wide robust spread of the ratios (median over recent steps of 1.4826*MAD
@@ -10,6 +14,12 @@
 // as supporting evidence (a straggler arrives last). Limits: needs compute_ns from the probe
 // and at least minRanks ranks; a rank slow from its very first step is still found, since the
 // baseline is its peers, not its own past. Used from the caller's thread only.
+//
+// Two ranks. With one peer the ratio alone cannot tell a slow rank from a peer that got
+// faster or a noisy pair, so a two-rank job names a rank only when the waits agree: since the
+// onset its peer's exposed communication (time blocked on the collectives: DDP's wait for its
+// gradient buckets, Work.wait()) exceeds its own by at least half its compute excess — the
+// peer waits for it at the collectives. Until then the rise is held (deferred), not reported.
 //
 // With a parallel layout (setLayout: tensor- or pipeline-parallel groups were declared) the
 // unit is the worker (a tensor-parallel group, whose ranks are slow together) and its peers
@@ -93,13 +103,18 @@ class StragglerDetector {
         : tracker(o.persistence, 1.0),
           compute(static_cast<size_t>(std::max(1, o.persistence.window))),
           peer(static_cast<size_t>(std::max(1, o.persistence.window))),
-          arrivalLag(static_cast<size_t>(std::max(1, o.persistence.window))) {}
+          arrivalLag(static_cast<size_t>(std::max(1, o.persistence.window))),
+          exposed(static_cast<size_t>(std::max(1, o.persistence.window))),
+          peerExposed(static_cast<size_t>(std::max(1, o.persistence.window))) {}
     PersistenceTracker tracker;
     Ring<double> compute;
     Ring<double> peer;
     Ring<double> arrivalLag;
+    Ring<double> exposed;      // the rank's exposed communication (its waits) per step
+    Ring<double> peerExposed;  // the median of its peers'
     std::string node;
     bool open = false;
+    bool deferred = false;  // the ratio rose but the peers' waits do not yet say so (two ranks)
     Anomaly anomaly;
   };
 
@@ -108,6 +123,8 @@ class StragglerDetector {
   EventLog* log_;
   std::map<uint32_t, RankState> ranks_;
   Ring<double> noise_;
+  uint32_t pairRank_ = 0;  // two ranks: the first one's ratio in the previous step
+  double pairRatio_ = 0.0;
   // Layout mode (see above).
   std::shared_ptr<const JobLayout> layout_;
   std::vector<PeerRatioSet> stageSets_;  // one per stage: its workers' ratios

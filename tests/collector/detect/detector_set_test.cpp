@@ -262,7 +262,7 @@ TEST_CASE(
   CHECK(std::llabs(shifts[0].onsetStep - 300) <= 3);
   // Published once the hold passed: its detected step is at least holdSteps after the onset.
   CHECK(shifts[0].detectedStep >= shifts[0].onsetStep + o.fold.holdSteps);
-  CHECK(shifts[0].detectedStep <= 300 + 10);
+  CHECK(shifts[0].detectedStep <= 300 + 10 + o.fold.confirmSteps);
   CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
   CHECK(set.stats().folded == 0);
 }
@@ -364,4 +364,27 @@ TEST_CASE("detect: at 512 ranks delivered in bursts a straggler is not also a st
   CHECK(stragglers[0].ranks == std::vector<uint32_t>{77});
   CHECK(ofKind(events, AnomalyKind::kStepShift).empty());
   CHECK(ofKind(events, AnomalyKind::kSlowComm).empty());
+}
+
+TEST_CASE("detector_set: an anomaly whose estimated gain is under minGain is not raised") {
+  auto runSlow = [](double minGain, DetectStats* stats) {
+    SynthJob job;
+    job.seed = 72;
+    job.rng.seed(72);
+    job.computeFactor = [](int64_t s, uint32_t r) { return r == 6 && s >= 400 ? 1.10 : 1.0; };
+    DetectOptions o;
+    o.fold.minGain = minGain;
+    DetectorSet set(o);
+    std::vector<Anomaly> events;
+    run(job, set, 0, 700, &events);
+    *stats = set.stats();
+    return ofKind(events, AnomalyKind::kStraggler);
+  };
+  DetectStats stats;
+  auto raised = runSlow(FoldOptions{}.minGain, &stats);
+  REQUIRE(raised.size() == 1);  // 8 ms more a step of about 100 ms: a gain of ~0.08
+  CHECK(raised[0].evidence.at("estimated_gain") > 0.05);
+  CHECK(stats.belowFloor == 0);
+  CHECK(runSlow(0.2, &stats).empty());
+  CHECK(stats.belowFloor >= 1);
 }

@@ -25,7 +25,7 @@ TEST_CASE("straggler/layout: a slow worker is one anomaly naming its tp group, w
   CHECK(a.labels.at("stage") == "1");
   CHECK(a.onsetStep >= 148);
   CHECK(a.onsetStep <= 152);
-  CHECK(a.detectedStep - a.onsetStep <= 10);
+  CHECK(a.detectedStep - a.onsetStep <= 10 + FoldOptions{}.confirmSteps);
   CHECK(a.magnitude == Approx(1.5).epsilon(0.05));
   CHECK(ofKind(events, AnomalyKind::kStageImbalance).empty());
 }
@@ -72,7 +72,7 @@ TEST_CASE("straggler/layout: a worker slow from the first step is found with ons
   REQUIRE(opened.size() == 1);
   CHECK(opened[0].ranks == std::vector<uint32_t>{2, 3});
   CHECK(opened[0].onsetStep <= 1);
-  CHECK(opened[0].detectedStep <= 15);
+  CHECK(opened[0].detectedStep <= 15 + FoldOptions{}.confirmSteps);
 }
 
 TEST_CASE("straggler/layout: estimated_gain matches the job without the fault") {
@@ -123,7 +123,7 @@ TEST_CASE(
   CHECK(a.labels.at("worker") == R"({"pp":1,"dp":1})");
   CHECK(a.onsetStep >= 98);
   CHECK(a.onsetStep <= 102);
-  CHECK(a.detectedStep - a.onsetStep <= 10);
+  CHECK(a.detectedStep - a.onsetStep <= 10 + FoldOptions{}.confirmSteps);
   CHECK(a.evidence.at("tp_peers_wait_ms") > a.evidence.at("rank_tp_wait_ms"));
   CHECK(a.id == "pjob/straggler/" + std::to_string(a.onsetStep) + "/r21");
 }
@@ -195,7 +195,7 @@ TEST_CASE(
   CHECK(a.labels.at("stage") == "1");
   CHECK(a.onsetStep >= 98);
   CHECK(a.onsetStep <= 102);
-  CHECK(a.detectedStep - a.onsetStep <= 10);
+  CHECK(a.detectedStep - a.onsetStep <= 10 + FoldOptions{}.confirmSteps);
   CHECK(a.evidence.at("tp_peers_wait_ms") > a.evidence.at("rank_tp_wait_ms"));
   // The stage goes at its slowest rank: 10 % of the stage's compute, a few % of the step.
   CHECK(a.evidence.at("estimated_gain") > 0.02);

@@ -36,6 +36,7 @@ struct SynthJob {
   std::function<double(int64_t)> transferFactor;
   std::function<double(int64_t, uint32_t, const std::string&)> opFactor;
   std::string device;  // StepReport.device of every report ("" = operators on the host)
+  std::function<void(wire::StepReport&)> tamper;  // applied to every report last, if set
 
   std::string nodeOf(uint32_t rank) const { return "node-" + std::to_string(rank / ranksPerNode); }
 
@@ -96,6 +97,7 @@ struct SynthJob {
                            (static_cast<double>(completion - arrival[r]) / 1e9));
       c->set_first_arrival_ns(arrival[r]);
       c->set_last_completion_ns(completion);
+      if (tamper) tamper(rep);
       out.push_back(std::move(rep));
     }
     clockNs = end;
