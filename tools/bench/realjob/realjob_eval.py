@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Real-job evaluation (issue 34): real PyTorch DDP jobs through the real processes.
+
+Starts one trainscope-collector (default detection settings) and one trainscope-agent, a
+busy-loop process beside them (a shared host; --busy 0 leaves it out), then runs scenarios
+of tools/bench/realjob/train.py: every rank a Debian-torch process (gloo, CPU) started under
+`trainscope run` with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set. Faults are injected into
+the real processes (train.py --fault: a busy loop, a slow data loader, a slowed all-reduce, a
+stopped process, a hang). After each job it reads the job's anomalies from the API and scores
+them against the injected truth:
+  - a fault scenario is found when an anomaly of an accepted kind names the faulted rank (and
+    only ranks the fault explains) with an onset at or after the fault's step; latency is the
+    onset's distance from the fault's first step, in steps;
+  - every other anomaly is a false alarm, and in a healthy job every anomaly is one.
+Prints one line per scenario and a table: precision, recall, right ranks, latency, and false
+alarms per 10,000 healthy job-steps. --json OUT writes everything.
+
+Run it niced on a shared machine: `nice -n 10 tools/bench/realjob/realjob_eval.py --quick`.
+Talks to 127.0.0.1 only; every child process is killed on exit.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "detect_eval"))
+from live_eval import CHILDREN, free_port, http_json, kill_children, start, wait_for  # noqa: E402
+
+TRAIN = os.path.join(HERE, "train.py")
+TORCH_PYTHON = "/usr/bin/python3"
+
+# What each injected fault should be reported as (any of these kinds, naming the rank).
+ACCEPT = {
+    "busy": ("straggler",),
+    "data": ("straggler", "data_wait"),
+    "comm": ("slow_comm", "straggler"),
+    "stop": ("hang", "straggler"),
+    "hang": ("hang",),
+}
+
+
+def scenarios(quick):
+    """dicts: name, ranks, steps, args (train.py), fault (None: healthy) as train.py's dict."""
+    out = []
+
+    def job(name, ranks, steps, args, fault=None):
+        out.append(dict(name=name, ranks=ranks, steps=steps, args=args, fault=fault))
+
+    def fault(kind, rank, start, ms, to=None):
+        return dict(kind=kind, rank=rank, start=start, ms=ms, to=to)
+
+    job("mlp busy 15ms r1 @100", 2, 250, ["--model", "mlp"], fault("busy", 1, 100, 15))
+    job("mlp healthy", 2, 600, ["--model", "mlp"])
+    if quick:
+        return out
+    job("cnn busy 20ms r2 @120", 3, 300, ["--model", "cnn", "--workers", "1"],
+        fault("busy", 2, 120, 20))
+    job("transformer busy 10ms r0 @80", 2, 250, ["--model", "transformer"],
+        fault("busy", 0, 80, 10))
+    job("mlp data 40ms r1 @100", 2, 250, ["--model", "mlp"], fault("data", 1, 100, 40))
+    job("mlp comm 20ms r0 @100", 2, 250, ["--model", "mlp"], fault("comm", 0, 100, 20))
+    job("mlp stop 8s r1 @100", 2, 250, ["--model", "mlp"], fault("stop", 1, 100, 8000))
+    job("mlp hang r1 @100", 2, 150, ["--model", "mlp"], fault("hang", 1, 100, 0))
+    job("mlp accum4 val ckpt busy 15ms r1 @60", 2, 200,
+        ["--model", "mlp", "--accum", "4", "--val-every", "25", "--ckpt-every", "50"],
+        fault("busy", 1, 60, 15))
+    job("cnn healthy workers2 val ckpt", 4, 500,
+        ["--model", "cnn", "--workers", "2", "--val-every", "50", "--ckpt-every", "100"])
+    job("transformer healthy accum2", 2, 800, ["--model", "transformer", "--accum", "2"])
+    job("mlp healthy 4 ranks", 4, 1200, ["--model", "mlp"])
+    return out
+
+
+def fault_arg(f):
+    text = "%s:rank=%d,from=%d,ms=%g" % (f["kind"], f["rank"], f["start"], f["ms"])
+    return text + (",to=%d" % f["to"] if f["to"] is not None else "")
+
+
+def run_job(sc, env_base, binaries, agent_ep, tmp, timeout_s, index):
+    job = "realjob-%d-%d" % (os.getpid(), index)
+    port = free_port()
+    procs = []
+    for r in range(sc["ranks"]):
+        env = dict(env_base, RANK=str(r), WORLD_SIZE=str(sc["ranks"]), LOCAL_RANK=str(r),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        argv = [binaries["cli"], "run", "--job", job, "--agent", agent_ep, "--",
+                TORCH_PYTHON, TRAIN, "--steps", str(sc["steps"])] + sc["args"]
+        if sc["fault"]:
+            argv += ["--fault", fault_arg(sc["fault"])]
+        log = open(os.path.join(tmp, "%s-rank%d.log" % (job, r)), "wb")
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                             stdin=subprocess.DEVNULL)
+        CHILDREN.append(p)
+        procs.append(p)
+    t0 = time.monotonic()
+    hang = sc["fault"] and sc["fault"]["kind"] == "hang"
+    limit = 60.0 if hang else timeout_s
+    while time.monotonic() - t0 < limit and any(p.poll() is None for p in procs):
+        time.sleep(0.5)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return job, time.monotonic() - t0
+
+
+def score(sc, anomalies):
+    f = sc["fault"]
+    found, right, latency, false = False, False, None, []
+    for a in anomalies:
+        ranks = a.get("ranks") or []
+        onset = a.get("onset_step", a.get("step", 0))
+        if f and a.get("kind") in ACCEPT[f["kind"]] and f["rank"] in ranks and \
+                onset >= f["start"] - 2:
+            if not found:
+                found, right = True, ranks == [f["rank"]]
+                latency = onset - f["start"]
+            continue
+        if f and a.get("kind") == "hang" and f["kind"] in ("hang", "stop"):
+            continue  # a hang names the job; its peers' waits are part of it
+        false.append(a)
+    return found, right, latency, false
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build", help="meson build dir (default build)")
+    ap.add_argument("--quick", action="store_true", help="two scenarios (the suite's size)")
+    ap.add_argument("--only", default="", help="run scenarios whose name contains this")
+    ap.add_argument("--busy", type=int, default=1, help="busy-loop processes beside (default 1)")
+    ap.add_argument("--timeout-s", type=float, default=300.0, help="per job (default 300)")
+    ap.add_argument("--settle-s", type=float, default=3.0)
+    ap.add_argument("--json", default="", help="write scenarios, anomalies and scores here")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = ap.parse_args()
+
+    if not os.path.exists(TORCH_PYTHON) or subprocess.call(
+            [TORCH_PYTHON, "-c", "import torch.distributed"], stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL) != 0:
+        print("realjob_eval: %s has no torch (apt-get install python3-torch)" % TORCH_PYTHON)
+        return 77
+    b = os.path.abspath(args.build)
+    binaries = dict(collector=os.path.join(b, "collector", "trainscope-collector"),
+                    agent=os.path.join(b, "agent", "trainscope-agent"),
+                    cli=os.path.join(b, "tools", "cli", "trainscope"))
+    for name, path in binaries.items():
+        if not os.access(path, os.X_OK):
+            print("realjob_eval: no %s at %s (build first: ninja -C %s)" % (name, path, b))
+            return 2
+    tmp = tempfile.mkdtemp(prefix="realjob-eval-")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    http, ingest = free_port(), free_port()
+    try:
+        start([binaries["collector"], "--data-dir", os.path.join(tmp, "data"),
+               "--ingest", "tcp://127.0.0.1:%d" % ingest, "--http", "127.0.0.1:%d" % http,
+               "--ready-file", os.path.join(tmp, "ready")], os.path.join(tmp, "collector.log"))
+        if not wait_for(lambda: os.path.exists(os.path.join(tmp, "ready")), 20):
+            print("realjob_eval: collector did not start; see %s/collector.log" % tmp)
+            return 1
+        agent_ep = "ipc://%s/agent.sock" % tmp
+        capdir = os.path.join(tmp, "captures")
+        start([binaries["agent"], "--collector", "tcp://127.0.0.1:%d" % ingest,
+               "--endpoint", agent_ep, "--node", "node0", "--spool-dir",
+               os.path.join(tmp, "spool"), "--capture-dir", capdir],
+              os.path.join(tmp, "agent.log"))
+        time.sleep(0.5)
+        for _ in range(args.busy):
+            start([sys.executable, "-c", "while True: pass"], os.devnull)
+        env = dict(os.environ, TRAINSCOPE_CAPTURE_DIR=capdir, OMP_NUM_THREADS="1")
+        results = []
+        for i, sc in enumerate(s for s in scenarios(args.quick) if args.only in s["name"]):
+            job, wall = run_job(sc, env, binaries, agent_ep, tmp, args.timeout_s, i)
+            time.sleep(args.settle_s)
+            anomalies = http_json(http, "/api/v1/jobs/%s/anomalies" % job)
+            anomalies = anomalies.get("anomalies", anomalies) if isinstance(anomalies, dict) \
+                else anomalies
+            found, right, latency, false = score(sc, anomalies)
+            results.append(dict(scenario=sc, job=job, wall_s=wall, anomalies=anomalies,
+                                found=found, right=right, latency=latency,
+                                false_alarms=len(false)))
+            print("%-40s %5.0fs  %s  false %d  [%s]" % (
+                sc["name"], wall,
+                ("found%s lat %s" % ("" if right else " (wrong ranks)", latency)) if found
+                else ("MISSED" if sc["fault"] else "healthy"), len(false),
+                ", ".join("%s r%s @%s" % (a.get("kind"), a.get("ranks"),
+                                          a.get("onset_step", a.get("step")))
+                          for a in anomalies)), flush=True)
+        faulty = [r for r in results if r["scenario"]["fault"]]
+        alarms = sum(r["false_alarms"] for r in results)
+        found = [r for r in faulty if r["found"]]
+        healthy_steps = sum(r["scenario"]["steps"] for r in results if not r["scenario"]["fault"])
+        healthy_alarms = sum(r["false_alarms"] for r in results if not r["scenario"]["fault"])
+        print("\nscenarios %d (faulty %d, healthy %d)" % (len(results), len(faulty),
+                                                          len(results) - len(faulty)))
+        if faulty:
+            tp = len(found)
+            print("recall %.2f  precision %.2f  right ranks %.2f  latency median %s steps" % (
+                tp / len(faulty), tp / max(1, tp + alarms),
+                sum(r["right"] for r in found) / max(1, tp),
+                sorted(r["latency"] for r in found)[len(found) // 2] if found else "-"))
+        if healthy_steps:
+            print("false alarms in healthy jobs: %d in %d job-steps (%.1f per 10,000)" % (
+                healthy_alarms, healthy_steps, 1e4 * healthy_alarms / healthy_steps))
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump(results, out, indent=1)
+        return 0
+    finally:
+        kill_children()
+        if args.keep:
+            print("work directory: %s" % tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
