@@ -34,17 +34,22 @@ int agentMain(int argc, char** argv) {
   app.add_option("--endpoint", opts.endpoint,
                  "where probes connect: ipc://PATH (or tcp://HOST:PORT); a stale socket file "
                  "is removed, a live agent there makes this one refuse to start. The default "
-                 "(what probes use without TRAINSCOPE_AGENT) is /run/trainscope/agent.sock for "
-                 "root, $XDG_RUNTIME_DIR/trainscope/agent.sock for others, else "
-                 "/tmp/trainscope-<uid>/agent.sock; its directory is created with mode 0700 and "
-                 "refused when another user owns it")
+                 "is /run/trainscope/agent.sock for root (the node agent: its directory is made "
+                 "mode 0755, so every user's probes reach it, and every probe connects there "
+                 "without TRAINSCOPE_AGENT when it exists), $XDG_RUNTIME_DIR/trainscope/agent.sock "
+                 "for others, else /tmp/trainscope-<uid>/agent.sock (those directories are made "
+                 "mode 0700); a directory another user owns is refused")
       ->capture_default_str();
   std::string endpointMode = "0666";
   app.add_option("--endpoint-mode", endpointMode,
                  "octal mode of an ipc:// --endpoint's socket file; probes need write permission "
                  "to connect, so the default leaves the directory's permissions to decide who "
-                 "may (0660: the socket's group only)")
+                 "may (0660: the socket's group only, see --endpoint-group)")
       ->capture_default_str();
+  app.add_option("--endpoint-group", opts.endpointGroup,
+                 "group (name or number) given to an ipc:// --endpoint's socket file; with "
+                 "--endpoint-mode 0660 only its members (and root) may connect [default: the "
+                 "agent's own group]");
   app.add_option("--node", opts.node, "this node's name [default: the hostname]");
   app.add_option("--spool-dir", opts.spoolDir,
                  "on-disk spool directory [default: /var/tmp/trainscope/spool-<node>]");

@@ -1,6 +1,9 @@
 #include "agent/options.h"
 
+#include <grp.h>
 #include <unistd.h>
+
+#include <vector>
 
 namespace trainscope::agent {
 namespace {
@@ -11,6 +14,23 @@ bool hasScheme(const std::string& ep) {
 }
 
 }  // namespace
+
+Result<uint32_t> groupId(const std::string& group) {
+  if (!group.empty() && group.size() <= 10 &&
+      group.find_first_not_of("0123456789") == std::string::npos) {
+    const uint64_t v = std::stoull(group);
+    if (v < UINT32_MAX) return static_cast<uint32_t>(v);
+  }
+  std::vector<char> buf(16384);
+  struct group gr {};
+  struct group* found = nullptr;
+  const int err = ::getgrnam_r(group.c_str(), &gr, buf.data(), buf.size(), &found);
+  if (err != 0 || found == nullptr) {
+    return Result<uint32_t>::error("--endpoint-group: no group '" + group +
+                                   "' on this node (a group name or a number)");
+  }
+  return static_cast<uint32_t>(found->gr_gid);
+}
 
 Status finalizeOptions(AgentOptions& opts) {
   if (opts.collectors.empty()) {
@@ -87,6 +107,9 @@ Status finalizeOptions(AgentOptions& opts) {
   if (opts.endpointMode > 0777) {
     return Status::error("--endpoint-mode: must be an octal mode within 0..0777, got " +
                          std::to_string(opts.endpointMode) + " (decimal)");
+  }
+  if (!opts.endpointGroup.empty()) {
+    if (auto gid = groupId(opts.endpointGroup); !gid) return gid.status();
   }
   if (opts.maxFileBytes == 0) return Status::error("--max-file-bytes: must be positive");
   if (opts.procRoot.empty()) return Status::error("--proc-root: must not be empty");

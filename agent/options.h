@@ -39,9 +39,13 @@ struct AgentOptions {
   // Mode of an ipc:// endpoint's socket file, set after bind (the umask would leave 0755, and
   // connecting needs write permission). The default lets the directory decide who reaches the
   // socket: the default endpoint's is 0700, and an --endpoint in a directory other users can
-  // enter serves their probes, as a root agent for every user's jobs needs. 0660 with a group
-  // on the directory narrows it to that group.
+  // enter serves their probes, as a root agent for every user's jobs needs. 0660 with
+  // endpointGroup narrows it to that group's users.
   uint32_t endpointMode = 0666;
+  // Group given to an ipc:// endpoint's socket file after bind (a name or a number). Empty:
+  // the agent's own group. With endpointMode 0660 only this group's users (and root) connect;
+  // others get "permission denied" from their probes.
+  std::string endpointGroup;
   // This node's name in RankInfo.node, HostSample.node and heartbeats. Empty: hostname.
   std::string node;
   // Spool directory. Empty: /var/tmp/trainscope/spool-<node>. Survives restarts; one agent
@@ -100,6 +104,10 @@ struct AgentOptions {
   // Lines below this level are not logged.
   LogLevel logLevel = LogLevel::kInfo;
 };
+
+// The gid of --endpoint-group `group` (a name, or a number); an error naming the flag when no
+// such group exists.
+Result<uint32_t> groupId(const std::string& group);
 
 // Fills derived defaults (node from the hostname, spool dir from the node) and checks every
 // field, naming the flag in the message when one is wrong.

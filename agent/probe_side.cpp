@@ -93,17 +93,23 @@ Status ProbeSide::claimEndpoint(const AgentOptions& opts) {
   if (opts.endpoint.rfind("ipc://", 0) != 0) return Status::ok();
   const std::string path = opts.endpoint.substr(6);
   if (opts.endpoint == defaultAgentEndpoint()) {
-    if (Status st = ensurePrivateDir(defaultAgentSocketDir(), "--endpoint"); !st) return st;
+    // Root's default is the node agent's, which every user's probes must reach; any other
+    // user's default is that user's own (common/agent_endpoint.h).
+    const std::string dir = defaultAgentSocketDir();
+    Status st = dir == kNodeAgentSocketDir ? ensureNodeSocketDir(dir, "--endpoint")
+                                           : ensurePrivateDir(dir, "--endpoint");
+    if (!st) return st;
   }
   return claimIpcPath(path);
 }
 
 namespace {
 
-// Gives the socket file we just bound `mode`. The file is opened O_PATH|O_NOFOLLOW and changed
-// through its descriptor, so a link swapped in at `path` (a directory others may write to) is
-// never followed to another file.
-Status setSocketMode(const std::string& path, uint32_t mode) {
+// Gives the socket file we just bound `mode` and, unless `gid` is -1, that group. The file is
+// opened O_PATH|O_NOFOLLOW and changed through its descriptor, so a link swapped in at `path`
+// (a directory others may write to) is never followed to another file. The group is set
+// before the mode, so the socket is never open to the agent's own group's users in between.
+Status setSocketMode(const std::string& path, uint32_t mode, gid_t gid) {
   const int fd = ::open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     return Status::error("--endpoint-mode: cannot open the socket file " + path + ": " +
@@ -114,6 +120,9 @@ Status setSocketMode(const std::string& path, uint32_t mode) {
   const bool statted = ::fstat(fd, &sb) == 0;
   if (statted && (!S_ISSOCK(sb.st_mode) || sb.st_uid != ::geteuid())) {
     why = "it is no longer the socket this agent bound";
+  } else if (statted && gid != static_cast<gid_t>(-1) &&
+             ::fchownat(fd, "", static_cast<uid_t>(-1), gid, AT_EMPTY_PATH) != 0) {
+    why = "cannot give it group " + std::to_string(gid) + ": " + std::strerror(errno);
   } else if (!statted || ::chmod(("/proc/self/fd/" + std::to_string(fd)).c_str(), mode) != 0) {
     why = std::strerror(errno);  // fchmod() refuses O_PATH descriptors
   }
@@ -146,7 +155,13 @@ Status ProbeSide::bind() {
   }
   // An abstract socket (ipc://@name) has no file.
   if (bound_.rfind("ipc://", 0) == 0 && bound_.size() > 6 && bound_[6] != '@') {
-    if (Status st = setSocketMode(bound_.substr(6), opts_.endpointMode); !st) return st;
+    gid_t gid = static_cast<gid_t>(-1);
+    if (!opts_.endpointGroup.empty()) {
+      auto g = groupId(opts_.endpointGroup);
+      if (!g) return g.status();
+      gid = *g;
+    }
+    if (Status st = setSocketMode(bound_.substr(6), opts_.endpointMode, gid); !st) return st;
   }
   return Status::ok();
 }

@@ -55,8 +55,9 @@ class ProbeSide {
   ProbeSide& operator=(const ProbeSide&) = delete;
 
   // Claims opts.endpoint's ipc:// path; called before anything else is set up: the default
-  // endpoint's private directory is made (ensurePrivateDir), a stale socket file is removed,
-  // a live agent there makes this fail.
+  // endpoint's directory is made (ensureNodeSocketDir for root's, which every user's probes
+  // reach; ensurePrivateDir for another user's), a stale socket file is removed, a live agent
+  // there makes this fail.
   static Status claimEndpoint(const AgentOptions& opts);
   // Binds the ROUTER on the claimed endpoint.
   Status bind();

@@ -14,8 +14,9 @@ namespace trainscope::probe {
 inline constexpr const char* kDefaultCaptureDir = "/tmp/trainscope-captures";
 
 struct ProbeConfig {
-  std::string endpoint = defaultAgentEndpoint();  // agent ROUTER endpoint (the agent's default)
-  std::string job;                                // job id shared by every rank
+  // Agent ROUTER endpoint: the node agent's when it is there, else this user's own agent's.
+  std::string endpoint = defaultProbeEndpoint();
+  std::string job;  // job id shared by every rank
   uint32_t rank = 0;
   uint32_t worldSize = 1;
   uint32_t localRank = 0;

@@ -194,7 +194,7 @@ ts_probe* ts_default(void) {
     c.local_rank = 0;
     d = createInstance(&c);
     if (d == nullptr) {
-      const std::string endpoint = trainscope::defaultAgentEndpoint();
+      const std::string endpoint = trainscope::defaultProbeEndpoint();
       c.agent_endpoint = endpoint.c_str();
       c.connect_agent = 1;
       d = createInstance(&c);

@@ -233,3 +233,39 @@ TEST_CASE("a root agent's --endpoint in a directory others can enter serves thei
   CHECK(waitFor([&] { return agent.stats().probeFrames == 2; }, 3000));
   ::umask(old);
 }
+
+TEST_CASE("--endpoint-group with mode 0660 lets that group's users connect") {
+  if (::geteuid() != 0) {
+    WARN("not root: cannot give a socket another group or run a probe as another user; skipped");
+    return;
+  }
+  OtherUserProbe other;  // forked first, while this process has one thread; its gid is 65534
+  const mode_t old = ::umask(022);
+  TempDir tmp;
+  REQUIRE(::chmod(tmp.path().c_str(), 0755) == 0);
+  zmq::context_t ctx;
+  std::string collectorEp = freeTcpEndpoint(ctx);
+  AgentOptions opts = testOptions(tmp, collectorEp);
+  opts.endpointMode = 0660;
+  opts.endpointGroup = std::to_string(kNobody);
+  AgentRunner agent(opts);
+  struct stat sb {};
+  REQUIRE(::lstat(tmp.sub("agent.sock").c_str(), &sb) == 0);
+  CHECK(sb.st_gid == kNobody);
+  CHECK((sb.st_mode & 07777) == 0660);
+  const std::string answers = other.run(opts.endpoint);
+  INFO("the group member's probe got: " << answers);
+  CHECK(answers == "none\nnone\n");
+  CHECK(waitFor([&] { return agent.stats().probeFrames == 2; }, 3000));
+  ::umask(old);
+}
+
+TEST_CASE("--endpoint-group names a group of this node") {
+  CHECK(trainscope::agent::groupId("0").isOk());
+  CHECK(*trainscope::agent::groupId("0") == 0);
+  CHECK(trainscope::agent::groupId("root").isOk());
+  auto bad = trainscope::agent::groupId("no-such-group-here");
+  CHECK_FALSE(bad.isOk());
+  CHECK_THAT(bad.message(),
+             Catch::Contains("--endpoint-group") && Catch::Contains("no-such-group-here"));
+}

@@ -1,6 +1,8 @@
 // The default probe endpoint (issue 13 item 6): agents and probes derive the same path, never
 // a shared name in /tmp, and the agent makes its directory private or refuses one another user
-// owns (it may have been made to receive the probes' telemetry).
+// owns (it may have been made to receive the probes' telemetry). One node agent serves every
+// user (issue 34 item 5): a probe takes root's socket when it is there, and that directory is
+// 0755 (every user enters, only root creates in it).
 #include <filesystem>
 #include <string>
 
@@ -15,6 +17,8 @@
 #include "tests/agent/temp_dir.h"
 
 using trainscope::agentSocketDirFor;
+using trainscope::probeEndpointFor;
+using trainscope::agent::ensureNodeSocketDir;
 using trainscope::agent::ensurePrivateDir;
 using trainscope::agent::testing::TempDir;
 
@@ -39,6 +43,56 @@ TEST_CASE("the default endpoint: /run/trainscope for root, the runtime dir for o
   CHECK(trainscope::agent::AgentOptions().endpoint == trainscope::defaultAgentEndpoint());
   CHECK(trainscope::defaultAgentEndpoint() ==
         "ipc://" + trainscope::defaultAgentSocketDir() + "/agent.sock");
+}
+
+TEST_CASE("a probe's default: the node agent's socket when it is there, else its user's own") {
+  const std::string node = "ipc:///run/trainscope/agent.sock";
+  CHECK(probeEndpointFor(1000, "/run/user/1000", true, true) == node);
+  CHECK(probeEndpointFor(1000, nullptr, true, true) == node);
+  CHECK(probeEndpointFor(0, nullptr, true, true) == node);
+  CHECK(probeEndpointFor(1000, "/run/user/1000", true, false) ==
+        "ipc:///run/user/1000/trainscope/agent.sock");
+  CHECK(probeEndpointFor(1000, nullptr, true, false) == "ipc:///tmp/trainscope-1000/agent.sock");
+  CHECK(probeEndpointFor(0, nullptr, true, false) == node);  // root's own is the node's
+  CHECK(probeEndpointFor(1000, nullptr, false, true) == "ipc:///tmp/trainscope-1000/agent.sock");
+}
+
+TEST_CASE("the node agent's socket directory: every user enters it, only its owner writes") {
+  const mode_t old = ::umask(077);  // the mode is set, not left to the umask
+  TempDir tmp;
+  SECTION("created with mode 0755") {
+    const std::string dir = tmp.sub("new");
+    REQUIRE(ensureNodeSocketDir(dir, "--endpoint").isOk());
+    CHECK(modeOf(dir) == 0755);
+  }
+  SECTION("one an older agent made private is opened to 0755") {
+    const std::string dir = tmp.sub("private");
+    std::filesystem::create_directories(dir);
+    REQUIRE(::chmod(dir.c_str(), 0700) == 0);
+    REQUIRE(ensureNodeSocketDir(dir, "--endpoint").isOk());
+    CHECK(modeOf(dir) == 0755);
+  }
+  SECTION("one open to others' writes is closed to them") {
+    const std::string dir = tmp.sub("open");
+    std::filesystem::create_directories(dir);
+    REQUIRE(::chmod(dir.c_str(), 0777) == 0);
+    REQUIRE(ensureNodeSocketDir(dir, "--endpoint").isOk());
+    CHECK(modeOf(dir) == 0755);
+  }
+  SECTION("a link in its place and a directory of another user are refused") {
+    std::filesystem::create_directories(tmp.sub("real"));
+    std::filesystem::create_directory_symlink(tmp.sub("real"), tmp.sub("link"));
+    CHECK_FALSE(ensureNodeSocketDir(tmp.sub("link"), "--endpoint").isOk());
+    if (::geteuid() == 0) {
+      const std::string dir = tmp.sub("theirs");
+      std::filesystem::create_directories(dir);
+      REQUIRE(::chown(dir.c_str(), 65534, 65534) == 0);
+      auto st = ensureNodeSocketDir(dir, "--endpoint");
+      CHECK_FALSE(st.isOk());
+      CHECK_THAT(st.message(), Catch::Contains("belongs to uid 65534"));
+    }
+  }
+  ::umask(old);
 }
 
 TEST_CASE("the agent makes the endpoint directory private, or refuses one it does not own") {

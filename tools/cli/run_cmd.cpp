@@ -161,7 +161,7 @@ Result<RunPlan> planRun(const RunArgs& args, const RunLayout& layout, const GetE
     set("TRAINSCOPE_AGENT", args.agent);
   } else if (unset("TRAINSCOPE_AGENT")) {
     // Stated, so every process of the job (and its missing-agent check) uses the same one.
-    set("TRAINSCOPE_AGENT", defaultAgentEndpoint());
+    set("TRAINSCOPE_AGENT", defaultProbeEndpoint());
   }
   if (!args.job.empty()) {
     set("TRAINSCOPE_JOB", args.job);
@@ -245,10 +245,16 @@ void addRunCommand(CLI::App& app, Action* action,
                   "Job id shared by every rank (default: TRAINSCOPE_JOB, SLURM_JOB_ID, "
                   "TORCHELASTIC_RUN_ID, else HOST-DATE-TIME-PID: give --job when the ranks of "
                   "one job start on several nodes without a scheduler id)");
+  const std::string nodeEndpoint = "ipc://" + std::string(kNodeAgentSocketDir) + "/agent.sock";
+  const std::string ownEndpoint = defaultAgentEndpoint();
   sub->add_option("--agent", args->agent,
-                  std::string("The node agent's probe endpoint (default: TRAINSCOPE_AGENT, "
-                              "else ") +
-                      defaultAgentEndpoint() + ")");
+                  "The node agent's probe endpoint (default: TRAINSCOPE_AGENT, else the node "
+                  "agent's " +
+                      nodeEndpoint +
+                      (ownEndpoint == nodeEndpoint
+                           ? std::string()
+                           : " when it exists, else this user's own agent's " + ownEndpoint) +
+                      ")");
   sub->add_option("--step", args->step,
                   "What ends a step: optimizer (default: the last optimizer.step() of each "
                   "iteration), profiler (torch.profiler.profile.step()) or "

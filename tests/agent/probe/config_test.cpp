@@ -56,8 +56,9 @@ TEST_CASE("defaults without environment: generated job, rank 0 of 1, default end
   REQUIRE(c.isOk());
   CHECK(c->rank == 0);
   CHECK(c->worldSize == 1);
-  // The agent's own default (common/agent_endpoint.h), never a shared name in /tmp.
-  CHECK(c->endpoint == trainscope::defaultAgentEndpoint());
+  // The node agent's socket when there is one, else the user's own agent's default
+  // (common/agent_endpoint.h), never a shared name in /tmp.
+  CHECK(c->endpoint == trainscope::defaultProbeEndpoint());
   CHECK(c->endpoint == trainscope::agent::AgentOptions().endpoint);
   CHECK(c->endpoint.rfind("ipc:///tmp/trainscope-agent.sock", 0) != 0);
   CHECK(c->job.find(std::to_string(c->pid)) != std::string::npos);

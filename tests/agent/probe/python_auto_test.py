@@ -300,6 +300,61 @@ def dist_tests():
     dist.destroy_process_group()
     return 0
 
+def _line_as(uid, endpoint):
+    """auto._agent_missing_line for `endpoint`, computed in a child running as `uid`."""
+    code = ("import sys\nfrom trainscope import auto\n"
+            "sys.stdout.write(repr(auto._agent_missing_line({'TRAINSCOPE_AGENT': sys.argv[1]})))")
+
+    def drop():
+        if uid != os.geteuid():
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+    out = subprocess.run([sys.executable, "-c", code, endpoint], preexec_fn=drop, check=True,
+                         stdout=subprocess.PIPE, env=dict(os.environ)).stdout.decode()
+    return eval(out)  # noqa: S307 - our own repr() of a str or None
+
+
+def agent_line_tests():
+    import socket
+    from trainscope import auto
+    line = auto._agent_missing_line({"TRAINSCOPE_AGENT": "ipc:///nonexistent/agent.sock"})
+    check(line is not None and line.startswith("no agent at ipc:///nonexistent/agent.sock"),
+          "no socket file: 'no agent at'")
+    check(auto._agent_missing_line({"TRAINSCOPE_AGENT": "tcp://127.0.0.1:1"}) is None,
+          "tcp endpoints are not judged")
+    if os.geteuid() != 0:
+        print("skipped: not root, cannot ask as another user whether the agent is reachable")
+        return
+    nobody = 65534
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)
+        shared, private = os.path.join(tmp, "shared"), os.path.join(tmp, "private")
+        os.mkdir(shared, 0o755)
+        os.mkdir(private, 0o700)
+        socks = []
+        for d in (shared, private):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind(os.path.join(d, "agent.sock"))
+            s.listen(1)
+            socks.append(s)
+        open_ep = "ipc://" + os.path.join(shared, "agent.sock")
+        closed_ep = "ipc://" + os.path.join(private, "agent.sock")
+        os.chmod(os.path.join(shared, "agent.sock"), 0o666)
+        check(_line_as(nobody, open_ep) is None, "another user reaches a socket open to it")
+        check(_line_as(0, closed_ep) is None, "root reaches any socket")
+        line = _line_as(nobody, closed_ep)
+        check(line is not None and line.startswith("permission denied: uid 65534 may not connect "
+                                                   "to the agent at " + closed_ep)
+              and "directory" in line and "no agent" not in line,
+              "a socket in a directory closed to the user: permission denied, not 'no agent'")
+        os.chmod(os.path.join(shared, "agent.sock"), 0o600)
+        line = _line_as(nobody, open_ep)
+        check(line is not None and line.startswith("permission denied") and "socket file" in line,
+              "a socket file the user may not write: permission denied")
+        for s in socks:
+            s.close()
+
 
 def main():
     stepper_tests()
@@ -307,6 +362,7 @@ def main():
     p2p_tests()
     optimizer_patch_tests()
     device_tests()
+    agent_line_tests()
     return dist_tests()
 
 

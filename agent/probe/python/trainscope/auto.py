@@ -223,12 +223,29 @@ def _job_default(environ):
 
 
 def _agent_missing_line(environ):
+    """The line saying why this rank cannot reach its agent's ipc:// socket, or None: no agent
+    there, or (a different fix) one this user may not connect to."""
     # `trainscope run` always sets TRAINSCOPE_AGENT (its default is the probe's).
     endpoint = environ.get("TRAINSCOPE_AGENT") or ""
-    if endpoint.startswith("ipc://") and not os.path.exists(endpoint[len("ipc://"):]):
+    if not endpoint.startswith("ipc://") or endpoint.startswith("ipc://@"):
+        return None
+    path = endpoint[len("ipc://"):]
+    denied = None
+    try:
+        os.stat(path)
+    except PermissionError:
+        denied = "its directory %s is closed to this user" % os.path.dirname(path)
+    except OSError:
         return ("no agent at %s; this rank trains unmonitored until one starts there (the "
                 "probe keeps the last 4096 steps for it)" % endpoint)
-    return None
+    effective = os.access in os.supports_effective_ids
+    if denied is None and not os.access(path, os.W_OK, effective_ids=effective):
+        denied = "its socket file is not writable by this user"
+    if denied is None:
+        return None
+    return ("permission denied: uid %d may not connect to the agent at %s (%s: the agent's "
+            "--endpoint-mode and its directory decide who may; see README \"Install on a "
+            "cluster\"); this rank trains unmonitored" % (os.geteuid(), endpoint, denied))
 
 
 def device_in_use(modules=None):
