@@ -25,6 +25,12 @@ using namespace trainscope::e2e;
 
 namespace {
 
+// The line rank 0 prints when monitoring starts, all parts on (ATen operators depend on the
+// build: libtrainscope_torch.so exists only where libtorch's headers were found).
+constexpr const char* kAllSources =
+    "trainscope: sources: steps yes (optimizer.step()), data wait yes, collectives yes, DDP hook "
+    "yes, ATen operators ";
+
 struct Script {
   std::string cli;     // the trainscope CLI
   std::string script;  // the training script
@@ -145,7 +151,9 @@ TEST_CASE(
   CHECK(expectDone(ranks, 120s) == expected);
   const std::string runLog = ranks[0]->log() + ranks[1]->log();
   INFO("run logs:\n" << runLog);
-  CHECK(countOf(runLog, "trainscope:") == 0);  // nothing to say when all is well
+  // Nothing to say when all is well but what is recorded: one line, from rank 0 (LOCAL_RANK 0).
+  CHECK(countOf(runLog, "trainscope:") == 1);
+  CHECK(countOf(ranks[0]->log(), kAllSources) == 1);
 
   // One step per optimizer step() on each rank, each with compute, data wait and the
   // gradient all_reduce (DDP's buckets, through the automatic comm hook).
@@ -310,7 +318,8 @@ TEST_CASE(
   CHECK(expectDone(ranks, 120s) == expected);  // the same training as without monitoring
   const std::string runLog = ranks[0]->log() + ranks[1]->log();
   INFO("run logs:\n" << runLog);
-  CHECK(countOf(runLog, "trainscope:") == 0);
+  CHECK(countOf(runLog, "trainscope:") == 1);
+  CHECK(countOf(ranks[0]->log(), kAllSources) == 1);
 
   const int want = 2 * steps;
   const bool all = waitFor([&] { return jobStepRows(d.cs.httpPort, job) >= want; }, 30s, 100ms);

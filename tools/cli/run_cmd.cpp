@@ -238,9 +238,12 @@ void addRunCommand(CLI::App& app, Action* action,
       "Run a training command with zero-code monitoring: `trainscope run [OPTIONS] -- COMMAND "
       "[ARGS...]`. Every Python process it starts loads trainscope at start-up (no import in "
       "the script): steps from optimizer.step(), data wait from the DataLoader, phases, every "
-      "torch.distributed call, DDP's gradient buckets, ATen operators. The command then runs "
-      "as this process (same pid, signals, exit status). TRAINSCOPE_AUTO=1 in an environment "
-      "where the package is installed does the same without this wrapper");
+      "torch.distributed call, DDP's gradient buckets, and ATen operators when "
+      "libtrainscope_torch.so is installed (built only where libtorch's headers are: Debian's "
+      "libtorch-dev). The first rank on each node prints one line saying which of these it "
+      "records and why not. The command then runs as this process (same pid, signals, exit "
+      "status). TRAINSCOPE_AUTO=1 in an environment where the package is installed does the "
+      "same without this wrapper");
   sub->add_option("--job", args->job,
                   "Job id shared by every rank (default: TRAINSCOPE_JOB, SLURM_JOB_ID, "
                   "TORCHELASTIC_RUN_ID, else HOST-DATE-TIME-PID: give --job when the ranks of "

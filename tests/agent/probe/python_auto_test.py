@@ -269,6 +269,7 @@ def dist_tests():
     except ImportError:
         print("skipped: torch is not importable", file=sys.stderr)
         return SKIP
+    sources_tests()
     from trainscope import _auto_dist
     import socket
     sock = socket.socket()
@@ -299,6 +300,53 @@ def dist_tests():
     check(len(rec.records) == before + 1, "broadcast is recorded once")
     dist.destroy_process_group()
     return 0
+
+_TRAIN = """
+import torch
+m = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for _ in range(3):
+    opt.zero_grad()
+    m(torch.randn(8, 4)).sum().backward()
+    opt.step()
+print("trained")
+"""
+_NO_TRAIN = "import torch\nm = torch.nn.Linear(4, 1)\nm(torch.randn(2, 4))\nprint('ran')\n"
+
+
+def sources_tests():
+    """A training process under auto-instrumentation (as `trainscope run` starts it) prints one
+    line naming what it records and why not, on the node's first rank only; a process that
+    does not train prints nothing."""
+    boot = os.path.normpath(os.path.join(HERE, "..", "..", "..", "agent", "probe", "python",
+                                         "trainscope", "_boot"))
+
+    def run(code, **extra):
+        env = dict(os.environ, TRAINSCOPE_AUTO="1", TRAINSCOPE_JOB="sources-test",
+                   TRAINSCOPE_AGENT="tcp://127.0.0.1:9",  # no agent, and no line about it
+                   TRAINSCOPE_TORCH_LIB="/nonexistent/libtrainscope_torch.so")
+        env["PYTHONPATH"] = boot + os.pathsep + env.get("PYTHONPATH", "")
+        env.pop("LOCAL_RANK", None)
+        env.update(extra)
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=120)
+        check(p.returncode == 0, "exit 0 (stderr %r)" % p.stderr[-2000:])
+        return [line for line in p.stderr.splitlines() if line.startswith("trainscope:")]
+
+    lines = run(_TRAIN)
+    check(len(lines) == 1 and lines[0].startswith(
+        "trainscope: sources: steps yes (optimizer.step()), data wait yes, collectives yes, "
+        "DDP hook yes, ATen operators no (cannot find libtrainscope_torch.so")
+        and "libtorch-dev" in lines[0],
+        "a training process: one line, ATen operators no with why (got %r)" % lines)
+    lines = run(_TRAIN, TRAINSCOPE_OPS="0", TRAINSCOPE_COMM_HOOK="0")
+    check(lines == ["trainscope: sources: steps yes (optimizer.step()), data wait yes, "
+                    "collectives yes, DDP hook no (--no-comm-hook / TRAINSCOPE_COMM_HOOK=0), "
+                    "ATen operators no (--no-ops / TRAINSCOPE_OPS=0)"],
+          "parts switched off are named with the switch (got %r)" % lines)
+    check(run(_TRAIN, RANK="1", LOCAL_RANK="1", WORLD_SIZE="2") == [], "the node's other ranks print nothing")
+    check(run(_NO_TRAIN) == [], "a process that does not train prints nothing")
+
 
 def _line_as(uid, endpoint):
     """auto._agent_missing_line for `endpoint`, computed in a child running as `uid`."""

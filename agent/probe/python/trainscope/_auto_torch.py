@@ -575,6 +575,37 @@ def patch_torch():
     resolve_function()
 
 
+def sources_line(ops_why):
+    """The one line a training process's first rank on the node prints when monitoring starts:
+    what is recorded, and for each part that is not, why. `ops_why`: why ATen operators are
+    not recorded, None when they are."""
+    def part(name, ok, why="it failed (logged above)"):
+        return "%s %s" % (name, "yes" if ok else "no (%s)" % why)
+
+    opts = auto.state.options
+    dist = sys.modules.get("torch.distributed")
+    have_dist = dist is not None and getattr(dist, "is_available", lambda: False)()
+    step_signal = {"optimizer": "optimizer.step()", "profiler": "profiler.step()"}.get(
+        opts.step, "function:%s:%s" % (opts.step_function or ("?", "?")))
+    step_part = {"optimizer": "optimizer", "profiler": "profiler-step"}.get(opts.step,
+                                                                          "step-function")
+    no_dist = "torch.distributed is not available"
+    parts = [
+        "steps yes (%s)" % step_signal if step_part not in _broken else
+        part("steps", False),
+        part("data wait", "data" not in _broken),
+        part("collectives", have_dist and "collectives" not in _broken,
+             no_dist if not have_dist else "it failed (logged above)"),
+        part("DDP hook", have_dist and opts.comm_hook and "ddp" not in _broken
+             and "collectives" not in _broken,
+             no_dist if not have_dist else
+             "--no-comm-hook / TRAINSCOPE_COMM_HOOK=0" if not opts.comm_hook else
+             "it failed (logged above)"),
+        part("ATen operators", ops_why is None, ops_why),
+    ]
+    return "sources: " + ", ".join(parts)
+
+
 def on_armed():
     import torch
     try:

@@ -26,7 +26,11 @@ nothing. Then, with no change to the training script:
               at DDP's first forward unless the user registered one (TRAINSCOPE_COMM_HOOK=0:
               never); FSDP's all-gather and reduce-scatter through the same wrappers.
   operators   every ATen operator through libtrainscope_torch.so when it is found
-              (TRAINSCOPE_OPS=0: off).
+              (TRAINSCOPE_OPS=0: off; the library is built only where libtorch's headers are).
+
+When the probe starts (the process trains), the node's first rank (LOCAL_RANK 0) prints one
+line naming these sources, each yes or no with why (_auto_torch.sources_line); other ranks
+and processes that never train print nothing.
 
 The job is TRAINSCOPE_JOB, else SLURM_JOB_ID, else TORCHELASTIC_RUN_ID (unless "none"), else
 TRAINSCOPE_JOB_DEFAULT (which `trainscope run` sets), else the probe's generated id; the rank
@@ -287,7 +291,8 @@ def _start():
         log("monitoring is off in this process: %s" % e)
         state.on = False
         return False
-    if os.environ.get("LOCAL_RANK", "0") == "0":
+    first_on_node = os.environ.get("LOCAL_RANK", "0") == "0"
+    if first_on_node:
         line = _agent_missing_line(os.environ)
         if line:
             log(line)
@@ -295,12 +300,16 @@ def _start():
     state.stepper = Stepper(state.sink)
     from trainscope import _auto_torch
     _auto_torch.declare_groups()  # before the first step, as the collector expects
+    ops_why = "--no-ops / TRAINSCOPE_OPS=0"
     if state.options.ops:
         try:
             import trainscope.torch as tst
-            state.ops = tst.enable_ops()
+            state.ops = tst.enable_ops(quiet=True)  # the sources line says why not
+            ops_why = None if state.ops else tst.ops_unavailable()
         except Exception as e:  # noqa: BLE001
-            log("PyTorch operators are not recorded: %s" % e)
+            ops_why = repr(e)
+    if first_on_node:
+        log(_auto_torch.sources_line(ops_why), key="sources")
     import atexit
     atexit.register(_at_exit)  # after trainscope's own: runs before the probe shuts down
     return True

@@ -38,12 +38,13 @@ import trainscope
 
 __all__ = ["allreduce_hook", "group_name", "compute", "backward", "instrument_module",
            "instrument_optimizer", "enable_ops", "disable_ops", "ops_enabled", "ops_recorded",
-           "torch_lib_path", "declare_process_group", "declare_megatron_groups",
+           "ops_unavailable", "torch_lib_path", "declare_process_group", "declare_megatron_groups",
            "watch_new_groups", "trace_p2p"]
 
 _TORCH_LIB_NAME = "libtrainscope_torch.so"
 _torch_lib = None
 _torch_lib_error = None
+_ops_refused = None
 _warned = False
 _shutdown_wrapped = False
 
@@ -76,8 +77,9 @@ def _load_torch_lib():
     path = torch_lib_path()
     if path is None:
         tried = ", ".join(_torch_lib_candidates()) or "nothing"
-        _torch_lib_error = ("cannot find %s (tried: %s); set TRAINSCOPE_TORCH_LIB to its path"
-                            % (_TORCH_LIB_NAME, tried))
+        _torch_lib_error = ("cannot find %s (tried: %s); it is built only where libtorch's "
+                            "headers are (Debian: libtorch-dev; the Meson summary says), or set "
+                            "TRAINSCOPE_TORCH_LIB to its path" % (_TORCH_LIB_NAME, tried))
         return None
     try:
         lib = ctypes.CDLL(path)
@@ -113,14 +115,15 @@ def _wrap_shutdown():
     _shutdown_wrapped = True
 
 
-def enable_ops():
+def enable_ops(quiet=False):
     """Records every PyTorch operator (RecordFunction scopes FUNCTION and USER_SCOPE) as a
     probe op on this process's probe. Returns True when recording, False (after a one-line
-    warning on stderr, once) when libtrainscope_torch.so is missing or refused."""
-    global _warned
+    warning on stderr, once, unless `quiet`) when libtrainscope_torch.so is missing or refused;
+    ops_unavailable() then says why."""
+    global _warned, _ops_refused
     lib = _load_torch_lib()
     if lib is None:
-        if not _warned:
+        if not _warned and not quiet:
             _warned = True
             print("trainscope: PyTorch operators are not recorded: " + _torch_lib_error,
                   file=sys.stderr, flush=True)
@@ -128,12 +131,18 @@ def enable_ops():
     probe = trainscope._probe()  # noqa: SLF001 - same package; creates the probe first
     _wrap_shutdown()
     if lib.trainscope_torch_enable(probe) != 0:
-        if not _warned:
+        _ops_refused = "the operator callback was refused (see the log line above)"
+        if not _warned and not quiet:
             _warned = True
-            print("trainscope: PyTorch operators are not recorded: the operator callback was "
-                  "refused (see the log line above)", file=sys.stderr, flush=True)
+            print("trainscope: PyTorch operators are not recorded: " + _ops_refused,
+                  file=sys.stderr, flush=True)
         return False
     return True
+
+
+def ops_unavailable():
+    """Why enable_ops() returned False, or None when it has not failed."""
+    return _torch_lib_error or _ops_refused
 
 
 def disable_ops():
