@@ -329,6 +329,9 @@ json anomalyJson(const storage::AnomalyRow& a) {
     if (parsed.is_object()) labels["coords"] = std::move(parsed);
   }
   const bool resolved = a.state == storage::AnomalyState::kResolved;
+  // Ended: the job ended while the anomaly was open; the store keeps its last step and the time
+  // in the resolution's columns.
+  const bool ended = a.state == storage::AnomalyState::kEnded;
   return json{{"id", a.id},
               {"job", a.job},
               {"kind", a.kind},
@@ -344,6 +347,8 @@ json anomalyJson(const storage::AnomalyRow& a) {
               {"state", storage::toString(a.state)},
               {"resolved_step", resolved ? json(a.resolvedStep) : json(nullptr)},
               {"resolved_ns", resolved ? json(a.resolvedNs) : json(nullptr)},
+              {"ended_step", ended ? json(a.resolvedStep) : json(nullptr)},
+              {"ended_ns", ended ? json(a.resolvedNs) : json(nullptr)},
               {"summary", a.summary},
               {"capture_id", a.captureId ? json(*a.captureId) : json(nullptr)},
               {"updated_ns", a.updatedNs}};

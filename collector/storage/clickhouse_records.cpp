@@ -20,7 +20,7 @@ using namespace clickhouse;  // NOLINT(google-build-using-namespace): this engin
 // is what the SQLite engine serves for its NULLs.
 void writeAnomaly(RowWriter& w, const AnomalyRow& row) {
   const AnomalyJson text = anomalyJson(row);
-  const bool resolved = row.state == AnomalyState::kResolved;
+  const bool closed = row.state != AnomalyState::kOpen;  // resolved or ended
   w.str(row.id);
   w.str(row.job);
   w.str(row.kind);
@@ -34,8 +34,8 @@ void writeAnomaly(RowWriter& w, const AnomalyRow& row) {
   w.str(text.evidence);
   w.str(text.labels);
   w.str(toString(row.state));
-  w.i64(resolved ? row.resolvedStep : -1);
-  w.i64(resolved ? row.resolvedNs : 0);
+  w.i64(closed ? row.resolvedStep : -1);
+  w.i64(closed ? row.resolvedNs : 0);
   w.str(row.summary);
   w.nullStr(row.captureId);
   w.i64(row.updatedNs);

@@ -27,7 +27,7 @@ Status SqliteStore::writeAnomalies(const std::vector<AnomalyRow>& rows) {
   for (const auto& row : rows) {
     st = checkAnomaly(row);
     if (!st) break;
-    const bool resolved = row.state == AnomalyState::kResolved;
+    const bool closed = row.state != AnomalyState::kOpen;  // resolved or ended
     const AnomalyJson text = anomalyJson(row);
     const std::string state = toString(row.state);  // bound without a copy: lives until step()
     bindText(s, 1, row.id);
@@ -43,7 +43,7 @@ Status SqliteStore::writeAnomalies(const std::vector<AnomalyRow>& rows) {
     bindText(s, 11, text.evidence);
     bindText(s, 12, text.labels);
     bindText(s, 13, state);
-    if (resolved) {
+    if (closed) {
       sqlite3_bind_int64(s, 14, row.resolvedStep);
       sqlite3_bind_int64(s, 15, row.resolvedNs);
     } else {

@@ -167,9 +167,12 @@ struct NodeRow {
   std::optional<wire::HostSample> latestHost;
 };
 
-// An anomaly is open until its detector sees the cause gone; resolved is final.
-enum class AnomalyState { kOpen, kResolved };
-// "open", "resolved": the names the API serves and the stores keep. Defined in store_rows.cpp.
+// An anomaly is open until its detector sees the cause gone (resolved) or its job ends while it
+// is open (ended: every rank said goodbye, or the job went silent for the collector's job-end
+// time; nothing will resolve it any more). Both are final for that run of the job.
+enum class AnomalyState { kOpen, kResolved, kEnded };
+// "open", "resolved", "ended": the names the API serves and the stores keep. Defined in
+// store_rows.cpp.
 const char* toString(AnomalyState state);
 // The inverse of toString; nullopt for any other text.
 std::optional<AnomalyState> parseAnomalyState(std::string_view text);
@@ -191,8 +194,10 @@ struct AnomalyRow {
   std::map<std::string, double> evidence;
   std::map<std::string, std::string> labels;
   AnomalyState state = AnomalyState::kOpen;
-  int64_t resolvedStep = -1;  // resolved only
-  int64_t resolvedNs = 0;     // resolved only
+  // Resolved: the first step back to normal and when it was seen. Ended: the job's last step
+  // and when the collector found the job over (served as ended_step, ended_ns).
+  int64_t resolvedStep = -1;
+  int64_t resolvedNs = 0;
   std::string summary;
   std::optional<std::string> captureId;  // the capture taken for it; kept when a write has none
   int64_t updatedNs = 0;                 // collector clock of this write; 0 = the store's clock now

@@ -114,11 +114,19 @@ Status checkAnomaly(const AnomalyRow& row) {
 }
 
 const char* toString(AnomalyState state) {
-  return state == AnomalyState::kResolved ? "resolved" : "open";
+  switch (state) {
+    case AnomalyState::kResolved:
+      return "resolved";
+    case AnomalyState::kEnded:
+      return "ended";
+    case AnomalyState::kOpen:
+      break;
+  }
+  return "open";
 }
 
 std::optional<AnomalyState> parseAnomalyState(std::string_view text) {
-  for (AnomalyState s : {AnomalyState::kOpen, AnomalyState::kResolved}) {
+  for (AnomalyState s : {AnomalyState::kOpen, AnomalyState::kResolved, AnomalyState::kEnded}) {
     if (text == toString(s)) return s;
   }
   return std::nullopt;

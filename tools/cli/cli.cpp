@@ -369,6 +369,7 @@ int runAnomalies(Context& ctx, const std::string& job) {
   for (const auto& a : list) {
     std::string state = fieldText(a, "state");
     if (state == "resolved") state += " at " + stepText(fieldInt(a, "resolved_step", -1));
+    if (state == "ended") state += " with its job at " + stepText(fieldInt(a, "ended_step", -1));
     t.addRow({fieldText(a, "id"), fieldText(a, "kind"), listText(a, "ranks"), listText(a, "nodes"),
               stepText(fieldInt(a, "onset_step", -1)), stepText(fieldInt(a, "detected_step", -1)),
               printf1("%.2fx", f64(a, "magnitude")), state, fieldText(a, "summary")});

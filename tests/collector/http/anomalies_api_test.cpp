@@ -52,7 +52,12 @@ struct Fixture {
     resolved.resolvedStep = 80;
     resolved.resolvedNs = 8500;
     resolved.captureId = "cap-7";
-    store.anomalyRows = {anomaly("train/straggler/100/r3", "train", 6000), resolved,
+    auto ended = anomaly("train/slow_comm/60/all", "train", 9500);
+    ended.kind = "slow_comm";
+    ended.state = storage::AnomalyState::kEnded;
+    ended.resolvedStep = 499;  // the job's last step
+    ended.resolvedNs = 9400;
+    store.anomalyRows = {anomaly("train/straggler/100/r3", "train", 6000), resolved, ended,
                          anomaly("other/straggler/1/r0", "other", 2000)};
     HttpOptions o;
     o.port = 0;
@@ -71,10 +76,13 @@ struct Fixture {
 
 }  // namespace
 
-TEST_CASE("job anomalies have the documented shape; resolved_* null while open", "[http]") {
+TEST_CASE(
+    "job anomalies have the documented shape; resolved_* and ended_* null while open, ended_* "
+    "set for one that ended with its job",
+    "[http]") {
   Fixture f;
   json j = f.get("/api/v1/jobs/train/anomalies");
-  REQUIRE(j["anomalies"].size() == 2);
+  REQUIRE(j["anomalies"].size() == 3);
   json expected = {{"id", "train/straggler/100/r3"},
                    {"job", "train"},
                    {"kind", "straggler"},
@@ -90,6 +98,8 @@ TEST_CASE("job anomalies have the documented shape; resolved_* null while open",
                    {"state", "open"},
                    {"resolved_step", nullptr},
                    {"resolved_ns", nullptr},
+                   {"ended_step", nullptr},
+                   {"ended_ns", nullptr},
                    {"summary", "rank 3 computes 1.5x slower than its peers"},
                    {"capture_id", nullptr},
                    {"updated_ns", 6000}};
@@ -99,6 +109,13 @@ TEST_CASE("job anomalies have the documented shape; resolved_* null while open",
   CHECK(r["resolved_step"] == 80);
   CHECK(r["resolved_ns"] == 8500);
   CHECK(r["capture_id"] == "cap-7");
+  CHECK(r["ended_step"] == nullptr);
+  const json& e = j["anomalies"][2];
+  CHECK(e["state"] == "ended");
+  CHECK(e["ended_step"] == 499);
+  CHECK(e["ended_ns"] == 9400);
+  CHECK(e["resolved_step"] == nullptr);
+  CHECK(e["resolved_ns"] == nullptr);
   CHECK(f.get("/api/v1/jobs/quiet/anomalies")["anomalies"] == json::array());
 }
 
@@ -112,12 +129,13 @@ TEST_CASE("job anomalies: unknown job is 404, unknown parameter 400", "[http]") 
 TEST_CASE("anomalies since= passes the time through; default 0; bad values are 400", "[http]") {
   Fixture f;
   json all = f.get("/api/v1/anomalies");
-  CHECK(all["anomalies"].size() == 3);
+  CHECK(all["anomalies"].size() == 4);
   CHECK(f.store.lastAnomaliesSince == std::optional<int64_t>(0));
   json recent = f.get("/api/v1/anomalies?since=5000");
   CHECK(f.store.lastAnomaliesSince == std::optional<int64_t>(5000));
-  REQUIRE(recent["anomalies"].size() == 2);
+  REQUIRE(recent["anomalies"].size() == 3);
   CHECK(recent["anomalies"][1]["state"] == "resolved");
+  CHECK(recent["anomalies"][2]["state"] == "ended");
   for (const char* bad : {"/api/v1/anomalies?since=abc", "/api/v1/anomalies?since=-5",
                           "/api/v1/anomalies?since=1.5", "/api/v1/anomalies?since="}) {
     INFO(bad);

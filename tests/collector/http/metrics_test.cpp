@@ -239,12 +239,16 @@ TEST_CASE("store metrics: valid text with every rank's series", "[metrics]") {
   CHECK(store.lastStepQuery->fromStep.value_or(0) >= 28);
 }
 
-TEST_CASE("store metrics: open anomalies counted by kind", "[metrics]") {
+TEST_CASE("store metrics: open anomalies counted by kind, resolved and ended ones not",
+          "[metrics]") {
   FakeStore store;
   int64_t now = trainscope::wallNowNs();
   fill(store, now);
+  // Ended ones (their job ended while they were open) are not open: an alert on the gauge
+  // must not fire for a finished job.
   for (auto state : {storage::AnomalyState::kOpen, storage::AnomalyState::kOpen,
-                     storage::AnomalyState::kResolved}) {
+                     storage::AnomalyState::kResolved, storage::AnomalyState::kEnded,
+                     storage::AnomalyState::kEnded}) {
     storage::AnomalyRow a;
     a.id = std::string("small/straggler/") + storage::toString(state) +
            std::to_string(store.anomalyRows.size());

@@ -100,6 +100,33 @@ TEST_CASE("a resolution upserts the same id; capture id and first detection are 
   CHECK(store->anomaliesSince(7001)->empty());
 }
 
+TEST_CASE("an anomaly ended with its job keeps state ended, the job's last step and its time") {
+  auto store = memoryStore();
+  auto open = row("j/straggler/100/r3", "j", 1000, 1000);
+  open.captureId = "cap-1";
+  REQUIRE(store->writeAnomalies({open}));
+  auto ended = open;
+  ended.captureId.reset();
+  ended.state = AnomalyState::kEnded;
+  ended.resolvedStep = 499;
+  ended.resolvedNs = 9000;
+  ended.updatedNs = 9000;
+  REQUIRE(store->writeAnomalies({ended}));
+  auto rows = store->anomalies("j");
+  REQUIRE(rows);
+  REQUIRE(rows->size() == 1);
+  CHECK(rows->front().state == AnomalyState::kEnded);
+  CHECK(std::string(toString(rows->front().state)) == "ended");
+  CHECK(rows->front().resolvedStep == 499);
+  CHECK(rows->front().resolvedNs == 9000);
+  CHECK(rows->front().captureId == std::optional<std::string>("cap-1"));
+  auto since = store->anomaliesSince(9000);
+  REQUIRE(since);
+  REQUIRE(since->size() == 1);
+  CHECK(since->front().state == AnomalyState::kEnded);
+  CHECK(parseAnomalyState("ended") == AnomalyState::kEnded);
+}
+
 TEST_CASE("anomaliesSince filters by updated_ns and orders by detected_ns across jobs") {
   auto store = memoryStore();
   REQUIRE(store->writeAnomalies(

@@ -16,10 +16,17 @@ function whereOf(a) {
   return labels.stage !== undefined ? `stage ${labels.stage}` : '';
 }
 
+// "ended": the job ended while the anomaly was open (nothing resolved it); says at which step.
+function stateTitle(a) {
+  if (a.state === 'ended') return `open when its job ended at step ${a.ended_step}`;
+  if (a.state === 'resolved') return `back to normal at step ${a.resolved_step}`;
+  return 'open';
+}
+
 function anomalyRow(a, selected) {
   return el('tr', { class: 'anomaly' + (selected ? ' selected' : ''), id: 'anomaly-' + a.id, dataset: { id: a.id } },
     el('td', {}, el('a', { href: anomalyHref(a) }, a.kind)),
-    el('td', { class: a.state === 'open' ? 'state-stale' : 'state-ended' }, a.state),
+    el('td', { class: a.state === 'open' ? 'state-stale' : 'state-ended', title: stateTitle(a) }, a.state),
     el('td', {}, (a.ranks || []).join(', ')),
     el('td', { class: 'where' }, whereOf(a)),
     el('td', { class: 'num gain' }, pct(anomalyGain(a))),
