@@ -22,7 +22,11 @@ struct ProbeConfig {
   uint32_t localRank = 0;
   std::string host;
   uint32_t pid = 0;
-  uint32_t flightSteps = 8;             // steps of full records kept; more costs memory
+  // Steps of full records kept for a capture's history; more costs memory, up to the byte
+  // bound. 256 reaches an anomaly's onset from an automatic capture (detection, the decision
+  // window and the lead put its start 1-3 s after the onset: some 150 steps at 17 ms a step;
+  // 8 steps, before, never did). At 2,000 records a step that is 32 MiB.
+  uint32_t flightSteps = 256;
   uint64_t flightMaxBytes = 64u << 20;  // hard bound on the flight recorder
   uint32_t ringRecords = 16384;         // per thread and instance, 64 B each; bigger rides out
                                         // longer runtime stalls without drops

@@ -81,7 +81,7 @@ typedef struct ts_probe_config {
   int32_t local_rank;         /* <0: $LOCAL_RANK, else rank */
   const char* host;           /* NULL: gethostname() */
   uint32_t pid;               /* 0: getpid() */
-  uint32_t flight_steps;      /* 0: 8 steps of full records kept for captures */
+  uint32_t flight_steps;      /* 0: 256 steps of full records kept for captures */
   uint64_t flight_max_bytes;  /* 0: 64 MiB bound on the flight recorder */
   uint32_t ring_records;      /* 0: 16384 records per thread ring (power of two) */
   uint32_t backlog_reports;   /* 0: 4096 step reports kept while the agent is away */

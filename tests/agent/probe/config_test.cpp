@@ -63,7 +63,7 @@ TEST_CASE("defaults without environment: generated job, rank 0 of 1, default end
   CHECK(c->endpoint.rfind("ipc:///tmp/trainscope-agent.sock", 0) != 0);
   CHECK(c->job.find(std::to_string(c->pid)) != std::string::npos);
   CHECK(c->ringRecords == 16384);
-  CHECK(c->flightSteps == 8);
+  CHECK(c->flightSteps == 256);
   CHECK(c->flightMaxBytes == 64u << 20);
   CHECK(c->backlogReports == 4096);
   CHECK(c->topOps == 32);
