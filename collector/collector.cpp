@@ -246,7 +246,11 @@ Status run(const CollectorOptions& options) {
                ? (std::filesystem::path(options.dataDir) / "captures").string()
                : options.captureDir;
   co.defaultMaxBytes = options.captureMaxBytes;
-  co.autoIntervalNs = options.autoCaptureIntervalS * 1'000'000'000;
+  co.auto_.intervalNs = options.autoCaptureIntervalS * 1'000'000'000;
+  co.auto_.budget = options.autoCaptureBudget;
+  co.auto_.minGain = options.autoCaptureMinGain;
+  co.auto_.decisionNs = options.autoCaptureWaitMs * 1'000'000;
+  co.autoMaxHistory = options.autoCaptureMaxHistory;
   co.describe = http::captureJson;
   co.filesRetentionNs = static_cast<int64_t>(options.retentionHours * 3600.0 * 1e9);
   co.maxStoredBytes = options.capturesMaxBytes;
@@ -280,11 +284,11 @@ Status run(const CollectorOptions& options) {
   if (options.detect) {
     PipelineOptions po;
     po.detect = options.detectOptions;
-    if (options.autoCaptureIntervalS > 0) {
-      po.onOpened = [&captures](const storage::AnomalyRow& row) {
-        return captures.startForAnomaly(row);
-      };
+    if (options.autoCaptureIntervalS > 0 && options.autoCaptureBudget > 0) {
+      po.onStored = [&captures](const storage::AnomalyRow& row) { captures.offerAnomaly(row); };
+      po.pickCaptures = [&captures](int64_t nowNs) { return captures.pickAutoCaptures(nowNs); };
     }
+    po.jobEndIdleNs = options.jobEndIdleS * 1'000'000'000;
     pipeline = std::make_unique<DetectPipeline>(po, **store, clock);
   }
   // The detectors take the step reports (captures read only goodbyes and host samples).

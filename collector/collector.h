@@ -73,10 +73,25 @@ struct CollectorOptions {
   bool detect = true;
   // Detector thresholds and windows (collector/detect/options.h); flags set a few of them.
   detect::DetectOptions detectOptions{};
-  // At most one automatic capture per job per this many seconds, started on a newly opened
-  // anomaly (docs/CAPTURE.md); 0 turns automatic captures off. Shorter captures more anomalies
-  // and costs the job more tracing overhead.
+  // Automatic captures (docs/CAPTURE.md, collector/capture/auto_capture.h): at most
+  // autoCaptureBudget trace captures (and as many stack dumps) per job per
+  // autoCaptureIntervalS seconds, each for the most important open anomaly after it waited
+  // autoCaptureWaitMs; an anomaly whose estimated gain is below autoCaptureMinGain takes none,
+  // and after a capture in the interval only one at least twice as important takes another.
+  // Interval or budget 0 turns them off. More captures more anomalies and costs the job more
+  // tracing overhead and disk.
   int64_t autoCaptureIntervalS = 600;
+  uint32_t autoCaptureBudget = 3;
+  double autoCaptureMinGain = 0.02;
+  int64_t autoCaptureWaitMs = 1000;
+  // Most steps of history an automatic trace capture asks for, so it reaches the anomaly's
+  // onset (the probe's flight recorder holds 256 by default); the capture says when the onset
+  // was out of reach.
+  uint32_t autoCaptureMaxHistory = 256;
+  // A job none of whose ranks was heard from (steps or hellos) for this many seconds is over:
+  // its open anomalies end (state "ended"), as they do when every rank said goodbye. 0: only
+  // goodbyes end a job. Shorter ends a silent job's anomalies sooner.
+  int64_t jobEndIdleS = 600;
   // Where capture files go (DIR/<id>/rank-<R>.json.gz, trace.json.gz); "" = DATA-DIR/captures.
   std::string captureDir;
   // A capture request's per-rank bound on the compressed trace when it names none: larger keeps

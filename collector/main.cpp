@@ -139,8 +139,35 @@ int collectorMain(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, 10000));
   app.add_option("--auto-capture-interval", options.autoCaptureIntervalS,
-                 "seconds: at most one automatic capture per job per interval, started on a "
-                 "newly opened anomaly; 0 turns automatic captures off")
+                 "seconds: the window of the automatic-capture budget; 0 turns automatic "
+                 "captures off")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{365} * 24 * 3600));
+  app.add_option("--auto-capture-budget", options.autoCaptureBudget,
+                 "automatic trace captures per job per interval (and as many stack dumps for "
+                 "hangs), each for the most important open anomaly (estimated gain x "
+                 "confidence); after one, another only for an anomaly twice as important; 0 "
+                 "turns automatic captures off")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 1000u));
+  app.add_option("--auto-capture-min-gain", options.autoCaptureMinGain,
+                 "anomalies whose estimated gain (fraction of step time a fix would save) is "
+                 "below this take no automatic capture; hangs always do")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--auto-capture-wait-ms", options.autoCaptureWaitMs,
+                 "an open anomaly waits this long before it may take an automatic capture (a "
+                 "false alarm resolves, a more important anomaly shows up)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{600'000}));
+  app.add_option("--auto-capture-max-history", options.autoCaptureMaxHistory,
+                 "most steps before the start an automatic trace capture asks for, so it reaches "
+                 "the anomaly's onset (the probe's flight recorder holds 256 by default)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000u));
+  app.add_option("--job-end-idle", options.jobEndIdleS,
+                 "seconds: a job none of whose ranks was heard from for this long is over and "
+                 "its open anomalies end (as when every rank said goodbye); 0: only goodbyes")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{365} * 24 * 3600));
   app.add_option("--capture-dir", options.captureDir,

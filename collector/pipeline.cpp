@@ -1,6 +1,7 @@
 #include "collector/pipeline.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "common/log.h"
@@ -64,6 +65,9 @@ std::string detectMetricsText(const PipelineStats& s, const detect::DetectStats&
          s.anomaliesOpened);
   metric("trainscope_detect_anomalies_resolved_total", "counter", "Anomaly resolutions stored.",
          s.anomaliesResolved);
+  metric("trainscope_detect_anomalies_ended_total", "counter",
+         "Open anomalies ended with their job (every rank said goodbye, or the job went silent).",
+         s.anomaliesEnded);
   metric("trainscope_detect_store_failures_total", "counter",
          "Anomaly writes the store refused (kept for a retry).", s.writeFailures);
   metric("trainscope_detect_jobs", "gauge", "Jobs the detectors track now.", d.jobs);
@@ -158,11 +162,40 @@ void DetectPipeline::committed(Batch& batch) {
 }
 
 void DetectPipeline::tick() {
-  MutexLock lock(&mu_);
   const int64_t now = clock_.nowNs();
+  // The job-end check reads the store's jobs outside the lock: the writer thread keeps feeding
+  // meanwhile.
+  std::optional<std::vector<storage::JobRow>> jobs;
+  if (now >= nextEndCheckNs_) {
+    nextEndCheckNs_ = now + options_.jobEndCheckIntervalNs;
+    auto rows = store_.jobs();
+    if (rows) {
+      jobs = std::move(*rows);
+    } else {
+      logWarn(kComponent, "reading jobs for the job-end check: " + rows.message());
+    }
+  }
+  MutexLock lock(&mu_);
   feedProgressLocked();
   detectors_.tick(now);
   flushLocked();
+  if (jobs) {
+    if (!openJobsLoaded_) {
+      // After a restart: the jobs with open anomalies are only in the store (some may have
+      // ended while the collector was down).
+      auto open = store_.anomaliesSince(0);
+      if (open) {
+        for (const auto& row : *open) {
+          if (row.state == storage::AnomalyState::kOpen) openJobs_.insert(row.job);
+        }
+        openJobsLoaded_ = true;
+      } else {
+        logWarn(kComponent, "reading open anomalies: " + open.message());
+      }
+    }
+    if (openJobsLoaded_) endJobsLocked(*jobs, now);
+  }
+  captureLocked(now);
 }
 
 size_t DetectPipeline::releaseJobsOwnedElsewhere(const std::string& self) {
@@ -284,48 +317,92 @@ void DetectPipeline::flushLocked() {
   pending_.clear();
   const size_t fresh = rows.size();
   for (const auto& event : events) rows.push_back(toAnomalyRow(event, clock_.nowNs()));
-  if (Status s = store_.writeAnomalies(rows); !s) {
-    ++stats_.writeFailures;
-    logError(kComponent, "storing " + std::to_string(rows.size()) +
-                             " anomaly update(s) failed (kept for a retry): " + s.message());
-    if (rows.size() > options_.maxPendingRows) {
-      rows.erase(rows.begin(),
-                 rows.begin() + static_cast<std::ptrdiff_t>(rows.size() - options_.maxPendingRows));
-    }
-    pending_ = std::move(rows);
-    return;
-  }
-  std::vector<storage::AnomalyRow> captured;
+  // New anomalies and resolutions, counted and logged once stored (a refresh is stored over
+  // its open row: nothing new); a row retried from pending_ is not counted.
+  std::vector<storage::AnomalyRow> news;
   for (size_t i = fresh; i < rows.size(); ++i) {
-    const auto& row = rows[i];
-    if (events[i - fresh].refresh) continue;  // stored over its open row; nothing new
+    if (!events[i - fresh].refresh) news.push_back(rows[i]);
+  }
+  if (!storeLocked(std::move(rows))) return;
+  for (const auto& row : news) {
     if (row.state == storage::AnomalyState::kOpen) {
       ++stats_.anomaliesOpened;
       logInfo(kComponent, "anomaly " + row.id + ": " + row.summary);
-      if (options_.onOpened) {
-        if (auto id = options_.onOpened(row)) {
-          ++stats_.capturesStarted;
-          captured.push_back(row);
-          captured.back().captureId = *id;
-          // A later update than the open row: readers that follow updated_ns (the live feed)
-          // may have taken the open row already, and would skip an update at the same time.
-          captured.back().updatedNs = std::max(row.updatedNs + 1, clock_.nowNs());
-        }
-      }
     } else {
       ++stats_.anomaliesResolved;
       logInfo(kComponent,
               "anomaly resolved " + row.id + " at step " + std::to_string(row.resolvedStep));
     }
   }
-  if (captured.empty()) return;
-  // The capture id goes onto the stored anomaly; a refused write is retried with the rest.
-  if (Status s = store_.writeAnomalies(captured); !s) {
+}
+
+bool DetectPipeline::storeLocked(std::vector<storage::AnomalyRow> rows) {
+  if (rows.empty()) return true;
+  if (Status s = store_.writeAnomalies(rows); !s) {
     ++stats_.writeFailures;
-    logError(kComponent, "storing the capture ids of " + std::to_string(captured.size()) +
-                             " anomalies failed (kept for a retry): " + s.message());
-    for (auto& row : captured) pending_.push_back(std::move(row));
+    logError(kComponent, "storing " + std::to_string(rows.size()) +
+                             " anomaly update(s) failed (kept for a retry): " + s.message());
+    for (auto& row : rows) pending_.push_back(std::move(row));
+    if (pending_.size() > options_.maxPendingRows) {
+      pending_.erase(pending_.begin(),
+                     pending_.begin() +
+                         static_cast<std::ptrdiff_t>(pending_.size() - options_.maxPendingRows));
+    }
+    return false;
   }
+  for (const auto& row : rows) {
+    if (row.state == storage::AnomalyState::kOpen) openJobs_.insert(row.job);
+    if (options_.onStored) options_.onStored(row);
+  }
+  return true;
+}
+
+void DetectPipeline::captureLocked(int64_t nowNs) {
+  if (!options_.pickCaptures) return;
+  std::vector<storage::AnomalyRow> captured = options_.pickCaptures(nowNs);
+  if (captured.empty()) return;
+  stats_.capturesStarted += captured.size();
+  for (auto& row : captured) {
+    // A later update than the open row: readers that follow updated_ns (the live feed) may
+    // have taken the open row already, and would skip an update at the same time.
+    row.updatedNs = std::max(row.updatedNs + 1, clock_.nowNs());
+  }
+  // The capture id goes onto the stored anomaly; a refused write is retried with the rest.
+  storeLocked(std::move(captured));
+}
+
+void DetectPipeline::endJobsLocked(const std::vector<storage::JobRow>& jobs, int64_t nowNs) {
+  std::vector<storage::AnomalyRow> ended;
+  for (const auto& job : jobs) {
+    auto open = openJobs_.find(job.job);
+    if (open == openJobs_.end()) continue;
+    const bool saidGoodbye = job.worldSize > 0 && job.ranksEnded >= job.worldSize;
+    const bool silent =
+        options_.jobEndIdleNs > 0 && nowNs - job.lastSeenNs >= options_.jobEndIdleNs;
+    if (!saidGoodbye && !silent) continue;
+    auto rows = store_.anomalies(job.job);
+    if (!rows) {
+      logWarn(kComponent, "reading the anomalies of ended job " + job.job + ": " + rows.message());
+      continue;
+    }
+    openJobs_.erase(open);
+    for (auto& row : *rows) {
+      if (row.state != storage::AnomalyState::kOpen) continue;
+      row.state = storage::AnomalyState::kEnded;
+      row.resolvedStep = job.latestStep;
+      row.resolvedNs = nowNs;
+      row.updatedNs = std::max(row.updatedNs + 1, nowNs);
+      logInfo(
+          kComponent,
+          "anomaly " + row.id + " ended with its job at step " + std::to_string(job.latestStep) +
+              (saidGoodbye ? " (every rank said goodbye)"
+                           : " (nothing of the job for " +
+                                 std::to_string(options_.jobEndIdleNs / 1'000'000'000) + " s)"));
+      ended.push_back(std::move(row));
+    }
+  }
+  const size_t n = ended.size();
+  if (storeLocked(std::move(ended))) stats_.anomaliesEnded += n;
 }
 
 PipelineStats DetectPipeline::stats() const {

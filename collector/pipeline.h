@@ -36,10 +36,24 @@ struct PipelineOptions {
   int64_t rejectLogIntervalNs = 10'000'000'000;
   // Anomaly rows kept for a retry while the store refuses them: more survives a longer outage.
   size_t maxPendingRows = 10000;
-  // Called for each newly opened anomaly once it is stored (under the runner's lock, on the
-  // thread that fed or ticked it); returns the id of the capture started for it, which is then
-  // stored on the anomaly (capture_id). Unset: no automatic captures.
-  std::function<std::optional<std::string>(const storage::AnomalyRow&)> onOpened;
+  // Automatic captures (collector/capture's CaptureManager). onStored sees every anomaly row
+  // once stored (opened, refreshed, resolved, ended; under the runner's lock, on the thread
+  // that fed or ticked it). pickCaptures(nowNs), called from tick() under the same lock,
+  // returns the rows of the anomalies it started captures for, capture_id set; they are
+  // stored. The lock makes those rows the latest stored: no detector write lands between.
+  // Unset: no automatic captures.
+  std::function<void(const storage::AnomalyRow&)> onStored;
+  std::function<std::vector<storage::AnomalyRow>(int64_t nowNs)> pickCaptures;
+  // A job is over when every rank of its world said goodbye, or when nothing of it (steps,
+  // the ranks' hellos every 2 s) reached the store for this long: a job killed with its agent,
+  // or one whose goodbyes were lost. Its open anomalies then end (state "ended", with the
+  // job's last step), so /metrics stops counting them and alerts on them stop. Shorter ends a
+  // silent job's anomalies sooner; 0: only goodbyes end a job. A hung job is not silent: its
+  // live ranks' hellos keep it seen.
+  int64_t jobEndIdleNs = 600'000'000'000;
+  // How often tick() looks for jobs that are over among those with open anomalies (reads the
+  // store's jobs): shorter ends anomalies sooner after the last goodbye.
+  int64_t jobEndCheckIntervalNs = 5'000'000'000;
 };
 
 struct PipelineStats {
@@ -51,7 +65,8 @@ struct PipelineStats {
   uint64_t anomaliesResolved = 0;
   uint64_t writeFailures = 0;    // store refused a write (rows kept for a retry)
   uint64_t storeLookups = 0;     // rank/node reads from the store for missing context
-  uint64_t capturesStarted = 0;  // automatic captures onOpened started
+  uint64_t capturesStarted = 0;  // automatic captures pickCaptures started
+  uint64_t anomaliesEnded = 0;   // open anomalies ended with their job
   uint64_t progressFed = 0;      // rank progresses (from hellos) passed to the detectors
   uint64_t jobsReleased = 0;     // jobs dropped because another collector owns them now
 };
@@ -82,7 +97,10 @@ class DetectPipeline {
   // never waits for a detection pass. Its time is the hello's sent_ns on the collector clock
   // (no later than its arrival), so a hello replayed from a spool reads as old.
   void onRankProgress(const ingest::RankProgressUpdate& update);
-  // Time-based detection (hangs); call about once a second.
+  // Time-based detection (hangs), automatic captures (pickCaptures) and, every
+  // jobEndCheckIntervalNs, ending the open anomalies of jobs that are over (also those that
+  // ended while the collector was down: the first check reads every open anomaly stored);
+  // call about once a second, from one thread.
   void tick();
   // Several collectors sharing one store: drops the detector state of every job whose data
   // another collector than `self` stored last (storage::JobRow::collector), so detection for
@@ -112,6 +130,11 @@ class DetectPipeline {
   int64_t offsetLocked(const std::string& node, int64_t nowNs) REQUIRES(mu_);
   void noteRejectLocked(const Status& status, int64_t nowNs) REQUIRES(mu_);
   void flushLocked() REQUIRES(mu_);
+  // Stores `rows` and hands each to onStored; on a refusal keeps them for a retry (false).
+  bool storeLocked(std::vector<storage::AnomalyRow> rows) REQUIRES(mu_);
+  void captureLocked(int64_t nowNs) REQUIRES(mu_);
+  // Ends the open anomalies of the jobs in `jobs` that are over (see jobEndIdleNs).
+  void endJobsLocked(const std::vector<storage::JobRow>& jobs, int64_t nowNs) REQUIRES(mu_);
   void feedProgressLocked() REQUIRES(mu_) EXCLUDES(progressMu_);
 
   PipelineOptions options_;
@@ -125,6 +148,11 @@ class DetectPipeline {
   int64_t lastNodeLookupNs_ GUARDED_BY(mu_) = 0;
   std::set<std::pair<std::string, uint32_t>> gone_ GUARDED_BY(mu_);  // rankGone already sent
   std::vector<storage::AnomalyRow> pending_ GUARDED_BY(mu_);         // rows the store refused
+  // Jobs that may have open anomalies: written open since start, or found open in the store by
+  // the first job-end check (openJobsLoaded_). Only these are checked for their end.
+  std::set<std::string> openJobs_ GUARDED_BY(mu_);
+  bool openJobsLoaded_ GUARDED_BY(mu_) = false;
+  int64_t nextEndCheckNs_ = 0;  // tick()'s thread only
   int64_t lastRejectLogNs_ GUARDED_BY(mu_) = 0;
   uint64_t rejectsUnlogged_ GUARDED_BY(mu_) = 0;
   PipelineStats stats_ GUARDED_BY(mu_);

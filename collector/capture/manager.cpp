@@ -106,11 +106,29 @@ std::vector<storage::CaptureRankRow> initialRankStatus(
 std::string captureSummary(const storage::CaptureRow& row) {
   size_t done = 0;
   size_t failed = 0;
+  // A trace whose file begins after the history it asked for: the probe's flight recorder held
+  // fewer steps (its step or byte bound), or the rank began later. Said, so a reader does not
+  // take a missing onset for a healthy one.
+  const int64_t askedFrom = std::max<int64_t>(row.startStep - row.history, 0);
+  std::vector<uint32_t> short_;
+  int64_t shortFrom = -1;
   for (const auto& r : row.rankStatus) {
     if (r.state == RankState::kDone) ++done;
     if (r.state == RankState::kFailed) ++failed;
+    if (row.kind == "trace" && row.history > 0 && r.state == RankState::kDone &&
+        r.firstStep > askedFrom) {
+      short_.push_back(r.rank);
+      shortFrom = std::max(shortFrom, r.firstStep);
+    }
   }
-  return summaryOf(done, failed, row.rankStatus.size());
+  std::string out = summaryOf(done, failed, row.rankStatus.size());
+  if (!short_.empty()) {
+    out += "; history short on " + std::to_string(short_.size()) +
+           (short_.size() == 1 ? " rank" : " ranks") + " (rank " + std::to_string(short_.front()) +
+           (short_.size() > 1 ? ", ..." : "") + "): from step " + std::to_string(shortFrom) +
+           ", asked from " + std::to_string(askedFrom) + " (the probe held fewer steps)";
+  }
+  return out;
 }
 
 std::string captureMetricsText(const CaptureStats& s) {
@@ -141,7 +159,22 @@ std::string captureMetricsText(const CaptureStats& s) {
   counter("trainscope_capture_chunks_ignored_total",
           "File chunks skipped: repeats, or for ranks no longer running.", s.chunksIgnored);
   counter("trainscope_capture_auto_skipped_total",
-          "Anomalies without an automatic capture (rate limit or refusal).", s.autoSkipped);
+          "Anomalies without an automatic capture (the policy's choice or a refusal).",
+          s.autoSkipped);
+  m.family("trainscope_capture_auto_skips_total", "counter",
+           "Anomalies the automatic-capture policy passed over, by reason: small_gain (estimated "
+           "gain below the floor), budget (the job's captures for the interval spent), "
+           "not_better (not clearly more important than the interval's capture), resolved "
+           "(resolved or ended while waiting), expired.");
+  for (const auto& [reason, n] :
+       {std::pair{"small_gain", s.autoSkips.smallGain}, std::pair{"budget", s.autoSkips.budget},
+        std::pair{"not_better", s.autoSkips.notBetter}, std::pair{"resolved", s.autoSkips.resolved},
+        std::pair{"expired", s.autoSkips.expired}}) {
+    m.sample({{"reason", reason}}, static_cast<double>(n));
+  }
+  m.single("trainscope_capture_auto_candidates", "gauge",
+           "Open anomalies waiting for the automatic-capture decision.",
+           static_cast<double>(s.autoCandidates));
   counter("trainscope_capture_store_failures_total", "Capture rows the store refused.",
           s.storeFailures);
   return m.text();
@@ -149,7 +182,11 @@ std::string captureMetricsText(const CaptureStats& s) {
 
 CaptureManager::CaptureManager(CaptureManagerOptions options, storage::Store& store,
                                const Clock& clock, CommandSink sink)
-    : options_(std::move(options)), store_(store), clock_(clock), sink_(std::move(sink)) {}
+    : options_(std::move(options)),
+      store_(store),
+      clock_(clock),
+      sink_(std::move(sink)),
+      policy_(options_.auto_) {}
 
 CaptureManager::~CaptureManager() {
   flush();
@@ -296,6 +333,24 @@ Status CaptureManager::scheduleTrace(const CaptureRequest& request, const JobRan
   row->startStep = *start;
   row->steps = request.steps;
   row->history = request.history;
+  if (request.onsetStep) {
+    // The history reaches back to a few steps before the onset, as far as the limit allows:
+    // detection, the decision window and the lead put the start step tens to hundreds of steps
+    // after the onset at fast steps, far beyond the default K.
+    const int64_t onset = std::max<int64_t>(*request.onsetStep, 0);
+    const int64_t from = std::max<int64_t>(onset - kOnsetLeadSteps, 0);
+    const int64_t limit =
+        std::min<int64_t>(std::max(request.history, request.historyLimit), kMaxHistory);
+    const int64_t want = *start - from;
+    row->history = static_cast<uint32_t>(std::max<int64_t>(request.history, std::min(want, limit)));
+    const int64_t heldFrom = *start - static_cast<int64_t>(row->history);
+    row->reason += heldFrom <= onset ? "; history from step " + std::to_string(heldFrom) +
+                                           " covers the onset (step " + std::to_string(onset) + ")"
+                                     : "; the onset (step " + std::to_string(onset) +
+                                           ") is out of reach: history capped at " +
+                                           std::to_string(row->history) + " steps (from step " +
+                                           std::to_string(heldFrom) + ")";
+  }
   for (uint32_t r : row->ranks) {
     auto it = jr.byRank.find(r);
     if (it != jr.byRank.end() && it->second->latestStep >= row->startStep) {
@@ -362,17 +417,44 @@ bool CaptureManager::sendCommandsLocked(Active& a) {
   return changed;
 }
 
-std::optional<std::string> CaptureManager::startForAnomaly(const storage::AnomalyRow& anomaly) {
-  if (options_.autoIntervalNs <= 0 || anomaly.state != storage::AnomalyState::kOpen)
-    return std::nullopt;
-  const int64_t now = clock_.nowNs();
-  {
-    MutexLock lock(&mu_);
-    auto it = lastAuto_.find(anomaly.job);
-    if (it != lastAuto_.end() && now - it->second < options_.autoIntervalNs) {
-      ++stats_.autoSkipped;
-      return std::nullopt;
+void CaptureManager::offerAnomaly(const storage::AnomalyRow& anomaly) {
+  MutexLock lock(&autoMu_);
+  policy_.offer(anomaly, clock_.nowNs());
+}
+
+std::vector<storage::AnomalyRow> CaptureManager::pickAutoCaptures(int64_t nowNs) {
+  MutexLock lock(&autoMu_);
+  std::vector<storage::AnomalyRow> out;
+  for (auto& row : policy_.due(nowNs)) {
+    auto started = startForAnomaly(row);
+    if (!started) {
+      // A capture still running on its ranks, or a start step the ranks passed meanwhile: the
+      // candidate stays and is tried again next time. Anything else is final.
+      if (started.code() != StatusCode::kConflict) {
+        policy_.drop(row);
+        ++autoRefused_;
+      }
+      logWarn(kComponent,
+              "no automatic capture for anomaly " + row.id + " now: " + started.message());
+      continue;
     }
+    policy_.started(row, nowNs);
+    logInfo(kComponent, "automatic capture " + started->id + " for anomaly " + row.id +
+                            " (estimated gain " + std::to_string(anomalyGain(row)) + ", score " +
+                            std::to_string(anomalyScore(row)) + ")");
+    row.captureId = started->id;
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+Result<storage::CaptureRow> CaptureManager::startForAnomaly(const storage::AnomalyRow& anomaly) {
+  if (options_.auto_.intervalNs <= 0) {
+    return Status::error(StatusCode::kUnavailable, "automatic captures are off");
+  }
+  if (anomaly.state != storage::AnomalyState::kOpen) {
+    return Status::error(StatusCode::kUnavailable,
+                         "anomaly " + anomaly.id + " is " + storage::toString(anomaly.state));
   }
   CaptureRequest req;
   std::set<uint32_t> named(anomaly.ranks.begin(), anomaly.ranks.end());
@@ -392,9 +474,7 @@ std::optional<std::string> CaptureManager::startForAnomaly(const storage::Anomal
   // can record nothing: a capture would only fail.
   if (!named.empty() &&
       std::all_of(named.begin(), named.end(), [&](uint32_t r) { return ended.count(r) > 0; })) {
-    MutexLock lock(&mu_);
-    ++stats_.autoSkipped;
-    return std::nullopt;
+    return Status::error(StatusCode::kUnavailable, "the anomaly's ranks all ended");
   }
   const uint32_t limit = worldSize > 0 ? worldSize : (known.empty() ? 0 : *known.rbegin() + 1);
   for (uint32_t r = 0; r < limit; ++r) {
@@ -403,27 +483,16 @@ std::optional<std::string> CaptureManager::startForAnomaly(const storage::Anomal
       break;
     }
   }
-  if (named.empty()) {
-    MutexLock lock(&mu_);
-    ++stats_.autoSkipped;
-    return std::nullopt;
-  }
+  if (named.empty()) return Status::error(StatusCode::kUnavailable, "the job has no known rank");
   req.ranks.all = false;
   req.ranks.ranks.assign(named.begin(), named.end());
   req.kind = anomaly.kind == "hang" ? "stacks" : "trace";
   req.steps = options_.autoSteps;
   req.history = options_.autoHistory;
+  if (anomaly.onsetStep >= 0) req.onsetStep = anomaly.onsetStep;
+  req.historyLimit = options_.autoMaxHistory;
   req.reason = "anomaly " + anomaly.id + ": " + anomaly.kind;
-  auto started = start(anomaly.job, req, anomaly.id, "anomaly");
-  MutexLock lock(&mu_);
-  if (!started) {
-    ++stats_.autoSkipped;
-    logWarn(kComponent,
-            "no automatic capture for anomaly " + anomaly.id + ": " + started.message());
-    return std::nullopt;
-  }
-  lastAuto_[anomaly.job] = now;
-  return started->id;
+  return start(anomaly.job, req, anomaly.id, "anomaly");
 }
 
 Result<storage::CaptureRow> CaptureManager::adoptImport(const storage::CaptureRow& row) {
@@ -699,8 +768,16 @@ void CaptureManager::tick(int64_t nowNs) {
 }
 
 CaptureStats CaptureManager::stats() const {
-  MutexLock lock(&mu_);
-  return stats_;
+  CaptureStats out;
+  {
+    MutexLock lock(&mu_);
+    out = stats_;
+  }
+  MutexLock lock(&autoMu_);
+  out.autoSkips = policy_.skips();
+  out.autoSkipped = out.autoSkips.total() + autoRefused_;
+  out.autoCandidates = policy_.candidates();
+  return out;
 }
 
 }  // namespace trainscope::capture

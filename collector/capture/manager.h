@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "collector/capture/auto_capture.h"
 #include "collector/capture/merge.h"
 #include "collector/capture/request.h"
 #include "collector/storage/store.h"
@@ -58,11 +59,17 @@ struct CaptureManagerOptions {
   // A rank file may exceed max_bytes by this much (the probe's cut marker, gzip trailer) before
   // the rank is failed: bounds disk per rank against a misbehaving probe.
   uint64_t chunkSlackBytes = 1u << 20;
-  // Automatic captures: at most one per job per this interval (0 turns them off). Shorter
-  // captures more anomalies, costs the job more tracing overhead.
-  int64_t autoIntervalNs = 600'000'000'000;
+  // Automatic captures (auto_capture.h): which anomalies take one, within a budget per job and
+  // interval. auto_.intervalNs 0 turns them off.
+  AutoCaptureOptions auto_;
   uint32_t autoSteps = 3;    // N of automatic trace captures
-  uint32_t autoHistory = 4;  // K of automatic trace captures
+  uint32_t autoHistory = 4;  // least K of automatic trace captures
+  // Most K of an automatic trace capture: K grows so the history reaches the anomaly's onset
+  // (detection, the decision window and the lead put the start step 1-3 s after it: some 150
+  // steps at 17 ms a step), up to this. The probe's flight recorder holds 256 steps by default
+  // (agent/probe/config.h; fewer when its byte bound is reached first): more than it holds
+  // only makes the capture say its history was short.
+  uint32_t autoMaxHistory = 256;
   MergeOptions merge;
   // Disk held by finished captures and committed imports (pruneStoredFiles): their files are
   // removed once the capture is older than filesRetentionNs (0: kept for good), and the
@@ -89,7 +96,9 @@ struct CaptureStats {
   uint64_t bytes = 0;          // rank-file bytes written from chunks
   uint64_t chunks = 0;         // chunks written
   uint64_t chunksIgnored = 0;  // repeats, or for captures/ranks no longer running
-  uint64_t autoSkipped = 0;    // anomalies not captured (rate limit, refusal)
+  uint64_t autoSkipped = 0;    // anomalies not captured (the policy's skips, refusals)
+  AutoCaptureSkips autoSkips;  // the policy's skips by reason (part of autoSkipped)
+  size_t autoCandidates = 0;   // open anomalies waiting for a decision now
   uint64_t storeFailures = 0;  // capture rows the store refused
 };
 
@@ -124,9 +133,18 @@ class CaptureManager {
   Result<storage::CaptureRow> start(const std::string& job, const CaptureRequest& request,
                                     const std::optional<std::string>& anomalyId = std::nullopt,
                                     const std::string& trigger = "request");
-  // The automatic capture for a newly opened anomaly (docs/CAPTURE.md), unless automatic
-  // captures are off or the job had one within the interval. Returns the capture id.
-  std::optional<std::string> startForAnomaly(const storage::AnomalyRow& anomaly);
+  // Automatic captures (docs/CAPTURE.md). offerAnomaly: every anomaly row the detect runner
+  // stores (opened, refreshed, resolved, ended). pickAutoCaptures: the policy's decisions at
+  // `nowNs` (auto_capture.h): starts a capture for each anomaly it picks and returns those
+  // anomalies' rows (as last offered) with capture_id set, for the caller to store. The detect
+  // runner calls both under its lock, so the rows returned are the latest stored.
+  void offerAnomaly(const storage::AnomalyRow& anomaly);
+  std::vector<storage::AnomalyRow> pickAutoCaptures(int64_t nowNs);
+  // The automatic capture for `anomaly` now, whatever the policy: its ranks plus a healthy
+  // reference rank, stacks for a hang, else a trace whose history reaches the onset (up to
+  // autoMaxHistory). Refusals as start()'s; kFailedPrecondition when automatic captures are
+  // off, the anomaly is not open or its ranks all ended.
+  Result<storage::CaptureRow> startForAnomaly(const storage::AnomalyRow& anomaly);
 
   // Takes in the timelines of an import (collector/ingest/import_receiver.h): `row` is kind
   // "import" with every rank "done" and its rank files already in directory(row.id). Stores it
@@ -238,8 +256,11 @@ class CaptureManager {
   // copy over a newer one, or over the final row.
   Mutex storeMu_;
   mutable Mutex mu_;
-  std::map<std::string, Active> active_ GUARDED_BY(mu_);     // running captures by id
-  std::map<std::string, int64_t> lastAuto_ GUARDED_BY(mu_);  // job -> last automatic start
+  std::map<std::string, Active> active_ GUARDED_BY(mu_);  // running captures by id
+  // Taken before mu_ (pickAutoCaptures starts captures while holding it), never inside it.
+  mutable Mutex autoMu_;
+  AutoCapturePolicy policy_ GUARDED_BY(autoMu_);
+  uint64_t autoRefused_ GUARDED_BY(autoMu_) = 0;  // picks whose start failed for good
   CaptureStats stats_ GUARDED_BY(mu_);
   RateLimitedLog storeLog_{std::chrono::seconds(10)};
 };

@@ -38,7 +38,16 @@ struct CaptureRequest {
   std::optional<uint64_t> maxBytes;    // per rank, compressed; unset: the collector's default
   std::string reason = kDefaultReason;
   std::string kind = "trace";  // "trace" or "stacks"
+  // Automatic captures (not a POST field): the anomaly's onset step. K then grows past
+  // `history` so the held steps begin kOnsetLeadSteps before it, up to historyLimit steps; the
+  // reason says whether the onset is covered or out of reach.
+  std::optional<int64_t> onsetStep;
+  uint32_t historyLimit = kMaxHistory;
 };
+
+// Healthy steps an automatic capture's history holds before the anomaly's onset, so the trace
+// shows the change, not only its result.
+inline constexpr int64_t kOnsetLeadSteps = 3;
 
 // "all", or comma-separated ranks and inclusive ranges ("0,3,5-7"). Errors name the field
 // "ranks" and quote the bad part; a rank at or above wire::kMaxWorldSize is refused.

@@ -508,51 +508,173 @@ TEST_CASE("stored files are bounded: past the byte bound the oldest go, past the
   CHECK(fs::exists(h.manager->directory(running.id)));
 }
 
-TEST_CASE("automatic captures: anomaly ranks plus a reference rank, stacks for hangs, rate limit") {
-  CaptureManagerOptions o;
-  o.autoIntervalNs = 600'000'000'000LL;
-  Harness h(o);
+TEST_CASE("automatic captures: anomaly ranks plus a reference rank, stacks for hangs") {
+  Harness h;
   storage::AnomalyRow a;
   a.id = "j/straggler/5/r2";
   a.job = "j";
   a.kind = "straggler";
   a.ranks = {2};
-  auto id = h.manager->startForAnomaly(a);
-  REQUIRE(id);
-  auto row = h.stored(*id);
+  auto started = h.manager->startForAnomaly(a);
+  INFO(started.message());
+  REQUIRE(started);
+  auto row = h.stored(started->id);
   CHECK(row.ranks == std::vector<uint32_t>{0, 2});
   CHECK(row.kind == "trace");
   CHECK(row.steps == 3);
-  CHECK(row.history == 4);
+  CHECK(row.history == 4);  // no onset given: the least K
   CHECK(row.reason == "anomaly j/straggler/5/r2: straggler");
   CHECK(row.anomalyId == a.id);
-  // Within the interval: none.
   storage::AnomalyRow hang = a;
   hang.id = "j/hang/9/r0";
   hang.kind = "hang";
   hang.ranks = {0, 1};
-  CHECK_FALSE(h.manager->startForAnomaly(hang));
-  CHECK(h.manager->stats().autoSkipped == 1);
   h.clock.advance(600'000'000'001LL);
   h.manager->tick(h.clock.nowNs());  // the first one times out; its ranks are free again
   auto stacks = h.manager->startForAnomaly(hang);
   REQUIRE(stacks);
-  row = h.stored(*stacks);
+  row = h.stored(stacks->id);
   CHECK(row.kind == "stacks");
   CHECK(row.ranks == std::vector<uint32_t>{0, 1, 2});
   CHECK((h.manager->stats().started[{"stacks", "anomaly"}]) == 1);
 }
 
+TEST_CASE(
+    "automatic captures: the history reaches the anomaly's onset, up to its bound, and says so") {
+  // Job j: steps of 100 ms, latest 10; the start step leads by 1 s, so it is step 21.
+  storage::AnomalyRow a;
+  a.id = "j/straggler/5/r2";
+  a.job = "j";
+  a.kind = "straggler";
+  a.ranks = {2};
+  a.onsetStep = 5;
+  {
+    Harness h;
+    auto started = h.manager->startForAnomaly(a);
+    REQUIRE(started);
+    CHECK(started->startStep == 21);
+    // From kOnsetLeadSteps (3) before the onset: K = 21 - 2 = 19, not the default 4.
+    CHECK(started->history == 19);
+    CHECK(started->startStep - started->history == a.onsetStep - kOnsetLeadSteps);
+    CHECK_THAT(started->reason,
+               Catch::Matchers::EndsWith("; history from step 2 covers the onset (step 5)"));
+    // The command carries that K to the probes.
+    REQUIRE_FALSE(h.sent.empty());
+    CHECK(h.sent.front().second.capture().history() == 19);
+  }
+  {
+    CaptureManagerOptions o;
+    o.autoMaxHistory = 8;
+    Harness h(o);
+    auto started = h.manager->startForAnomaly(a);
+    REQUIRE(started);
+    CHECK(started->history == 8);
+    CHECK_THAT(
+        started->reason,
+        Catch::Matchers::EndsWith(
+            "; the onset (step 5) is out of reach: history capped at 8 steps (from step 13)"));
+  }
+}
+
+TEST_CASE("a trace whose rank file begins after the history asked for says so when it ends") {
+  Harness h;
+  auto cap = h.start(R"({"ranks":[0,1],"start_step":30,"steps":2,"history":10})");
+  // Rank 0 holds the whole history; rank 1's flight recorder held steps from 25 only.
+  for (uint32_t r : {0u, 1u}) {
+    auto st = testing::statusOf(cap.id, r, "uploading");
+    st.mutable_command_status()->set_first_step(r == 0 ? 20 : 25);
+    st.mutable_command_status()->set_last_step(31);
+    h.manager->onCommandItem("n", st);
+    for (const auto& c : testing::chunksOf(cap.id, r, h.traceBytes(r, 1000.0), 100))
+      h.manager->onCommandItem("n", c);
+  }
+  h.manager->tick(h.clock.nowNs());
+  auto row = h.stored(cap.id);
+  CHECK(row.state == wire::CaptureState::kComplete);
+  CHECK(row.summary ==
+        "2 of 2 ranks done; history short on 1 rank (rank 1): from step 25, asked from 20 (the "
+        "probe held fewer steps)");
+}
+
+TEST_CASE(
+    "automatic captures: offered anomalies wait their window, the most important takes the "
+    "capture and comes back with its id; small ones and resolved ones take none") {
+  Harness h;
+  auto anomaly = [](const std::string& id, std::vector<uint32_t> ranks, double gain) {
+    storage::AnomalyRow a;
+    a.id = id;
+    a.job = "j";
+    a.kind = "straggler";
+    a.ranks = std::move(ranks);
+    a.onsetStep = 8;
+    a.confidence = 1.0;
+    a.evidence["estimated_gain"] = gain;
+    return a;
+  };
+  auto first = anomaly("j/step_shift/8/all", {0, 1, 2, 3}, 0.01);  // below the 2 % floor
+  auto blip = anomaly("j/straggler/8/r1", {1}, 0.5);
+  auto real = anomaly("j/straggler/8/r3", {3}, 0.3);
+  h.manager->offerAnomaly(first);
+  h.manager->offerAnomaly(blip);
+  h.manager->offerAnomaly(real);
+  CHECK(h.manager->pickAutoCaptures(h.clock.nowNs()).empty());  // within the window
+  CHECK(h.manager->stats().autoCandidates == 3);
+  blip.state = storage::AnomalyState::kResolved;  // a false alarm, over in a few steps
+  h.manager->offerAnomaly(blip);
+  h.clock.advance(1'000'000'000);
+  auto picked = h.manager->pickAutoCaptures(h.clock.nowNs());
+  REQUIRE(picked.size() == 1);
+  CHECK(picked.front().id == real.id);
+  REQUIRE(picked.front().captureId);
+  auto row = h.stored(*picked.front().captureId);
+  CHECK(row.anomalyId == real.id);
+  CHECK(row.ranks == std::vector<uint32_t>{0, 3});
+  CHECK(h.manager->pickAutoCaptures(h.clock.nowNs()).empty());
+  auto st = h.manager->stats();
+  CHECK(st.autoSkips.smallGain == 1);
+  CHECK(st.autoSkips.resolved == 1);
+  CHECK(st.autoSkipped == 2);
+  CHECK(st.autoCandidates == 0);
+  CHECK_THAT(
+      captureMetricsText(st),
+      Catch::Matchers::Contains("trainscope_capture_auto_skips_total{reason=\"small_gain\"} 1"));
+}
+
+TEST_CASE("automatic captures: a candidate whose ranks are busy waits for them") {
+  Harness h;
+  h.start(R"({"ranks":[0,3]})");  // a requested capture holds ranks 0 and 3
+  storage::AnomalyRow a;
+  a.id = "j/straggler/8/r3";
+  a.job = "j";
+  a.kind = "straggler";
+  a.ranks = {3};
+  a.confidence = 1.0;
+  a.evidence["estimated_gain"] = 0.3;
+  h.manager->offerAnomaly(a);
+  h.clock.advance(1'000'000'000);
+  CHECK(h.manager->pickAutoCaptures(h.clock.nowNs()).empty());
+  CHECK(h.manager->stats().autoCandidates == 1);  // kept: tried again
+  h.clock.advance(600'000'000'000LL);
+  h.manager->tick(h.clock.nowNs());  // the requested one times out
+  // Past the candidate's time to live (60 s) it is dropped, not captured with a lost onset.
+  CHECK(h.manager->pickAutoCaptures(h.clock.nowNs()).empty());
+  CHECK(h.manager->stats().autoSkips.expired == 1);
+}
+
 TEST_CASE("automatic captures off: nothing starts") {
   CaptureManagerOptions o;
-  o.autoIntervalNs = 0;
+  o.auto_.intervalNs = 0;
   Harness h(o);
   storage::AnomalyRow a;
   a.id = "x";
   a.job = "j";
   a.kind = "straggler";
   a.ranks = {1};
-  CHECK_FALSE(h.manager->startForAnomaly(a));
+  a.evidence["estimated_gain"] = 0.5;
+  CHECK(h.manager->startForAnomaly(a).code() == StatusCode::kUnavailable);
+  h.manager->offerAnomaly(a);
+  h.clock.advance(2'000'000'000);
+  CHECK(h.manager->pickAutoCaptures(h.clock.nowNs()).empty());
   CHECK(h.sent.empty());
 }
 
