@@ -138,6 +138,23 @@ int collectorMain(int argc, char** argv) {
                  "waits longer for late ranks, detects later")
       ->capture_default_str()
       ->check(CLI::Range(0, 10000));
+  app.add_option("--detect-confirm-steps", det.fold.confirmSteps,
+                 "every anomaly but a hang is held this many judged steps (and "
+                 "--detect-confirm-ms) and dropped if its detector resolves it meanwhile: a "
+                 "burst on a shared host is over sooner; lower detects sooner, raises more false "
+                 "alarms on real jobs")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000));
+  app.add_option("--detect-confirm-ms", det.fold.confirmMs,
+                 "the least time an anomaly is held before it is raised (see "
+                 "--detect-confirm-steps)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{3'600'000}));
+  app.add_option("--detect-min-gain", det.fold.minGain,
+                 "an anomaly whose estimated gain (the share of the step its fix would save) is "
+                 "below this is not raised; hangs always are")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--auto-capture-interval", options.autoCaptureIntervalS,
                  "seconds: the window of the automatic-capture budget; 0 turns automatic "
                  "captures off")

@@ -68,6 +68,13 @@ std::string detectMetricsText(const PipelineStats& s, const detect::DetectStats&
   metric("trainscope_detect_anomalies_ended_total", "counter",
          "Open anomalies ended with their job (every rank said goodbye, or the job went silent).",
          s.anomaliesEnded);
+  metric("trainscope_detect_anomalies_folded_total", "counter",
+         "Anomalies not raised: another one explains them.", d.folded);
+  metric("trainscope_detect_anomalies_flapped_total", "counter",
+         "Anomalies not raised: resolved while held for confirmation (--detect-confirm-steps).",
+         d.flapped);
+  metric("trainscope_detect_anomalies_below_floor_total", "counter",
+         "Anomalies not raised: estimated gain under --detect-min-gain.", d.belowFloor);
   metric("trainscope_detect_store_failures_total", "counter",
          "Anomaly writes the store refused (kept for a retry).", s.writeFailures);
   metric("trainscope_detect_jobs", "gauge", "Jobs the detectors track now.", d.jobs);
