@@ -51,7 +51,10 @@ const Router& Api::router() {
           {"GET", "/api/v1/jobs/{job}/anomalies", Q{},
            [](const Api& a, const RouteRequest& r) { return a.jobAnomalies(r.param("job")); },
            "a job's anomalies (kinds `step_shift`, `straggler`, `slow_comm`, `op_regression`, "
-           "`hang`, `spike`, `stage_imbalance`, `workload_imbalance`, `expert_imbalance`)"},
+           "`hang`, `spike`, `stage_imbalance`, `workload_imbalance`, `expert_imbalance`; state "
+           "`open`, `resolved` with `resolved_step`, or `ended` with `ended_step`: its job ended "
+           "while it was open — every rank said goodbye, or nothing of the job for "
+           "`--job-end-idle`, default 600 s; `trainscope_anomalies_open` counts open ones only)"},
           {"GET", "/api/v1/anomalies", Q{"since"},
            [](const Api& a, const RouteRequest& r) { return a.anomaliesSince(r.query()); },
            "anomalies of every job updated since `since` (ns since the epoch)"},

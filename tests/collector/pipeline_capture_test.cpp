@@ -307,8 +307,9 @@ TEST_CASE(
   CHECK(imbalance->state == storage::AnomalyState::kOpen);
   REQUIRE(imbalance->captureId);
   CHECK(imbalance->captureId->rfind("cap-", 0) == 0);
-  // Opened within 10 steps on under 10 steps; stored now: a refresh over the last 64.
-  CHECK(imbalance->detectedStep <= 10);
+  // Opened within 10 steps on under 10 steps (and published after the confirmation hold);
+  // stored now: a refresh over the last 64.
+  CHECK(imbalance->detectedStep <= 10 + trainscope::detect::FoldOptions{}.confirmSteps);
   CHECK(imbalance->evidence.at("steps_judged") == 64);
   CHECK(imbalance->evidence.at("estimated_gain") > 0.05);
 }

@@ -7,8 +7,10 @@
 // different wall times; detection and update times, and capture ids, are the collectors' own).
 // Exits 77 where clickhouse-server is not installed.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -161,11 +163,22 @@ TEST_CASE("e2e: a job stored in ClickHouse is stored once and the API answers as
       CHECK(ch.get(target) == sqlite.get(target));
     }
   }
-  const std::vector<std::string> anomalyTimes = {"detected_ns", "updated_ns", "capture_id",
-                                                 "resolved_ns"};
-  const json chAnomalies =
-      withoutTimes(ch.get("/api/v1/jobs/" + job + "/anomalies")["anomalies"], anomalyTimes);
+  // Each collector publishes an anomaly once its confirmation hold has passed on its own clock
+  // (--detect-confirm-ms), and ends it with the job on its own 5 s check: the detected step
+  // and when it ended differ by timing, not by the store. Both must end it.
+  const std::vector<std::string> anomalyTimes = {"detected_ns", "updated_ns",    "capture_id",
+                                                 "resolved_ns", "detected_step", "ended_ns"};
+  const std::string anomaliesPath = "/api/v1/jobs/" + job + "/anomalies";
+  auto allEnded = [&](Pipeline& c) {
+    const json list = c.get(anomaliesPath)["anomalies"];
+    return !list.empty() && std::all_of(list.begin(), list.end(), [](const json& a) {
+      return a["state"] == "ended" || a["state"] == "resolved";
+    });
+  };
+  for (int i = 0; i < 150 && !(allEnded(ch) && allEnded(sqlite)); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const json chAnomalies = withoutTimes(ch.get(anomaliesPath)["anomalies"], anomalyTimes);
   CHECK(!chAnomalies.empty());
-  CHECK(chAnomalies ==
-        withoutTimes(sqlite.get("/api/v1/jobs/" + job + "/anomalies")["anomalies"], anomalyTimes));
+  CHECK(chAnomalies == withoutTimes(sqlite.get(anomaliesPath)["anomalies"], anomalyTimes));
 }

@@ -127,6 +127,7 @@ def boot_tests():
 class Recorder(object):
     def __init__(self):
         self.records = []
+        self.waits = []  # the caller blocked on communication (sync calls, Work.wait())
 
     def active(self):
         return True
@@ -139,6 +140,9 @@ class Recorder(object):
 
     def p2p(self, op, gid, peer, nbytes, t0, t1):
         self.records.append(("p2p-" + op, gid, nbytes, t0, t1, peer))
+
+    def wait(self, t0, t1):
+        self.waits.append((t0, t1))
 
     def fail(self, what, exc):
         raise AssertionError("%s: %r" % (what, exc))
@@ -284,11 +288,16 @@ def dist_tests():
     dist.all_reduce(t)
     check(rec.records[-1][0] == "all_reduce" and rec.records[-1][2] == 4000,
           "a sync all_reduce is recorded with its bytes")
+    check(rec.waits and rec.waits[-1] == tuple(rec.records[-1][3:5]),
+          "a sync all_reduce blocks its caller throughout: one wait over the same span")
     check(torch.equal(t, torch.ones(1000)), "the result is unchanged")
+    waits = len(rec.waits)
     work = dist.all_reduce(t, async_op=True)
+    check(len(rec.waits) == waits, "an async_op=True call does not block: no wait")
     work.wait()
     check(len(rec.records) == 2 and rec.records[-1][3] <= rec.records[-1][4],
           "an async_op=True all_reduce is recorded at completion")
+    check(len(rec.waits) == waits + 1, "Work.wait() is a wait")
     out = [torch.zeros(10)]
     dist.all_gather(out, torch.ones(10))
     check(rec.records[-1][0] == "all_gather" and rec.records[-1][2] == 40,
