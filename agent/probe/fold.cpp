@@ -187,6 +187,8 @@ void StepFolder::add(uint32_t ring, const Record& in) {
       addComplete(done);
       return;
     }
+    case RecordType::kWaitHint:  // where the rank is (ProgressTracker), not what a step did
+      return;
   }
   logOnce(LogLevel::kWarn, "probe", "record-type", "unknown record type; ignored");
 }

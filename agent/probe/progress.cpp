@@ -5,7 +5,7 @@
 namespace trainscope::probe {
 
 void ProgressTracker::add(uint32_t ring, const Record& r) {
-  lastRecordNs_ = std::max(lastRecordNs_, r.t0);
+  if (r.type != RecordType::kWaitHint) lastRecordNs_ = std::max(lastRecordNs_, r.t0);
   switch (r.type) {
     case RecordType::kStepBegin:
       openStep_ = r.step;
@@ -38,6 +38,9 @@ void ProgressTracker::add(uint32_t ring, const Record& r) {
       ++collectivesBegun_;
       lastRecordNs_ = std::max(lastRecordNs_, r.t1);
       return;
+    case RecordType::kWaitHint:
+      waitSince_ = r.t0;
+      return;
     case RecordType::kRange:
     case RecordType::kOp:
     case RecordType::kP2p:  // complete when recorded; not a collective every rank enters
@@ -49,7 +52,7 @@ void ProgressTracker::add(uint32_t ring, const Record& r) {
 }
 
 int64_t ProgressTracker::collectiveSinceNs() const {
-  int64_t since = 0;
+  int64_t since = waitSince_;
   for (const auto& [ring, stack] : open_) {
     if (!stack.empty() && (since == 0 || stack.front() < since)) since = stack.front();
   }

@@ -30,7 +30,8 @@ class ProgressTracker {
   int64_t lastStep() const { return lastStep_; }
   int64_t openStep() const { return openStep_; }
   int64_t lastRecordNs() const { return lastRecordNs_; }
-  int64_t collectiveSinceNs() const;  // 0 when no collective is open
+  // The oldest open collective's arrival, or the wait hint's time if older; 0: neither.
+  int64_t collectiveSinceNs() const;
   uint64_t collectivesBegun() const { return collectivesBegun_; }
 
  private:
@@ -39,6 +40,7 @@ class ProgressTracker {
   int64_t openStepBeginNs_ = 0;
   int64_t lastRecordNs_ = 0;
   uint64_t collectivesBegun_ = 0;
+  int64_t waitSince_ = 0;  // ts_wait_hint: possibly blocked on communication since; 0: not
   std::unordered_map<uint32_t, std::vector<int64_t>> open_;  // ring -> arrival times, oldest first
 };
 

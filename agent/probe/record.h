@@ -19,6 +19,8 @@ enum class RecordType : uint8_t {
   kLink = 10,       // name = peer rank (not a name), group, bytes, [t0 = posted, t1 = delivered]
   kP2p = 11,        // kind = op (send/recv), name = peer rank, group, bytes,
                     // [t0 = posted, t1 = completed]
+  kWaitHint = 12,   // t0 = since when the training thread may be blocked on communication;
+                    // 0: it is not (progress only: the step reports do not count it)
 };
 
 // One cache line per record, so a producer never shares a line with the record being read.

@@ -332,6 +332,14 @@ void ts_collective_end(ts_probe* probe, int64_t t_ns) {
   }
 }
 
+void ts_wait_hint(ts_probe* probe, int64_t since_ns) {
+  Ring* ring = nullptr;
+  if (Record* rec = claim(probe, &ring)) {
+    fill(rec, RecordType::kWaitHint, 0, 0, 0, 0, std::max<int64_t>(0, since_ns), 0, 0);
+    ring->publish();
+  }
+}
+
 void ts_link_transfer(ts_probe* probe, ts_name group, uint32_t peer, uint64_t bytes,
                       int64_t posted_ns, int64_t delivered_ns) {
   Ring* ring = nullptr;

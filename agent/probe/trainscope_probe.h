@@ -157,6 +157,12 @@ void ts_collective(ts_probe* probe, uint32_t op, ts_name group, uint64_t bytes, 
 /* The same as a begin/end pair on one thread (end closes the latest open begin). */
 void ts_collective_begin(ts_probe* probe, uint32_t op, ts_name group, uint64_t bytes, int64_t t_ns);
 void ts_collective_end(ts_probe* probe, int64_t t_ns);
+/* Where the rank is, for hang reports only (not counted in any step): from `since_ns` the
+ * training thread may be blocked on communication (0: it is not). For waits that start before
+ * they are known to be waits — DDP hands each gradient bucket to its all-reduce and, after the
+ * last, waits for all of them — call it at each launch and with 0 when the wait is over; a
+ * rank that stops while it is set is reported as waiting in a collective, not stuck. */
+void ts_wait_hint(ts_probe* probe, int64_t since_ns);
 
 /* One transfer this rank sent to one peer inside a collective (a ring or tree hop), as a
  * communication library's profiler hooks report it (NCCL profiler plugin proxy send steps):

@@ -2,6 +2,7 @@
 // collectives entered), and the RankHello that carries it to the agent.
 #include <catch2/catch.hpp>
 
+#include "agent/probe/fold.h"
 #include "agent/probe/probe.h"
 #include "agent/probe/progress.h"
 #include "tests/agent/probe/fake_agent.h"
@@ -151,4 +152,34 @@ TEST_CASE("progress: every RankHello to the agent carries it, also while the ran
   CHECK(last.collective_since_ns() == base + 1500);
   CHECK(last.collectives_begun() == 1);
   CHECK(last.last_record_ns() == base + 1500);
+}
+
+TEST_CASE("progress: a wait hint (DDP's buckets in flight) reads as waiting until it is cleared") {
+  ProgressTracker t;
+  fullStep(t, 0, 1000);
+  t.add(0, rec(RecordType::kStepBegin, 1, 2000));
+  t.add(0, rec(RecordType::kOp, 0, 2010, 2050));
+  t.add(0, rec(RecordType::kWaitHint, 0, 2050));  // the first bucket's all-reduce launched
+  t.add(0, rec(RecordType::kOp, 0, 2050, 2080));
+  t.add(0, rec(RecordType::kWaitHint, 0, 2080));  // the last one: from here it waits
+  CHECK(t.collectiveSinceNs() == 2080);
+  CHECK(t.lastRecordNs() == 2080);             // the hint is no record of work
+  t.add(0, rec(RecordType::kWaitHint, 0, 0));  // backward returned
+  CHECK(t.collectiveSinceNs() == 0);
+  // A hint and an open collective: the older one.
+  t.add(1, rec(RecordType::kCollBegin, 0, 2100));
+  t.add(0, rec(RecordType::kWaitHint, 0, 2120));
+  CHECK(t.collectiveSinceNs() == 2100);
+}
+
+TEST_CASE("progress: the folder ignores wait hints (they are not in any step)") {
+  StepFolder f(FoldOptions{});
+  f.add(0, rec(RecordType::kStepBegin, 1, 0));
+  f.add(0, rec(RecordType::kWaitHint, 0, 50));
+  f.add(0, rec(RecordType::kStepEnd, 1, 100));
+  f.finish();
+  auto out = f.take();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].report.records() == 0);
+  CHECK(out[0].records.empty());
 }

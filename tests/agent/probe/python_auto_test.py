@@ -128,6 +128,7 @@ class Recorder(object):
     def __init__(self):
         self.records = []
         self.waits = []  # the caller blocked on communication (sync calls, Work.wait())
+        self.hints = []  # blocked(since) calls: since when, then 0 once it returned
 
     def active(self):
         return True
@@ -143,6 +144,9 @@ class Recorder(object):
 
     def wait(self, t0, t1):
         self.waits.append((t0, t1))
+
+    def blocked(self, since):
+        self.hints.append(since)
 
     def fail(self, what, exc):
         raise AssertionError("%s: %r" % (what, exc))
@@ -290,6 +294,8 @@ def dist_tests():
           "a sync all_reduce is recorded with its bytes")
     check(rec.waits and rec.waits[-1] == tuple(rec.records[-1][3:5]),
           "a sync all_reduce blocks its caller throughout: one wait over the same span")
+    check(rec.hints[-2:] == [rec.records[-1][3], 0] and len(rec.hints) == 2,
+          "a sync all_reduce is hinted as a wait from its call until it returned")
     check(torch.equal(t, torch.ones(1000)), "the result is unchanged")
     waits = len(rec.waits)
     work = dist.all_reduce(t, async_op=True)

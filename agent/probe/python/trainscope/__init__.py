@@ -168,6 +168,7 @@ def _bind(lib):
         "ts_collective": (None, [P, u32, u32, u64, i64, i64]),
         "ts_collective_begin": (None, [P, u32, u32, u64, i64]),
         "ts_collective_end": (None, [P, i64]),
+        "ts_wait_hint": (None, [P, i64]),
         "ts_link_transfer": (None, [P, u32, u32, u64, i64, i64]),
         "ts_declare_group": (None, [P, u32, u32, ctypes.POINTER(i32), i32]),
         "ts_p2p": (None, [P, u32, u32, i32, u64, i64, i64]),

@@ -196,9 +196,18 @@ def _patch_work(work_cls):
     @functools.wraps(orig_wait)
     def wait(self, *args, **kwargs):
         t0 = _time_ns()
-        result = orig_wait(self, *args, **kwargs)
+        # Inside a wrapped synchronous call (which waits on its own work) the call is the wait.
+        recorder = _waits["recorder"] if not _tls.depth else None
+        if recorder is not None:
+            recorder.blocked(t0)
+        try:
+            result = orig_wait(self, *args, **kwargs)
+        finally:
+            if recorder is not None:
+                recorder.blocked(0)
         _completed(self)
-        _blocked(t0)
+        if recorder is not None:
+            _blocked(t0)
         return result
 
     @functools.wraps(orig_done)
@@ -217,8 +226,9 @@ def wrap_call(fn, name, recorder):
     """`fn` (torch.distributed.<name>) wrapped to record through `recorder`, an object with
     active() -> bool, group_key(group) -> (group id, is member), collective(op, group id,
     bytes, t0, t1), p2p(op, group id, peer, bytes, t0, t1), wait(t0, t1) (the calling thread
-    blocked on communication; the recorder keeps only its training thread's) and fail(what,
-    exc)."""
+    blocked on communication; the recorder keeps only its training thread's), blocked(since)
+    (the same, while it lasts: since the call, 0 when it returned; for hang reports) and
+    fail(what, exc)."""
     op, data_param, how, peer_param = CALLS[name]
     get_data = _getter(fn, data_param)
     get_group = _getter(fn, "group")
@@ -231,11 +241,16 @@ def wrap_call(fn, name, recorder):
         if _tls.depth or not recorder.active():
             return fn(*args, **kwargs)
         t0 = _time_ns()
+        blocking = not (always_async or get_async(args, kwargs))
+        if blocking:
+            recorder.blocked(t0)  # a rank that stops in here waits in a collective
         _tls.depth += 1
         try:
             result = fn(*args, **kwargs)
         finally:
             _tls.depth -= 1
+            if blocking:
+                recorder.blocked(0)
         try:
             gid, member = recorder.group_key(get_group(args, kwargs))
             if not member:

@@ -231,7 +231,11 @@ def _patch_backward(torch):
         except Exception as e:  # noqa: BLE001
             _fail("backward", e)
         _ddp["last_bucket_ns"] = 0
-        result = orig(*args, **kwargs)
+        try:
+            result = orig(*args, **kwargs)
+        finally:
+            if _ddp["last_bucket_ns"]:
+                _hint(0)
         try:
             t1 = _time_ns()
             _phase("backward", t0, t1)
@@ -287,6 +291,9 @@ class _DistRecorder(object):
         sink = auto.state.sink
         if sink is not None and auto.state.on and threading.current_thread() is _TRAINING:
             sink.range(_name("wait"), trainscope.RANGE_COMM, t0, t1)
+
+    def blocked(self, since):
+        _hint(since)
 
     def fail(self, what, exc):
         _fail("collectives", "%s: %r" % (what, exc))
@@ -376,13 +383,25 @@ class _AutoHookState(object):
 _ddp = {"last_bucket_ns": 0}  # when this backward's latest bucket was handed to the hook
 
 
+def _hint(since):
+    """ts_wait_hint from the training thread: for hang reports, the rank may be blocked on
+    communication from `since` (0: it is not)."""
+    sink = auto.state.sink
+    if sink is not None and threading.current_thread() is _TRAINING:
+        try:
+            sink.wait_hint(since)
+        except Exception as e:  # noqa: BLE001
+            _fail("ddp", e)
+
+
 def _auto_allreduce_hook(state, bucket):
     """DDP's default gradient averaging, bit for bit: multiply by 1/size (what the reducer's
     mul_out does without a hook; div_ rounds differently for sizes that are not powers of
     two), all_reduce (recorded by the torch.distributed wrapper), the tensor as result. The
     time a bucket arrives here is the rank's arrival at its all-reduce; the last one's starts
     the wait that ends backward (see _patch_backward)."""
-    _ddp["last_bucket_ns"] = _time_ns()
+    now = _ddp["last_bucket_ns"] = _time_ns()
+    _hint(now)  # from here the rank may wait for its buckets (see ts_wait_hint)
     if state.user is not None:
         return state.user[1](state.user[0], bucket)
     group = state.group

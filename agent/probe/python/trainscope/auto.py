@@ -379,6 +379,9 @@ class _ProbeSink(object):
     def p2p(self, op, group_id, peer, nbytes, t0, t1):
         self.lib.ts_p2p(self.probe, op, group_id, peer, nbytes, t0, t1)
 
+    def wait_hint(self, since):
+        self.lib.ts_wait_hint(self.probe, since)
+
 
 def _after_fork_in_child():
     # A DataLoader worker or any forked child: the probe's thread stayed in the parent.
