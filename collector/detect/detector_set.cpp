@@ -289,6 +289,14 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
     }
   }
   if (j.held.empty()) return;
+  // A held anomaly that is not published (folded, or a flap) explains nothing any more.
+  auto dropHeld = [&j](std::vector<Job::Held>::iterator at) {
+    const std::string id = at->anomaly.id;
+    j.explainers.erase(std::remove_if(j.explainers.begin(), j.explainers.end(),
+                                      [&](const Anomaly& x) { return x.id == id; }),
+                       j.explainers.end());
+    return j.held.erase(at);
+  };
   // Held long enough, in judged steps and collector time since its detection, to stand.
   auto confirmed = [&](const Anomaly& a, int age, const AssembledStep* at) {
     if (!confirming(a, options_.fold)) return true;
@@ -309,11 +317,7 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
     if (explained) {
       ++folded_;
       if (it->updates.empty()) j.folded.insert(a.id);
-      const std::string id = a.id;
-      j.explainers.erase(std::remove_if(j.explainers.begin(), j.explainers.end(),
-                                        [&](const Anomaly& x) { return x.id == id; }),
-                         j.explainers.end());
-      it = j.held.erase(it);
+      it = dropHeld(it);
       continue;
     }
     if (judged != nullptr) {
@@ -333,11 +337,7 @@ void DetectorSet::route(Job& j, const AssembledStep* judged, bool final) {
     if (flap && confirming(a, options_.fold)) {
       // Over before it was confirmed: a burst, not a regression anyone should act on.
       ++flapped_;
-      const std::string id = a.id;
-      j.explainers.erase(std::remove_if(j.explainers.begin(), j.explainers.end(),
-                                        [&](const Anomaly& x) { return x.id == id; }),
-                         j.explainers.end());
-      it = j.held.erase(it);
+      it = dropHeld(it);
       continue;
     }
     if (final || (it->age > options_.fold.holdSteps && confirmed(a, it->age, judged))) {
