@@ -58,7 +58,7 @@ def scenarios(quick, healthy_job_steps=0):
     def fault(kind, rank, start, ms, to=None):
         return dict(kind=kind, rank=rank, start=start, ms=ms, to=to)
 
-    job("mlp busy 15ms r1 @100", 2, 250, ["--model", "mlp"], fault("busy", 1, 100, 15))
+    job("mlp busy 15ms r1 @100", 2, 400, ["--model", "mlp"], fault("busy", 1, 100, 15))
     job("mlp healthy", 2, 600, ["--model", "mlp"])
     if quick:
         return out
