@@ -246,10 +246,10 @@ Status run(const CollectorOptions& options) {
                ? (std::filesystem::path(options.dataDir) / "captures").string()
                : options.captureDir;
   co.defaultMaxBytes = options.captureMaxBytes;
-  co.auto_.intervalNs = options.autoCaptureIntervalS * 1'000'000'000;
-  co.auto_.budget = options.autoCaptureBudget;
-  co.auto_.minGain = options.autoCaptureMinGain;
-  co.auto_.decisionNs = options.autoCaptureWaitMs * 1'000'000;
+  co.autoCapture.intervalNs = options.autoCaptureIntervalS * 1'000'000'000;
+  co.autoCapture.budget = options.autoCaptureBudget;
+  co.autoCapture.minGain = options.autoCaptureMinGain;
+  co.autoCapture.decisionNs = options.autoCaptureWaitMs * 1'000'000;
   co.autoMaxHistory = options.autoCaptureMaxHistory;
   co.describe = http::captureJson;
   co.filesRetentionNs = static_cast<int64_t>(options.retentionHours * 3600.0 * 1e9);

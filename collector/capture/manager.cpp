@@ -110,23 +110,24 @@ std::string captureSummary(const storage::CaptureRow& row) {
   // fewer steps (its step or byte bound), or the rank began later. Said, so a reader does not
   // take a missing onset for a healthy one.
   const int64_t askedFrom = std::max<int64_t>(row.startStep - row.history, 0);
-  std::vector<uint32_t> short_;
+  std::vector<uint32_t> shortRanks;
   int64_t shortFrom = -1;
   for (const auto& r : row.rankStatus) {
     if (r.state == RankState::kDone) ++done;
     if (r.state == RankState::kFailed) ++failed;
     if (row.kind == "trace" && row.history > 0 && r.state == RankState::kDone &&
         r.firstStep > askedFrom) {
-      short_.push_back(r.rank);
+      shortRanks.push_back(r.rank);
       shortFrom = std::max(shortFrom, r.firstStep);
     }
   }
   std::string out = summaryOf(done, failed, row.rankStatus.size());
-  if (!short_.empty()) {
-    out += "; history short on " + std::to_string(short_.size()) +
-           (short_.size() == 1 ? " rank" : " ranks") + " (rank " + std::to_string(short_.front()) +
-           (short_.size() > 1 ? ", ..." : "") + "): from step " + std::to_string(shortFrom) +
-           ", asked from " + std::to_string(askedFrom) + " (the probe held fewer steps)";
+  if (!shortRanks.empty()) {
+    out += "; history short on " + std::to_string(shortRanks.size()) +
+           (shortRanks.size() == 1 ? " rank" : " ranks") + " (rank " +
+           std::to_string(shortRanks.front()) + (shortRanks.size() > 1 ? ", ..." : "") +
+           "): from step " + std::to_string(shortFrom) + ", asked from " +
+           std::to_string(askedFrom) + " (the probe held fewer steps)";
   }
   return out;
 }
@@ -186,7 +187,7 @@ CaptureManager::CaptureManager(CaptureManagerOptions options, storage::Store& st
       store_(store),
       clock_(clock),
       sink_(std::move(sink)),
-      policy_(options_.auto_) {}
+      policy_(options_.autoCapture) {}
 
 CaptureManager::~CaptureManager() {
   flush();
@@ -449,7 +450,7 @@ std::vector<storage::AnomalyRow> CaptureManager::pickAutoCaptures(int64_t nowNs)
 }
 
 Result<storage::CaptureRow> CaptureManager::startForAnomaly(const storage::AnomalyRow& anomaly) {
-  if (options_.auto_.intervalNs <= 0) {
+  if (options_.autoCapture.intervalNs <= 0) {
     return Status::error(StatusCode::kUnavailable, "automatic captures are off");
   }
   if (anomaly.state != storage::AnomalyState::kOpen) {

@@ -60,8 +60,8 @@ struct CaptureManagerOptions {
   // the rank is failed: bounds disk per rank against a misbehaving probe.
   uint64_t chunkSlackBytes = 1u << 20;
   // Automatic captures (auto_capture.h): which anomalies take one, within a budget per job and
-  // interval. auto_.intervalNs 0 turns them off.
-  AutoCaptureOptions auto_;
+  // interval. autoCapture.intervalNs 0 turns them off.
+  AutoCaptureOptions autoCapture;
   uint32_t autoSteps = 3;    // N of automatic trace captures
   uint32_t autoHistory = 4;  // least K of automatic trace captures
   // Most K of an automatic trace capture: K grows so the history reaches the anomaly's onset

@@ -33,6 +33,7 @@ storage::AnomalyRow anomaly(const std::string& id, double gain, double confidenc
 
 std::vector<std::string> ids(const std::vector<storage::AnomalyRow>& rows) {
   std::vector<std::string> out;
+  out.reserve(rows.size());
   for (const auto& r : rows) out.push_back(r.id);
   return out;
 }

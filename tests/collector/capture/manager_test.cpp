@@ -663,7 +663,7 @@ TEST_CASE("automatic captures: a candidate whose ranks are busy waits for them")
 
 TEST_CASE("automatic captures off: nothing starts") {
   CaptureManagerOptions o;
-  o.auto_.intervalNs = 0;
+  o.autoCapture.intervalNs = 0;
   Harness h(o);
   storage::AnomalyRow a;
   a.id = "x";
