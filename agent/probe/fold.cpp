@@ -44,6 +44,13 @@ Intervals subtracted(const Intervals& a, const Intervals& b) {
   return out;
 }
 
+// Whether interval `w` overlaps any of merged (sorted, disjoint) intervals `m`.
+bool meets(const Intervals& m, const std::pair<int64_t, int64_t>& w) {
+  auto it = std::upper_bound(m.begin(), m.end(), w.first,
+                             [](int64_t t, const auto& iv) { return t < iv.second; });
+  return it != m.end() && it->first < w.second;
+}
+
 int64_t lengthOf(const Intervals& m) {
   int64_t total = 0;
   for (const auto& iv : m) total += iv.second - iv.first;
@@ -361,7 +368,7 @@ wire::StepReport StepAccumulator::report(const std::string& job, uint32_t rank, 
   Intervals collWaits;
   Intervals p2pWaits;
   for (const auto& w : waitU) {
-    const bool p2pOnly = overlapLength({w}, collU) == 0 && overlapLength({w}, p2pU) > 0;
+    const bool p2pOnly = !meets(collU, w) && meets(p2pU, w);
     (p2pOnly ? p2pWaits : collWaits).push_back(w);
   }
   comm_.insert(comm_.end(), waitU.begin(), waitU.end());
