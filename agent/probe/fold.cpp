@@ -121,7 +121,13 @@ void StepFolder::add(uint32_t ring, const Record& in) {
                     "counted as unattributed");
         spans_.pop_back();
       }
-      spans_.push_back(Span{r.step, r.t0});
+      Span span{r.step, r.t0};
+      span.beginRing = ring;
+      span.beginDelay = r.t1;
+      if (lastMarkEnd_ == r.t0 && lastMarkRing_ == ring && lastMarkDelay_ >= 0) {
+        span.beginDelay = lastMarkDelay_;
+      }
+      spans_.push_back(span);
       return;
     }
     case RecordType::kStepEnd: {
@@ -131,8 +137,14 @@ void StepFolder::add(uint32_t ring, const Record& in) {
             "step_end(" + std::to_string(r.step) + ") does not match an open step_begin; ignored");
         return;
       }
-      spans_.back().end = std::max(r.t0, spans_.back().begin);
-      spans_.back().endPass = pass_;
+      Span& span = spans_.back();
+      span.end = std::max(r.t0, span.begin);
+      span.endPass = pass_;
+      span.endDelay = r.t1;
+      span.endRing = ring;
+      lastMarkEnd_ = r.t0;
+      lastMarkDelay_ = r.t1;
+      lastMarkRing_ = ring;
       return;
     }
     case RecordType::kRangePush: {
@@ -271,6 +283,9 @@ void StepFolder::finalize(const Span& span) {
   out.report.set_model_flops(modelFlops_);
   out.report.set_hardware_flops(hardwareFlops_);
   out.report.set_peak_flops(peakFlops_);
+  if (span.beginDelay >= 0 && span.endDelay >= span.beginDelay && span.beginRing == span.endRing) {
+    out.report.set_cpu_wait_ns(std::min(span.endDelay - span.beginDelay, out.report.duration_ns()));
+  }
   lastEnd_ = span.end;
   lastStep_ = span.step;
   ready_.push_back(std::move(out));

@@ -134,6 +134,13 @@ class StepFolder {
     int64_t begin;
     int64_t end = -1;      // -1 while open
     uint64_t endPass = 0;  // pass in which the end was seen
+    // The marking thread's run delay at the begin and the end (record.h; -1: not measured)
+    // and the rings of the two marks: the delay between them is the step's CPU wait when
+    // one thread made both.
+    int64_t beginDelay = -1;
+    int64_t endDelay = -1;
+    uint32_t beginRing = 0;
+    uint32_t endRing = 0;
   };
   struct Pairing {
     std::vector<Record> ranges;
@@ -158,6 +165,12 @@ class StepFolder {
   double hardwareFlops_ = 0;
   double peakFlops_ = 0;
   int64_t lastEnd_ = INT64_MIN;  // end of the last final step
+  // The latest step end mark: a step that begins where it ended takes its run delay as its
+  // own begin's, so the time between the two calls (`trainscope run` begins a step at its
+  // first activity, back-dated to the last end) is counted too.
+  int64_t lastMarkEnd_ = INT64_MIN;
+  int64_t lastMarkDelay_ = -1;
+  uint32_t lastMarkRing_ = 0;
   int64_t lastStep_ = -1;
 };
 

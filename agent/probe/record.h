@@ -7,8 +7,9 @@
 namespace trainscope::probe {
 
 enum class RecordType : uint8_t {
-  kStepBegin = 1,   // step = step number, t0 = begin
-  kStepEnd = 2,     // step = step number, t0 = end
+  kStepBegin = 1,   // step = step number, t0 = begin, t1 = the marking thread's run delay
+                    // then (cpu_wait.h; -1: not measured)
+  kStepEnd = 2,     // step = step number, t0 = end, t1 = run delay as for kStepBegin
   kRangePush = 3,   // name, kind, t0; paired with the next kRangePop on the same ring
   kRangePop = 4,    // t0 = end of the innermost open range
   kRange = 5,       // name, kind, [t0, t1]; also what a paired push/pop becomes

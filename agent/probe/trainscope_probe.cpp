@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "agent/probe/capture.h"
+#include "agent/probe/cpu_wait.h"
 #include "agent/probe/intern.h"
 #include "agent/probe/runtime.h"
 #include "agent/probe/stack_provider.h"
@@ -79,6 +80,18 @@ inline Ring* ringOf(ts_probe* probe) {
 
 inline int64_t orNow(int64_t t) {
   return t != 0 ? t : trainscope::wallNowNs();
+}
+
+// A step mark's t1: the calling thread's run delay (cpu_wait.h) when the mark is live (no time
+// given, or one within kLiveMarkNs of now: `trainscope run` passes the time it just took), so
+// the delay between two marks is the step's; -1 for marks of another time (replays).
+constexpr int64_t kLiveMarkNs = 5'000'000;
+inline int64_t runDelayAt(int64_t tNs, int64_t t) {
+  if (tNs != 0) {
+    const int64_t away = t - trainscope::wallNowNs();
+    if (away > kLiveMarkNs || away < -kLiveMarkNs) return -1;
+  }
+  return trainscope::probe::threadRunDelayNs();
 }
 
 // Claims a slot on the calling thread's ring; nullptr when the probe is NULL or the ring is
@@ -258,7 +271,8 @@ int64_t ts_now_ns(void) {
 void ts_step_begin(ts_probe* probe, int64_t step, int64_t t_ns) {
   Ring* ring = nullptr;
   if (Record* rec = claim(probe, &ring)) {
-    fill(rec, RecordType::kStepBegin, 0, 0, 0, step, orNow(t_ns), 0, 0);
+    const int64_t t = orNow(t_ns);
+    fill(rec, RecordType::kStepBegin, 0, 0, 0, step, t, runDelayAt(t_ns, t), 0);
     ring->publish();
   }
 }
@@ -266,7 +280,8 @@ void ts_step_begin(ts_probe* probe, int64_t step, int64_t t_ns) {
 void ts_step_end(ts_probe* probe, int64_t step, int64_t t_ns) {
   Ring* ring = nullptr;
   if (Record* rec = claim(probe, &ring)) {
-    fill(rec, RecordType::kStepEnd, 0, 0, 0, step, orNow(t_ns), 0, 0);
+    const int64_t t = orNow(t_ns);
+    fill(rec, RecordType::kStepEnd, 0, 0, 0, step, t, runDelayAt(t_ns, t), 0);
     ring->publish();
   }
 }

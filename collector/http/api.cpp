@@ -170,6 +170,7 @@ void writeParallelDetail(JsonWriter& w, const storage::StepRow& s) {
   } else {
     w.value(s.device);
   }
+  w.field("cpu_wait_ns", s.cpuWaitNs);
   w.field("p2p_ns", s.p2pNs);
   w.field("bubble_ns", s.bubbleNs);
   w.field("collective_ns", s.collectiveNs);

@@ -80,12 +80,13 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
     const char* name;
     int64_t value;
   };
-  for (const Part& p : {Part{"compute_ns", s.compute_ns()}, Part{"comm_ns", s.comm_ns()},
-                        Part{"exposed_comm_ns", s.exposed_comm_ns()}, Part{"data_ns", s.data_ns()},
-                        Part{"p2p_ns", s.p2p_ns()}, Part{"bubble_ns", s.bubble_ns()},
-                        Part{"collective_ns", s.collective_ns()},
-                        Part{"exposed_collective_ns", s.exposed_collective_ns()},
-                        Part{"all_to_all_ns", s.all_to_all_ns()}}) {
+  for (const Part& p :
+       {Part{"compute_ns", s.compute_ns()}, Part{"comm_ns", s.comm_ns()},
+        Part{"exposed_comm_ns", s.exposed_comm_ns()}, Part{"data_ns", s.data_ns()},
+        Part{"p2p_ns", s.p2p_ns()}, Part{"bubble_ns", s.bubble_ns()},
+        Part{"collective_ns", s.collective_ns()},
+        Part{"exposed_collective_ns", s.exposed_collective_ns()},
+        Part{"all_to_all_ns", s.all_to_all_ns()}, Part{"cpu_wait_ns", s.cpu_wait_ns()}}) {
     if (p.value < 0 || p.value > bound) {
       return reject("invalid_breakdown", std::string(p.name) + " " + std::to_string(p.value) +
                                              " not within 0..duration_ns" + at());

@@ -124,6 +124,9 @@ struct StepRow {
   double peakFlops = 0;
   // Detail: where the rank's operators ran (StepReport field 26: "cuda", ...; "" = the host).
   std::string device;
+  // Detail: the training thread's wait for a CPU in the step (StepReport field 27; 0: none or
+  // not measured).
+  int64_t cpuWaitNs = 0;
 };
 
 struct StepQuery {

@@ -60,6 +60,7 @@ Status fillStepDetail(std::string_view blob, StepRow* row) {
   row->exposedCollectiveNs = detail.exposed_collective_ns();
   row->allToAllNs = detail.all_to_all_ns();
   row->device = detail.device();
+  row->cpuWaitNs = detail.cpu_wait_ns();
   row->modelFlops = detail.model_flops();
   row->hardwareFlops = detail.hardware_flops();
   row->peakFlops = detail.peak_flops();

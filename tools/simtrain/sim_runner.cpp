@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "agent/probe/cpu_wait.h"
 #include "agent/probe/trainscope_probe.h"
 #include "common/clock.h"
 #include "tools/simtrain/step_model.h"
@@ -241,6 +242,9 @@ int run(const SimOptions& in) {
   const uint32_t world = worldSizeOf(options);
   std::vector<ts_probe*> probes;
   std::vector<std::string> hosts;
+  // The simulator's threads stand in for ranks whose scheduling they are not: their run delay
+  // is not the simulated steps' CPU wait.
+  probe::setCpuWaitEnabled(false);
   for (uint32_t i = 0; i < options.ranks; ++i) {
     hosts.push_back("node" + std::to_string((options.firstRank + i) % nAgents));
   }

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "agent/probe/cpu_wait.h"
 #include "agent/probe/intern.h"
 #include "agent/probe/trainscope_probe.h"
 
@@ -420,4 +421,58 @@ TEST_CASE("fold stamps the FLOPs the job stated into the steps finalized after i
   CHECK(out[1].report.model_flops() == 2e12);
   CHECK(out[1].report.hardware_flops() == 2.5e12);
   CHECK(out[1].report.peak_flops() == 1e15);
+}
+
+namespace {
+// A step mark with the marking thread's run delay (record.h: t1; -1 = not measured).
+Record mark(RecordType t, int64_t s, int64_t at, int64_t delay) {
+  Record r = step(t, s, at);
+  r.t1 = delay;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("fold reports the run delay between a step's marks as its CPU wait") {
+  StepFolder f(opts());
+  f.add(0, mark(RecordType::kStepBegin, 1, 1000, 500));
+  f.add(0, mark(RecordType::kStepEnd, 1, 2000, 800));
+  // Begins where step 1 ended, its begin mark made later (`trainscope run` back-dates it):
+  // the delay counts from step 1's end mark, so the gap between the two calls is included.
+  f.add(0, mark(RecordType::kStepBegin, 2, 2000, 900));
+  f.add(0, mark(RecordType::kStepEnd, 2, 3000, 1000));
+  // Not measured at one mark: no figure (0).
+  f.add(0, mark(RecordType::kStepBegin, 3, 3500, -1));
+  f.add(0, mark(RecordType::kStepEnd, 3, 4000, 1200));
+  // Marks from two threads: their delays are not comparable.
+  f.add(0, mark(RecordType::kStepBegin, 4, 4000, 1200));
+  f.add(1, mark(RecordType::kStepEnd, 4, 5000, 1300));
+  // More delay than the step lasted (a mark made late): bounded by the duration.
+  f.add(0, mark(RecordType::kStepBegin, 5, 6000, 0));
+  f.add(0, mark(RecordType::kStepEnd, 5, 6100, 5000));
+  f.finish();
+  auto out = f.take();
+  REQUIRE(out.size() == 5);
+  CHECK(out[0].report.cpu_wait_ns() == 300);
+  CHECK(out[1].report.cpu_wait_ns() == 200);
+  CHECK(out[2].report.cpu_wait_ns() == 0);
+  CHECK(out[3].report.cpu_wait_ns() == 0);
+  CHECK(out[4].report.cpu_wait_ns() == 100);
+}
+
+TEST_CASE("the run delay parser reads schedstat's second field") {
+  const char text[] = "7267420 8573029 4\n";
+  CHECK(parseRunDelay(text, static_cast<long>(sizeof(text) - 1)) == 8573029);
+  CHECK(parseRunDelay("12 0 1", 6) == 0);
+  CHECK(parseRunDelay("12", 2) == -1);
+  CHECK(parseRunDelay("", 0) == -1);
+  CHECK(parseRunDelay("x 1 2", 5) == -1);
+  CHECK(parseRunDelay("99999999999999999999999 1 2", 27) == -1);
+}
+
+TEST_CASE("a live thread's run delay is readable and never decreases") {
+  const int64_t a = threadRunDelayNs();
+  REQUIRE(a >= 0);  // Linux with scheduler statistics, as every supported host
+  volatile uint64_t x = 0;
+  for (int i = 0; i < 1'000'000; ++i) x = x + static_cast<uint64_t>(i);
+  CHECK(threadRunDelayNs() >= a);
 }
