@@ -155,6 +155,11 @@ int collectorMain(int argc, char** argv) {
                  "below this is not raised; hangs always are")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--detect-op-max-cpu-wait", det.opRegression.maxCpuWaitShare,
+                 "a rank's operators are not judged in a step whose training thread waited for a "
+                 "CPU longer than this share of it (an oversubscribed host); 1 judges them always")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--auto-capture-interval", options.autoCaptureIntervalS,
                  "seconds: the window of the automatic-capture budget; 0 turns automatic "
                  "captures off")

@@ -75,6 +75,10 @@ std::string detectMetricsText(const PipelineStats& s, const detect::DetectStats&
          d.flapped);
   metric("trainscope_detect_anomalies_below_floor_total", "counter",
          "Anomalies not raised: estimated gain under --detect-min-gain.", d.belowFloor);
+  metric("trainscope_detect_op_steps_cpu_bound_total", "counter",
+         "Rank steps whose operators were not judged: the rank waited for a CPU longer than "
+         "--detect-op-max-cpu-wait of the step.",
+         d.opCpuBound);
   metric("trainscope_detect_store_failures_total", "counter",
          "Anomaly writes the store refused (kept for a retry).", s.writeFailures);
   metric("trainscope_detect_jobs", "gauge", "Jobs the detectors track now.", d.jobs);

@@ -596,6 +596,7 @@ void DetectorSet::forgetJob(const std::string& name) {
   retired_.droppedSteps += a.droppedSteps;
   retired_.rewinds += a.rewinds;
   retired_.stepsJudged += it->second->stepsJudged;
+  retired_.opCpuBound += it->second->opRegression.cpuBoundSkipped();
   jobs_.erase(it);
 }
 
@@ -616,6 +617,7 @@ DetectStats DetectorSet::stats() const {
     s.droppedSteps += a.droppedSteps;
     s.rewinds += a.rewinds;
     s.stepsJudged += j->stepsJudged;
+    s.opCpuBound += j->opRegression.cpuBoundSkipped();
   }
   s.late += lateAfterEnd_;
   s.rejected = rejected_;

@@ -75,6 +75,8 @@ struct DetectStats {
   uint64_t folded = 0;      // anomalies not published: another one explains them
   uint64_t flapped = 0;     // not published: resolved while held (FoldOptions::confirmSteps)
   uint64_t belowFloor = 0;  // not published: estimated gain under FoldOptions::minGain
+  uint64_t opCpuBound = 0;  // rank steps whose operators were not judged: the rank waited for
+                            // a CPU (OpRegressionOptions::maxCpuWaitShare)
   size_t jobs = 0;          // jobs tracked now
 };
 

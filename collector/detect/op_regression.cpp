@@ -52,6 +52,12 @@ void OpRegressionDetector::gatherSamples(const AssembledStep& step, double media
   for (const RankStep& r : step.ranks) {
     // Operators on a device are timed as launches on the host (StepReport.device): not judged.
     if (!r.report.device().empty()) continue;
+    // Nor on a thread that waited for a CPU: its operator times hold the host's scheduling.
+    if (static_cast<double>(r.report.cpu_wait_ns()) >
+        o_.maxCpuWaitShare * static_cast<double>(r.report.duration_ns())) {
+      ++cpuBoundSkipped_;
+      continue;
+    }
     // How much slower this rank computes than its peers this step: a straggler's ops all carry
     // it, so it is divided out of the rank's op series.
     const double rankFactor = medianCompute > 0.0 && r.report.compute_ns() > 0

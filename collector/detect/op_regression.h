@@ -12,7 +12,10 @@
 // maxOpsPerJob. Reports whose operators run on a device (StepReport.device, e.g. "cuda") are
 // not judged: the probe times their launches on the host, and on a healthy H200 job those
 // rose 1.1-6x for stretches of steps while the step time stayed flat (tools/bench/gpu_replay);
-// device timings (CUPTI) are not collected. Used from the caller's thread only.
+// device timings (CUPTI) are not collected. Nor are a rank's operators judged in a step whose
+// training thread waited for a CPU for more than maxCpuWaitShare of it (StepReport.cpu_wait_ns:
+// an oversubscribed host), since a preemption lands in whichever operator runs. Used from the
+// caller's thread only.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +36,8 @@ class OpRegressionDetector {
   OpRegressionDetector(std::string job, const OpRegressionOptions& options, EventLog* log);
   void onStep(const AssembledStep& step);
   size_t trackedOps() const { return ops_.size(); }
+  // Rank steps not sampled: their thread waited for a CPU too long (maxCpuWaitShare).
+  uint64_t cpuBoundSkipped() const { return cpuBoundSkipped_; }
 
  private:
   static constexpr size_t kPerCallHistory = 32;
@@ -89,6 +94,7 @@ class OpRegressionDetector {
   std::vector<OpState*> byPosition_;
   std::vector<OpState*> touched_;  // ops sampled in the step being judged
   uint64_t serial_ = 0;            // steps judged (a restart may judge a step number again)
+  uint64_t cpuBoundSkipped_ = 0;
 
   std::string job_;
   OpRegressionOptions o_;

@@ -146,6 +146,12 @@ struct OpRegressionOptions {
   size_t maxOpsPerJob = 256;         // bounded memory; least recently seen ops are dropped
   int forgetAfterSteps = 1000;       // an op unseen this long is dropped
   int64_t minCallNs = 1000;          // ops faster than this per call are too noisy to judge
+  // A rank's step whose training thread waited for a CPU (StepReport.cpu_wait_ns) longer than
+  // this share of the step is not sampled: its operator times hold the host's scheduling, not
+  // the operators (on a 2-core host with a busy neighbour a preemption made single operators
+  // 10-90x slower for a step, and their shares of compute drifted for dozens of steps). Larger
+  // = judges operators on busier hosts, with more false alarms there; 1 = never skip.
+  double maxCpuWaitShare = 0.05;
 };
 
 struct HangOptions {

@@ -64,6 +64,11 @@ void StragglerDetector::onStep(const AssembledStep& step) {
   std::vector<double> waits(n);
   for (size_t i = 0; i < n; ++i) waits[i] = static_cast<double>(rs[i]->report.exposed_comm_ns());
   const std::vector<double> peerWaits = mediansOfOthers(waits);
+  std::vector<double> cpuWaits(n);
+  for (size_t i = 0; i < n; ++i) cpuWaits[i] = static_cast<double>(rs[i]->report.cpu_wait_ns());
+  const std::vector<double> peerCpuWaits = mediansOfOthers(cpuWaits);
+  const bool cpuWaitKnown =
+      std::any_of(cpuWaits.begin(), cpuWaits.end(), [](double w) { return w > 0; });
   std::vector<double> ratios(n);
   for (size_t i = 0; i < n; ++i) ratios[i] = peers[i] > 0 ? computes[i] / peers[i] : 1.0;
   // Job-wide spread of the ratios; one straggler barely moves a MAD across ranks.
@@ -110,6 +115,8 @@ void StragglerDetector::onStep(const AssembledStep& step) {
     st.peer.push(peers[i]);
     st.exposed.push(waits[i]);
     st.peerExposed.push(peerWaits[i]);
+    st.cpuWait.push(cpuWaits[i]);
+    st.peerCpuWait.push(peerCpuWaits[i]);
     if (known.size() >= 2 && arrivals[i] == arrivals[i])
       st.arrivalLag.push(arrivals[i] - arrivalMedian);
     st.tracker.setExternalNoise(jobNoise);
@@ -149,10 +156,23 @@ void StragglerDetector::onStep(const AssembledStep& step) {
                     {"added_ms_per_step", computeMs - peerMs}};
       if (!st.arrivalLag.empty())
         a.evidence["arrival_lag_ms"] = median(st.arrivalLag.values()) / 1e6;
+      std::string cause;
+      if (cpuWaitKnown) {
+        const double cpuWaitMs = median(st.cpuWait.latest(since)) / 1e6;
+        const double peerCpuWaitMs = median(st.peerCpuWait.latest(since)) / 1e6;
+        a.evidence["cpu_wait_ms"] = cpuWaitMs;
+        a.evidence["peer_cpu_wait_ms"] = peerCpuWaitMs;
+        if (cpuWaitMs - peerCpuWaitMs >= 0.5 * (computeMs - peerMs) && computeMs > peerMs) {
+          a.labels["cause"] = "cpu_contention";
+          cause = "; it waited " + formatMs(cpuWaitMs * 1e6) + " a step for a CPU (peers " +
+                  formatMs(peerCpuWaitMs * 1e6) + "): its host runs more threads than it has cores";
+        }
+      }
       a.summary = "rank " + std::to_string(rank) + (st.node.empty() ? "" : " (" + st.node + ")") +
                   " is a straggler: its own time (the step less its waits) " +
                   formatRatio(a.magnitude) + " the peer median (" + formatMs(computeMs * 1e6) +
-                  " vs " + formatMs(peerMs * 1e6) + ") from step " + std::to_string(a.onsetStep);
+                  " vs " + formatMs(peerMs * 1e6) + ") from step " + std::to_string(a.onsetStep) +
+                  cause;
       st.anomaly = log_->open(std::move(a), rankSubject({rank}));
       st.open = true;
     } else if (t == PersistenceTracker::Transition::kResolved) {

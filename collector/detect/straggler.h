@@ -21,6 +21,11 @@
 // gradient buckets, Work.wait()) exceeds its own by at least half its compute excess — the
 // peer waits for it at the collectives. Until then the rise is held (deferred), not reported.
 //
+// A busy host. Where the probes measure it (StepReport.cpu_wait_ns), the evidence gives the
+// rank's wait for a CPU and its peers'; when the rank's exceeds theirs by at least half its
+// excess, its host is the cause (labels.cause "cpu_contention", said in the summary): more
+// threads there than cores, not the job's code.
+//
 // With a parallel layout (setLayout: tensor- or pipeline-parallel groups were declared) the
 // unit is the worker (a tensor-parallel group, whose ranks are slow together) and its peers
 // are the workers of the same pipeline stage only: stages do different work (the last one
@@ -105,13 +110,17 @@ class StragglerDetector {
           peer(static_cast<size_t>(std::max(1, o.persistence.window))),
           arrivalLag(static_cast<size_t>(std::max(1, o.persistence.window))),
           exposed(static_cast<size_t>(std::max(1, o.persistence.window))),
-          peerExposed(static_cast<size_t>(std::max(1, o.persistence.window))) {}
+          peerExposed(static_cast<size_t>(std::max(1, o.persistence.window))),
+          cpuWait(static_cast<size_t>(std::max(1, o.persistence.window))),
+          peerCpuWait(static_cast<size_t>(std::max(1, o.persistence.window))) {}
     PersistenceTracker tracker;
     Ring<double> compute;
     Ring<double> peer;
     Ring<double> arrivalLag;
     Ring<double> exposed;      // the rank's exposed communication (its waits) per step
     Ring<double> peerExposed;  // the median of its peers'
+    Ring<double> cpuWait;      // its training thread's wait for a CPU (StepReport.cpu_wait_ns)
+    Ring<double> peerCpuWait;  // the median of its peers'
     std::string node;
     bool open = false;
     bool deferred = false;  // the ratio rose but the peers' waits do not yet say so (two ranks)

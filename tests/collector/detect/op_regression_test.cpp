@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <utility>
 
 #include "collector/detect/detector_set.h"
 #include "collector/detect/op_regression.h"
@@ -131,4 +132,33 @@ TEST_CASE("op_regression: ops that vanish are forgotten, keeping memory bounded"
     REQUIRE(det.trackedOps() <= 8 + 4);
   }
   CHECK(log.take().empty());
+}
+
+TEST_CASE("op_regression: a rank that waits for a CPU has its operators left unjudged") {
+  // Operator 'attention' 1.5x slower on rank 3 from step 1,500; that rank's thread waits for a
+  // CPU for 10 % of each step from then on (an oversubscribed host): its operator times carry
+  // the host's scheduling, so they are not judged; the same rise without the wait is.
+  auto withWait = [](int64_t waitFrom) {
+    SynthJob job;
+    job.seed = 35;
+    job.rng.seed(35);
+    job.opFactor = [](int64_t s, uint32_t r, const std::string& op) {
+      return op == "attention" && r == 3 && s >= 1500 ? 1.5 : 1.0;
+    };
+    job.tamper = [waitFrom](trainscope::wire::StepReport& rep) {
+      if (rep.rank() == 3 && rep.step() >= waitFrom) rep.set_cpu_wait_ns(rep.duration_ns() / 10);
+    };
+    DetectorSet set;
+    std::vector<Anomaly> events;
+    run(job, set, 0, 2000, &events);
+    return std::make_pair(events, set.stats().opCpuBound);
+  };
+  auto [contended, skipped] = withWait(1000);
+  INFO(describe(contended));
+  CHECK(ofKind(contended, AnomalyKind::kOpRegression).empty());
+  CHECK(skipped == 1000);  // rank 3's steps 1,000..1,999
+  auto [clean, none] = withWait(1'000'000);
+  INFO(describe(clean));
+  CHECK(ofKind(clean, AnomalyKind::kOpRegression).size() == 1);
+  CHECK(none == 0);
 }
