@@ -148,6 +148,8 @@ def print_result(r):
     sc = r["scenario"]
     r["found"], r["right"], r["latency"], false, r["secondary"] = score(sc, r["anomalies"])
     r["false_alarms"] = len(false)
+    if r.get("cpu_wait"):
+        print("  CPU wait (median share of a step, by rank): %s" % r["cpu_wait"])
     if r["waits"]:
         print("  exposed communication after the fault (median ms/step): faulted rank "
               "%.2f, its peers %.2f" % tuple(r["waits"]))
@@ -212,6 +214,18 @@ def wait_split(http, job, sc):
         per_rank.append(vals[len(vals) // 2])
     peers = sorted(v for r, v in enumerate(per_rank) if r != f["rank"])
     return per_rank[f["rank"]], peers[len(peers) // 2]
+
+
+def cpu_wait_share(http, job, ranks):
+    """The median share of a step each rank's training thread waited for a CPU (StepReport
+    cpu_wait_ns over duration_ns), as a list by rank: how oversubscribed the host was."""
+    shares = []
+    for r in range(ranks):
+        got = http_json(http, "/api/v1/jobs/%s/steps?rank=%d&detail=1&limit=5000" % (job, r))
+        vals = sorted(s.get("cpu_wait_ns", 0) / s["duration_ns"]
+                      for s in got.get("steps", []) if s.get("duration_ns", 0) > 0)
+        shares.append(round(vals[len(vals) // 2], 3) if vals else None)
+    return shares
 
 
 def main():
@@ -286,7 +300,7 @@ def main():
                 else anomalies
             waits = wait_split(http, job, sc) if sc["fault"] else None
             results.append(dict(scenario=sc, job=job, wall_s=wall, anomalies=anomalies,
-                                waits=waits))
+                                waits=waits, cpu_wait=cpu_wait_share(http, job, sc["ranks"])))
             print_result(results[-1])
         if args.json:
             with open(args.json, "w") as out:
