@@ -118,8 +118,10 @@ class DetectorSet {
   // compares workers only with those of the same stage and stage_imbalance judges the stages
   // (see straggler.h, stage_imbalance.h); without, the job is judged flat, as before.
   // Expert-parallel groups feed expert_imbalance (with or without a layout). May come
-  // before the job's first report and again when the declarations change (a restart); a
-  // layout equal to the one in use changes nothing. Kept for up to maxJobs jobs.
+  // before the job's first report, after its first steps were judged flat (the stragglers
+  // those opened are carried over or resolved: straggler.h, "Layout changes"), and again
+  // when the declarations change (a restart); a layout equal to the one in use changes
+  // nothing. Kept for up to maxJobs jobs.
   void setTopology(const std::string& job, const topology::Topology& topology);
   // Drops all state of a job (e.g. deleted by retention).
   void forgetJob(const std::string& job);

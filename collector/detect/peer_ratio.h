@@ -44,7 +44,8 @@ class PeerRatioSet {
             std::vector<Event>* events);
 
   const PersistenceTracker& tracker(size_t unit) const { return units_.at(unit).tracker; }
-  double noise() const { return noise_; }  // 0 until known
+  bool has(size_t unit) const { return units_.count(unit) != 0; }  // it had a ratio once
+  double noise() const { return noise_; }                          // 0 until known
   bool ready() const { return ready_; }
 
   static constexpr size_t kMinNoiseSteps = 4;

@@ -13,7 +13,8 @@
 // worker's pace, is not read as a heavier stage (the straggler detector names it). The anomaly
 // names every rank of the stage, labels.stage, and evidence.estimated_gain
 // (the what-if of layout.h with the stage at the other stages' median work). Only for jobs with
-// a layout of two or more stages (setLayout); used from the caller's thread only.
+// a layout of two or more stages (setLayout); a stage heavy from before the layout arrived has
+// the first step judged with it as its onset. Used from the caller's thread only.
 #pragma once
 
 #include <cstdint>

@@ -18,6 +18,28 @@ StragglerDetector::StragglerDetector(std::string job, const StragglerOptions& op
       views_(static_cast<size_t>(std::max(1, options.persistence.window))) {}
 
 void StragglerDetector::setLayout(std::shared_ptr<const JobLayout> layout) {
+  // What is open was judged against the old peers (see "Layout changes" in the header).
+  std::vector<std::pair<size_t, Anomaly>> carried;  // (worker in the new layout, anomaly)
+  for (auto& [rank, st] : ranks_) {
+    if (!st.open) continue;
+    const int32_t w = layout ? stillSlow(*layout, rank, st) : -1;
+    const bool taken = std::any_of(carried.begin(), carried.end(), [&](const auto& c) {
+      return c.first == static_cast<size_t>(w);
+    });
+    if (w >= 0 && !taken) {
+      carried.emplace_back(static_cast<size_t>(w), std::move(st.anomaly));
+    } else {
+      retired_.push_back(std::move(st.anomaly));
+    }
+  }
+  for (WorkerState& w : workers_) {
+    if (w.open) retired_.push_back(std::move(w.anomaly));
+  }
+  ranks_.clear();
+  noise_.clear();
+  pairRank_ = 0;
+  pairRatio_ = 0.0;
+  layoutStep_ = -1;
   layout_ = std::move(layout);
   stageSets_.clear();
   rankSets_.clear();
@@ -30,6 +52,42 @@ void StragglerDetector::setLayout(std::shared_ptr<const JobLayout> layout) {
   }
   const size_t window = static_cast<size_t>(std::max(1, o_.persistence.window));
   workers_.assign(layout_->workers.size(), WorkerState(window));
+  for (auto& [w, a] : carried) {
+    workers_[w].open = true;
+    workers_[w].carried = true;
+    workers_[w].anomaly = std::move(a);
+  }
+}
+
+int32_t StragglerDetector::stillSlow(const JobLayout& layout, uint32_t rank,
+                                     const RankState& st) const {
+  const int32_t w = layout.workerOfRank(rank);
+  if (w < 0 || st.compute.empty()) return -1;
+  // A worker of several ranks is named by the layout path (as the worker, or its one slow
+  // GPU), where the flat path named each of its slow ranks.
+  if (layout.workers[static_cast<size_t>(w)].ranks != std::vector<uint32_t>{rank}) return -1;
+  const size_t since = static_cast<size_t>(
+      std::clamp<int64_t>(lastStep_ - st.tracker.onsetStep() + 1, 1, o_.persistence.window));
+  // A worker's own time is its slowest rank's (layout.h), each rank's the median since onset.
+  auto workerNs = [&](const Worker& wk) {
+    double x = 0;
+    for (uint32_t r : wk.ranks) {
+      auto it = ranks_.find(r);
+      if (it != ranks_.end() && !it->second.compute.empty())
+        x = std::max(x, median(it->second.compute.latest(since)));
+    }
+    return x;
+  };
+  const Worker& mine = layout.workers[static_cast<size_t>(w)];
+  std::vector<double> peers;
+  for (const Worker& q : layout.workers) {
+    if (&q == &mine || q.stage != mine.stage) continue;
+    const double x = workerNs(q);
+    if (x > 0) peers.push_back(x);
+  }
+  if (peers.empty()) return -1;
+  const double peer = medianInPlace(peers);
+  return workerNs(mine) >= (1.0 + o_.persistence.minExcess) * peer ? w : -1;
 }
 
 namespace {
@@ -47,6 +105,16 @@ double ownTime(const wire::StepReport& r) {
 }  // namespace
 
 void StragglerDetector::onStep(const AssembledStep& step) {
+  lastStep_ = step.step;
+  for (Anomaly& a : retired_) {
+    a.labels["resolution"] = "layout";
+    a.summary =
+        "superseded by the job's declared layout, which compares workers within their "
+        "stage: " +
+        a.summary;
+    log_->resolve(a, step.step, step.nowNs);
+  }
+  retired_.clear();
   if (layout_) {
     onLayoutStep(step);
     return;
@@ -248,6 +316,23 @@ int StragglerDetector::singleRank(const WorkerState& st, const Worker& wk, size_
 
 void StragglerDetector::onLayoutStep(const AssembledStep& step) {
   const JobLayout& layout = *layout_;
+  if (layoutStep_ < 0) layoutStep_ = step.step;
+  // A straggler carried over from the flat comparison stays open while this comparison finds
+  // its worker slow too; if it has not within two windows, it is over.
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    WorkerState& st = workers_[w];
+    if (!st.carried) continue;
+    const PeerRatioSet& set = stageSets_[layout.workers[w].stage];
+    if (set.has(w) && set.tracker(w).active()) {
+      st.carried = false;
+    } else if (step.step - layoutStep_ >= 2 * int64_t{std::max(1, o_.persistence.window)}) {
+      Anomaly a = st.anomaly;
+      a.labels["resolution"] = "layout";
+      log_->resolve(a, step.step, step.nowNs);
+      st.open = false;
+      st.carried = false;
+    }
+  }
   viewStep(step, layout, &view_);
   observeRanks(step);
   views_.push(summaryOf(view_));
@@ -283,6 +368,10 @@ void StragglerDetector::onLayoutStep(const AssembledStep& step) {
       if (e.transition == PersistenceTracker::Transition::kResolved) {
         if (st.open) log_->resolve(st.anomaly, tr.resolvedStep(), step.nowNs);
         st.open = false;
+        continue;
+      }
+      if (st.open) {  // carried over from the flat comparison: the same straggler
+        st.carried = false;
         continue;
       }
       Anomaly a;

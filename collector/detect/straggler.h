@@ -52,6 +52,20 @@
 // with each other (rank compute / median of its tensor-parallel peers', PeerRatioSet per stage)
 // and a rank is named by the same wait test (or on its compute alone when the job reports no
 // tensor-parallel collectives); a whole stage slowed alike is stage_imbalance's.
+//
+// Layout changes. The layout often arrives a few steps after the first reports (ranks declare
+// their groups as they start, and it is built once every rank has), and until then the job is
+// judged flat, where the ranks of a stage heavier in every replica are slower than the job's
+// median: at dp2 pp4 the last stage's two ranks read as two stragglers within a few steps.
+// So when the layout arrives, a straggler the flat comparison opened stays open only where it
+// is a worker of its own (no tensor parallelism) and its steps so far show it slower than the
+// other workers of its stage (by minExcess, own times as in the flat path): it is carried over
+// (its id and onset kept) until this comparison's tracker takes it, which later resolves it,
+// or for two windows at most. Any other (the two ranks of that heavier stage, the ranks of a
+// tensor-parallel group, a rank whose stage has no other worker, whatever was open under a
+// layout now replaced) is resolved at the next judged step (labels.resolution "layout", its
+// summary saying so), and the new comparison names what is still slow. One still held by the
+// DetectorSet (FoldOptions::confirmSteps) is then dropped unpublished.
 #pragma once
 
 #include <cstdint>
@@ -74,7 +88,7 @@ class StragglerDetector {
   StragglerDetector(std::string job, const StragglerOptions& options, EventLog* log);
   void onStep(const AssembledStep& step);
   // The job's layout; nullptr (the default) compares every rank with every other. A new
-  // layout starts the per-worker state over.
+  // layout starts the per-rank and per-worker state over (see "Layout changes").
   void setLayout(std::shared_ptr<const JobLayout> layout);
 
  private:
@@ -87,6 +101,7 @@ class StragglerDetector {
     std::vector<Ring<double>> rankCompute;
     std::vector<Ring<double>> rankWait;
     bool open = false;
+    bool carried = false;  // `anomaly` was opened by the flat comparison (see setLayout)
     Anomaly anomaly;
   };
   // Each worker rank's compute and tensor-parallel wait this step (see "One slow GPU").
@@ -127,6 +142,10 @@ class StragglerDetector {
     Anomaly anomaly;
   };
 
+  // The worker of `rank` in `layout` when, over the flat path's recent steps, it is still
+  // slower than its stage's other workers (by minExcess); else -1.
+  int32_t stillSlow(const JobLayout& layout, uint32_t rank, const RankState& st) const;
+
   std::string job_;
   StragglerOptions o_;
   EventLog* log_;
@@ -141,6 +160,11 @@ class StragglerDetector {
   std::vector<WorkerState> workers_;     // by worker index
   Ring<StepSummary> views_;              // for the evidence (medians since onset)
   LayoutStep view_;                      // scratch
+  // Open when the layout changed (setLayout) and not carried over: resolved at the next
+  // judged step.
+  std::vector<Anomaly> retired_;
+  int64_t lastStep_ = -1;    // the latest judged step
+  int64_t layoutStep_ = -1;  // the first step judged with the current layout
 };
 
 }  // namespace trainscope::detect

@@ -183,4 +183,16 @@ inline std::vector<Anomaly> runLayoutJob(ParallelSynth& job, int64_t steps, bool
   return events;
 }
 
+// The same, with the layout told only after the first `late` steps were judged flat (the
+// ranks' hellos with their groups came later than their first reports).
+inline std::vector<Anomaly> runLateLayoutJob(ParallelSynth& job, int64_t steps, int64_t late) {
+  job.rng.seed(job.seed);
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  job.run(set, 0, late, &events);
+  set.setTopology(job.job, job.topology());
+  job.run(set, late, steps, &events);
+  return events;
+}
+
 }  // namespace trainscope::detect::test

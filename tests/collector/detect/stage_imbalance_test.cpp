@@ -133,3 +133,69 @@ TEST_CASE(
   REQUIRE(named.size() == 1);
   CHECK(named[0].ranks == std::vector<uint32_t>{9});
 }
+
+TEST_CASE(
+    "stage_imbalance: a stage heavier on every replica (tp1 pp4 dp2) is one stage_imbalance, not "
+    "a straggler per replica, also when the layout comes after the first steps") {
+  // Issue 34: Megatron's rank order, the last stage 1.3x on both replicas from step 0 (or from
+  // step 150), the layout told at once or only after 5, 10 or 20 steps judged flat, where the
+  // stage's two ranks are slower than the job's median.
+  for (int64_t late : {0, 5, 10, 20}) {
+    for (int64_t from : {0, 150}) {
+      ParallelSynth job;
+      job.seed = 34;
+      job.tp = 1;
+      job.pp = 4;
+      job.dp = 2;
+      job.stageFactor = [from](int64_t s, uint32_t st) { return s >= from && st == 3 ? 1.3 : 1.0; };
+      auto events = runLateLayoutJob(job, 400, late);
+      INFO("layout after " << late << " steps, stage slow from " << from << "\n"
+                           << describe(events));
+      auto opened = ofKind(events, AnomalyKind::kStageImbalance);
+      REQUIRE(opened.size() == 1);
+      CHECK(opened[0].ranks == std::vector<uint32_t>{6, 7});
+      CHECK(opened[0].labels.at("stage") == "3");
+      CHECK(opened[0].onsetStep <= std::max(from, late) + 2);
+      CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
+    }
+  }
+  // Any data-parallel size: four replicas, the layout after 10 steps.
+  ParallelSynth dp4;
+  dp4.seed = 35;
+  dp4.tp = 1;
+  dp4.pp = 4;
+  dp4.dp = 4;
+  dp4.stageFactor = [](int64_t, uint32_t st) { return st == 3 ? 1.3 : 1.0; };
+  auto events = runLateLayoutJob(dp4, 400, 10);
+  INFO(describe(events));
+  auto opened = ofKind(events, AnomalyKind::kStageImbalance);
+  REQUIRE(opened.size() == 1);
+  CHECK(opened[0].ranks == std::vector<uint32_t>{12, 13, 14, 15});
+  CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
+}
+
+TEST_CASE(
+    "stage_imbalance: stragglers published flat before the layout came are resolved when it "
+    "comes, and the stage is named") {
+  // The layout after 60 steps, past the confirmation hold: the flat comparison's two
+  // stragglers were published; they must not stay open beside the stage that explains them.
+  ParallelSynth job;
+  job.seed = 36;
+  job.tp = 1;
+  job.pp = 4;
+  job.dp = 2;
+  job.stageFactor = [](int64_t, uint32_t st) { return st == 3 ? 1.3 : 1.0; };
+  auto events = runLateLayoutJob(job, 300, 60);
+  INFO(describe(events));
+  auto flat = ofKind(events, AnomalyKind::kStraggler);
+  auto resolved = ofKind(events, AnomalyKind::kStraggler, AnomalyState::kResolved);
+  CHECK(flat.size() == 2);
+  REQUIRE(resolved.size() == flat.size());
+  for (const Anomaly& r : resolved) {
+    CHECK(r.resolvedStep == 60);
+    CHECK(r.labels.at("resolution") == "layout");
+  }
+  auto opened = ofKind(events, AnomalyKind::kStageImbalance);
+  REQUIRE(opened.size() == 1);
+  CHECK(opened[0].labels.at("stage") == "3");
+}

@@ -233,3 +233,45 @@ TEST_CASE("straggler layout: no alarm on 2,000 healthy steps of tp4 x pp4 x dp1,
   CHECK(ofKind(events, AnomalyKind::kStraggler).empty());
   CHECK(ofKind(events, AnomalyKind::kStageImbalance).empty());
 }
+
+TEST_CASE(
+    "straggler/layout: one slow worker at tp1 pp4 dp2 named flat before the layout came stays "
+    "one straggler, with its onset") {
+  // The counterpart of issue 34's heavier stage: only replica 1's last stage is slow. Named
+  // by the flat comparison before the layout came (held, or already published), it is kept
+  // when the layout comes, as its stage's other worker is faster: one anomaly, onset 0.
+  for (int64_t late : {10, 60}) {
+    ParallelSynth job;
+    job.seed = 37;
+    job.tp = 1;
+    job.pp = 4;
+    job.dp = 2;
+    job.workerFactor = [](int64_t, uint32_t st, uint32_t d) {
+      return st == 3 && d == 1 ? 1.3 : 1.0;
+    };
+    auto events = runLateLayoutJob(job, 300, late);
+    INFO("layout after " << late << " steps\n" << describe(events));
+    auto named = ofKind(events, AnomalyKind::kStraggler);
+    REQUIRE(named.size() == 1);
+    CHECK(named[0].ranks == std::vector<uint32_t>{7});
+    CHECK(named[0].onsetStep <= 1);
+    CHECK(ofKind(events, AnomalyKind::kStraggler, AnomalyState::kResolved).empty());
+    CHECK(ofKind(events, AnomalyKind::kStageImbalance).empty());
+  }
+  // Carried over, it resolves when the worker is back in line.
+  ParallelSynth job;
+  job.seed = 38;
+  job.tp = 1;
+  job.pp = 4;
+  job.dp = 2;
+  job.workerFactor = [](int64_t s, uint32_t st, uint32_t d) {
+    return s < 150 && st == 3 && d == 1 ? 1.3 : 1.0;
+  };
+  auto events = runLateLayoutJob(job, 300, 10);
+  INFO(describe(events));
+  REQUIRE(ofKind(events, AnomalyKind::kStraggler).size() == 1);
+  auto resolved = ofKind(events, AnomalyKind::kStraggler, AnomalyState::kResolved);
+  REQUIRE(resolved.size() == 1);
+  CHECK(resolved[0].resolvedStep >= 145);
+  CHECK(resolved[0].resolvedStep <= 175);
+}
