@@ -207,8 +207,9 @@ void addSchedules(const EvalOptions& o, std::vector<Scenario>* out) {
   }
 }
 
-// The sweep (label 'sweep', issue 11's evaluation grid): layouts from 8 to 1,024 ranks (tp 2-8,
-// pp 2-8, dp 1-32, two with expert parallelism) under each pipeline schedule, with every fault
+// The sweep (label 'sweep', issue 11's evaluation grid): layouts from 8 to 1,024 ranks (tp 1-8,
+// pp 2-8, dp 1-32, two with expert parallelism; tp1pp4dp2, last, is issue 34's Megatron job,
+// whose stage faults slow a stage on both replicas) under each pipeline schedule, with every fault
 // kind the layout has (worker and seqlen need dp >= 2, experts ep >= 2) at x1.1/x1.5/x2 (seqlen
 // cv 0.1-0.3, experts skew 1.1-2) from step 0 and step 100, and healthy jobs per layout and
 // schedule, balanced and edge-loaded. One seed per cell (the grid is large): the seed, and with
@@ -238,7 +239,8 @@ std::vector<SweepLayout> sweepLayouts(bool quick) {
   if (quick) return {{L{2, 2, 2}, 200, 300, G::kFull}, {L{2, 4, 4, 1, 2}, 200, 300, G::kEnds}};
   return {{L{2, 2, 2}, 300, 1000, G::kFull},       {L{8, 2, 1}, 300, 1000, G::kFull},
           {L{2, 4, 4, 1, 2}, 300, 1000, G::kFull}, {L{4, 4, 4}, 300, 600, G::kFull},
-          {L{8, 4, 8}, 200, 300, G::kEnds},        {L{4, 8, 32, 1, 8}, 150, 150, G::kOne}};
+          {L{8, 4, 8}, 200, 300, G::kEnds},        {L{4, 8, 32, 1, 8}, 150, 150, G::kOne},
+          {L{1, 4, 2}, 300, 1000, G::kFull}};
 }
 
 void addSweep(const EvalOptions& o, std::vector<Scenario>* out) {
