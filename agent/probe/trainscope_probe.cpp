@@ -160,7 +160,7 @@ Instance* createInstance(const ts_probe_config* config) {
 
 extern "C" {
 
-// The C ABI keeps the header's ts_snake_case names (STYLE.md).
+// The C ABI keeps the header's ts_snake_case names (docs/STYLE.md).
 // NOLINTBEGIN(readability-identifier-naming)
 
 void ts_config_init(ts_probe_config* config) {

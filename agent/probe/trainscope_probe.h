@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-/* The C ABI is ts_snake_case (STYLE.md), outside the C++ naming that clang-tidy checks. */
+/* The C ABI is ts_snake_case (docs/STYLE.md), outside the C++ naming that clang-tidy checks. */
 /* NOLINTBEGIN(readability-identifier-naming) */
 
 #define TS_PROBE_VERSION "0.1.0"

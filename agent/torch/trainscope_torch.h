@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-/* The C ABI is snake_case (STYLE.md), outside the C++ naming that clang-tidy checks. */
+/* The C ABI is snake_case (docs/STYLE.md), outside the C++ naming that clang-tidy checks. */
 /* NOLINTBEGIN(readability-identifier-naming) */
 
 /* Starts recording operators into `probe` (NULL: the process's default probe). Calling it
