@@ -24,7 +24,8 @@ int agentMain(int argc, char** argv) {
                  "the flag or separate them with commas): each job's data goes to the one its "
                  "name hashes to among those up (rendezvous hashing), and a collector's jobs move "
                  "to the others while it is gone; list the same endpoints on every agent and let "
-                 "the collectors share one ClickHouse store (README: several collectors)")
+                 "the collectors share one ClickHouse store (docs/OPERATIONS.md: several "
+                 "collectors)")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--collector-timeout-ms", opts.collectorTimeoutMs,

@@ -17,7 +17,7 @@
 #             over the C++ files changed since the last tree that passed whole (.ci/tidy-clean,
 #             written by tools/lint.sh --tidy-only --record; TRAINSCOPE_TIDY_BASE overrides),
 #             a changed header through every source that includes it; no result cache
-#   main      GCC debugoptimized (build/, the README's everyday build): the whole suite
+#   main      GCC debugoptimized (build/, the everyday build): the whole suite
 #             without sanitizers                                      [on request]
 # Installs missing Debian packages first. Ends with one line summed over the stages,
 # "tests: N passed, N failed, N skipped" (a lint stage counts as one test), and exits non-zero

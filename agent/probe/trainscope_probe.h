@@ -73,7 +73,7 @@ typedef struct ts_probe_config {
   const char* agent_endpoint; /* NULL: $TRAINSCOPE_AGENT, else the node agent's
                                  ipc:///run/trainscope/agent.sock when it exists, else this
                                  user's own agent's $XDG_RUNTIME_DIR/trainscope/agent.sock;
-                                 README "Security") */
+                                 docs/OPERATIONS.md "Security") */
   const char* job;            /* NULL: $TRAINSCOPE_JOB, $SLURM_JOB_ID, $TORCHELASTIC_RUN_ID,
                                  else generated from host, pid and time */
   int32_t rank;               /* <0: $RANK, else 0 */

@@ -171,7 +171,7 @@ class Api {
 };
 
 // The route table as a Markdown table (method, path with query parameters, what it serves):
-// `trainscope-collector --list-routes` prints it and the README's API list is this text.
+// `trainscope-collector --list-routes` prints it and docs/API.md's route table is this text.
 std::string routeListing();
 
 // "ended" if every rank said goodbye, "running" if seen within kRunningWindowNs, else "stale".

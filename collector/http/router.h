@@ -45,7 +45,7 @@ struct Route {
   // runs. nullopt: not checked (the handler or the transport ignores the query).
   std::optional<std::vector<std::string_view>> query;
   RouteHandler handler = nullptr;
-  std::string_view summary;  // one line for the route listing (README, --list-routes)
+  std::string_view summary;  // one line for the route listing (docs/API.md, --list-routes)
 };
 
 class Router {

@@ -1,5 +1,5 @@
-// The collector's HTTP route table: every route the server answers, in one place (the README's
-// API list is generated from it: `trainscope-collector --list-routes`). The handlers are Api's
+// The collector's HTTP route table: every route the server answers, in one place (docs/API.md's
+// route table is generated from it: `trainscope-collector --list-routes`). The handlers are Api's
 // (api.cpp, capture_api.cpp, import_api.cpp); the server (server.cpp) is only the transport.
 #include <vector>
 

@@ -2,7 +2,8 @@
 // belongs to the uid that registered it first, so another user's probe can neither take it over
 // (and receive its commands) nor end it; the same user may register it again from a new
 // process, as a restarted rank does. And an ipc --endpoint's socket file takes --endpoint-mode
-// (0666 by default), so the README's root agent serving other users' probes works as written.
+// (0666 by default), so the root agent of docs/OPERATIONS.md serving other users' probes works
+// as written.
 // The other-user cases fork a child that drops to uid 65534 before any thread exists; they
 // need root and are skipped (WARN) otherwise.
 #include "agent/agent.h"

@@ -214,7 +214,7 @@ TEST_CASE(
   // Moves besides the kill: a collector stalled past the timeout on this loaded machine and
   // came back, and both stored some of its job's rows at the same moment. Then a row may lie
   // twice in the table until ClickHouse merges it (served once, through FINAL), and the jobs
-  // list's step_rows may count it twice (README, Several collectors: limits).
+  // list's step_rows may count it twice (docs/OPERATIONS.md, Several collectors: limits).
   size_t moves = 0;
   for (const auto& a : agents) {
     const std::string log = a->log();

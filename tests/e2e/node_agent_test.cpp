@@ -1,5 +1,5 @@
 // One agent per node serves every user's jobs (issue 34 item 5): a root agent on its default
-// endpoint (/run/trainscope/agent.sock, as the README's cluster install runs it) and an
+// endpoint (/run/trainscope/agent.sock, as docs/OPERATIONS.md's cluster install runs it) and an
 // unchanged training script run by a non-root user (uid 65534) under `trainscope run` with no
 // --agent: the rank's default endpoint must find the node agent and its steps must reach the
 // collector. And when the agent's socket directory is closed to that user (mode 0700, as older

@@ -15,7 +15,7 @@ With --clickhouse the collector stores into a clickhouse-server started for the 
 tools/clickhouse/ config, as tools/bench/store_bench.py starts it), and the inserts into its
 steps table and the parts it holds at the end are printed as well.
 Exit 0 when every row is stored and the straggler found, 1 otherwise. Loopback only; standard
-library only. The README states what size was run on which machine.
+library only. docs/BENCHMARKS.md states what size was run on which machine.
 
 Example: tools/bench/scale_bench.py --build build-release --ranks 4096 --sims 4 --agents 4 \
              --duration-s 120

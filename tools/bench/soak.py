@@ -16,7 +16,7 @@ steps), the collector alive, its RSS in the last third of the run no higher than
 second third plus --rss-slack-mb (flat, not growing), and the rejects it counted (/metrics).
 Exit 0 when all hold, 1 otherwise. Loopback only. Uses only the standard library.
 
-Example (the README's figure): tools/bench/soak.py --build build-release --duration-s 600
+Example (a figure of docs/BENCHMARKS.md): tools/bench/soak.py --build build-release --duration-s 600
 The issue's soak is --ranks 64 --step-ms 100 --duration-s 7200 (two hours).
 """
 import argparse

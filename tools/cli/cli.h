@@ -20,7 +20,7 @@
 
 namespace trainscope::cli {
 
-// Exit codes, one meaning each (`trainscope --help` and the README list them; `run` exits
+// Exit codes, one meaning each (`trainscope --help` and docs/API.md list them; `run` exits
 // with its command's status instead). A message on stderr says more for every one but 0.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitApiError = 1;       // the collector answered with an error

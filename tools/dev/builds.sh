@@ -1,6 +1,6 @@
 # The build directories the scripts under tools/ use, each configured one way, named by its
 # directory. Source this file, then: setup_build DIR  (configures DIR once; a no-op after).
-#   build          GCC, debugoptimized: the everyday build of the README
+#   build          GCC, debugoptimized: the everyday build (docs/TESTING.md)
 #   build-release  GCC, release (-O3): what packagers build; whole-system tests and benchmarks
 #   build-asan     clang, ASan + UBSan, libFuzzer targets: the whole suite runs here in CI
 #   build-tsan     clang, TSan: the threaded tests (probe runtime, ingest, HTTP)

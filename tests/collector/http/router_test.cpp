@@ -1,6 +1,6 @@
 // The route table's machinery (collector/http/router.h) on a small table of its own, the real
-// table through Api::handle (every route reaches its handler), and the README's API list being
-// the table's listing.
+// table through Api::handle (every route reaches its handler), and docs/API.md's route table
+// being the table's listing.
 #include "collector/http/router.h"
 
 #include <cstdlib>
@@ -170,21 +170,21 @@ TEST_CASE("every route of the collector's table reaches its handler", "[router]"
   }
 }
 
-TEST_CASE("the README's API list is the route table's listing", "[router]") {
+TEST_CASE("docs/API.md's route table is the route table's listing", "[router]") {
   const char* root = std::getenv("TRAINSCOPE_SOURCE_ROOT");
   REQUIRE(root != nullptr);
-  std::ifstream in(std::string(root) + "/README.md");
+  std::ifstream in(std::string(root) + "/docs/API.md");
   REQUIRE(in);
   std::stringstream text;
   text << in.rdbuf();
-  const std::string readme = text.str();
+  const std::string doc = text.str();
   const std::string begin = "<!-- routes: begin -->\n";
   const std::string end = "<!-- routes: end -->";
-  const size_t from = readme.find(begin);
+  const size_t from = doc.find(begin);
   REQUIRE(from != std::string::npos);
-  const size_t to = readme.find(end, from);
+  const size_t to = doc.find(end, from);
   REQUIRE(to != std::string::npos);
-  INFO("regenerate it with tools/dev/readme_routes.sh");
-  CHECK(readme.substr(from + begin.size(), to - from - begin.size()) ==
+  INFO("regenerate it with tools/dev/api_routes.sh");
+  CHECK(doc.substr(from + begin.size(), to - from - begin.size()) ==
         trainscope::http::routeListing());
 }

@@ -248,8 +248,9 @@ def _agent_missing_line(environ):
     if denied is None:
         return None
     return ("permission denied: uid %d may not connect to the agent at %s (%s: the agent's "
-            "--endpoint-mode and its directory decide who may; see README \"Install on a "
-            "cluster\"); this rank trains unmonitored" % (os.geteuid(), endpoint, denied))
+            "--endpoint-mode and its directory decide who may; see docs/OPERATIONS.md, "
+            "\"Install on a cluster\"); this rank trains unmonitored"
+            % (os.geteuid(), endpoint, denied))
 
 
 def device_in_use(modules=None):
