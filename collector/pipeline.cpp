@@ -79,6 +79,10 @@ std::string detectMetricsText(const PipelineStats& s, const detect::DetectStats&
          "Rank steps whose operators were not judged: the rank waited for a CPU longer than "
          "--detect-op-max-cpu-wait of the step.",
          d.opCpuBound);
+  metric("trainscope_detect_host_weather_total", "counter",
+         "Stragglers and step-time shifts not raised: on hosts whose ranks already waited for a "
+         "CPU, their extra wait for one explained them.",
+         d.hostWeather);
   metric("trainscope_detect_store_failures_total", "counter",
          "Anomaly writes the store refused (kept for a retry).", s.writeFailures);
   metric("trainscope_detect_jobs", "gauge", "Jobs the detectors track now.", d.jobs);

@@ -597,6 +597,8 @@ void DetectorSet::forgetJob(const std::string& name) {
   retired_.rewinds += a.rewinds;
   retired_.stepsJudged += it->second->stepsJudged;
   retired_.opCpuBound += it->second->opRegression.cpuBoundSkipped();
+  retired_.hostWeather +=
+      it->second->straggler.hostWeatherHeld() + it->second->stepShift.hostWeatherHeld();
   jobs_.erase(it);
 }
 
@@ -618,6 +620,7 @@ DetectStats DetectorSet::stats() const {
     s.rewinds += a.rewinds;
     s.stepsJudged += j->stepsJudged;
     s.opCpuBound += j->opRegression.cpuBoundSkipped();
+    s.hostWeather += j->straggler.hostWeatherHeld() + j->stepShift.hostWeatherHeld();
   }
   s.late += lateAfterEnd_;
   s.rejected = rejected_;

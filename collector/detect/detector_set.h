@@ -72,12 +72,14 @@ struct DetectStats {
   uint64_t rewinds = 0;       // jobs that started over at a lower step (restarts)
   uint64_t anomaliesOpened = 0;
   uint64_t anomaliesResolved = 0;
-  uint64_t folded = 0;      // anomalies not published: another one explains them
-  uint64_t flapped = 0;     // not published: resolved while held (FoldOptions::confirmSteps)
-  uint64_t belowFloor = 0;  // not published: estimated gain under FoldOptions::minGain
-  uint64_t opCpuBound = 0;  // rank steps whose operators were not judged: the rank waited for
-                            // a CPU (OpRegressionOptions::maxCpuWaitShare)
-  size_t jobs = 0;          // jobs tracked now
+  uint64_t folded = 0;       // anomalies not published: another one explains them
+  uint64_t flapped = 0;      // not published: resolved while held (FoldOptions::confirmSteps)
+  uint64_t belowFloor = 0;   // not published: estimated gain under FoldOptions::minGain
+  uint64_t opCpuBound = 0;   // rank steps whose operators were not judged: the rank waited for
+                             // a CPU (OpRegressionOptions::maxCpuWaitShare)
+  uint64_t hostWeather = 0;  // not raised: stragglers and step shifts that were the host's
+                             // weather (cpu_contention.h)
+  size_t jobs = 0;           // jobs tracked now
 };
 
 class DetectorSet {

@@ -48,13 +48,30 @@ void OpRegressionDetector::onStep(const AssembledStep& step) {
   if (step.step % 64 == 0 || ops_.size() > o_.maxOpsPerJob) evict(step.step);
 }
 
+bool OpRegressionDetector::cpuBound(const wire::StepReport& r) {
+  const uint32_t rank = r.rank();
+  if (r.duration_ns() <= 0 || rank >= kMaxWaitRanks) return false;
+  const double share = static_cast<double>(r.cpu_wait_ns()) / static_cast<double>(r.duration_ns());
+  if (waitShares_.size() <= rank) {
+    if (share <= 0.0) return false;  // no rank of the job waited yet: nothing kept
+    waitShares_.resize(rank + 1, Ring<float>(kWaitHistory));
+  }
+  Ring<float>& ring = waitShares_[rank];
+  ring.push(static_cast<float>(share));
+  if (share > o_.maxCpuWaitShare) return true;
+  std::vector<double>& v = waitScratch_;
+  v.assign(ring.size(), 0.0);
+  for (size_t i = 0; i < ring.size(); ++i) v[i] = ring[i];
+  return medianInPlace(v) > o_.maxCpuWaitShare;
+}
+
 void OpRegressionDetector::gatherSamples(const AssembledStep& step, double medianCompute) {
   for (const RankStep& r : step.ranks) {
     // Operators on a device are timed as launches on the host (StepReport.device): not judged.
     if (!r.report.device().empty()) continue;
-    // Nor on a thread that waited for a CPU: its operator times hold the host's scheduling.
-    if (static_cast<double>(r.report.cpu_wait_ns()) >
-        o_.maxCpuWaitShare * static_cast<double>(r.report.duration_ns())) {
+    // Nor on a thread that waited for a CPU, in this step or typically of late: its operator
+    // times hold the host's scheduling (and a busy host's rare quiet step is a biased sample).
+    if (cpuBound(r.report)) {
       ++cpuBoundSkipped_;
       continue;
     }

@@ -14,8 +14,8 @@
 // rose 1.1-6x for stretches of steps while the step time stayed flat (tools/bench/gpu_replay);
 // device timings (CUPTI) are not collected. Nor are a rank's operators judged in a step whose
 // training thread waited for a CPU for more than maxCpuWaitShare of it (StepReport.cpu_wait_ns:
-// an oversubscribed host), since a preemption lands in whichever operator runs. Used from the
-// caller's thread only.
+// an oversubscribed host), or over that share in the median of its last 32 steps, since a
+// preemption lands in whichever operator runs. Used from the caller's thread only.
 #pragma once
 
 #include <cstdint>
@@ -86,6 +86,13 @@ class OpRegressionDetector {
   void openRank(OpState& op, uint32_t rank, double medianCall, const AssembledStep& step);
 
   void evict(int64_t step);
+  // Whether this rank's step is not sampled: its thread waited for a CPU over maxCpuWaitShare
+  // of it, or of its recent steps (the median of the last kWaitHistory).
+  bool cpuBound(const wire::StepReport& r);
+  static constexpr size_t kWaitHistory = 32;
+  static constexpr uint32_t kMaxWaitRanks = 1u << 20;
+  std::vector<Ring<float>> waitShares_;  // by rank; empty until some rank waited
+  std::vector<double> waitScratch_;
   std::vector<double> scratch_;  // per-step medians, capacity kept
 
   // Ops found by their position in the report: every rank lists them in the same order, so

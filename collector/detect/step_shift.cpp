@@ -4,6 +4,8 @@
 #include <cmath>
 #include <utility>
 
+#include "collector/detect/cpu_contention.h"
+
 namespace trainscope::detect {
 
 namespace {
@@ -231,14 +233,20 @@ StepShiftDetector::StepShiftDetector(std::string job, const StepShiftOptions& op
 
 void StepShiftDetector::onStep(const AssembledStep& step) {
   std::vector<double> durations;
+  std::vector<double> waits;
   std::vector<uint32_t> ranks;
   std::vector<std::string> nodes;
   for (const RankStep& r : step.ranks) {
-    if (r.report.duration_ns() > 0)
+    if (r.report.duration_ns() > 0) {
       durations.push_back(static_cast<double>(r.report.duration_ns()));
+      waits.push_back(static_cast<double>(r.report.cpu_wait_ns()));
+      anyWait_ = anyWait_ || r.report.cpu_wait_ns() > 0;
+    }
     nodes.push_back(r.ctx.node);
   }
   if (durations.empty()) return;
+  waitSteps_.push(step.step);
+  waits_.push(median(waits));
   for (uint32_t i = 0; i < std::max<uint32_t>(step.worldSize, 1); ++i) ranks.push_back(i);
   StepShiftCore::Event ev = core_.push(step.step, median(durations));
   switch (ev.type) {
@@ -247,6 +255,21 @@ void StepShiftDetector::onStep(const AssembledStep& step) {
     case StepShiftCore::EventType::kShift: {
       if (ev.direction < 0) {
         core_.rebaseline();  // faster: nothing to act on (see step_shift.h)
+        return;
+      }
+      // The ranks' wait for a CPU before the onset and since (cpu_contention.h).
+      std::vector<double> before;
+      std::vector<double> since;
+      for (size_t i = 0; i < waits_.size(); ++i) {
+        (waitSteps_[i] < ev.onsetStep ? before : since).push_back(waits_[i]);
+      }
+      const double waitBefore = before.empty() ? 0.0 : median(std::move(before));
+      const double waitSince = since.empty() ? 0.0 : median(std::move(since));
+      const double added = ev.after - ev.before;
+      if (anyWait_ && hostWeather(added, waitSince - waitBefore,
+                                  ev.before > 0 ? waitBefore / ev.before : 0.0)) {
+        ++hostWeather_;
+        core_.rebaseline();
         return;
       }
       Anomaly a;
@@ -267,11 +290,20 @@ void StepShiftDetector::onStep(const AssembledStep& step) {
                     {"sigma_ms", core_.referenceSigma() / 1e6},
                     {"cusum", ev.cusum},
                     {"direction", ev.direction},
-                    {"added_ms_per_step", (ev.after - ev.before) / 1e6}};
+                    {"added_ms_per_step", added / 1e6}};
       a.labels = {{"direction", ev.direction > 0 ? "slower" : "faster"}};
       a.summary = std::string("job step time ") + (ev.direction > 0 ? "rose" : "fell") + " from " +
                   formatMs(ev.before) + " to " + formatMs(ev.after) + " (" +
                   formatRatio(a.magnitude) + ") from step " + std::to_string(ev.onsetStep);
+      if (anyWait_) {
+        a.evidence["cpu_wait_ms"] = waitSince / 1e6;
+        a.evidence["baseline_cpu_wait_ms"] = waitBefore / 1e6;
+        if (waitExplains(added, waitSince - waitBefore)) {
+          a.labels["cause"] = "cpu_contention";
+          a.summary += "; the ranks waited " + formatMs(waitSince - waitBefore) +
+                       " more a step for a CPU: their hosts got busier";
+        }
+      }
       open_ = log_->open(std::move(a), ev.direction > 0 ? "up" : "down");
       hasOpen_ = true;
       return;

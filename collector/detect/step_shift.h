@@ -10,7 +10,12 @@
 // events into anomalies. Used from the caller's thread only.
 //
 // The live detector reports slowdowns only: a job that got faster is nothing to act on, so its
-// reference is learned again at the new level, and no anomaly (nor capture) follows.
+// reference is learned again at the new level, and no anomaly (nor capture) follows. Where the
+// ranks report their wait for a CPU (StepReport.cpu_wait_ns), a slowdown carries it in its
+// evidence (cpu_wait_ms since the onset, baseline_cpu_wait_ms before), says so when the extra
+// wait explains it (labels.cause "cpu_contention"), and is not raised when it is the host's
+// weather (cpu_contention.h): the reference is then learned again at the new level, as for a
+// faster job, and the slowdown counted (hostWeatherHeld).
 #pragma once
 
 #include <cstdint>
@@ -85,12 +90,21 @@ class StepShiftDetector {
  public:
   StepShiftDetector(std::string job, const StepShiftOptions& options, EventLog* log);
   void onStep(const AssembledStep& step);
+  // Slowdowns not raised: the host's weather (cpu_contention.h).
+  uint64_t hostWeatherHeld() const { return hostWeather_; }
 
  private:
+  static constexpr size_t kWaitHistory = 512;
   std::string job_;
   StepShiftOptions o_;
   EventLog* log_;
   StepShiftCore core_;
+  // Each step's median wait for a CPU over its ranks (StepReport.cpu_wait_ns), by step: what a
+  // slowdown's share of it was, before and since its onset.
+  Ring<int64_t> waitSteps_{kWaitHistory};
+  Ring<double> waits_{kWaitHistory};
+  bool anyWait_ = false;  // some rank measured a wait
+  uint64_t hostWeather_ = 0;
   bool hasOpen_ = false;
   Anomaly open_;
   bool spikeReported_ = false;

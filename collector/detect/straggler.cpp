@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "collector/detect/cpu_contention.h"
 #include "common/str_cat.h"
 
 namespace trainscope::detect {
@@ -92,6 +93,12 @@ int32_t StragglerDetector::stillSlow(const JobLayout& layout, uint32_t rank,
 
 namespace {
 
+double medianOf(const Ring<float>& ring) {
+  std::vector<double> v(ring.size());
+  for (size_t i = 0; i < ring.size(); ++i) v[i] = ring[i];
+  return medianInPlace(v);
+}
+
 // A rank's own time in a step: all of it but the time it waited on communication. In a
 // synchronous job every rank's step lasts as long, and whatever makes one rank late (its
 // operators, Python between them, a slow data loader, a busy neighbour) is in its own time
@@ -137,6 +144,15 @@ void StragglerDetector::onStep(const AssembledStep& step) {
   const std::vector<double> peerCpuWaits = mediansOfOthers(cpuWaits);
   const bool cpuWaitKnown =
       std::any_of(cpuWaits.begin(), cpuWaits.end(), [](double w) { return w > 0; });
+  if (cpuWaitKnown) {
+    // The job's usual wait for a CPU: the median rank's share of its step, over recent steps.
+    std::vector<double> shares(n);
+    for (size_t i = 0; i < n; ++i) {
+      const double d = static_cast<double>(rs[i]->report.duration_ns());
+      shares[i] = d > 0 ? cpuWaits[i] / d : 0.0;
+    }
+    waitShare_.push(static_cast<float>(medianInPlace(shares)));
+  }
   std::vector<double> ratios(n);
   for (size_t i = 0; i < n; ++i) ratios[i] = peers[i] > 0 ? computes[i] / peers[i] : 1.0;
   // Job-wide spread of the ratios; one straggler barely moves a MAD across ranks.
@@ -202,6 +218,17 @@ void StragglerDetector::onStep(const AssembledStep& step) {
       double peerWaitMs = median(st.peerExposed.latest(since)) / 1e6;
       st.deferred = n < 3 && !(peerWaitMs - waitMs >= 0.5 * (computeMs - peerMs));
       if (st.deferred) continue;
+      // The host's weather (cpu_contention.h): the rank only waited longer for a CPU, on a host
+      // where its peers already waited for one. Held like a deferral, counted once.
+      const double cpuWaitMs = cpuWaitKnown ? median(st.cpuWait.latest(since)) / 1e6 : 0.0;
+      const double peerCpuWaitMs = cpuWaitKnown ? median(st.peerCpuWait.latest(since)) / 1e6 : 0.0;
+      if (!waitShare_.empty() &&
+          hostWeather(computeMs - peerMs, cpuWaitMs - peerCpuWaitMs, medianOf(waitShare_))) {
+        if (!st.weather) ++hostWeather_;
+        st.weather = true;
+        st.deferred = true;
+        continue;
+      }
       Anomaly a;
       a.job = job_;
       a.kind = AnomalyKind::kStraggler;
@@ -226,11 +253,9 @@ void StragglerDetector::onStep(const AssembledStep& step) {
         a.evidence["arrival_lag_ms"] = median(st.arrivalLag.values()) / 1e6;
       std::string cause;
       if (cpuWaitKnown) {
-        const double cpuWaitMs = median(st.cpuWait.latest(since)) / 1e6;
-        const double peerCpuWaitMs = median(st.peerCpuWait.latest(since)) / 1e6;
         a.evidence["cpu_wait_ms"] = cpuWaitMs;
         a.evidence["peer_cpu_wait_ms"] = peerCpuWaitMs;
-        if (cpuWaitMs - peerCpuWaitMs >= 0.5 * (computeMs - peerMs) && computeMs > peerMs) {
+        if (waitExplains(computeMs - peerMs, cpuWaitMs - peerCpuWaitMs)) {
           a.labels["cause"] = "cpu_contention";
           cause = "; it waited " + formatMs(cpuWaitMs * 1e6) + " a step for a CPU (peers " +
                   formatMs(peerCpuWaitMs * 1e6) + "): its host runs more threads than it has cores";
@@ -247,6 +272,7 @@ void StragglerDetector::onStep(const AssembledStep& step) {
       if (st.open) log_->resolve(st.anomaly, st.tracker.resolvedStep(), step.nowNs);
       st.open = false;
       st.deferred = false;
+      st.weather = false;
     }
   }
 }

@@ -24,7 +24,11 @@
 // A busy host. Where the probes measure it (StepReport.cpu_wait_ns), the evidence gives the
 // rank's wait for a CPU and its peers'; when the rank's exceeds theirs by at least half its
 // excess, its host is the cause (labels.cause "cpu_contention", said in the summary): more
-// threads there than cores, not the job's code.
+// threads there than cores, not the job's code. Where the job's ranks usually wait a tenth of
+// their steps for a CPU (the median rank's share over the last 256 steps: on two cores with a
+// busy loop beside two ranks, the scheduler starves one rank, then the other, for dozens of
+// steps) and the extra wait is three quarters of the excess, it is the host's weather
+// (cpu_contention.h): held like a deferral and counted (hostWeatherHeld), not raised.
 //
 // With a parallel layout (setLayout: tensor- or pipeline-parallel groups were declared) the
 // unit is the worker (a tensor-parallel group, whose ranks are slow together) and its peers
@@ -90,6 +94,8 @@ class StragglerDetector {
   // The job's layout; nullptr (the default) compares every rank with every other. A new
   // layout starts the per-rank and per-worker state over (see "Layout changes").
   void setLayout(std::shared_ptr<const JobLayout> layout);
+  // Stragglers not raised: the host's weather (cpu_contention.h).
+  uint64_t hostWeatherHeld() const { return hostWeather_; }
 
  private:
   void onLayoutStep(const AssembledStep& step);
@@ -139,6 +145,7 @@ class StragglerDetector {
     std::string node;
     bool open = false;
     bool deferred = false;  // the ratio rose but the peers' waits do not yet say so (two ranks)
+    bool weather = false;   // this episode was held as the host's weather (counted once)
     Anomaly anomaly;
   };
 
@@ -151,6 +158,10 @@ class StragglerDetector {
   EventLog* log_;
   std::map<uint32_t, RankState> ranks_;
   Ring<double> noise_;
+  uint64_t hostWeather_ = 0;
+  // Each step's median share of a step the ranks waited for a CPU (recent steps): how busy the
+  // job's hosts usually are, for the host's weather (cpu_contention.h).
+  Ring<float> waitShare_{256};
   uint32_t pairRank_ = 0;  // two ranks: the first one's ratio in the previous step
   double pairRatio_ = 0.0;
   // Layout mode (see above).

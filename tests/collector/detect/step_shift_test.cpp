@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 #include "collector/detect/detector_set.h"
 #include "collector/detect/step_shift.h"
@@ -192,4 +194,44 @@ TEST_CASE(
       CHECK(ev.onsetStep != 75);
     }
   }
+}
+
+TEST_CASE(
+    "step_shift: a slowdown that is only a longer wait for a CPU on a busy host is not raised") {
+  // Every rank 1.4x slower from step 1,000. `wait` gives each report its cpu_wait_ns.
+  auto runWith = [](std::function<int64_t(const trainscope::wire::StepReport&)> wait) {
+    SynthJob job;
+    job.seed = 41;
+    job.rng.seed(41);
+    job.computeFactor = [](int64_t s, uint32_t) { return s >= 1000 ? 1.4 : 1.0; };
+    job.tamper = [wait](trainscope::wire::StepReport& rep) { rep.set_cpu_wait_ns(wait(rep)); };
+    DetectorSet set;
+    std::vector<Anomaly> events;
+    run(job, set, 0, 1400, &events);
+    return std::make_pair(ofKind(events, AnomalyKind::kStepShift), set.stats().hostWeather);
+  };
+  const int64_t kWork = 70'000'000;  // ns of each ~100 ms step the rank had a CPU for
+  // A busy host (30 % waits before), the added time all waiting: the host's weather.
+  auto [busy, busyHeld] = runWith([&](const trainscope::wire::StepReport& r) {
+    return std::max<int64_t>(0, r.duration_ns() - kWork);
+  });
+  INFO(describe(busy));
+  CHECK(busy.empty());
+  CHECK(busyHeld == 1);
+  // The same slowdown where the ranks had their CPUs before: raised, saying why.
+  auto [quiet, quietHeld] = runWith([&](const trainscope::wire::StepReport& r) {
+    return r.step() >= 1000 ? std::max<int64_t>(0, r.duration_ns() - 100'000'000) : 0;
+  });
+  INFO(describe(quiet));
+  REQUIRE(quiet.size() == 1);
+  CHECK(quiet[0].labels.at("cause") == "cpu_contention");
+  CHECK(quiet[0].evidence.at("baseline_cpu_wait_ms") == Approx(0.0));
+  CHECK(quietHeld == 0);
+  // A busy host whose wait did not grow: the job itself got slower.
+  auto [own, ownHeld] = runWith([](const trainscope::wire::StepReport&) { return 30'000'000; });
+  INFO(describe(own));
+  REQUIRE(own.size() == 1);
+  CHECK(own[0].labels.count("cause") == 0);
+  CHECK(own[0].evidence.at("cpu_wait_ms") == Approx(30.0));
+  CHECK(ownHeld == 0);
 }

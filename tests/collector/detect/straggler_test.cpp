@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 #include "collector/detect/detector_set.h"
 #include "tests/collector/detect/synth.h"
@@ -170,4 +172,44 @@ TEST_CASE("straggler: a rank 10% slower in a steady job (1% noise) is named with
   CHECK(opened[0].ranks == std::vector<uint32_t>{6});
   CHECK(std::llabs(opened[0].onsetStep - 1000) <= 2);
   CHECK(opened[0].detectedStep <= 1005 + FoldOptions{}.confirmSteps);
+}
+
+TEST_CASE("straggler: a rank that only waited longer for a CPU on a busy host is not raised") {
+  // Rank 3 1.5x slower from step 500; `wait` gives each report its cpu_wait_ns.
+  auto runWith = [](std::function<int64_t(const trainscope::wire::StepReport&)> wait) {
+    SynthJob job;
+    job.seed = 43;
+    job.rng.seed(43);
+    job.computeFactor = [](int64_t s, uint32_t r) { return r == 3 && s >= 500 ? 1.5 : 1.0; };
+    job.tamper = [wait](trainscope::wire::StepReport& rep) { rep.set_cpu_wait_ns(wait(rep)); };
+    DetectorSet set;
+    std::vector<Anomaly> events;
+    run(job, set, 0, 900, &events);
+    return std::make_pair(ofKind(events, AnomalyKind::kStraggler), set.stats().hostWeather);
+  };
+  // Rank 3's extra time, all of it waiting for a CPU (its compute beyond the usual 80 ms).
+  auto extra = [](const trainscope::wire::StepReport& r) {
+    return r.rank() == 3 ? std::max<int64_t>(0, r.compute_ns() - 80'000'000) : 0;
+  };
+  // Every rank already waited 30 % of its step: the host's weather.
+  auto [busy, busyHeld] = runWith(
+      [&](const trainscope::wire::StepReport& r) { return r.duration_ns() * 3 / 10 + extra(r); });
+  INFO(describe(busy));
+  CHECK(busy.empty());
+  CHECK(busyHeld == 1);
+  // The peers had their CPUs: rank 3's host is busy, and it is said.
+  auto [quiet, quietHeld] = runWith(extra);
+  INFO(describe(quiet));
+  REQUIRE(quiet.size() == 1);
+  CHECK(quiet[0].ranks == std::vector<uint32_t>{3});
+  CHECK(quiet[0].labels.at("cause") == "cpu_contention");
+  CHECK(quietHeld == 0);
+  // A busy host, rank 3 doing more work (its wait unchanged): a straggler of its own.
+  auto [own, ownHeld] =
+      runWith([](const trainscope::wire::StepReport& r) { return r.duration_ns() * 3 / 10; });
+  INFO(describe(own));
+  REQUIRE(own.size() == 1);
+  CHECK(own[0].ranks == std::vector<uint32_t>{3});
+  CHECK(own[0].labels.count("cause") == 0);
+  CHECK(ownHeld == 0);
 }

@@ -1,0 +1,32 @@
+// Host CPU contention as the detectors read it: the ranks' wait for a CPU in a step
+// (StepReport.cpu_wait_ns, the training thread's run delay). A slowdown is the host's doing
+// when that extra wait accounts for most of it. Where the ranks already waited a good share of
+// their steps before it (a host running more threads than it has cores, as any shared machine
+// beside a busy neighbour), such a slowdown is the host's weather: the neighbour's load moves,
+// the scheduler hands the CPUs out differently for a while, and nothing in the job changed, so
+// it is not raised (counted instead). On a host where the job had its CPUs to itself, the same
+// slowdown is news (something new competes) and is raised, saying so (labels.cause
+// "cpu_contention"). Pure functions; any thread.
+#pragma once
+
+namespace trainscope::detect {
+
+// The share of a step the ranks waited for a CPU before a slowdown from which on it counts as
+// busy (a quiet host waits well under 1 %; this one, with a busy loop beside two DDP ranks,
+// waited 35-55 %).
+inline constexpr double kBusyHostWaitShare = 0.10;
+
+// Whether the extra wait for a CPU explains a slowdown of `addedNs` a step: at least half.
+inline bool waitExplains(double addedNs, double addedWaitNs) {
+  return addedNs > 0 && addedWaitNs >= 0.5 * addedNs;
+}
+
+// Whether a slowdown is the host's weather (see above): the extra wait explains three
+// quarters of it or more, on ranks that already waited kBusyHostWaitShare of their steps. The
+// stricter three quarters keep a rank that does more work on a busy host (it then also waits
+// more, in proportion to the share it waited before) a slowdown of its own.
+inline bool hostWeather(double addedNs, double addedWaitNs, double baselineWaitShare) {
+  return addedNs > 0 && addedWaitNs >= 0.75 * addedNs && baselineWaitShare >= kBusyHostWaitShare;
+}
+
+}  // namespace trainscope::detect
