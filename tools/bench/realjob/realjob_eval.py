@@ -11,6 +11,9 @@ them against the injected truth:
   - a fault scenario is found when an anomaly of an accepted kind names the faulted rank (and
     only ranks the fault explains) with an onset at or after the fault's step; latency is the
     onset's distance from the fault's first step, in steps;
+  - secondary, neither found nor false: a step_shift that starts with the fault (the job-wide
+    slowdown it causes) and a spike whose period is the job's own checkpoint or validation
+    period (a true finding about the job);
   - every other anomaly is a false alarm, and in a healthy job every anomaly is one.
 Prints one line per scenario and a table: precision, recall, right ranks, latency, and false
 alarms per 10,000 healthy job-steps. --json OUT writes everything.
@@ -121,6 +124,25 @@ def run_job(sc, env_base, binaries, agent_ep, tmp, timeout_s, index):
 ONSET_SLACK = 10  # steps an onset may be placed before the fault (noise pulls the split early)
 
 
+def periodic_work(sc):
+    """The periods (steps) of the slow steps the job makes on purpose: its checkpoints and
+    validation passes (train.py --ckpt-every, --val-every)."""
+    out, args = [], sc["args"]
+    for flag in ("--ckpt-every", "--val-every"):
+        if flag in args:
+            out.append(int(args[args.index(flag) + 1]))
+    return out
+
+
+def is_expected_spike(sc, a):
+    """A `spike` (slow steps repeating at a fixed gap) whose gap is one of the job's own
+    checkpoint or validation periods: a true finding about the job, not a false alarm."""
+    if a.get("kind") != "spike":
+        return False
+    period = (a.get("evidence") or {}).get("period_steps", 0)
+    return any(p > 0 and abs(period - p) <= 1 for p in periodic_work(sc))
+
+
 def score(sc, anomalies):
     f = sc["fault"]
     found, right, latency, false, secondary = False, False, None, [], []
@@ -135,6 +157,9 @@ def score(sc, anomalies):
             continue
         if f and a.get("kind") == "hang" and f["kind"] in ("hang", "stop") and found:
             continue  # more hang reports of the same stop (the waiting peers)
+        if is_expected_spike(sc, a):
+            secondary.append(a)  # the job's own checkpoints or validation passes
+            continue
         if f and a.get("kind") == "step_shift" and \
                 f["start"] - ONSET_SLACK <= onset <= f["start"] + 3 * ONSET_SLACK:
             secondary.append(a)  # the job-wide slowdown the fault itself caused
