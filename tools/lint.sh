@@ -97,7 +97,10 @@ if [[ $tidy -eq 1 ]]; then
     if [[ -z $base ]] || ! git rev-parse -q --verify "$base^{commit}" >/dev/null; then
       echo "lint: clang-tidy: the last clean tree (${base:-none recorded}) is not in this" \
         "history: the whole tree"
-    elif [[ $record -eq 1 && -n $(git diff --name-only "$base" -- .clang-tidy '*/.clang-tidy') ]]; then
+    elif [[ $record -eq 1 && -n $(git diff -U0 "$base" -- .clang-tidy '*/.clang-tidy' |
+                                   grep -E '^[-+]' | grep -vE '^(\+\+\+|---) ' |
+                                   grep -vE '^[-+][[:space:]]*(#|$)') ]]; then
+      # Comments say nothing to clang-tidy: only a changed setting checks the whole tree.
       echo "lint: clang-tidy: .clang-tidy changed since the last clean tree: the whole tree"
     else
       mapfile -t paths < <(git diff --name-only --diff-filter=d "$base" -- '*.cpp' '*.h'
