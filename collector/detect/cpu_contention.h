@@ -1,6 +1,6 @@
 // Host CPU contention as the detectors read it: the ranks' wait for a CPU in a step
 // (StepReport.cpu_wait_ns, the training thread's run delay). A slowdown is the host's doing
-// when that extra wait accounts for most of it. Where the ranks already waited a good share of
+// when that extra wait accounts for most of it and the work (time less wait) did not grow. Where the ranks already waited a good share of
 // their steps before it (a host running more threads than it has cores, as any shared machine
 // beside a busy neighbour), such a slowdown is the host's weather: the neighbour's load moves,
 // the scheduler hands the CPUs out differently for a while, and nothing in the job changed, so
@@ -21,12 +21,19 @@ inline bool waitExplains(double addedNs, double addedWaitNs) {
   return addedNs > 0 && addedWaitNs >= 0.5 * addedNs;
 }
 
-// Whether a slowdown is the host's weather (see above): the extra wait explains three
-// quarters of it or more, on ranks that already waited kBusyHostWaitShare of their steps. The
-// stricter three quarters keep a rank that does more work on a busy host (it then also waits
-// more, in proportion to the share it waited before) a slowdown of its own.
-inline bool hostWeather(double addedNs, double addedWaitNs, double baselineWaitShare) {
-  return addedNs > 0 && addedWaitNs >= 0.75 * addedNs && baselineWaitShare >= kBusyHostWaitShare;
+// A slowdown's work (its time less its wait for a CPU) may exceed the reference's by this much
+// and still be the host's weather: the step-to-step noise of a busy host's work.
+inline constexpr double kWeatherWorkRise = 0.10;
+
+// Whether a slowdown is the host's weather (see above): on ranks that already waited
+// kBusyHostWaitShare of their steps, the extra wait explains it and the work did not grow:
+// `workNs` (the slow rank's, or the job's since the onset: time less wait) is within
+// kWeatherWorkRise of `referenceWorkNs` (its peers', or the job's before). A rank that does
+// more work on a busy host also waits more, in proportion; its work still shows the rise.
+inline bool hostWeather(double addedNs, double addedWaitNs, double workNs, double referenceWorkNs,
+                        double baselineWaitShare) {
+  return waitExplains(addedNs, addedWaitNs) && baselineWaitShare >= kBusyHostWaitShare &&
+         referenceWorkNs > 0 && workNs <= (1.0 + kWeatherWorkRise) * referenceWorkNs;
 }
 
 }  // namespace trainscope::detect

@@ -223,7 +223,8 @@ void StragglerDetector::onStep(const AssembledStep& step) {
       const double cpuWaitMs = cpuWaitKnown ? median(st.cpuWait.latest(since)) / 1e6 : 0.0;
       const double peerCpuWaitMs = cpuWaitKnown ? median(st.peerCpuWait.latest(since)) / 1e6 : 0.0;
       if (!waitShare_.empty() &&
-          hostWeather(computeMs - peerMs, cpuWaitMs - peerCpuWaitMs, medianOf(waitShare_))) {
+          hostWeather(computeMs - peerMs, cpuWaitMs - peerCpuWaitMs, computeMs - cpuWaitMs,
+                      peerMs - peerCpuWaitMs, medianOf(waitShare_))) {
         if (!st.weather) ++hostWeather_;
         st.weather = true;
         st.deferred = true;

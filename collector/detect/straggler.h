@@ -27,8 +27,9 @@
 // threads there than cores, not the job's code. Where the job's ranks usually wait a tenth of
 // their steps for a CPU (the median rank's share over the last 256 steps: on two cores with a
 // busy loop beside two ranks, the scheduler starves one rank, then the other, for dozens of
-// steps) and the extra wait is three quarters of the excess, it is the host's weather
-// (cpu_contention.h): held like a deferral and counted (hostWeatherHeld), not raised.
+// steps), the extra wait explains the excess and the rank's work (own time less its wait) is no
+// more than its peers', it is the host's weather (cpu_contention.h): held like a deferral and
+// counted (hostWeatherHeld), not raised.
 //
 // With a parallel layout (setLayout: tensor- or pipeline-parallel groups were declared) the
 // unit is the worker (a tensor-parallel group, whose ranks are slow together) and its peers
