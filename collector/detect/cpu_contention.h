@@ -1,12 +1,12 @@
 // Host CPU contention as the detectors read it: the ranks' wait for a CPU in a step
 // (StepReport.cpu_wait_ns, the training thread's run delay). A slowdown is the host's doing
-// when that extra wait accounts for most of it and the work (time less wait) did not grow. Where the ranks already waited a good share of
-// their steps before it (a host running more threads than it has cores, as any shared machine
-// beside a busy neighbour), such a slowdown is the host's weather: the neighbour's load moves,
-// the scheduler hands the CPUs out differently for a while, and nothing in the job changed, so
-// it is not raised (counted instead). On a host where the job had its CPUs to itself, the same
-// slowdown is news (something new competes) and is raised, saying so (labels.cause
-// "cpu_contention"). Pure functions; any thread.
+// when that extra wait accounts for most of it and the work (time less wait) did not grow. Where
+// the ranks already waited a good share of their steps before it (a host running more threads than
+// it has cores, as any shared machine beside a busy neighbour), such a slowdown is the host's
+// weather: the neighbour's load moves, the scheduler hands the CPUs out differently for a while,
+// and nothing in the job changed, so it is not raised (counted instead). On a host where the job
+// had its CPUs to itself, the same slowdown is news (something new competes) and is raised, saying
+// so (labels.cause "cpu_contention"). Pure functions; any thread.
 #pragma once
 
 namespace trainscope::detect {

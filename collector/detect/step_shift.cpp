@@ -266,9 +266,9 @@ void StepShiftDetector::onStep(const AssembledStep& step) {
       const double waitBefore = before.empty() ? 0.0 : median(std::move(before));
       const double waitSince = since.empty() ? 0.0 : median(std::move(since));
       const double added = ev.after - ev.before;
-      if (anyWait_ && hostWeather(added, waitSince - waitBefore, ev.after - waitSince,
-                                  ev.before - waitBefore,
-                                  ev.before > 0 ? waitBefore / ev.before : 0.0)) {
+      if (anyWait_ &&
+          hostWeather(added, waitSince - waitBefore, ev.after - waitSince, ev.before - waitBefore,
+                      ev.before > 0 ? waitBefore / ev.before : 0.0)) {
         ++hostWeather_;
         core_.rebaseline();
         return;
