@@ -199,7 +199,7 @@ TEST_CASE(
 TEST_CASE(
     "step_shift: a slowdown that is only a longer wait for a CPU on a busy host is not raised") {
   // Every rank 1.4x slower from step 1,000. `wait` gives each report its cpu_wait_ns.
-  auto runWith = [](std::function<int64_t(const trainscope::wire::StepReport&)> wait) {
+  auto runWith = [](const std::function<int64_t(const trainscope::wire::StepReport&)>& wait) {
     SynthJob job;
     job.seed = 41;
     job.rng.seed(41);

@@ -176,7 +176,7 @@ TEST_CASE("straggler: a rank 10% slower in a steady job (1% noise) is named with
 
 TEST_CASE("straggler: a rank that only waited longer for a CPU on a busy host is not raised") {
   // Rank 3 1.5x slower from step 500; `wait` gives each report its cpu_wait_ns.
-  auto runWith = [](std::function<int64_t(const trainscope::wire::StepReport&)> wait) {
+  auto runWith = [](const std::function<int64_t(const trainscope::wire::StepReport&)>& wait) {
     SynthJob job;
     job.seed = 43;
     job.rng.seed(43);
