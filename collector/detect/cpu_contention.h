@@ -6,10 +6,33 @@
 // weather: the neighbour's load moves, the scheduler hands the CPUs out differently for a while,
 // and nothing in the job changed, so it is not raised (counted instead). On a host where the job
 // had its CPUs to itself, the same slowdown is news (something new competes) and is raised, saying
-// so (labels.cause "cpu_contention"). Pure functions; any thread.
+// so (labels.cause "cpu_contention"). Pure functions; any thread (WaitShares: its owner's).
 #pragma once
 
+#include <cstddef>
+#include <vector>
+
+#include "collector/detect/robust.h"
+
 namespace trainscope::detect {
+
+// The shares of their steps a rank (or a job's median rank) waited for a CPU, over its last
+// steps, and their median: how busy its host usually is.
+class WaitShares {
+ public:
+  explicit WaitShares(size_t steps) : ring_(steps) {}
+  void push(double share) { ring_.push(static_cast<float>(share)); }
+  bool empty() const { return ring_.empty(); }
+  double median() const {
+    thread_local std::vector<double> v;  // scratch: this runs per rank and step
+    v.resize(ring_.size());
+    for (size_t i = 0; i < ring_.size(); ++i) v[i] = ring_[i];
+    return medianInPlace(v);
+  }
+
+ private:
+  Ring<float> ring_;  // float: the shares are judged against 10 % and 5 %, not to 1e-7
+};
 
 // The share of a step the ranks waited for a CPU before a slowdown from which on it counts as
 // busy (a quiet host waits well under 1 %; this one, with a busy loop beside two DDP ranks,

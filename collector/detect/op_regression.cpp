@@ -54,15 +54,11 @@ bool OpRegressionDetector::cpuBound(const wire::StepReport& r) {
   const double share = static_cast<double>(r.cpu_wait_ns()) / static_cast<double>(r.duration_ns());
   if (waitShares_.size() <= rank) {
     if (share <= 0.0) return false;  // no rank of the job waited yet: nothing kept
-    waitShares_.resize(rank + 1, Ring<float>(kWaitHistory));
+    waitShares_.resize(rank + 1, WaitShares(kWaitHistory));
   }
-  Ring<float>& ring = waitShares_[rank];
-  ring.push(static_cast<float>(share));
-  if (share > o_.maxCpuWaitShare) return true;
-  std::vector<double>& v = waitScratch_;
-  v.assign(ring.size(), 0.0);
-  for (size_t i = 0; i < ring.size(); ++i) v[i] = ring[i];
-  return medianInPlace(v) > o_.maxCpuWaitShare;
+  WaitShares& recent = waitShares_[rank];
+  recent.push(share);
+  return share > o_.maxCpuWaitShare || recent.median() > o_.maxCpuWaitShare;
 }
 
 void OpRegressionDetector::gatherSamples(const AssembledStep& step, double medianCompute) {

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "collector/detect/cpu_contention.h"
 #include "collector/detect/events.h"
 #include "collector/detect/options.h"
 #include "collector/detect/robust.h"
@@ -91,9 +92,8 @@ class OpRegressionDetector {
   bool cpuBound(const wire::StepReport& r);
   static constexpr size_t kWaitHistory = 32;
   static constexpr uint32_t kMaxWaitRanks = 1u << 20;
-  std::vector<Ring<float>> waitShares_;  // by rank; empty until some rank waited
-  std::vector<double> waitScratch_;
-  std::vector<double> scratch_;  // per-step medians, capacity kept
+  std::vector<WaitShares> waitShares_;  // by rank; empty until some rank waited
+  std::vector<double> scratch_;         // per-step medians, capacity kept
 
   // Ops found by their position in the report: every rank lists them in the same order, so
   // a name compare at the cached position replaces a map search per op per report. Cleared

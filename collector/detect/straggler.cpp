@@ -93,12 +93,6 @@ int32_t StragglerDetector::stillSlow(const JobLayout& layout, uint32_t rank,
 
 namespace {
 
-double medianOf(const Ring<float>& ring) {
-  std::vector<double> v(ring.size());
-  for (size_t i = 0; i < ring.size(); ++i) v[i] = ring[i];
-  return medianInPlace(v);
-}
-
 // A rank's own time in a step: all of it but the time it waited on communication. In a
 // synchronous job every rank's step lasts as long, and whatever makes one rank late (its
 // operators, Python between them, a slow data loader, a busy neighbour) is in its own time
@@ -151,7 +145,7 @@ void StragglerDetector::onStep(const AssembledStep& step) {
       const double d = static_cast<double>(rs[i]->report.duration_ns());
       shares[i] = d > 0 ? cpuWaits[i] / d : 0.0;
     }
-    waitShare_.push(static_cast<float>(medianInPlace(shares)));
+    waitShare_.push(medianInPlace(shares));
   }
   std::vector<double> ratios(n);
   for (size_t i = 0; i < n; ++i) ratios[i] = peers[i] > 0 ? computes[i] / peers[i] : 1.0;
@@ -224,7 +218,7 @@ void StragglerDetector::onStep(const AssembledStep& step) {
       const double peerCpuWaitMs = cpuWaitKnown ? median(st.peerCpuWait.latest(since)) / 1e6 : 0.0;
       if (!waitShare_.empty() &&
           hostWeather(computeMs - peerMs, cpuWaitMs - peerCpuWaitMs, computeMs - cpuWaitMs,
-                      peerMs - peerCpuWaitMs, medianOf(waitShare_))) {
+                      peerMs - peerCpuWaitMs, waitShare_.median())) {
         if (!st.weather) ++hostWeather_;
         st.weather = true;
         st.deferred = true;

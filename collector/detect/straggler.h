@@ -79,6 +79,7 @@
 #include <string>
 #include <vector>
 
+#include "collector/detect/cpu_contention.h"
 #include "collector/detect/events.h"
 #include "collector/detect/layout.h"
 #include "collector/detect/options.h"
@@ -162,7 +163,7 @@ class StragglerDetector {
   uint64_t hostWeather_ = 0;
   // Each step's median share of a step the ranks waited for a CPU (recent steps): how busy the
   // job's hosts usually are, for the host's weather (cpu_contention.h).
-  Ring<float> waitShare_{256};
+  WaitShares waitShare_{256};
   uint32_t pairRank_ = 0;  // two ranks: the first one's ratio in the previous step
   double pairRatio_ = 0.0;
   // Layout mode (see above).
