@@ -221,7 +221,7 @@ void writeStorage(MetricsText& m, const storage::StoreStats& st) {
              "Memory the storage engine holds in the collector (SQLite: page caches, statements).");
     m.sample({}, static_cast<double>(st.memoryBytes));
   }
-  m.family("trainscope_storage_summary_cache_steps", "gauge",
+  m.family("trainscope_storage_cached_step_rollups", "gauge",
            "Step summaries the store keeps in memory for reads (all jobs).");
   m.sample({}, static_cast<double>(st.cachedSummarySteps));
 }

@@ -1,6 +1,8 @@
 // Prometheus e2e: Debian's prometheus scrapes the collector's /metrics every second while the
-// simulator runs; its query API must then hold each rank's step-time series. Skips (77)
-// without a prometheus binary (apt install prometheus).
+// simulator runs; its query API must then hold each rank's step-time series, and
+// `promtool check metrics` must find nothing to say about the page (names, units, HELP).
+// Skips (77) without a prometheus binary (apt install prometheus).
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Stack, freePort, skip, waitFor } from './browser/stack.mjs';
@@ -9,6 +11,7 @@ const kJob = 'prom-e2e';
 const kRanks = 4;
 const prom = ['/usr/bin/prometheus', process.env.PROMETHEUS].find((p) => p && fs.existsSync(p));
 if (!prom) skip('no prometheus binary (apt install prometheus)');
+const promtool = path.join(path.dirname(prom), 'promtool');
 
 const stack = new Stack();
 let failed = false;
@@ -47,6 +50,15 @@ try {
   if (hist.length !== kRanks) throw new Error('histogram series per rank: ' + hist.length);
   const up = await query('up{job="trainscope"}');
   if (!up.length || up[0].value[1] !== '1') throw new Error('scrape target not up: ' + JSON.stringify(up));
+  // The page as Prometheus's own linter reads it: every problem it names fails the test.
+  const page = await (await fetch(`${base}/metrics`)).text();
+  const lint = spawnSync(promtool, ['check', 'metrics'], { input: page, encoding: 'utf8' });
+  if (lint.error) throw lint.error;
+  const findings = (lint.stdout + lint.stderr).trim();
+  if (lint.status !== 0 || findings) {
+    throw new Error(`promtool check metrics (exit ${lint.status}):\n${findings}`);
+  }
+  console.log(`promtool check metrics: clean (${page.split('\n').length} lines)`);
   console.log('PASS (base ' + base + ')');
 } catch (e) {
   failed = true;

@@ -162,7 +162,7 @@ def memory_gauges(port):
 
     return (gauge(r'trainscope_process_heap_bytes\{state="in_use"\}', 1024),
             gauge("trainscope_storage_memory_bytes", 1024),
-            gauge("trainscope_storage_summary_cache_steps", 1),
+            gauge("trainscope_storage_cached_step_rollups", 1),
             gauge("trainscope_ingest_peers", 1))
 
 
