@@ -192,7 +192,7 @@ def main():
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        if os.environ.get("TRAINSCOPE_E2E_KEEP"):
+        if os.environ.get("TRAINSCOPE_TEST_KEEP"):
             print("kept " + tmp)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
