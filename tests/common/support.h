@@ -22,8 +22,8 @@ class TempDir {
  public:
   TempDir() {
     const char* base = std::getenv("TMPDIR");
-    std::string pattern = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
-                          "/trainscope-test-XXXXXX";
+    std::string pattern =
+        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/trainscope-test-XXXXXX";
     const char* made = ::mkdtemp(pattern.data());
     if (made == nullptr) {
       std::perror(("mkdtemp " + pattern).c_str());

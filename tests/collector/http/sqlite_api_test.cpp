@@ -7,6 +7,7 @@
 #include "collector/storage/store.h"
 #include "common/clock.h"
 #include "tests/collector/http/test_client.h"
+#include "tests/collector/storage/memory_store.h"
 
 using nlohmann::json;
 namespace storage = trainscope::storage;
@@ -48,11 +49,8 @@ wire::StepReport report(uint32_t rank, int64_t step, int64_t durationMs) {
 }  // namespace
 
 TEST_CASE("API over the SQLite store returns what was written", "[http][sqlite]") {
-  storage::SqliteOptions so;
-  so.path = ":memory:";
-  auto opened = storage::openSqliteStore(so);
-  REQUIRE(opened.isOk());
-  storage::Store& store = **opened;
+  auto opened = storage::testing::memoryStore();
+  storage::Store& store = *opened;
 
   int64_t now = trainscope::wallNowNs();
   storage::WriteBatch b;
