@@ -20,8 +20,8 @@
 #   main      GCC debugoptimized (build/, the everyday build): the whole suite
 #             without sanitizers                                      [on request]
 # Installs missing Debian packages first. Ends with one line summed over the stages,
-# "tests: N passed, N failed, N skipped" (a lint stage counts as one test), and exits non-zero
-# when any stage failed.
+# "tests: N passed, N failed, N skipped" (a lint stage counts as one test, a Python test file as
+# its pytest cases), and exits non-zero when any stage failed.
 # Usage: tools/test.sh [--only STAGE[,STAGE...]] [extra meson test args for the whole suite
 #                     (asan, main)]
 #   or   TRAINSCOPE_TEST_STAGES=main tools/test.sh   (e.g. only the everyday suite)
@@ -43,7 +43,11 @@ tools/dev/deps.sh test
 . tools/dev/builds.sh
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+# Each Python test file is one meson test run by tests/pytest_run.py, which appends its cases'
+# "pytest: N passed, N failed, N skipped" here: the closing line counts those cases.
+pytest_counts=$(mktemp)
+export TRAINSCOPE_PYTEST_COUNTS=$pytest_counts
+trap 'rm -f "$log" "$pytest_counts"' EXIT
 status=0
 stage_times=()
 
@@ -129,6 +133,18 @@ run_stage tidy lint_test tidy tools/lint.sh --tidy-only --changed --no-cache --b
 echo "== stage times: $(IFS=,; echo "${stage_times[*]}" | sed 's/,/, /g')"
 # One closing line in the plain form CI readers understand, summed over the stages.
 count() { awk -v k="$1:" 'index($0, k) == 1 {s += $NF} END {print s + 0}' "$log"; }
-failed=$(($(count Fail) + $(count Timeout) + $(count 'Unexpected Pass')))
-echo "tests: $(($(count Ok) + $(count 'Expected Fail'))) passed, $failed failed, $(count Skipped) skipped"
+# pytest_extra OUTCOME: the pytest cases with that outcome, less the one meson test each file
+# already counts (failed when a case failed, else passed when one passed, else skipped: the
+# runner's exit status).
+pytest_extra() {
+  awk -v want="$1" '$1 == "pytest:" {
+      p = $2; f = $4; s = $6
+      counted = f > 0 ? "failed" : (p > 0 ? "passed" : "skipped")
+      n = want == "passed" ? p : (want == "failed" ? f : s)
+      total += n - (counted == want)
+    } END { print total + 0 }' "$pytest_counts"
+}
+failed=$(($(count Fail) + $(count Timeout) + $(count 'Unexpected Pass') + $(pytest_extra failed)))
+passed=$(($(count Ok) + $(count 'Expected Fail') + $(pytest_extra passed)))
+echo "tests: $passed passed, $failed failed, $(($(count Skipped) + $(pytest_extra skipped))) skipped"
 exit "$status"

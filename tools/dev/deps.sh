@@ -14,6 +14,8 @@ if [[ "$mode" == "test" ]]; then
   # playwright-core from npm), the dashboard's lint (ESLint from npm) and the Prometheus
   # scrape test.
   need+=(python3 python3-torch libtorch-dev chromium prometheus)
+  # The Python tests run under pytest (tests/pytest_run.py).
+  need+=(python3-pytest)
   # The ClickHouse store's tests start Debian's clickhouse-server (18.16) on a loopback port.
   need+=(clickhouse-server)
   # The sanitizer builds, libFuzzer and the lint stages (tools/test.sh, tools/lint.sh).
