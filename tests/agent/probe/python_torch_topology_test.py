@@ -2,14 +2,19 @@
 CPU, tp2 x pp2): watch_new_groups() declares every new_group that holds the rank, with the kind
 kind_of() names and its ranks in order; trace_p2p() times send/recv, isend/irecv and
 batch_isend_irecv with their peer, so each rank's probe folds exactly its transfers into the
-step. Probes run fold-only (no agent). Exit 77 without torch.distributed.
+step. Probes run fold-only (no agent). Run under pytest (tests/pytest_run.py); skips without
+torch.distributed.
 
 Env: TRAINSCOPE_PROBE_LIB (the .so), PYTHONPATH=<repo>/agent/probe/python.
 """
 
 import os
+import queue
 import socket
-import sys
+
+import pytest
+
+WORLD = 4
 
 
 def free_port():
@@ -64,56 +69,49 @@ def worker(rank, world, port, out):
     dist.destroy_process_group()
 
 
-def main():
-    try:
-        import torch.distributed as dist
-        import torch.multiprocessing as mp
-    except ImportError as e:
-        print("skip: no torch (%s)" % e)
-        return 77
+@pytest.fixture(scope="module")
+def job():
+    """Runs the 4 ranks; returns {rank: (declared, flushed, records, unattributed)} and the
+    workers' exit codes."""
+    dist = pytest.importorskip("torch.distributed")
+    mp = pytest.importorskip("torch.multiprocessing")
     if not dist.is_available():
-        print("skip: torch.distributed is not available")
-        return 77
-    world = 4
+        pytest.skip("torch.distributed is not available")
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, world, port, out)) for r in range(world)]
+    procs = [ctx.Process(target=worker, args=(r, WORLD, port, out)) for r in range(WORLD)]
     for p in procs:
         p.start()
     results = {}
-    import queue
-    for _ in range(world):
-        try:
-            rank, declared, ok, records, unattributed = out.get(timeout=60)
-        except queue.Empty:
-            print("FAILED: a worker did not report (see its traceback above)")
-            for p in procs:
+    try:
+        for _ in range(WORLD):
+            try:
+                rank, declared, ok, records, unattributed = out.get(timeout=60)
+            except queue.Empty:
+                pytest.fail("a worker did not report (see its traceback above)")
+            results[rank] = (declared, ok, records, unattributed)
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.exitcode is None:
                 p.kill()
-            return 1
-        results[rank] = (declared, ok, records, unattributed)
-    for p in procs:
-        p.join(30)
-    failed = False
-    for rank in range(world):
-        declared, ok, records, unattributed = results[rank]
-        tp = [0, 1] if rank < 2 else [2, 3]
-        pp = [rank % 2, rank % 2 + 2]
-        want = [("tp", tp), ("pp", pp)]
-        checks = [
-            (declared == want, "rank %d declared %s, want %s" % (rank, declared, want)),
-            (ok, "rank %d flushed" % rank),
-            # step begin + end + three transfers (send/recv, isend/irecv, batched)
-            (records == 5, "rank %d recorded %d records, want 5" % (rank, records)),
-            (unattributed == 0, "rank %d: transfers inside the step" % rank),
-        ]
-        for cond, what in checks:
-            print(("ok: " if cond else "FAILED: ") + what)
-            failed = failed or not cond
-    for p in procs:
-        failed = failed or p.exitcode != 0
-    return 1 if failed else 0
+                p.join()
+    return results, [p.exitcode for p in procs]
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+@pytest.mark.parametrize("rank", range(WORLD))
+def test_groups_declared_and_transfers_folded_on_rank(job, rank):
+    declared, ok, records, unattributed = job[0][rank]
+    tp = [0, 1] if rank < 2 else [2, 3]
+    pp = [rank % 2, rank % 2 + 2]
+    want = [("tp", tp), ("pp", pp)]
+    assert declared == want, "rank %d declared %s, want %s" % (rank, declared, want)
+    assert ok, "rank %d flushed" % rank
+    # step begin + end + three transfers (send/recv, isend/irecv, batched)
+    assert records == 5, "rank %d recorded %d records, want 5" % (rank, records)
+    assert unattributed == 0, "rank %d: transfers inside the step" % rank
+
+
+def test_every_worker_exits_cleanly(job):
+    assert job[1] == [0] * WORLD, "worker exit codes %s" % job[1]
