@@ -320,6 +320,7 @@ Status Instance::open(void* zmqContext) {
   info.set_host(config_.host);
   info.set_pid(config_.pid);
   info.set_probe_version(TS_PROBE_VERSION);
+  info.set_gpu_uuid(config_.gpuUuid);
   TransportOptions t;
   t.endpoint = config_.endpoint;
   t.backlogReports = config_.backlogReports;
