@@ -138,6 +138,48 @@ TEST_CASE("validate: step numbers and times are bounded to sane ranges") {
   CHECK(reasonOf(ingest::validateHost(host)) == "invalid_host");
 }
 
+TEST_CASE("validate: GPU samples and events in a host sample, a rank's GPU UUID") {
+  wire::HostSample host;
+  host.set_node("n");
+  host.set_time_ns(kT0);
+  auto* g = host.add_gpus();
+  g->set_uuid("GPU-11111111-2222-3333-4444-555555555555");
+  g->set_utilization_pct(100);
+  g->set_memory_used_bytes(10);
+  g->set_memory_total_bytes(100);
+  g->set_temperature_c(90);
+  auto* e = host.add_gpu_events();
+  e->set_uuid(g->uuid());
+  e->set_time_ns(kT0);
+  CHECK(reasonOf(ingest::validateHost(host)) == "accepted");
+  g->set_utilization_pct(101);
+  CHECK(reasonOf(ingest::validateHost(host)) == "invalid_gpu");
+  g->set_utilization_pct(50);
+  g->set_memory_used_bytes(101);
+  CHECK(reasonOf(ingest::validateHost(host)) == "invalid_gpu");
+  g->set_memory_used_bytes(10);
+  g->set_uuid("GPU 1; drop");
+  CHECK(reasonOf(ingest::validateHost(host)) == "invalid_gpu");
+  g->set_uuid("GPU-1");
+  g->set_throttle_ns(-1);
+  CHECK(reasonOf(ingest::validateHost(host)) == "invalid_gpu");
+  g->set_throttle_ns(0);
+  e->set_time_ns(-5);
+  CHECK(reasonOf(ingest::validateHost(host)) == "invalid_gpu");
+  e->set_time_ns(kT0);
+  for (size_t i = 0; i < ingest::kMaxGpusPerNode; ++i) host.add_gpus()->set_uuid("GPU-x");
+  CHECK(reasonOf(ingest::validateHost(host)) == "invalid_gpu");
+
+  ingest::ValidationLimits limits;
+  wire::RankInfo info = goodInfo();
+  info.set_gpu_uuid("GPU-11111111-2222-3333-4444-555555555555");
+  CHECK(reasonOf(ingest::validateRankInfo(info, limits)) == "accepted");
+  info.set_gpu_uuid(std::string(97, 'a'));
+  CHECK(reasonOf(ingest::validateRankInfo(info, limits)) == "invalid_gpu");
+  info.set_gpu_uuid("GPU-<script>");
+  CHECK(reasonOf(ingest::validateRankInfo(info, limits)) == "invalid_gpu");
+}
+
 TEST_CASE("validate: a hello's progress and sent_ns, a heartbeat's offset and rtt") {
   wire::RankHello hello;
   *hello.mutable_rank() = goodInfo();
