@@ -140,6 +140,7 @@ json rankJson(const storage::RankRow& r) {
               {"node", r.node},
               {"pid", r.pid},
               {"probe_version", r.probeVersion},
+              {"gpu_uuid", r.gpuUuid.empty() ? json(nullptr) : json(r.gpuUuid)},
               {"first_seen_ns", r.firstSeenNs},
               {"last_seen_ns", r.lastSeenNs},
               {"latest_step", r.latestStep},
@@ -289,6 +290,10 @@ json hostSampleJson(const wire::HostSample& h) {
                          {"rss_bytes", p.rss_bytes()},
                          {"alive", p.alive()}});
   }
+  json gpus = json::array();
+  for (const auto& g : h.gpus()) gpus.push_back(gpuSampleJson(g));
+  json gpuEvents = json::array();
+  for (const auto& e : h.gpu_events()) gpuEvents.push_back(gpuEventJson(e));
   return json{{"time_ns", h.time_ns()},
               {"cpu_percent", finite(h.cpu_percent())},
               {"cpu_count", h.cpu_count()},
@@ -296,7 +301,9 @@ json hostSampleJson(const wire::HostSample& h) {
               {"mem_available_bytes", h.mem_available_bytes()},
               {"load1", finite(h.load1())},
               {"net", std::move(net)},
-              {"procs", std::move(procs)}};
+              {"procs", std::move(procs)},
+              {"gpus", std::move(gpus)},
+              {"gpu_events", std::move(gpuEvents)}};
 }
 
 json nodeJson(const storage::NodeRow& n, int64_t nowNs) {

@@ -248,18 +248,11 @@ TEST_CASE("ranks returns the job's ranks; unknown job is 404", "[http]") {
   json j = f.get("/api/v1/jobs/train/ranks");
   CHECK(j["job"] == "train");
   REQUIRE(j["ranks"].size() == 1);
-  json expected = {{"rank", 1},
-                   {"world_size", 2},
-                   {"local_rank", 1},
-                   {"host", "h1"},
-                   {"node", "n1"},
-                   {"pid", 4242},
-                   {"probe_version", "0.1.0"},
-                   {"first_seen_ns", 5},
-                   {"last_seen_ns", 6},
-                   {"latest_step", 4},
-                   {"ended", true},
-                   {"ended_step", 4}};
+  json expected = {
+      {"rank", 1},      {"world_size", 2},    {"local_rank", 1},          {"host", "h1"},
+      {"node", "n1"},   {"pid", 4242},        {"probe_version", "0.1.0"}, {"gpu_uuid", nullptr},
+      {"gpu", nullptr}, {"first_seen_ns", 5}, {"last_seen_ns", 6},        {"latest_step", 4},
+      {"ended", true},  {"ended_step", 4}};
   CHECK(j["ranks"][0] == expected);
   CHECK(f.error("/api/v1/jobs/nope/ranks", 404) == "unknown job 'nope'");
   CHECK(f.error("/api/v1/jobs/train/ranks?x=1", 400).find("'x'") != std::string::npos);
