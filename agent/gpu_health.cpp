@@ -275,7 +275,8 @@ void GpuSampler::Impl::read(Gpu& g, wire::GpuSample& s) {
   if (have(reinterpret_cast<const void*>(nvml.ecc), "nvmlDeviceGetTotalEccErrors")) {
     unsigned long long corrected = 0;
     unsigned long long uncorrected = 0;
-    if (ok(g, nvml.ecc(d, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, &corrected), "ecc") &&
+    if (ok(g, nvml.ecc(d, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, &corrected),
+           "ecc") &&
         ok(g, nvml.ecc(d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &uncorrected),
            "ecc")) {
       s.set_ecc_corrected(corrected);

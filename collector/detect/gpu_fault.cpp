@@ -138,12 +138,13 @@ void GpuFaults::hostSample(const std::string& node, const wire::HostSample& host
     }
     if (has(s, wire::GPU_ECC)) {
       if (g.seen && s.ecc_uncorrected() > g.eccUncorrected) {
-        fault(s.uuid(), g, "ecc",
-              std::to_string(s.ecc_uncorrected() - g.eccUncorrected) +
-                  " new uncorrected ECC error(s)",
-              {{"ecc_uncorrected", static_cast<double>(s.ecc_uncorrected())},
-               {"ecc_uncorrected_new", static_cast<double>(s.ecc_uncorrected() - g.eccUncorrected)}},
-              nowNs);
+        fault(
+            s.uuid(), g, "ecc",
+            std::to_string(s.ecc_uncorrected() - g.eccUncorrected) +
+                " new uncorrected ECC error(s)",
+            {{"ecc_uncorrected", static_cast<double>(s.ecc_uncorrected())},
+             {"ecc_uncorrected_new", static_cast<double>(s.ecc_uncorrected() - g.eccUncorrected)}},
+            nowNs);
       }
       g.eccUncorrected = s.ecc_uncorrected();
     }

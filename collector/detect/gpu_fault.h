@@ -57,12 +57,12 @@ class GpuFaults {
     bool seen = false;  // a sample came: the counters below are a baseline
     uint64_t eccUncorrected = 0;
     uint64_t nvlinkErrors = 0;
-    int64_t throttleNs = 0;        // the latest cumulative NVML throttle time
-    int64_t throttleSinceNs = 0;   // collector clock the current throttling began; 0: none
-    int64_t quietSinceNs = 0;      // collector clock throttling last stopped
-    int64_t lastThrottleNs = 0;    // collector clock of the latest throttled sample
-    int64_t lastFaultNs = 0;       // collector clock of the latest fault
-    std::string lastFault;         // its cause: "xid", "ecc", "nvlink", "lost", "row_remap"
+    int64_t throttleNs = 0;       // the latest cumulative NVML throttle time
+    int64_t throttleSinceNs = 0;  // collector clock the current throttling began; 0: none
+    int64_t quietSinceNs = 0;     // collector clock throttling last stopped
+    int64_t lastThrottleNs = 0;   // collector clock of the latest throttled sample
+    int64_t lastFaultNs = 0;      // collector clock of the latest fault
+    std::string lastFault;        // its cause: "xid", "ecc", "nvlink", "lost", "row_remap"
     uint64_t lastXid = 0;
     uint32_t smClockMhz = 0;
     uint32_t temperatureC = 0;
@@ -73,9 +73,7 @@ class GpuFaults {
   struct RankKey {
     std::string job;
     uint32_t rank = 0;
-    bool operator<(const RankKey& o) const {
-      return job != o.job ? job < o.job : rank < o.rank;
-    }
+    bool operator<(const RankKey& o) const { return job != o.job ? job < o.job : rank < o.rank; }
   };
 
   // Opens a gpu_fault of `cause` on every job whose ranks use `uuid`, once per job and cause
@@ -88,9 +86,9 @@ class GpuFaults {
 
   GpuFaultOptions options_;
   EventLog log_;
-  std::map<std::string, Gpu> gpus_;          // by uuid
-  std::map<RankKey, std::string> rankGpu_;   // (job, rank) -> uuid
-  std::map<RankKey, int64_t> rankStep_;      // (job, rank) -> latest step
+  std::map<std::string, Gpu> gpus_;         // by uuid
+  std::map<RankKey, std::string> rankGpu_;  // (job, rank) -> uuid
+  std::map<RankKey, int64_t> rankStep_;     // (job, rank) -> latest step
 };
 
 }  // namespace trainscope::detect

@@ -18,10 +18,14 @@ constexpr uint64_t kDefaultGpuSamples = 600;
 
 const char* eventKind(wire::GpuEventKind kind) {
   switch (kind) {
-    case wire::GPU_EVENT_XID: return "xid";
-    case wire::GPU_EVENT_ECC_SINGLE: return "ecc_single_bit";
-    case wire::GPU_EVENT_ECC_DOUBLE: return "ecc_double_bit";
-    default: return "unknown";
+    case wire::GPU_EVENT_XID:
+      return "xid";
+    case wire::GPU_EVENT_ECC_SINGLE:
+      return "ecc_single_bit";
+    case wire::GPU_EVENT_ECC_DOUBLE:
+      return "ecc_double_bit";
+    default:
+      return "unknown";
   }
 }
 }  // namespace
@@ -50,7 +54,8 @@ json gpuSampleJson(const wire::GpuSample& g) {
       {"clock_event_reasons", when(wire::GPU_CLOCK_EVENTS, std::move(reasons))},
       {"throttling",
        when(wire::GPU_CLOCK_EVENTS, (g.clock_event_reasons() & wire::kGpuThrottleReasons) != 0)},
-      {"throttle_seconds", when(wire::GPU_THROTTLE_TIME, static_cast<double>(g.throttle_ns()) / 1e9)},
+      {"throttle_seconds",
+       when(wire::GPU_THROTTLE_TIME, static_cast<double>(g.throttle_ns()) / 1e9)},
       {"ecc_corrected", when(wire::GPU_ECC, g.ecc_corrected())},
       {"ecc_uncorrected", when(wire::GPU_ECC, g.ecc_uncorrected())},
       {"remapped_rows_corrected", when(wire::GPU_REMAPPED_ROWS, g.remapped_rows_corrected())},
@@ -103,7 +108,8 @@ ApiResponse Api::nodeGpus(const std::string& node,
     for (const auto& g : h.gpus()) gpus.push_back(gpuSampleJson(g));
     samples.push_back(json{{"time_ns", h.time_ns()}, {"gpus", std::move(gpus)}});
   }
-  return jsonResponse(json{{"node", node}, {"samples", std::move(samples)}, {"events", std::move(events)}});
+  return jsonResponse(
+      json{{"node", node}, {"samples", std::move(samples)}, {"events", std::move(events)}});
 }
 
 }  // namespace trainscope::http

@@ -81,10 +81,10 @@ TEST_CASE("gpu health: every reading of a healthy GPU, and NOT_SUPPORTED reading
   CHECK(g0.uuid() == "GPU-11111111-2222-3333-4444-555555555555");
   CHECK(g0.name() == "FakeH200");
   CHECK_FALSE(g0.lost());
-  for (auto f : {wire::GPU_UTILIZATION, wire::GPU_MEMORY, wire::GPU_POWER, wire::GPU_ENERGY,
-                 wire::GPU_TEMPERATURE, wire::GPU_CLOCKS, wire::GPU_CLOCK_EVENTS,
-                 wire::GPU_THROTTLE_TIME, wire::GPU_ECC, wire::GPU_REMAPPED_ROWS,
-                 wire::GPU_NVLINK}) {
+  for (auto f :
+       {wire::GPU_UTILIZATION, wire::GPU_MEMORY, wire::GPU_POWER, wire::GPU_ENERGY,
+        wire::GPU_TEMPERATURE, wire::GPU_CLOCKS, wire::GPU_CLOCK_EVENTS, wire::GPU_THROTTLE_TIME,
+        wire::GPU_ECC, wire::GPU_REMAPPED_ROWS, wire::GPU_NVLINK}) {
     CHECK(has(g0, f));
   }
   CHECK(g0.utilization_pct() == 90);
@@ -117,8 +117,9 @@ TEST_CASE("gpu health: every reading of a healthy GPU, and NOT_SUPPORTED reading
   CHECK(sampler.absences().size() == said);  // said once, not per sample
 }
 
-TEST_CASE("gpu health: a throttling episode shows as clock-event reasons, a lower SM clock and "
-          "growing throttle time; errors show as ECC, remapped-row and NVLink counts") {
+TEST_CASE(
+    "gpu health: a throttling episode shows as clock-event reasons, a lower SM clock and "
+    "growing throttle time; errors show as ECC, remapped-row and NVLink counts") {
   Fake fake("health.txt");
   GpuSampler sampler(fake.lib, /*watchEvents=*/false);
   REQUIRE(sampler.available());
@@ -178,8 +179,9 @@ TEST_CASE("gpu health: a scripted Xid arrives through the event thread, once, na
   CHECK(sampler.takeEvents().empty());
 }
 
-TEST_CASE("gpu health: an old driver's library without the newer functions still gives the rest, "
-          "and says once what it lacks") {
+TEST_CASE(
+    "gpu health: an old driver's library without the newer functions still gives the rest, "
+    "and says once what it lacks") {
   Fake fake("health.txt", "FAKE_NVML_OLD_LIB");
   GpuSampler sampler(fake.lib);
   REQUIRE(sampler.available());

@@ -33,8 +33,9 @@ json get(uint16_t port, const std::string& target) {
 
 }  // namespace
 
-TEST_CASE("e2e: GPU samples from a fake NVML reach the API and /metrics; a gpu_fault and a "
-          "throttle-caused straggler name the rank on the faulty GPU") {
+TEST_CASE(
+    "e2e: GPU samples from a fake NVML reach the API and /metrics; a gpu_fault and a "
+    "throttle-caused straggler name the rank on the faulty GPU") {
   const char* fake = std::getenv("TRAINSCOPE_FAKE_NVML_LIB");
   const char* fixtures = std::getenv("TRAINSCOPE_FAKE_NVML_FIXTURES");
   REQUIRE(fake != nullptr);
@@ -72,9 +73,9 @@ TEST_CASE("e2e: GPU samples from a fake NVML reach the API and /metrics; a gpu_f
                                   "straggler:rank=3,from=150,factor=1.5",
                                   "--quiet"};
     const std::string name = "sim-rank" + std::to_string(r);
-    sims.push_back(std::make_unique<Process>(name, argv, dir / (name + ".log"),
-                                             std::vector<std::string>{"TRAINSCOPE_GPU_UUID=" +
-                                                                      uuidOf(r)}));
+    sims.push_back(
+        std::make_unique<Process>(name, argv, dir / (name + ".log"),
+                                  std::vector<std::string>{"TRAINSCOPE_GPU_UUID=" + uuidOf(r)}));
   }
 
   // The node's GPU samples: four GPUs, GPU 3 throttling at 1100 MHz, and the Xid.
@@ -149,8 +150,7 @@ TEST_CASE("e2e: GPU samples from a fake NVML reach the API and /metrics; a gpu_f
   // /metrics: the GPU gauges, labelled node, gpu and uuid.
   auto metrics = httpGet(http, "/metrics", 5s);
   REQUIRE(metrics.status == 200);
-  const std::string labels3 =
-      "{node=\"node0\",gpu=\"3\",uuid=\"" + uuidOf(3) + "\"}";
+  const std::string labels3 = "{node=\"node0\",gpu=\"3\",uuid=\"" + uuidOf(3) + "\"}";
   CHECK(metrics.body.find("trainscope_gpu_temperature_celsius" + labels3 + " 91") !=
         std::string::npos);
   CHECK(metrics.body.find("trainscope_gpu_throttled" + labels3 + " 1") != std::string::npos);

@@ -201,12 +201,11 @@ unsigned long long during(const FakeGpu& g, double now, const char* key,
   return normal;
 }
 
-#define GPU_OR_RETURN(what)                                      \
-  std::lock_guard<std::mutex> lock(state().mu);                  \
-  FakeGpu* g = nullptr;                                          \
-  double now = 0;                                                \
-  if (nvmlReturn_t rc = gpuFor(device, what, &g, &now); rc != 0) \
-  return rc
+#define GPU_OR_RETURN(what)                     \
+  std::lock_guard<std::mutex> lock(state().mu); \
+  FakeGpu* g = nullptr;                         \
+  double now = 0;                               \
+  if (nvmlReturn_t rc = gpuFor(device, what, &g, &now); rc != 0) return rc
 
 }  // namespace
 
@@ -238,12 +237,18 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlShutdown() {
 
 __attribute__((visibility("default"))) const char* nvmlErrorString(nvmlReturn_t rc) {
   switch (rc) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
-    case NVML_ERROR_TIMEOUT: return "Timeout";
-    default: return "Unknown Error";
+    case NVML_SUCCESS:
+      return "Success";
+    case NVML_ERROR_NOT_SUPPORTED:
+      return "Not Supported";
+    case NVML_ERROR_GPU_IS_LOST:
+      return "GPU is lost";
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+      return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT:
+      return "Timeout";
+    default:
+      return "Unknown Error";
   }
 }
 
@@ -253,8 +258,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCount_v2(unsign
   return NVML_SUCCESS;
 }
 
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(
-    unsigned int i, nvmlDevice_t* d) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i,
+                                                                                  nvmlDevice_t* d) {
   std::lock_guard<std::mutex> lock(state().mu);
   if (i >= state().gpus.size()) return NVML_ERROR_INVALID_ARGUMENT;
   *d = reinterpret_cast<nvmlDevice_t>(static_cast<uintptr_t>(i) + 1);
@@ -373,9 +378,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetNvLinkErrorCoun
     nvmlDevice_t device, unsigned int link, unsigned int counter, unsigned long long* v) {
   GPU_OR_RETURN("nvlink");
   if (link >= g->nvlinks) return NVML_ERROR_INVALID_ARGUMENT;
-  *v = link == 0 && counter == NVML_NVLINK_ERROR_DL_REPLAY && now >= g->nvlinkFrom
-           ? g->nvlinkCount
-           : 0;
+  *v = link == 0 && counter == NVML_NVLINK_ERROR_DL_REPLAY && now >= g->nvlinkFrom ? g->nvlinkCount
+                                                                                   : 0;
   return NVML_SUCCESS;
 }
 

@@ -108,8 +108,9 @@ TEST_CASE("gpu_fault: new uncorrected ECC errors, NVLink errors past the thresho
   CHECK(events[0].labels.at("cause") == "lost");
 }
 
-TEST_CASE("gpu_fault: throttling opens once it lasts throttleNs, brief dips do not, and it "
-          "resolves after as long without") {
+TEST_CASE(
+    "gpu_fault: throttling opens once it lasts throttleNs, brief dips do not, and it "
+    "resolves after as long without") {
   GpuFaults f = twoRanks();
   auto sample = [&](int64_t s, bool throttled) {
     auto g0 = gpu(0, kGpu0);
