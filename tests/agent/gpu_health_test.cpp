@@ -10,10 +10,10 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 
 using trainscope::agent::GpuSampler;
-using trainscope::agent::testing::TempDir;
+using trainscope::tests::TempDir;
 namespace wire = trainscope::wire;
 
 namespace {
