@@ -148,11 +148,8 @@ TEST_CASE("API over the SQLite store returns what was written", "[http][sqlite]"
 
 TEST_CASE("API over the SQLite store serves a node's GPUs, each rank's GPU and the GPU metrics",
           "[http][sqlite]") {
-  storage::SqliteOptions so;
-  so.path = ":memory:";
-  auto opened = storage::openSqliteStore(so);
-  REQUIRE(opened.isOk());
-  storage::Store& store = **opened;
+  auto opened = storage::testing::memoryStore();
+  storage::Store& store = *opened;
   const std::string uuid = "GPU-11111111-2222-3333-4444-555555555555";
   const int64_t now = trainscope::wallNowNs();
   storage::WriteBatch b;
