@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <iterator>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -49,6 +50,25 @@ bool meets(const Intervals& m, const std::pair<int64_t, int64_t>& w) {
   auto it = std::upper_bound(m.begin(), m.end(), w.first,
                              [](int64_t t, const auto& iv) { return t < iv.second; });
   return it != m.end() && it->first < w.second;
+}
+
+// Names of what NCCL chose (TS_DEVICE_INFO), as the step report spells them.
+const char* ncclAlgoName(uint32_t code) {
+  static constexpr const char* kNames[] = {
+      "", "tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"};
+  return code < std::size(kNames) ? kNames[code] : "";
+}
+
+const char* ncclProtoName(uint32_t code) {
+  static constexpr const char* kNames[] = {"", "ll", "ll128", "simple"};
+  return code < std::size(kNames) ? kNames[code] : "";
+}
+
+const char* dtypeName(uint32_t code) {
+  static constexpr const char* kNames[] = {
+      "",        "int8",    "uint8",   "int32",    "uint32",     "int64",     "uint64",
+      "float16", "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
+  return code < std::size(kNames) ? kNames[code] : "";
 }
 
 int64_t lengthOf(const Intervals& m) {
@@ -200,7 +220,9 @@ void StepFolder::add(uint32_t ring, const Record& in) {
     case RecordType::kOp:
     case RecordType::kCollective:
     case RecordType::kLink:
-    case RecordType::kP2p: {
+    case RecordType::kP2p:
+    case RecordType::kDeviceColl:
+    case RecordType::kDeviceP2p: {
       Record done = r;
       done.t1 = std::max(done.t1, done.t0);
       addComplete(done);
@@ -351,6 +373,29 @@ void StepAccumulator::add(const Record& r) {
       a.min = std::min(a.min, len);
       break;
     }
+    case RecordType::kDeviceColl: {
+      push(devComm_, r.t0, r.t1);
+      DevCollAcc& a = devColls_[{r.kind, r.group, r.bytes}];
+      ++a.times.count;
+      a.times.total += len;
+      a.times.max = std::max(a.times.max, len);
+      a.times.first = std::min(a.times.first, r.t0);
+      a.times.last = std::max(a.times.last, r.t1);
+      a.firstSeq = std::min(a.firstSeq, r.seq);
+      a.lastSeq = std::max(a.lastSeq, r.seq);
+      a.info = r.info;
+      break;
+    }
+    case RecordType::kDeviceP2p: {
+      push(devComm_, r.t0, r.t1);
+      P2pAcc& a = devP2ps_[{r.name, r.group, r.kind}];
+      ++a.count;
+      a.bytes += r.bytes;
+      a.total += len;
+      a.max = std::max(a.max, len);
+      a.min = std::min(a.min, len);
+      break;
+    }
     default:
       break;
   }
@@ -358,8 +403,9 @@ void StepAccumulator::add(const Record& r) {
 
 size_t StepAccumulator::units() const {
   return compute_.size() + comm_.size() + waits_.size() + data_.size() + coll_.size() +
-         p2p_.size() + a2a_.size() +
-         4 * (ops_.size() + colls_.size() + links_.size() + p2ps_.size());
+         p2p_.size() + a2a_.size() + devComm_.size() +
+         4 * (ops_.size() + colls_.size() + links_.size() + p2ps_.size() + devColls_.size() +
+              devP2ps_.size());
 }
 
 wire::StepReport StepAccumulator::report(const std::string& job, uint32_t rank, int64_t step,
@@ -425,21 +471,51 @@ wire::StepReport StepAccumulator::report(const std::string& job, uint32_t rank, 
   }
   rep.set_ops_truncated(sorted.size() - top);
 
+  auto setTimes = [](wire::CollectiveTotal* c, uint64_t bytes, const CollAcc& a) {
+    c->set_count(a.count);
+    c->set_total_ns(a.total);
+    c->set_max_ns(a.max);
+    c->set_bandwidth_bps(a.total > 0 ? static_cast<double>(bytes) * static_cast<double>(a.count) /
+                                           (static_cast<double>(a.total) * 1e-9)
+                                     : 0.0);
+    c->set_first_arrival_ns(a.first);
+    c->set_last_completion_ns(a.last);
+  };
+  auto setDevice = [&](wire::CollectiveTotal* c, uint64_t bytes, const DevCollAcc& d) {
+    setTimes(c, bytes, d.times);
+    c->set_device_timed(true);
+    c->set_first_seq(d.firstSeq);
+    c->set_last_seq(d.lastSeq);
+    c->set_algorithm(ncclAlgoName(d.info & 0xff));
+    c->set_protocol(ncclProtoName((d.info >> 8) & 0xff));
+    c->set_datatype(dtypeName((d.info >> 16) & 0xff));
+    c->set_channels(d.info >> 24);
+  };
   for (const auto& [key, a] : colls_) {
     auto* c = rep.add_collectives();
     c->set_op(static_cast<wire::CollectiveOp>(std::get<0>(key)));
     c->set_group(nameString(std::get<1>(key)));
     c->set_bytes(std::get<2>(key));
-    c->set_count(a.count);
-    c->set_total_ns(a.total);
-    c->set_max_ns(a.max);
-    c->set_bandwidth_bps(a.total > 0 ? static_cast<double>(std::get<2>(key)) *
-                                           static_cast<double>(a.count) /
-                                           (static_cast<double>(a.total) * 1e-9)
-                                     : 0.0);
-    c->set_first_arrival_ns(a.first);
-    c->set_last_completion_ns(a.last);
+    auto dev = devColls_.find(key);
+    if (dev == devColls_.end()) {
+      setTimes(c, std::get<2>(key), a);
+      continue;
+    }
+    // The device's times replace the host's (which include launch and, for async work, the
+    // time until the host noticed completion); the host's stay beside them.
+    setDevice(c, std::get<2>(key), dev->second);
+    c->set_host_count(a.count);
+    c->set_host_total_ns(a.total);
   }
+  for (const auto& [key, d] : devColls_) {
+    if (colls_.count(key) != 0) continue;
+    auto* c = rep.add_collectives();
+    c->set_op(static_cast<wire::CollectiveOp>(std::get<0>(key)));
+    c->set_group(nameString(std::get<1>(key)));
+    c->set_bytes(std::get<2>(key));
+    setDevice(c, std::get<2>(key), d);
+  }
+  rep.set_device_comm_ns(unionLength(std::move(devComm_)));
   for (const auto& [key, a] : links_) {
     auto* l = rep.add_links();
     l->set_peer(key.first);
@@ -448,7 +524,7 @@ wire::StepReport StepAccumulator::report(const std::string& job, uint32_t rank, 
     l->set_transfers(a.transfers);
     l->set_wire_ns(a.wire);
   }
-  for (const auto& [key, a] : p2ps_) {
+  auto addP2p = [&](const std::tuple<uint32_t, uint32_t, uint8_t>& key, const P2pAcc& a) {
     auto* p = rep.add_p2p();
     p->set_peer(std::get<0>(key));
     p->set_group(nameString(std::get<1>(key)));
@@ -458,6 +534,21 @@ wire::StepReport StepAccumulator::report(const std::string& job, uint32_t rank, 
     p->set_total_ns(a.total);
     p->set_max_ns(a.max);
     p->set_min_ns(a.min);
+    return p;
+  };
+  for (const auto& [key, a] : p2ps_) {
+    auto dev = devP2ps_.find(key);
+    if (dev == devP2ps_.end()) {
+      addP2p(key, a);
+      continue;
+    }
+    auto* p = addP2p(key, dev->second);
+    p->set_device_timed(true);
+    p->set_host_count(a.count);
+    p->set_host_total_ns(a.total);
+  }
+  for (const auto& [key, d] : devP2ps_) {
+    if (p2ps_.count(key) == 0) addP2p(key, d)->set_device_timed(true);
   }
   rep.set_records(records);
   return rep;

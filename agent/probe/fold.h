@@ -37,8 +37,8 @@ class StepAccumulator {
  public:
   StepAccumulator(int64_t begin, int64_t end) : begin_(begin), end_(end) {}
 
-  // Adds one complete interval record (kOp, kRange, kCollective, kLink, kP2p); other types are
-  // ignored. The caller decided it belongs to this step.
+  // Adds one complete interval record (kOp, kRange, kCollective, kLink, kP2p, kDeviceColl,
+  // kDeviceP2p); other types are ignored. The caller decided it belongs to this step.
   void add(const Record& r);
   // The report of the step: `topOps` operators at most (the rest counted in ops_truncated),
   // `records` as the records field.
@@ -73,6 +73,14 @@ class StepAccumulator {
     int64_t max = 0;
     int64_t min = INT64_MAX;
   };
+  // A key's device times (NCCL's profiler plugin): they take the place of the host's in the
+  // key's CollectiveTotal, and name the NCCL sequence numbers and what NCCL chose.
+  struct DevCollAcc {
+    CollAcc times;
+    uint64_t firstSeq = UINT64_MAX;
+    uint64_t lastSeq = 0;
+    uint32_t info = 0;  // TS_DEVICE_INFO of the last call
+  };
   using Intervals = std::vector<std::pair<int64_t, int64_t>>;
   void push(Intervals& v, int64_t a, int64_t b);
 
@@ -93,6 +101,10 @@ class StepAccumulator {
   std::map<std::pair<uint32_t, uint32_t>, LinkAcc> links_;
   // (peer, group, op): a pipeline rank talks to its two neighbours, per direction.
   std::map<std::tuple<uint32_t, uint32_t, uint8_t>, P2pAcc> p2ps_;
+  // Device-timed collectives and p2p, keyed as their host counterparts above.
+  std::map<std::tuple<uint8_t, uint32_t, uint64_t>, DevCollAcc> devColls_;
+  std::map<std::tuple<uint32_t, uint32_t, uint8_t>, P2pAcc> devP2ps_;
+  Intervals devComm_;  // device time of NCCL kernels (StepReport.device_comm_ns)
 };
 
 // One finished step: its report and the records folded into it (for the flight recorder).

@@ -172,6 +172,8 @@ void writeParallelDetail(JsonWriter& w, const storage::StepRow& s) {
     w.value(s.device);
   }
   w.field("cpu_wait_ns", s.cpuWaitNs);
+  w.field("device_comm_ns", s.deviceCommNs);
+  w.field("device_dropped", s.deviceDropped);
   w.field("p2p_ns", s.p2pNs);
   w.field("bubble_ns", s.bubbleNs);
   w.field("collective_ns", s.collectiveNs);
@@ -195,6 +197,7 @@ void writeParallelDetail(JsonWriter& w, const storage::StepRow& s) {
     w.field("total_ns", p.total_ns());
     w.field("max_ns", p.max_ns());
     w.field("min_ns", p.min_ns());
+    w.field("device_timed", p.device_timed());
     w.endObject();
   }
   w.endArray();
@@ -238,6 +241,17 @@ void writeStepJson(JsonWriter& w, const storage::StepRow& s, bool detail) {
       w.field("total_ns", c.total_ns());
       w.field("max_ns", c.max_ns());
       w.field("bandwidth_bps", c.bandwidth_bps());
+      if (c.device_timed()) {
+        // Timed by NCCL's profiler plugin on the device; the host's own sum beside it.
+        w.field("device_timed", true);
+        w.field("host_total_ns", c.host_total_ns());
+        w.field("first_seq", c.first_seq());
+        w.field("last_seq", c.last_seq());
+        w.field("algorithm", c.algorithm());
+        w.field("protocol", c.protocol());
+        w.field("datatype", c.datatype());
+        w.field("channels", c.channels());
+      }
       w.endObject();
     }
     w.endArray();

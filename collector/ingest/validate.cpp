@@ -130,7 +130,8 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
         Part{"p2p_ns", s.p2p_ns()}, Part{"bubble_ns", s.bubble_ns()},
         Part{"collective_ns", s.collective_ns()},
         Part{"exposed_collective_ns", s.exposed_collective_ns()},
-        Part{"all_to_all_ns", s.all_to_all_ns()}, Part{"cpu_wait_ns", s.cpu_wait_ns()}}) {
+        Part{"all_to_all_ns", s.all_to_all_ns()}, Part{"cpu_wait_ns", s.cpu_wait_ns()},
+        Part{"device_comm_ns", s.device_comm_ns()}}) {
     if (p.value < 0 || p.value > bound) {
       return reject("invalid_breakdown", std::string(p.name) + " " + std::to_string(p.value) +
                                              " not within 0..duration_ns" + at());
@@ -151,7 +152,8 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
   for (const auto& c : s.collectives()) {
     if (c.total_ns() < 0 || c.max_ns() < 0 || c.total_ns() >= limits.maxDurationNs ||
         !std::isfinite(c.bandwidth_bps()) || c.bandwidth_bps() < 0 ||
-        !isTime(c.first_arrival_ns()) || !isTime(c.last_completion_ns())) {
+        !isTime(c.first_arrival_ns()) || !isTime(c.last_completion_ns()) || c.host_total_ns() < 0 ||
+        c.host_total_ns() >= limits.maxDurationNs) {
       return reject("invalid_collective", std::string("collective ") +
                                               wire::collectiveOpName(c.op()) +
                                               " has a time or bandwidth out of range" + at());
@@ -165,7 +167,8 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
   }
   for (const auto& p : s.p2p()) {
     if ((worldSize && p.peer() >= *worldSize) || p.total_ns() < 0 || p.max_ns() < 0 ||
-        p.min_ns() < 0 || p.total_ns() >= limits.maxDurationNs) {
+        p.min_ns() < 0 || p.total_ns() >= limits.maxDurationNs || p.host_total_ns() < 0 ||
+        p.host_total_ns() >= limits.maxDurationNs) {
       return reject("invalid_p2p", std::string("p2p ") + wire::collectiveOpName(p.op()) +
                                        " with peer " + std::to_string(p.peer()) +
                                        " has a peer or a time out of range" + at());

@@ -129,6 +129,10 @@ struct StepRow {
   // Detail: the training thread's wait for a CPU in the step (StepReport field 27; 0: none or
   // not measured).
   int64_t cpuWaitNs = 0;
+  // Detail: the device time of the rank's NCCL kernels in the step, and the NCCL operations
+  // the profiler plugin could not time (StepReport fields 28 and 29; 0 without the plugin).
+  int64_t deviceCommNs = 0;
+  uint64_t deviceDropped = 0;
 };
 
 struct StepQuery {

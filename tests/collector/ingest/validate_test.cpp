@@ -119,6 +119,22 @@ TEST_CASE("validate: step numbers and times are bounded to sane ranges") {
   CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "invalid_collective");
   c->set_last_completion_ns(kT0 + 50);
   CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "accepted");
+  // Device-timed (NCCL's profiler plugin): the host's own sum beside the device's.
+  c->set_device_timed(true);
+  c->set_host_total_ns(-1);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "invalid_collective");
+  c->set_host_total_ns(80);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "accepted");
+  s.set_device_comm_ns(100 + limits.slackNs + 1);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "invalid_breakdown");
+  s.set_device_comm_ns(40);
+  s.set_device_dropped(3);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "accepted");
+  auto* p = s.add_p2p();
+  p->set_peer(2);
+  p->set_host_total_ns(-1);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "invalid_p2p");
+  s.clear_p2p();
   auto* l = s.add_links();
   l->set_peer(2);
   l->set_wire_ns(-1);
