@@ -6,7 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "agent/nccl_profiler/nccl/profiler.h"
+#include <nccl/profiler.h>
+
 #include "agent/nccl_profiler/plugin_core.h"
 
 namespace trainscope::nccl {
@@ -153,11 +154,16 @@ __attribute__((visibility("default"))) int ts_nccl_profiler_stats(int64_t* out, 
   const auto& p = trainscope::nccl::Plugin::get();
   const auto& s = p.stats();
   const int64_t all[] = {
-      static_cast<int64_t>(s.comms.load()),      static_cast<int64_t>(s.commsNoProbe.load()),
-      static_cast<int64_t>(s.ops.load()),        static_cast<int64_t>(s.recorded.load()),
-      static_cast<int64_t>(s.poolFull.load()),   static_cast<int64_t>(s.noProbe.load()),
-      static_cast<int64_t>(s.incomplete.load()), static_cast<int64_t>(s.unknownEvents.load()),
-      static_cast<int64_t>(s.dropsReported.load()), static_cast<int64_t>(p.poolSize()),
+      static_cast<int64_t>(s.comms.load()),
+      static_cast<int64_t>(s.commsNoProbe.load()),
+      static_cast<int64_t>(s.ops.load()),
+      static_cast<int64_t>(s.recorded.load()),
+      static_cast<int64_t>(s.poolFull.load()),
+      static_cast<int64_t>(s.noProbe.load()),
+      static_cast<int64_t>(s.incomplete.load()),
+      static_cast<int64_t>(s.unknownEvents.load()),
+      static_cast<int64_t>(s.dropsReported.load()),
+      static_cast<int64_t>(p.poolSize()),
       p.clock().offset(),
   };
   const int have = static_cast<int>(sizeof all / sizeof all[0]);

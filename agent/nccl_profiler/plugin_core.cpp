@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <iterator>
 #include <new>
 
 namespace trainscope::nccl {
@@ -273,13 +274,14 @@ void* Plugin::startKernelCh(void* parent, uint64_t gpuStartNs) {
   }
   atomicMin(s->hostFirst, now);
   s->started.fetch_add(1, std::memory_order_acq_rel);
-  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(s) | kKernelChTag);
+  // Pointer arithmetic inside the slot, not an integer made a pointer.
+  return reinterpret_cast<char*>(s) + kKernelChTag;
 }
 
 void Plugin::kernelChStop(void* handle, uint64_t gpuStopNs) {
   const auto bits = reinterpret_cast<uintptr_t>(handle);
   if ((bits & 63) != kKernelChTag) return;
-  auto* s = reinterpret_cast<OpSlot*>(bits & ~uintptr_t{63});
+  auto* s = reinterpret_cast<OpSlot*>(static_cast<char*>(handle) - kKernelChTag);
   const int64_t now = hostNowNs();
   if (gpuStopNs != 0) {
     clock_.observe(now, gpuStopNs);
@@ -293,7 +295,7 @@ void Plugin::kernelChStop(void* handle, uint64_t gpuStopNs) {
 void Plugin::stopEvent(void* handle) {
   const auto bits = reinterpret_cast<uintptr_t>(handle);
   if (bits == 0) return;
-  auto* s = reinterpret_cast<OpSlot*>(bits & ~uintptr_t{63});
+  auto* s = reinterpret_cast<OpSlot*>(static_cast<char*>(handle) - (bits & 63));
   if ((bits & 63) == kKernelChTag) {
     atomicMax(s->hostLast, hostNowNs());  // a stop without its state update still ends it
     s->stopped.fetch_add(1, std::memory_order_acq_rel);
@@ -325,8 +327,7 @@ void Plugin::reportDrops(ts_probe* probe) {
                          stats_.noProbe.load(std::memory_order_relaxed) +
                          stats_.incomplete.load(std::memory_order_relaxed);
   uint64_t told = dropsTold_.load(std::memory_order_relaxed);
-  if (drops > told &&
-      dropsTold_.compare_exchange_strong(told, drops, std::memory_order_relaxed)) {
+  if (drops > told && dropsTold_.compare_exchange_strong(told, drops, std::memory_order_relaxed)) {
     api_.deviceDropped(probe, drops - told);
     stats_.dropsReported.fetch_add(drops - told, std::memory_order_relaxed);
   }
@@ -375,10 +376,14 @@ uint8_t collectiveOpOf(const char* func) {
     uint8_t op;
   };
   static constexpr Entry kOps[] = {
-      {"AllReduce", TS_COLL_ALL_REDUCE}, {"AllGather", TS_COLL_ALL_GATHER},
-      {"ReduceScatter", TS_COLL_REDUCE_SCATTER}, {"AlltoAll", TS_COLL_ALL_TO_ALL},
-      {"Broadcast", TS_COLL_BROADCAST},  {"Reduce", TS_COLL_REDUCE},
-      {"Send", TS_COLL_SEND},            {"Recv", TS_COLL_RECV},
+      {"AllReduce", TS_COLL_ALL_REDUCE},
+      {"AllGather", TS_COLL_ALL_GATHER},
+      {"ReduceScatter", TS_COLL_REDUCE_SCATTER},
+      {"AlltoAll", TS_COLL_ALL_TO_ALL},
+      {"Broadcast", TS_COLL_BROADCAST},
+      {"Reduce", TS_COLL_REDUCE},
+      {"Send", TS_COLL_SEND},
+      {"Recv", TS_COLL_RECV},
   };
   for (const Entry& e : kOps) {
     if (std::strcmp(func, e.name) == 0) return e.op;
@@ -388,12 +393,12 @@ uint8_t collectiveOpOf(const char* func) {
 
 uint8_t algoOf(const char* algo) {
   // NCCL 2.28+ spells them in capitals (ncclAlgoToString), earlier ones as in NCCL_ALGO.
-  static constexpr const char* kNames[] = {"Tree", "Ring", "CollNet_Direct", "CollNet_Chain",
-                                           "NVLS", "NVLS_Tree", "PAT"};
-  static constexpr const char* kOld[] = {"Tree", "Ring", "CollNetDirect", "CollNetChain",
-                                         "NVLS", "NVLSTree", "PAT"};
-  for (uint8_t i = 0; i < std::size(kNames); ++i) {
-    if (same(algo, kNames[i]) || same(algo, kOld[i])) return i + 1;
+  static constexpr const char* kNames[] = {
+      "Tree", "Ring", "CollNet_Direct", "CollNet_Chain", "NVLS", "NVLS_Tree", "PAT"};
+  static constexpr const char* kOld[] = {
+      "Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"};
+  for (size_t i = 0; i < std::size(kNames); ++i) {
+    if (same(algo, kNames[i]) || same(algo, kOld[i])) return static_cast<uint8_t>(i + 1);
   }
   return TS_ALGO_UNKNOWN;
 }
@@ -409,11 +414,11 @@ uint8_t dtypeOf(const char* datatype) {
   if (datatype == nullptr) return TS_DTYPE_UNKNOWN;
   // ncclDatatypeToString: "ncclFloat32", ...
   const char* t = std::strncmp(datatype, "nccl", 4) == 0 ? datatype + 4 : datatype;
-  static constexpr const char* kNames[] = {"Int8",    "Uint8",   "Int32",    "Uint32",
-                                           "Int64",   "Uint64",  "Float16",  "Float32",
+  static constexpr const char* kNames[] = {"Int8",    "Uint8",    "Int32",      "Uint32",
+                                           "Int64",   "Uint64",   "Float16",    "Float32",
                                            "Float64", "Bfloat16", "Float8e4m3", "Float8e5m2"};
-  for (uint8_t i = 0; i < std::size(kNames); ++i) {
-    if (same(t, kNames[i])) return i + 1;
+  for (size_t i = 0; i < std::size(kNames); ++i) {
+    if (same(t, kNames[i])) return static_cast<uint8_t>(i + 1);
   }
   return TS_DTYPE_UNKNOWN;
 }

@@ -92,10 +92,10 @@ struct Comm {
   uint64_t commHash = 0;
   int32_t nranks = 0;
   int32_t rank = 0;
-  char name[64] = {};                 // NCCL's commName, cut
-  std::atomic<ts_name> group{0};      // 0 until resolved
+  char name[64] = {};                  // NCCL's commName, cut
+  std::atomic<ts_name> group{0};       // 0 until resolved
   std::atomic<bool> resolving{false};  // one thread resolves
-  int32_t* globalRanks = nullptr;     // nranks entries (-1: unknown), set before group
+  int32_t* globalRanks = nullptr;      // nranks entries (-1: unknown), set before group
   std::atomic<bool> finalized{false};
 };
 
@@ -109,7 +109,7 @@ struct OpDescr {
   const char* algo = nullptr;   // collectives only
   const char* proto = nullptr;  // collectives only
   size_t count = 0;
-  uint64_t seq = 0;  // collectives only
+  uint64_t seq = 0;   // collectives only
   int32_t peer = -1;  // p2p only: the communicator rank at the other end
   uint8_t channels = 0;
 };

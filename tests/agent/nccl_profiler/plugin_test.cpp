@@ -19,9 +19,9 @@
 #include <thread>
 #include <vector>
 
+#include <nccl/profiler.h>
 #include <catch2/catch.hpp>
 
-#include "agent/nccl_profiler/nccl/profiler.h"
 #include "agent/probe/runtime.h"
 #include "agent/probe/trainscope_probe.h"
 
@@ -281,8 +281,9 @@ TEST_CASE("plugin / before the probe starts, operations are counted and reported
   CHECK(c->host_count() == 0);
 }
 
-TEST_CASE("plugin / each version's init and events: a two-channel all-reduce reaches the report "
-          "with its device time") {
+TEST_CASE(
+    "plugin / each version's init and events: a two-channel all-reduce reaches the report "
+    "with its device time") {
   Plugin& pl = Plugin::get();
   V4 d4{pl.v4};
   CHECK(d4.init(0x1004, "world4", 4, 0) == kMask);
@@ -296,8 +297,9 @@ TEST_CASE("plugin / each version's init and events: a two-channel all-reduce rea
   REQUIRE(pl.v6->finalize(d6.ctx) == ncclSuccess);
 }
 
-TEST_CASE("plugin / a communicator maps to the declared group with its ranks; p2p peers become "
-          "global ranks; bytes count as the host counts them") {
+TEST_CASE(
+    "plugin / a communicator maps to the declared group with its ranks; p2p peers become "
+    "global ranks; bytes count as the host counts them") {
   Plugin& pl = Plugin::get();
   Probe& probe = Probe::get();
   const int32_t pp[] = {0, 3};
@@ -330,7 +332,7 @@ TEST_CASE("plugin / a communicator maps to the declared group with its ranks; p2
   const auto* g = find(rep, TS_COLL_ALL_GATHER);
   REQUIRE(g != nullptr);
   CHECK(g->group() == "pp");
-  CHECK(g->bytes() == 100 * 2 * 2);  // the gathered output: nranks x count x 2 bytes
+  CHECK(g->bytes() == uint64_t{100} * 2 * 2);  // the gathered output: nranks x count x 2 bytes
   CHECK(g->datatype() == "bfloat16");
   const auto* b = find(rep, TS_COLL_BROADCAST);
   REQUIRE(b != nullptr);
@@ -361,7 +363,7 @@ TEST_CASE("plugin / an operation waits for every channel NCCL announced, whateve
   const auto* c = find(rep, TS_COLL_REDUCE_SCATTER);
   REQUIRE(c != nullptr);
   CHECK(c->count() == 1);
-  CHECK(c->bytes() == 64 * 2 * 4);  // the input: nranks x count x 2 bytes
+  CHECK(c->bytes() == uint64_t{64} * 2 * 4);  // the input: nranks x count x 2 bytes
   CHECK(c->channels() == 3);
 }
 
@@ -404,10 +406,10 @@ TEST_CASE("plugin / events it does not keep get no handle and every call on them
   Plugin& pl = Plugin::get();
   V5 d{pl.v5};
   REQUIRE(d.init(0x5005, "", 4, 0) == kMask);
-  for (uint64_t type : {uint64_t{ncclProfileGroup}, uint64_t{ncclProfileGroupApi},
-                        uint64_t{ncclProfileCollApi}, uint64_t{ncclProfileP2pApi},
-                        uint64_t{ncclProfileKernelLaunch}, uint64_t{ncclProfileProxyOp},
-                        uint64_t{ncclProfileProxyCtrl}, uint64_t{1} << 40}) {
+  for (uint64_t type :
+       {uint64_t{ncclProfileGroup}, uint64_t{ncclProfileGroupApi}, uint64_t{ncclProfileCollApi},
+        uint64_t{ncclProfileP2pApi}, uint64_t{ncclProfileKernelLaunch},
+        uint64_t{ncclProfileProxyOp}, uint64_t{ncclProfileProxyCtrl}, uint64_t{1} << 40}) {
     ncclProfilerEventDescr_v5_t e{};
     e.type = type;
     void* h = reinterpret_cast<void*>(0x1);
