@@ -15,6 +15,9 @@ namespace {
 constexpr uint32_t kFree = 0;
 constexpr uint32_t kActive = 1;
 constexpr uint32_t kDone = 2;
+// GPU times past this (146 years of ns) are not times: treated as "no GPU timer", which also
+// keeps gpu + offset within int64_t.
+constexpr uint64_t kMaxGpuNs = uint64_t{1} << 62;
 
 int64_t hostNowNs() {
   timespec ts{};
@@ -83,7 +86,7 @@ ProbeApi findProbe() {
 }
 
 void ClockOffset::observe(int64_t hostNs, uint64_t gpuNs) {
-  if (gpuNs == 0 || gpuNs > static_cast<uint64_t>(INT64_MAX)) return;
+  if (gpuNs == 0 || gpuNs > kMaxGpuNs) return;
   const int64_t sample = hostNs - static_cast<int64_t>(gpuNs);
   int64_t start = windowStart_.load(std::memory_order_relaxed);
   if (hostNs - start >= kWindowNs &&
@@ -112,6 +115,12 @@ Plugin::Plugin(ProbeApi api, uint32_t poolSize)
 
 Plugin::~Plugin() {
   delete[] slots_;
+  for (auto& slot : comms_) {
+    Comm* c = slot.load(std::memory_order_relaxed);
+    if (c == nullptr) continue;
+    delete[] c->globalRanks;
+    delete c;
+  }
 }
 
 Plugin& Plugin::get() {
@@ -130,22 +139,38 @@ Comm* Plugin::initComm(uint64_t commHash, const char* commName, int nranks, int 
       return nullptr;
     }
   }
-  if (nranks < 1 || comms_.fetch_add(1, std::memory_order_relaxed) >= kMaxComms) {
+  if (nranks < 1 || static_cast<size_t>(nranks) > (size_t{1} << 20)) {
     stats_.commsNoProbe.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
-  auto* c = new (std::nothrow) Comm;
-  if (c == nullptr) return nullptr;
+  Comm* c = reuseComm(nranks);
+  if (c == nullptr) {
+    const uint32_t at = commCount_.fetch_add(1, std::memory_order_relaxed);
+    if (at >= kMaxComms) {
+      commCount_.fetch_sub(1, std::memory_order_relaxed);
+      stats_.commsNoProbe.fetch_add(1, std::memory_order_relaxed);
+      return nullptr;
+    }
+    c = new (std::nothrow) Comm;
+    if (c != nullptr) {
+      c->globalRanks = new (std::nothrow) int32_t[static_cast<size_t>(nranks)];
+      c->capacity = nranks;
+      if (c->globalRanks == nullptr) {
+        delete c;
+        c = nullptr;
+      }
+    }
+    comms_[at].store(c, std::memory_order_release);
+    if (c == nullptr) return nullptr;
+  }
   c->commHash = commHash;
   c->nranks = nranks;
   c->rank = rank;
+  std::memset(c->name, 0, sizeof c->name);
   if (commName != nullptr) std::strncpy(c->name, commName, sizeof c->name - 1);
-  c->globalRanks = new (std::nothrow) int32_t[static_cast<size_t>(nranks)];
-  if (c->globalRanks == nullptr) {
-    delete c;
-    return nullptr;
-  }
   std::fill(c->globalRanks, c->globalRanks + nranks, -1);
+  c->group.store(0, std::memory_order_relaxed);
+  c->resolving.store(false, std::memory_order_relaxed);
   if (ts_probe* probe = api_.defaultExisting()) resolveGroup(probe, c);
   stats_.comms.fetch_add(1, std::memory_order_relaxed);
   *mask = (1 << 1) | (1 << 2) | (1 << 6);  // ncclProfileColl | ncclProfileP2p | ncclProfileKernelCh
@@ -154,7 +179,20 @@ Comm* Plugin::initComm(uint64_t commHash, const char* commName, int nranks, int 
 
 void Plugin::finalizeComm(Comm* comm) {
   // Kept (slots may still point at it); NCCL sends no events for it after finalize.
-  if (comm != nullptr) comm->finalized.store(true, std::memory_order_relaxed);
+  if (comm != nullptr) comm->finalized.store(true, std::memory_order_release);
+}
+
+Comm* Plugin::reuseComm(int nranks) {
+  const uint32_t n = std::min(commCount_.load(std::memory_order_acquire), kMaxComms);
+  for (uint32_t i = 0; i < n; ++i) {
+    Comm* c = comms_[i].load(std::memory_order_acquire);
+    bool finalized = true;
+    if (c != nullptr && c->capacity >= nranks &&
+        c->finalized.compare_exchange_strong(finalized, false, std::memory_order_acq_rel)) {
+      return c;
+    }
+  }
+  return nullptr;
 }
 
 ts_name Plugin::resolveGroup(ts_probe* probe, Comm* c) {
@@ -266,14 +304,14 @@ void* Plugin::startKernelCh(void* parent, uint64_t gpuStartNs) {
     return nullptr;
   }
   const int64_t now = hostNowNs();
-  if (gpuStartNs != 0) {
+  if (gpuStartNs != 0 && gpuStartNs <= kMaxGpuNs) {
     clock_.observe(now, gpuStartNs);
     atomicMin(s->gpuStart, gpuStartNs);
   } else {
     s->noGpuTimer.store(true, std::memory_order_relaxed);
   }
   atomicMin(s->hostFirst, now);
-  s->started.fetch_add(1, std::memory_order_acq_rel);
+  s->started.fetch_add(1);  // seq_cst, as below
   // Pointer arithmetic inside the slot, not an integer made a pointer.
   return reinterpret_cast<char*>(s) + kKernelChTag;
 }
@@ -283,7 +321,7 @@ void Plugin::kernelChStop(void* handle, uint64_t gpuStopNs) {
   if ((bits & 63) != kKernelChTag) return;
   auto* s = reinterpret_cast<OpSlot*>(static_cast<char*>(handle) - kKernelChTag);
   const int64_t now = hostNowNs();
-  if (gpuStopNs != 0) {
+  if (gpuStopNs != 0 && gpuStopNs <= kMaxGpuNs) {
     clock_.observe(now, gpuStopNs);
     atomicMax(s->gpuStop, gpuStopNs);
   } else {
@@ -298,11 +336,11 @@ void Plugin::stopEvent(void* handle) {
   auto* s = reinterpret_cast<OpSlot*>(static_cast<char*>(handle) - (bits & 63));
   if ((bits & 63) == kKernelChTag) {
     atomicMax(s->hostLast, hostNowNs());  // a stop without its state update still ends it
-    s->stopped.fetch_add(1, std::memory_order_acq_rel);
+    s->stopped.fetch_add(1);              // seq_cst: see tryComplete
   } else if ((bits & 63) == 0) {
     // NCCL stops a Coll or P2p event once it is enqueued, not when it ran: the slot stays until
     // its channels are done.
-    s->hostStopped.store(true, std::memory_order_release);
+    s->hostStopped.store(true);  // seq_cst: see tryComplete
   } else {
     return;
   }
@@ -310,9 +348,12 @@ void Plugin::stopEvent(void* handle) {
 }
 
 void Plugin::tryComplete(OpSlot* s) {
-  if (!s->hostStopped.load(std::memory_order_acquire)) return;
-  const uint16_t started = s->started.load(std::memory_order_acquire);
-  const uint16_t stopped = s->stopped.load(std::memory_order_acquire);
+  // The host's stop and the last channel's stop may race on two threads; each stores its part
+  // and then reads the other's, all sequentially consistent, so at least one of them sees both
+  // (with acquire/release alone both could miss the other and the operation would never end).
+  if (!s->hostStopped.load()) return;
+  const uint16_t started = s->started.load();
+  const uint16_t stopped = s->stopped.load();
   // Every channel NCCL said it would use has started and stopped (at least one when it did
   // not say); a channel that has not started yet may still come.
   if (started == 0 || stopped != started || started < s->expected) return;
@@ -344,12 +385,15 @@ void Plugin::emit(OpSlot* s) {
   int64_t start = 0;
   int64_t end = 0;
   const int64_t offset = clock_.offset();
-  if (!s->noGpuTimer.load(std::memory_order_relaxed) && offset != ClockOffset::kNone) {
-    start = static_cast<int64_t>(s->gpuStart.load(std::memory_order_relaxed)) + offset;
-    end = static_cast<int64_t>(s->gpuStop.load(std::memory_order_relaxed)) + offset;
+  const uint64_t gpuStart = s->gpuStart.load(std::memory_order_relaxed);
+  const uint64_t gpuStop = s->gpuStop.load(std::memory_order_relaxed);
+  if (!s->noGpuTimer.load(std::memory_order_relaxed) && offset != ClockOffset::kNone &&
+      gpuStop >= gpuStart) {
+    start = static_cast<int64_t>(gpuStart) + offset;
+    end = static_cast<int64_t>(gpuStop) + offset;
   } else {
-    // No GPU timer (an NCCL that passes 0): when the proxy thread saw the channels start and
-    // stop, late by its polling.
+    // No GPU timer (an NCCL that passes 0, a channel stopped without its stop time): when the
+    // proxy thread saw the channels start and stop, late by its polling.
     start = s->hostFirst.load(std::memory_order_relaxed);
     end = s->hostLast.load(std::memory_order_relaxed);
   }

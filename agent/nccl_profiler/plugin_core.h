@@ -96,7 +96,8 @@ struct Comm {
   std::atomic<ts_name> group{0};       // 0 until resolved
   std::atomic<bool> resolving{false};  // one thread resolves
   int32_t* globalRanks = nullptr;      // nranks entries (-1: unknown), set before group
-  std::atomic<bool> finalized{false};
+  int32_t capacity = 0;                // entries globalRanks has room for
+  std::atomic<bool> finalized{false};  // NCCL finalized it: a later init may reuse it
 };
 
 enum class OpKind : uint8_t { kColl = 1, kP2p = 2 };
@@ -170,6 +171,7 @@ class Plugin {
   uint32_t poolSize() const { return poolSize_; }
 
  private:
+  Comm* reuseComm(int nranks);  // a finalized communicator with room for nranks, claimed
   OpSlot* acquire(int64_t nowNs);
   void release(OpSlot* s);
   void reclaimStale(int64_t nowNs);
@@ -183,7 +185,10 @@ class Plugin {
   OpSlot* slots_;
   std::atomic<uint64_t> freeHead_{0};  // (ABA tag << 32) | (index + 1); 0 index: empty
   std::atomic<int64_t> lastReclaimNs_{0};
-  std::atomic<uint32_t> comms_{0};
+  // Every communicator made, never freed while NCCL may call (a finalized one is reused by a
+  // later init: NCCL sends no event for a communicator after its finalize).
+  std::atomic<Comm*> comms_[kMaxComms] = {};
+  std::atomic<uint32_t> commCount_{0};
   ClockOffset clock_;
   Stats stats_;
   std::atomic<uint64_t> dropsTold_{0};  // of the drop counters' sum, told to the probe

@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -431,4 +432,58 @@ TEST_CASE("plugin / events it does not keep get no handle and every call on them
   REQUIRE(pl.v5->startEvent(nullptr, &h, &e) == ncclSuccess);
   CHECK(h == nullptr);
   CHECK(pl.v5->finalize(nullptr) == ncclSuccess);
+}
+
+TEST_CASE(
+    "plugin / the enqueuing and the proxy thread race to end each operation, and each is "
+    "recorded once") {
+  Plugin& pl = Plugin::get();
+  Probe& probe = Probe::get();
+  V5 d{pl.v5};
+  REQUIRE(d.init(0x6006, "", 4, 0) == kMask);
+  const int64_t recorded = pl.stat(kRecorded);
+  const int64_t incomplete = pl.stat(kIncomplete);
+  constexpr int kOps = 2000;
+  std::mutex mu;
+  std::vector<void*> queue;  // guarded by mu
+  std::atomic<int> done{0};
+  ts_step_begin(probe.p, 60, 0);
+  std::thread proxy([&] {
+    for (int n = 0; n < kOps;) {
+      void* h = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!queue.empty()) {
+          h = queue.front();
+          queue.erase(queue.begin());
+        }
+      }
+      if (h == nullptr) {
+        std::this_thread::yield();
+        continue;
+      }
+      // NCCL's proxy: the channel may start before or after the host's stop below.
+      d.channelStop(d.channelStart(h, 0, gpuNow()), gpuNow());
+      done.fetch_add(1);
+      ++n;
+    }
+  });
+  for (int i = 0; i < kOps; ++i) {
+    while (i - done.load() >= static_cast<int>(kPool) - 2) std::this_thread::yield();
+    void* h = d.coll("AllReduce", 16, "ncclFloat32", static_cast<uint64_t>(i), 1);
+    REQUIRE(h != nullptr);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      queue.push_back(h);
+    }
+    d.stop(h);  // "enqueued": races with the proxy thread's channel stop
+  }
+  proxy.join();
+  ts_step_end(probe.p, 60, 0);
+  CHECK(pl.stat(kRecorded) == recorded + kOps);
+  CHECK(pl.stat(kIncomplete) == incomplete);
+  const auto rep = probe.report(60);
+  const auto* c = find(rep, TS_COLL_ALL_REDUCE);
+  REQUIRE(c != nullptr);
+  CHECK(c->count() == kOps);
 }
