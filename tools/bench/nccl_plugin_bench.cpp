@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <nccl/profiler.h>
+#include <CLI/CLI.hpp>
 
 #include "agent/probe/trainscope_probe.h"
 #include "common/clock.h"
@@ -28,11 +28,11 @@ namespace {
 
 struct BenchOptions {
   std::string plugin = TRAINSCOPE_NCCL_PLUGIN_PATH;  // the .so under test
-  int bursts = 400;           // bursts per figure; more samples, longer run
-  int batchesPerBurst = 8;    // timed batches per burst
-  int batch = 32;             // operations per timed batch
-  int pauseUs = 3000;         // pause after a burst so the probe's runtime thread drains
-  int channels = 1;           // kernel channels per operation
+  int bursts = 400;                                  // bursts per figure; more samples, longer run
+  int batchesPerBurst = 8;                           // timed batches per burst
+  int batch = 32;                                    // operations per timed batch
+  int pauseUs = 3000;  // pause after a burst so the probe's runtime thread drains
+  int channels = 1;    // kernel channels per operation
 };
 
 struct Figures {
@@ -139,18 +139,20 @@ int run(const BenchOptions& o) {
   const Figures h = summarize(host);
   const Figures p = summarize(proxy);
   const int proxyCalls = 3 * o.channels;
-  std::printf("nccl plugin, %d channel(s) per operation, %zu operations (%lld recorded, %lld "
-              "dropped: pool %lld, no probe %lld; probe ring drops %llu)\n",
-              o.channels, host.size() * static_cast<size_t>(o.batch),
-              static_cast<long long>(s[3]), static_cast<long long>(s[4] + s[5] + s[6]),
-              static_cast<long long>(s[4]), static_cast<long long>(s[5]),
-              static_cast<unsigned long long>(ps.dropped));
-  std::printf("  enqueuing thread: start+stop Coll  median %6.1f ns  p99 %6.1f ns  "
-              "(%.1f ns per callback)\n",
-              h.median, h.p99, h.median / 2);
-  std::printf("  proxy thread: %d callbacks         median %6.1f ns  p99 %6.1f ns  "
-              "(%.1f ns per callback, the operation's record into the probe included)\n",
-              proxyCalls, p.median, p.p99, p.median / proxyCalls);
+  std::printf(
+      "nccl plugin, %d channel(s) per operation, %zu operations (%lld recorded, %lld "
+      "dropped: pool %lld, no probe %lld; probe ring drops %llu)\n",
+      o.channels, host.size() * static_cast<size_t>(o.batch), static_cast<long long>(s[3]),
+      static_cast<long long>(s[4] + s[5] + s[6]), static_cast<long long>(s[4]),
+      static_cast<long long>(s[5]), static_cast<unsigned long long>(ps.dropped));
+  std::printf(
+      "  enqueuing thread: start+stop Coll  median %6.1f ns  p99 %6.1f ns  "
+      "(%.1f ns per callback)\n",
+      h.median, h.p99, h.median / 2);
+  std::printf(
+      "  proxy thread: %d callbacks         median %6.1f ns  p99 %6.1f ns  "
+      "(%.1f ns per callback, the operation's record into the probe included)\n",
+      proxyCalls, p.median, p.p99, p.median / proxyCalls);
   std::printf("  per callback over the operation    median %6.1f ns\n",
               (h.median + p.median) / (2 + proxyCalls));
   ts_shutdown(1000);
