@@ -59,6 +59,13 @@ ncclResult_t startEvent(void* context, void** eHandle, Descr* eDescr) {
     case ncclProfileKernelCh:
       *eHandle = p.startKernelCh(eDescr->parentObj, eDescr->kernelCh.pTimer);
       break;
+    case ncclProfileProxyOp:
+      *eHandle = p.startProxyOp(eDescr->parentObj, static_cast<int>(eDescr->proxyOp.pid),
+                                eDescr->proxyOp.peer, eDescr->proxyOp.isSend);
+      break;
+    case ncclProfileProxyStep:
+      *eHandle = p.startProxyStep(eDescr->parentObj, eDescr->proxyStep.step);
+      break;
     default:
       break;
   }
@@ -72,8 +79,11 @@ ncclResult_t stopEvent(void* eHandle) {
 
 template <class Args>
 ncclResult_t recordEventState(void* eHandle, ncclProfilerEventState_t eState, Args* eStateArgs) {
-  if (eHandle != nullptr && eState == ncclProfilerKernelChStop && eStateArgs != nullptr) {
+  if (eHandle == nullptr || eStateArgs == nullptr) return ncclSuccess;
+  if (eState == ncclProfilerKernelChStop) {
     Plugin::get().kernelChStop(eHandle, eStateArgs->kernelCh.pTimer);
+  } else if (eState == ncclProfilerProxyStepSendWait) {
+    Plugin::get().proxyStepSendWait(eHandle, eStateArgs->proxyStep.transSize);
   }
   return ncclSuccess;
 }
@@ -148,8 +158,9 @@ __attribute__((visibility("default"))) ncclProfiler_v6_t ncclProfiler_v6 = {
 // up to `n` counters in this order and returns how many it has: communicators with events on,
 // communicators without a probe, operations started, recorded with device times, not timed
 // for a full pool, not recorded for want of a probe instance, reclaimed incomplete, unknown
-// kernel-channel events, drops told to the probe, the pool's size, and the clock offset (GPU
-// timer to probe clock, ns; INT64_MAX before the first kernel channel).
+// kernel-channel events, drops told to the probe, the pool's size, the clock offset (GPU
+// timer to probe clock, ns; INT64_MAX before the first kernel channel), proxy steps recorded as
+// link transfers, and proxy ops not followed for want of a link slot.
 __attribute__((visibility("default"))) int ts_nccl_profiler_stats(int64_t* out, int n) {
   const auto& p = trainscope::nccl::Plugin::get();
   const auto& s = p.stats();
@@ -165,6 +176,8 @@ __attribute__((visibility("default"))) int ts_nccl_profiler_stats(int64_t* out, 
       static_cast<int64_t>(s.dropsReported.load()),
       static_cast<int64_t>(p.poolSize()),
       p.clock().offset(),
+      static_cast<int64_t>(s.links.load()),
+      static_cast<int64_t>(s.linksDropped.load()),
   };
   const int have = static_cast<int>(sizeof all / sizeof all[0]);
   if (out != nullptr) {

@@ -1,6 +1,7 @@
 #include "agent/nccl_profiler/plugin_core.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -52,6 +53,7 @@ ProbeApi bindAll(void* handle) {
   bind(handle, "ts_device_collective", &api.deviceCollective);
   bind(handle, "ts_device_p2p", &api.deviceP2p);
   bind(handle, "ts_device_dropped", &api.deviceDropped);
+  bind(handle, "ts_link_transfer", &api.linkTransfer);
   return api;
 }
 
@@ -111,10 +113,14 @@ Plugin::Plugin(ProbeApi api, uint32_t poolSize)
     slots_[i].next.store(i + 1 < poolSize_ ? i + 2 : 0, std::memory_order_relaxed);
   }
   freeHead_.store(1, std::memory_order_relaxed);
+  const char* steps = std::getenv("TRAINSCOPE_NCCL_PROXY_STEPS");
+  proxySteps_ = steps != nullptr && std::strcmp(steps, "1") == 0;
+  links_ = proxySteps_ ? new LinkSlot[kLinkPool] : nullptr;
 }
 
 Plugin::~Plugin() {
   delete[] slots_;
+  delete[] links_;
   for (auto& slot : comms_) {
     Comm* c = slot.load(std::memory_order_relaxed);
     if (c == nullptr) continue;
@@ -174,6 +180,9 @@ Comm* Plugin::initComm(uint64_t commHash, const char* commName, int nranks, int 
   if (ts_probe* probe = api_.defaultExisting()) resolveGroup(probe, c);
   stats_.comms.fetch_add(1, std::memory_order_relaxed);
   *mask = (1 << 1) | (1 << 2) | (1 << 6);  // ncclProfileColl | ncclProfileP2p | ncclProfileKernelCh
+  if (proxySteps_ && api_.linkTransfer != nullptr) {
+    *mask |= (1 << 3) | (1 << 4);  // ncclProfileProxyOp | ncclProfileProxyStep
+  }
   return c;
 }
 
@@ -330,14 +339,86 @@ void Plugin::kernelChStop(void* handle, uint64_t gpuStopNs) {
   atomicMax(s->hostLast, now);
 }
 
+void* Plugin::startProxyOp(void* parent, int pid, int peer, int isSend) {
+  // Only this process's own sends: a PXN proxy op comes from another process, whose parent
+  // pointer means nothing here (NCCL's plugin README), and a receive has no wire time of its
+  // own to give.
+  if (links_ == nullptr || isSend == 0 || pid != static_cast<int>(getpid())) return nullptr;
+  auto* op = static_cast<OpSlot*>(parent);
+  if (op == nullptr || (reinterpret_cast<uintptr_t>(parent) & 63) != 0 ||
+      op->state.load(std::memory_order_acquire) != 1) {
+    return nullptr;
+  }
+  const uint32_t start = linkCursor_.fetch_add(1, std::memory_order_relaxed);
+  for (uint32_t i = 0; i < kLinkPool; ++i) {
+    LinkSlot& l = links_[(start + i) % kLinkPool];
+    bool free = false;
+    if (l.inUse.load(std::memory_order_relaxed) ||
+        !l.inUse.compare_exchange_strong(free, true, std::memory_order_acquire)) {
+      continue;
+    }
+    l.comm = op->comm;
+    l.peer = peer;
+    for (int k = 0; k < LinkSlot::kLinkSteps; ++k) {
+      l.postedNs[k].store(0, std::memory_order_relaxed);
+    }
+    return reinterpret_cast<char*>(&l) + kProxyOpTag;
+  }
+  stats_.linksDropped.fetch_add(1, std::memory_order_relaxed);
+  return nullptr;
+}
+
+void* Plugin::startProxyStep(void* parent, int step) {
+  const auto bits = reinterpret_cast<uintptr_t>(parent);
+  if (bits == 0 || (bits & 63) != kProxyOpTag || step < 0) return nullptr;
+  auto* l = reinterpret_cast<LinkSlot*>(static_cast<char*>(parent) - kProxyOpTag);
+  const int k = step % LinkSlot::kLinkSteps;
+  l->postedNs[k].store(0, std::memory_order_relaxed);
+  return reinterpret_cast<char*>(l) + kProxyStepTag + k;
+}
+
+void Plugin::proxyStepSendWait(void* handle, size_t transSize) {
+  const auto bits = reinterpret_cast<uintptr_t>(handle);
+  const uintptr_t tag = bits & 63;
+  if (bits == 0 || tag < kProxyStepTag || tag >= kProxyStepTag + LinkSlot::kLinkSteps) return;
+  auto* l = reinterpret_cast<LinkSlot*>(static_cast<char*>(handle) - tag);
+  const auto k = static_cast<int>(tag - kProxyStepTag);
+  l->bytes[k].store(transSize, std::memory_order_relaxed);
+  l->postedNs[k].store(hostNowNs(), std::memory_order_relaxed);
+}
+
 void Plugin::stopEvent(void* handle) {
   const auto bits = reinterpret_cast<uintptr_t>(handle);
   if (bits == 0) return;
-  auto* s = reinterpret_cast<OpSlot*>(static_cast<char*>(handle) - (bits & 63));
-  if ((bits & 63) == kKernelChTag) {
+  const uintptr_t tag = bits & 63;
+  if (tag == kProxyOpTag) {
+    auto* l = reinterpret_cast<LinkSlot*>(static_cast<char*>(handle) - tag);
+    l->inUse.store(false, std::memory_order_release);  // NCCL stops its steps first
+    return;
+  }
+  if (tag >= kProxyStepTag && tag < kProxyStepTag + LinkSlot::kLinkSteps) {
+    auto* l = reinterpret_cast<LinkSlot*>(static_cast<char*>(handle) - tag);
+    const auto k = static_cast<int>(tag - kProxyStepTag);
+    const int64_t posted = l->postedNs[k].exchange(0, std::memory_order_relaxed);
+    ts_probe* probe = api_.defaultExisting();
+    if (posted == 0 || probe == nullptr || api_.linkTransfer == nullptr) return;
+    Comm* c = l->comm;
+    const ts_name group = resolveGroup(probe, c);
+    uint32_t peer = l->peer < 0 ? 0 : static_cast<uint32_t>(l->peer);
+    if (l->peer >= 0 && l->peer < c->nranks && c->group.load(std::memory_order_acquire) != 0 &&
+        c->globalRanks[l->peer] >= 0) {
+      peer = static_cast<uint32_t>(c->globalRanks[l->peer]);
+    }
+    api_.linkTransfer(probe, group, peer, l->bytes[k].load(std::memory_order_relaxed), posted,
+                      hostNowNs());
+    stats_.links.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  auto* s = reinterpret_cast<OpSlot*>(static_cast<char*>(handle) - tag);
+  if (tag == kKernelChTag) {
     atomicMax(s->hostLast, hostNowNs());  // a stop without its state update still ends it
     s->stopped.fetch_add(1);              // seq_cst: see tryComplete
-  } else if ((bits & 63) == 0) {
+  } else if (tag == 0) {
     // NCCL stops a Coll or P2p event once it is enqueued, not when it ran: the slot stays until
     // its channels are done.
     s->hostStopped.store(true);  // seq_cst: see tryComplete

@@ -45,6 +45,8 @@ struct ProbeApi {
   void (*deviceP2p)(ts_probe*, uint32_t, ts_name, int32_t, uint64_t, uint32_t, int64_t,
                     int64_t) = nullptr;
   void (*deviceDropped)(ts_probe*, uint64_t) = nullptr;
+  // ts_link_transfer: only for proxy steps (TRAINSCOPE_NCCL_PROXY_STEPS=1).
+  void (*linkTransfer)(ts_probe*, ts_name, uint32_t, uint64_t, int64_t, int64_t) = nullptr;
   bool complete() const {
     return defaultExisting != nullptr && deviceGroup != nullptr && deviceCollective != nullptr &&
            deviceP2p != nullptr && deviceDropped != nullptr;
@@ -84,6 +86,8 @@ struct Stats {
   std::atomic<uint64_t> incomplete{0};     // ... reclaimed without all their channels
   std::atomic<uint64_t> unknownEvents{0};  // KernelCh events without a parent we know
   std::atomic<uint64_t> dropsReported{0};  // drops told to the probe (ts_device_dropped)
+  std::atomic<uint64_t> links{0};          // proxy steps recorded as link transfers
+  std::atomic<uint64_t> linksDropped{0};   // proxy ops not followed: every link slot was busy
 };
 
 // One communicator (NCCL's profiler context). Fixed once init returns, except `group` and
@@ -139,11 +143,25 @@ struct alignas(64) OpSlot {
   std::atomic<int64_t> hostLast{0};
 };
 
+// One network send of an operation to one peer (NCCL's ProxyOp on a sending channel), followed
+// only when proxy steps are on: its steps (ProxyStep) in flight, by NCCL's step index modulo
+// kLinkSteps (NCCL keeps NCCL_STEPS = 8 in flight per channel). A step's time on the wire runs
+// from its SendWait state (posted to the network, the receiver ready) to its stop (done).
+struct alignas(64) LinkSlot {
+  static constexpr int kLinkSteps = 8;
+  std::atomic<bool> inUse{false};
+  Comm* comm = nullptr;
+  int32_t peer = -1;  // the communicator's rank
+  std::atomic<int64_t> postedNs[kLinkSteps] = {};
+  std::atomic<uint64_t> bytes[kLinkSteps] = {};
+};
+
 class Plugin {
  public:
   static constexpr uint32_t kDefaultPool = 4096;  // ops in flight; 256 KiB
   static constexpr uint32_t kMaxComms = 4096;
   static constexpr int64_t kStaleNs = 10'000'000'000;  // a slot with no channel in 10 s
+  static constexpr uint32_t kLinkPool = 1024;          // proxy ops followed at once; 512 KiB
 
   // `poolSize` 0: $TRAINSCOPE_NCCL_POOL, else kDefaultPool (1..1048576).
   explicit Plugin(ProbeApi api, uint32_t poolSize = 0);
@@ -164,6 +182,10 @@ class Plugin {
   void* startKernelCh(void* parent, uint64_t gpuStartNs);
   void kernelChStop(void* handle, uint64_t gpuStopNs);
   void stopEvent(void* handle);
+  // Proxy steps (link-level timing, on request).
+  void* startProxyOp(void* parent, int pid, int peer, int isSend);
+  void* startProxyStep(void* parent, int step);
+  void proxyStepSendWait(void* handle, size_t transSize);
 
   const Stats& stats() const { return stats_; }
   const ClockOffset& clock() const { return clock_; }
@@ -189,6 +211,9 @@ class Plugin {
   // later init: NCCL sends no event for a communicator after its finalize).
   std::atomic<Comm*> comms_[kMaxComms] = {};
   std::atomic<uint32_t> commCount_{0};
+  LinkSlot* links_;
+  std::atomic<uint32_t> linkCursor_{0};
+  bool proxySteps_ = false;  // $TRAINSCOPE_NCCL_PROXY_STEPS=1, read at construction
   ClockOffset clock_;
   Stats stats_;
   std::atomic<uint64_t> dropsTold_{0};  // of the drop counters' sum, told to the probe
@@ -197,6 +222,10 @@ class Plugin {
 // Event handles: an OpSlot's address for the Coll/P2p event, with kKernelChTag for one of its
 // kernel channels.
 inline constexpr uintptr_t kKernelChTag = 1;
+// A LinkSlot's address with kProxyOpTag for the ProxyOp event, with kProxyStepTag + (step
+// modulo kLinkSteps) for one of its steps.
+inline constexpr uintptr_t kProxyOpTag = 2;
+inline constexpr uintptr_t kProxyStepTag = 3;
 
 // Decoding of NCCL's strings (static strings in NCCL, compared by content).
 uint8_t collectiveOpOf(const char* func);  // ts_collective_op; 0 for ops trainscope has not

@@ -3,6 +3,7 @@
 // and P2p events with any strings and counts (or none), kernel channels started under any
 // handle the plugin gave out (before or after the host's stop, more or fewer than announced,
 // under an operation long finished), stop states with any GPU time, stops in any order,
+// proxy ops and steps (sends and receives, this process's and others') with any states,
 // finalize, and step marks on the probe the plugin records into (linked here; the plugin
 // finds it through the program's exported symbols).
 // Properties beyond "no crash, leak or UB": every handle NCCL gets is NULL or one the plugin
@@ -14,6 +15,8 @@
 #include <deque>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <nccl/profiler.h>
 
@@ -76,8 +79,10 @@ void fillOp(FuzzedDataProvider& in, std::deque<std::string>& keep, Descr& d, boo
 template <class Api, class Descr, class Args>
 void drive(FuzzedDataProvider& in, Api* api, std::vector<void*>& contexts) {
   std::deque<std::string> keep;  // stable: NCCL's strings outlive the calls
-  std::vector<void*> ops;       // Coll/P2p handles given out (kept after their stop: misuse)
-  std::vector<void*> channels;  // KernelCh handles not stopped yet
+  std::vector<void*> ops;        // Coll/P2p handles given out (kept after their stop: misuse)
+  std::vector<void*> channels;   // KernelCh handles not stopped yet
+  std::vector<void*> proxyOps;   // ProxyOp handles not stopped yet
+  std::vector<void*> steps;      // ProxyStep handles not stopped yet
   int64_t step = in.ConsumeIntegralInRange<int64_t>(0, 1000);
   const uint64_t gpuBase = in.ConsumeIntegral<uint64_t>();
   ts_step_begin(probe(), step, 0);
@@ -85,7 +90,7 @@ void drive(FuzzedDataProvider& in, Api* api, std::vector<void*>& contexts) {
     void* ctx = contexts.empty()
                     ? nullptr
                     : contexts[in.ConsumeIntegralInRange<size_t>(0, contexts.size() - 1)];
-    switch (in.ConsumeIntegralInRange<int>(0, 8)) {
+    switch (in.ConsumeIntegralInRange<int>(0, 11)) {
       case 0:
       case 1: {
         Descr d{};
@@ -99,8 +104,8 @@ void drive(FuzzedDataProvider& in, Api* api, std::vector<void*>& contexts) {
         if (ops.empty()) break;
         Descr d{};
         d.type = ncclProfileKernelCh;
-        d.parentObj = in.ConsumeBool() ? ops[in.ConsumeIntegralInRange<size_t>(0, ops.size() - 1)]
-                                       : nullptr;
+        d.parentObj =
+            in.ConsumeBool() ? ops[in.ConsumeIntegralInRange<size_t>(0, ops.size() - 1)] : nullptr;
         d.kernelCh.channelId = in.ConsumeIntegral<uint8_t>();
         d.kernelCh.pTimer = in.ConsumeBool() ? gpuBase + in.ConsumeIntegral<uint16_t>()
                                              : in.ConsumeIntegral<uint64_t>();
@@ -139,6 +144,47 @@ void drive(FuzzedDataProvider& in, Api* api, std::vector<void*>& contexts) {
         if (h != nullptr && d.type == ncclProfileKernelCh) channels.push_back(h);
         break;
       }
+      case 9: {  // a proxy op under an operation, or a proxy step under a proxy op
+        Descr d{};
+        const bool op = proxyOps.empty() || in.ConsumeBool();
+        if (op) {
+          if (ops.empty()) break;
+          d.type = ncclProfileProxyOp;
+          d.parentObj = ops[in.ConsumeIntegralInRange<size_t>(0, ops.size() - 1)];
+          d.proxyOp.pid = in.ConsumeBool() ? getpid() : in.ConsumeIntegral<int>();
+          d.proxyOp.peer = in.ConsumeIntegralInRange<int>(-2, 9);
+          d.proxyOp.isSend = in.ConsumeIntegralInRange<int>(0, 1);
+        } else {
+          d.type = ncclProfileProxyStep;
+          d.parentObj = proxyOps[in.ConsumeIntegralInRange<size_t>(0, proxyOps.size() - 1)];
+          d.proxyStep.step = in.ConsumeIntegral<int>();
+        }
+        void* h = nullptr;
+        check(api->startEvent(ctx, &h, &d) == ncclSuccess);
+        if (h != nullptr) (op ? proxyOps : steps).push_back(h);
+        break;
+      }
+      case 10: {  // a proxy step's states, then its stop
+        if (steps.empty()) break;
+        const size_t i = in.ConsumeIntegralInRange<size_t>(0, steps.size() - 1);
+        Args a{};
+        a.proxyStep.transSize = in.ConsumeIntegral<size_t>();
+        const auto state =
+            static_cast<ncclProfilerEventState_t>(in.ConsumeIntegralInRange<int>(8, 22));
+        check(api->recordEventState(steps[i], state, &a) == ncclSuccess);
+        if (in.ConsumeBool()) {
+          check(api->stopEvent(steps[i]) == ncclSuccess);
+          steps.erase(steps.begin() + static_cast<ptrdiff_t>(i));
+        }
+        break;
+      }
+      case 11: {  // a proxy op's stop, once NCCL stopped its steps
+        if (proxyOps.empty() || !steps.empty()) break;
+        const size_t i = in.ConsumeIntegralInRange<size_t>(0, proxyOps.size() - 1);
+        check(api->stopEvent(proxyOps[i]) == ncclSuccess);
+        proxyOps.erase(proxyOps.begin() + static_cast<ptrdiff_t>(i));
+        break;
+      }
       case 7:
         ts_step_end(probe(), step, 0);
         ts_step_begin(probe(), ++step, 0);
@@ -149,7 +195,9 @@ void drive(FuzzedDataProvider& in, Api* api, std::vector<void*>& contexts) {
         break;
     }
   }
-  // NCCL stops every channel it started.
+  // NCCL stops every event it started: steps, then their proxy ops, and channels.
+  for (void* h : steps) check(api->stopEvent(h) == ncclSuccess);
+  for (void* h : proxyOps) check(api->stopEvent(h) == ncclSuccess);
   for (void* h : channels) check(api->stopEvent(h) == ncclSuccess);
   ts_step_end(probe(), step, 0);
 }
@@ -157,6 +205,9 @@ void drive(FuzzedDataProvider& in, Api* api, std::vector<void*>& contexts) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // Proxy steps on (read when the plugin starts, at the first init below).
+  static const bool proxySteps = setenv("TRAINSCOPE_NCCL_PROXY_STEPS", "1", 1) == 0;
+  (void)proxySteps;
   FuzzedDataProvider in(data, size);
   if (in.ConsumeBool()) probe();  // else a later input starts it: first inputs run without
   // Communicators, each through its version's init.

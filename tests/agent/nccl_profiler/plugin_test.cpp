@@ -9,12 +9,14 @@
 // proxy thread reports it), so the plugin's offset estimate settles within microseconds of
 // kGpuBehindNs.
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -25,6 +27,7 @@
 
 #include "agent/probe/runtime.h"
 #include "agent/probe/trainscope_probe.h"
+#include "tests/agent/temp_dir.h"
 
 namespace {
 
@@ -486,4 +489,72 @@ TEST_CASE(
   const auto* c = find(rep, TS_COLL_ALL_REDUCE);
   REQUIRE(c != nullptr);
   CHECK(c->count() == kOps);
+}
+
+TEST_CASE(
+    "plugin / with TRAINSCOPE_NCCL_PROXY_STEPS=1 a send's proxy steps become link "
+    "transfers to the peer's global rank; receives and other processes' ops are skipped") {
+  // The setting is read when the plugin is loaded; this process's plugin has it off.
+  Plugin& pl = Plugin::get();
+  Probe& probe = Probe::get();
+  V5 off{pl.v5};
+  CHECK(off.init(0x7007, "", 4, 0) == kMask);  // off by default: no proxy events asked for
+  // The same library loaded under another name is a second plugin with its own state.
+  setenv("TRAINSCOPE_NCCL_PROXY_STEPS", "1", 1);
+  // A copy (another file: the loader would hand back the loaded one for the same file).
+  trainscope::agent::testing::TempDir dir;
+  const std::string copy = dir.sub("libnccl-profiler-copy.so");
+  std::filesystem::copy_file(std::getenv("TRAINSCOPE_NCCL_PLUGIN"), copy);
+  void* lib = dlopen(copy.c_str(), RTLD_NOW | RTLD_LOCAL);
+  INFO(copy);
+  REQUIRE(lib != nullptr);
+  auto* api = static_cast<ncclProfiler_v5_t*>(dlsym(lib, "ncclProfiler_v5"));
+  REQUIRE(api != nullptr);
+  V5 d{api};
+  // The plugin starts at NCCL's first init, and reads the variable then.
+  REQUIRE(d.init(0x7008, "", 4, 0) == (kMask | ncclProfileProxyOp | ncclProfileProxyStep));
+  unsetenv("TRAINSCOPE_NCCL_PROXY_STEPS");
+
+  ts_step_begin(probe.p, 70, 0);
+  void* h = d.coll("AllReduce", 1024, "ncclFloat32", 1, 1);
+  auto proxyOp = [&](int peer, int isSend, pid_t pid) {
+    ncclProfilerEventDescr_v5_t e{};
+    e.type = ncclProfileProxyOp;
+    e.parentObj = h;
+    e.proxyOp.pid = pid;
+    e.proxyOp.peer = peer;
+    e.proxyOp.isSend = isSend;
+    e.proxyOp.nSteps = 2;
+    return d.start(e);
+  };
+  void* send = proxyOp(1, 1, getpid());
+  REQUIRE(send != nullptr);
+  CHECK(proxyOp(1, 0, getpid()) == nullptr);      // a receive
+  CHECK(proxyOp(1, 1, getpid() + 1) == nullptr);  // PXN: another process's op
+  for (int step = 0; step < 2; ++step) {
+    ncclProfilerEventDescr_v5_t e{};
+    e.type = ncclProfileProxyStep;
+    e.parentObj = send;
+    e.proxyStep.step = step;
+    void* s = d.start(e);
+    REQUIRE(s != nullptr);
+    ncclProfilerEventStateArgs_v5_t a{};
+    a.proxyStep.transSize = 0;
+    REQUIRE(api->recordEventState(s, ncclProfilerProxyStepSendGPUWait, &a) == ncclSuccess);
+    a.proxyStep.transSize = 65536;
+    REQUIRE(api->recordEventState(s, ncclProfilerProxyStepSendWait, &a) == ncclSuccess);
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    d.stop(s);
+  }
+  d.stop(send);
+  d.stop(h);
+  d.channelStop(d.channelStart(h, 0, gpuNow()), gpuNow());
+  ts_step_end(probe.p, 70, 0);
+  const auto rep = probe.report(70);
+  REQUIRE(rep.links_size() == 1);
+  CHECK(rep.links(0).peer() == 1);  // the world: communicator rank 1 is global rank 1
+  CHECK(rep.links(0).group() == "world");
+  CHECK(rep.links(0).bytes() == 2 * 65536);
+  CHECK(rep.links(0).transfers() == 2);
+  CHECK(rep.links(0).wire_ns() >= 2 * 100'000);
 }
