@@ -480,7 +480,8 @@ void Plugin::emit(OpSlot* s) {
   }
   end = std::max(end, start);
   if (s->kind == OpKind::kColl) {
-    api_.deviceCollective(probe, s->op, group, s->bytes, s->seq, s->info, start, end);
+    api_.deviceCollective(probe, s->op, group, s->bytes, s->seq, s->info, s->hostStartNs, start,
+                          end);
   } else {
     int32_t peer = s->peer;
     // The peer's global rank where the group is known; else its rank in the communicator.
@@ -488,7 +489,7 @@ void Plugin::emit(OpSlot* s) {
         c->globalRanks[peer] >= 0) {
       peer = c->globalRanks[peer];
     }
-    api_.deviceP2p(probe, s->op, group, peer, s->bytes, s->info, start, end);
+    api_.deviceP2p(probe, s->op, group, peer, s->bytes, s->info, s->hostStartNs, start, end);
   }
   stats_.recorded.fetch_add(1, std::memory_order_relaxed);
   reportDrops(probe);

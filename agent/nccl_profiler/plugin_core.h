@@ -41,8 +41,8 @@ struct ProbeApi {
   ts_probe* (*defaultExisting)() = nullptr;
   ts_name (*deviceGroup)(ts_probe*, uint64_t, const char*, int32_t, int32_t, int32_t*) = nullptr;
   void (*deviceCollective)(ts_probe*, uint32_t, ts_name, uint64_t, uint64_t, uint32_t, int64_t,
-                           int64_t) = nullptr;
-  void (*deviceP2p)(ts_probe*, uint32_t, ts_name, int32_t, uint64_t, uint32_t, int64_t,
+                           int64_t, int64_t) = nullptr;
+  void (*deviceP2p)(ts_probe*, uint32_t, ts_name, int32_t, uint64_t, uint32_t, int64_t, int64_t,
                     int64_t) = nullptr;
   void (*deviceDropped)(ts_probe*, uint64_t) = nullptr;
   // ts_link_transfer: only for proxy steps (TRAINSCOPE_NCCL_PROXY_STEPS=1).

@@ -77,6 +77,14 @@ int64_t lengthOf(const Intervals& m) {
   return total;
 }
 
+// The time a record is attributed by: its start, except for a device record, which belongs to
+// the step in which the host launched it (its `step` field on the way in; record.h), as the
+// GPU runs behind the host.
+int64_t attributedAt(const Record& r) {
+  const bool device = r.type == RecordType::kDeviceColl || r.type == RecordType::kDeviceP2p;
+  return device && r.step > 0 ? r.step : r.t0;
+}
+
 }  // namespace
 
 int64_t unionLength(Intervals intervals) {
@@ -220,9 +228,15 @@ void StepFolder::add(uint32_t ring, const Record& in) {
     case RecordType::kOp:
     case RecordType::kCollective:
     case RecordType::kLink:
-    case RecordType::kP2p:
+    case RecordType::kP2p: {
+      Record done = r;
+      done.t1 = std::max(done.t1, done.t0);
+      addComplete(done);
+      return;
+    }
     case RecordType::kDeviceColl:
     case RecordType::kDeviceP2p: {
+      deviceSeen_ = true;
       Record done = r;
       done.t1 = std::max(done.t1, done.t0);
       addComplete(done);
@@ -234,8 +248,12 @@ void StepFolder::add(uint32_t ring, const Record& in) {
   logOnce(LogLevel::kWarn, "probe", "record-type", "unknown record type; ignored");
 }
 
-void StepFolder::endPass() {
-  while (!spans_.empty() && spans_.front().end >= 0 && spans_.front().endPass < pass_) {
+void StepFolder::endPass(int64_t nowNs) {
+  for (Span& span : spans_) {
+    if (span.end >= 0 && span.endPassNs < 0) span.endPassNs = nowNs;
+  }
+  while (!spans_.empty() && spans_.front().end >= 0 && spans_.front().endPass < pass_ &&
+         (!deviceSeen_ || nowNs - spans_.front().endPassNs >= options_.deviceLagNs)) {
     const Span span = spans_.front();
     spans_.pop_front();
     finalize(span);
@@ -266,7 +284,7 @@ void StepFolder::sweepUnattributed() {
   const int64_t horizon = spans_.empty() ? lastEnd_ : spans_.front().begin;
   if (horizon == INT64_MIN) return;
   auto keep = std::partition(pending_.begin(), pending_.end(),
-                             [&](const Record& r) { return r.t0 >= horizon; });
+                             [&](const Record& r) { return attributedAt(r) >= horizon; });
   for (auto it = keep; it != pending_.end(); ++it) markUnattributed(*it);
   pending_.erase(keep, pending_.end());
 }
@@ -280,14 +298,15 @@ void StepFolder::finalize(const Span& span) {
   size_t kept = 0;
   uint64_t attributed = 0;
   for (Record& r : pending_) {
-    if (r.t0 < span.begin) {
+    const int64_t at = attributedAt(r);
+    if (at < span.begin) {
       // Earlier steps are final, so it belongs to none; it still goes to the flight recorder.
       ++unattributed_;
       r.step = -1;
       out.records.push_back(r);
       continue;
     }
-    if (r.t0 >= span.end) {
+    if (at >= span.end) {
       // Steps are half-open, [begin, end): a record that starts as one step ends belongs to
       // the next one (a loop that records data loading right after step_end).
       pending_[kept++] = r;
@@ -374,7 +393,7 @@ void StepAccumulator::add(const Record& r) {
       break;
     }
     case RecordType::kDeviceColl: {
-      push(devComm_, r.t0, r.t1);
+      devComm_.emplace_back(r.t0, r.t1);  // not clipped: the GPU runs behind the step
       DevCollAcc& a = devColls_[{r.kind, r.group, r.bytes}];
       ++a.times.count;
       a.times.total += len;
@@ -387,7 +406,7 @@ void StepAccumulator::add(const Record& r) {
       break;
     }
     case RecordType::kDeviceP2p: {
-      push(devComm_, r.t0, r.t1);
+      devComm_.emplace_back(r.t0, r.t1);
       P2pAcc& a = devP2ps_[{r.name, r.group, r.kind}];
       ++a.count;
       a.bytes += r.bytes;
@@ -515,7 +534,9 @@ wire::StepReport StepAccumulator::report(const std::string& job, uint32_t rank, 
     c->set_bytes(std::get<2>(key));
     setDevice(c, std::get<2>(key), d);
   }
-  rep.set_device_comm_ns(unionLength(std::move(devComm_)));
+  // The device's communication of the operations the step launched, which may run past the
+  // step's end on the host; at most the step's duration (what a step report may carry).
+  rep.set_device_comm_ns(std::min(unionLength(std::move(devComm_)), duration));
   for (const auto& [key, a] : links_) {
     auto* l = rep.add_links();
     l->set_peer(key.first);

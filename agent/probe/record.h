@@ -23,9 +23,10 @@ enum class RecordType : uint8_t {
   kWaitHint = 12,    // t0 = since when the training thread may be blocked on communication;
                      // 0: it is not (progress only: the step reports do not count it)
   kDeviceColl = 13,  // kind = op, group, bytes, seq, info, [t0, t1] = device time of the
-                     // kernel channels on the probe's clock (ts_device_collective)
+                     // kernel channels on the probe's clock, step = when the host launched it
+                     // (attribution; the step number once folded) (ts_device_collective)
   kDeviceP2p = 14,   // kind = op (send/recv), name = peer rank, group, bytes, info,
-                     // [t0, t1] = device time (ts_device_p2p)
+                     // [t0, t1] = device time, step = launch time as above (ts_device_p2p)
 };
 
 // One cache line per record, so a producer never shares a line with the record being read.

@@ -405,8 +405,9 @@ void Instance::service(int64_t nowNs, bool closing) {
   if (closing) {
     folder_.finish();
   } else {
-    folder_.endPass();
+    folder_.endPass(nowNs);
   }
+  holding.store(folder_.holding(), std::memory_order_release);
   std::vector<FoldedStep> folded = folder_.take();
   if (!folded.empty()) deliverSteps(folded, dropped, nowNs);
   unattributed_.store(folder_.unattributed(), std::memory_order_relaxed);
@@ -555,8 +556,10 @@ int32_t Runtime::flush(Instance* inst, int32_t timeoutMs) {
   cv_.notifyAll();
   int32_t rc = 1;
   while (!stopped_.load()) {
+    // An ended step held open for device records (FoldOptions::deviceLagNs) is waited for too.
     if (inst->passes.load(std::memory_order_acquire) >= target &&
-        inst->idleFlag.load(std::memory_order_acquire)) {
+        inst->idleFlag.load(std::memory_order_acquire) &&
+        !inst->holding.load(std::memory_order_acquire)) {
       rc = 0;
       break;
     }

@@ -84,6 +84,7 @@ class Instance {
   void service(int64_t nowNs, bool closing);  // one drain/fold/IO pass
   bool transportIdle() const { return transport_ == nullptr || transport_->idle(); }
   std::atomic<bool> idleFlag{true};  // transportIdle() as of the last pass; any thread
+  std::atomic<bool> holding{false};  // the folder holds ended steps for device records
   void closeTransport() { transport_.reset(); }
   // After fork: drops the socket without closing it (the child must not use the context).
   void abandonTransport() { (void)transport_.release(); }

@@ -422,10 +422,10 @@ ts_name ts_device_group(ts_probe* probe, uint64_t comm_hash, const char* comm_na
 }
 
 void ts_device_collective(ts_probe* probe, uint32_t op, ts_name group, uint64_t bytes, uint64_t seq,
-                          uint32_t info, int64_t start_ns, int64_t end_ns) {
+                          uint32_t info, int64_t launch_ns, int64_t start_ns, int64_t end_ns) {
   Ring* ring = nullptr;
   if (Record* rec = claim(probe, &ring)) {
-    fill(rec, RecordType::kDeviceColl, static_cast<uint8_t>(op), 0, group, 0, start_ns,
+    fill(rec, RecordType::kDeviceColl, static_cast<uint8_t>(op), 0, group, launch_ns, start_ns,
          std::max(start_ns, end_ns), bytes);
     rec->seq = seq;
     rec->info = info;
@@ -434,13 +434,13 @@ void ts_device_collective(ts_probe* probe, uint32_t op, ts_name group, uint64_t 
 }
 
 void ts_device_p2p(ts_probe* probe, uint32_t op, ts_name group, int32_t peer, uint64_t bytes,
-                   uint32_t info, int64_t start_ns, int64_t end_ns) {
+                   uint32_t info, int64_t launch_ns, int64_t start_ns, int64_t end_ns) {
   if (peer < 0 || (op != TS_COLL_SEND && op != TS_COLL_RECV)) [[unlikely]]
     return;
   Ring* ring = nullptr;
   if (Record* rec = claim(probe, &ring)) {
     fill(rec, RecordType::kDeviceP2p, static_cast<uint8_t>(op), static_cast<uint32_t>(peer), group,
-         0, start_ns, std::max(start_ns, end_ns), bytes);
+         launch_ns, start_ns, std::max(start_ns, end_ns), bytes);
     rec->info = info;
     ring->publish();
   }

@@ -271,13 +271,16 @@ ts_name ts_device_group(ts_probe* probe, uint64_t comm_hash, const char* comm_na
 /* One collective as the device ran it: `op` a ts_collective_op, `bytes` those of one call
  * counted as ts_collective counts them (all_gather: the gathered output; reduce_scatter: the
  * input), `seq` NCCL's sequence number of the call in its communicator, `info` TS_DEVICE_INFO,
- * [start_ns, end_ns) the earliest kernel-channel start to the latest stop. */
+ * `launch_ns` when the host enqueued it (it belongs to the step that launched it: the GPU runs
+ * behind the host, and a step stays open a while for its device records), [start_ns, end_ns)
+ * the earliest kernel-channel start to the latest stop. */
 void ts_device_collective(ts_probe* probe, uint32_t op, ts_name group, uint64_t bytes, uint64_t seq,
-                          uint32_t info, int64_t start_ns, int64_t end_ns);
+                          uint32_t info, int64_t launch_ns, int64_t start_ns, int64_t end_ns);
 /* One point-to-point transfer as the device ran it: `op` TS_COLL_SEND or TS_COLL_RECV, `peer`
- * the global rank at the other end (a negative peer or another op is dropped). */
+ * the global rank at the other end (a negative peer or another op is dropped); the rest as for
+ * ts_device_collective. */
 void ts_device_p2p(ts_probe* probe, uint32_t op, ts_name group, int32_t peer, uint64_t bytes,
-                   uint32_t info, int64_t start_ns, int64_t end_ns);
+                   uint32_t info, int64_t launch_ns, int64_t start_ns, int64_t end_ns);
 /* `count` more operations the plugin saw but could not time; the next step report carries
  * them (StepReport.device_dropped). Any thread, wait-free. */
 void ts_device_dropped(ts_probe* probe, uint64_t count);

@@ -492,7 +492,9 @@ Record deviceColl(uint8_t opKind, const char* group, uint64_t bytes, uint64_t se
 }  // namespace
 
 TEST_CASE("fold: device times replace the host's for their key, the host's stay beside them") {
-  StepFolder f(opts());
+  FoldOptions o = opts();
+  o.deviceLagNs = 0;
+  StepFolder f(o);
   f.add(0, step(RecordType::kStepBegin, 1, 1000));
   // Host: two all-reduces of 4 MB launched at 1100 and 1500, each seen complete 300 later.
   f.add(0, coll(TS_COLL_ALL_REDUCE, "world", 4'000'000, 1100, 1400));
@@ -550,4 +552,45 @@ TEST_CASE("fold: device times replace the host's for their key, the host's stay 
   // host's.
   CHECK(rep.device_comm_ns() == 170);
   CHECK(rep.collective_ns() == 300 + 300 + 50);
+}
+
+TEST_CASE("fold: a device record belongs to the step that launched it, which waits for it") {
+  FoldOptions o = opts();
+  o.deviceLagNs = 100;
+  StepFolder f(o);
+  f.add(0, step(RecordType::kStepBegin, 1, 1000));
+  f.add(0, coll(TS_COLL_ALL_REDUCE, "world", 64, 1100, 1150));
+  // A first device record: from now on ended steps wait for theirs.
+  f.add(1, deviceColl(TS_COLL_BROADCAST, "world", 8, 0, 1060, 1070));
+  f.add(0, step(RecordType::kStepEnd, 1, 2000));
+  f.add(0, step(RecordType::kStepBegin, 2, 2000));
+  f.endPass(10'000);
+  f.endPass(10'050);
+  CHECK(f.take().empty());  // held: the GPU has not run step 1's all-reduce yet
+  CHECK(f.holding());
+  // Launched at 1100 (in step 1), run by the GPU at 2500-2600 (in step 2's time).
+  Record d = deviceColl(TS_COLL_ALL_REDUCE, "world", 64, 1, 2500, 2600);
+  d.step = 1100;
+  f.add(1, d);
+  f.endPass(10'100);  // 100 after the pass that saw the end: final now
+  auto steps = f.take();
+  REQUIRE(steps.size() == 1);
+  const auto& rep = steps[0].report;
+  REQUIRE(rep.collectives_size() == 2);
+  const auto& ar = rep.collectives(0);  // keys in op order: all_reduce, then broadcast
+  CHECK(ar.device_timed());
+  CHECK(ar.total_ns() == 100);
+  CHECK(ar.host_total_ns() == 50);
+  CHECK(rep.device_comm_ns() == 10 + 100);  // past the step's end on the host: not clipped
+  CHECK(f.unattributed() == 0);
+  // A device record later than the lag finds its step final: unattributed, counted.
+  f.add(0, step(RecordType::kStepEnd, 2, 3000));
+  f.endPass(20'000);
+  f.endPass(20'200);
+  REQUIRE(f.take().size() == 1);
+  Record late = deviceColl(TS_COLL_ALL_REDUCE, "world", 64, 2, 3500, 3600);
+  late.step = 2500;
+  f.add(1, late);
+  f.endPass(20'300);
+  CHECK(f.unattributed() == 1);
 }
