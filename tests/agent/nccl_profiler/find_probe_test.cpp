@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <string>
 
-#include <catch2/catch.hpp>
 #include <nccl/profiler.h>
+#include <catch2/catch.hpp>
 
 #include "agent/probe/trainscope_probe.h"
 
@@ -23,8 +23,9 @@ F sym(void* lib, const char* name) {
 
 }  // namespace
 
-TEST_CASE("plugin / finds a probe loaded privately (as ctypes loads it) by its soname, records "
-          "into it; without one its communicators ask NCCL for nothing") {
+TEST_CASE(
+    "plugin / finds a probe loaded privately (as ctypes loads it) by its soname, records "
+    "into it; without one its communicators ask NCCL for nothing") {
   unsetenv("TRAINSCOPE_PROBE_LIB");
   const char* pluginPath = std::getenv("TRAINSCOPE_NCCL_PLUGIN");
   const char* probePath = std::getenv("TRAINSCOPE_TEST_PROBE_LIB");
