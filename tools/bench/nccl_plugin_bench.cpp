@@ -116,10 +116,10 @@ int run(const BenchOptions& o) {
           ch.parentObj = handles[static_cast<size_t>(i)];
           ch.kernelCh.channelId = static_cast<uint8_t>(j);
           ch.kernelCh.pTimer = g;
-          api->startEvent(ctx, &chans[static_cast<size_t>(i * o.channels + j)], &ch);
+          api->startEvent(ctx, &chans[static_cast<size_t>(i) * o.channels + j], &ch);
         }
         for (int j = 0; j < o.channels; ++j) {
-          void* h = chans[static_cast<size_t>(i * o.channels + j)];
+          void* h = chans[static_cast<size_t>(i) * o.channels + j];
           stopArgs.kernelCh.pTimer = g + 1000;
           api->recordEventState(h, ncclProfilerKernelChStop, &stopArgs);
           api->stopEvent(h);
@@ -143,7 +143,7 @@ int run(const BenchOptions& o) {
       "nccl plugin, %d channel(s) per operation, %zu operations (%lld recorded, %lld "
       "dropped: pool %lld, no probe %lld; probe ring drops %llu)\n",
       o.channels, host.size() * static_cast<size_t>(o.batch), static_cast<long long>(s[3]),
-      static_cast<long long>(s[4] + s[5] + s[6]), static_cast<long long>(s[4]),
+      static_cast<long long>(s[4]) + s[5] + s[6], static_cast<long long>(s[4]),
       static_cast<long long>(s[5]), static_cast<unsigned long long>(ps.dropped));
   std::printf(
       "  enqueuing thread: start+stop Coll  median %6.1f ns  p99 %6.1f ns  "

@@ -554,7 +554,7 @@ TEST_CASE(
   REQUIRE(rep.links_size() == 1);
   CHECK(rep.links(0).peer() == 1);  // the world: communicator rank 1 is global rank 1
   CHECK(rep.links(0).group() == "world");
-  CHECK(rep.links(0).bytes() == 2 * 65536);
+  CHECK(rep.links(0).bytes() == uint64_t{2} * 65536);
   CHECK(rep.links(0).transfers() == 2);
-  CHECK(rep.links(0).wire_ns() >= 2 * 100'000);
+  CHECK(rep.links(0).wire_ns() >= int64_t{2} * 100'000);
 }
