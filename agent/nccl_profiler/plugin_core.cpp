@@ -137,6 +137,9 @@ Plugin& Plugin::get() {
 
 Comm* Plugin::initComm(uint64_t commHash, const char* commName, int nranks, int rank, int* mask) {
   *mask = 0;
+  // Communicators may come up on several threads at once; api_ is written only here, before any
+  // event can read it (no communicator had events while it was incomplete).
+  MutexLock lock(&initMu_);
   if (!api_.complete()) {
     // Looked for again at every communicator: Python may load the probe after NCCL's first.
     api_ = findProbe();

@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "agent/probe/trainscope_probe.h"
+#include "common/thread_annotations.h"
 
 namespace trainscope::nccl {
 
@@ -202,6 +203,9 @@ class Plugin {
   ts_name resolveGroup(ts_probe* probe, Comm* c);
   void reportDrops(ts_probe* probe);
 
+  Mutex initMu_;  // one initComm at a time (NCCL's init path, never an event)
+  // Written by initComm under initMu_, and only while no communicator has events; read by
+  // events without the lock.
   ProbeApi api_;
   uint32_t poolSize_;
   OpSlot* slots_;
