@@ -197,7 +197,11 @@ void writeParallelDetail(JsonWriter& w, const storage::StepRow& s) {
     w.field("total_ns", p.total_ns());
     w.field("max_ns", p.max_ns());
     w.field("min_ns", p.min_ns());
-    w.field("device_timed", p.device_timed());
+    if (p.device_timed()) {
+      // Timed by NCCL's profiler plugin on the device; the host's own sum beside it.
+      w.field("device_timed", true);
+      w.field("host_total_ns", p.host_total_ns());
+    }
     w.endObject();
   }
   w.endArray();
