@@ -27,7 +27,7 @@
 
 #include "agent/probe/runtime.h"
 #include "agent/probe/trainscope_probe.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 
 namespace {
 
@@ -502,7 +502,7 @@ TEST_CASE(
   // The same library loaded under another name is a second plugin with its own state.
   setenv("TRAINSCOPE_NCCL_PROXY_STEPS", "1", 1);
   // A copy (another file: the loader would hand back the loaded one for the same file).
-  trainscope::agent::testing::TempDir dir;
+  trainscope::tests::TempDir dir;
   const std::string copy = dir.sub("libnccl-profiler-copy.so");
   std::filesystem::copy_file(std::getenv("TRAINSCOPE_NCCL_PLUGIN"), copy);
   void* lib = dlopen(copy.c_str(), RTLD_NOW | RTLD_LOCAL);
