@@ -287,14 +287,14 @@ def test_the_device_is_cuda_once_torch_initialised_it():
                                      get_device_properties=lambda d: props)
         return {"torch": types.SimpleNamespace(cuda=cuda)}
 
-    check(gpu_uuid_in_use({}) is None, "no torch imported: no GPU UUID")
-    check(gpu_uuid_in_use(with_uuid("3b2e-aa", initialized=False)) is None,
-          "CUDA not initialised: no GPU UUID")
-    check(gpu_uuid_in_use(with_uuid("3b2e-aa")) == "GPU-3b2e-aa",
-          "torch's UUID gets NVML's GPU- prefix")
-    check(gpu_uuid_in_use(with_uuid("GPU-3b2e-aa")) == "GPU-3b2e-aa", "one prefix, not two")
-    check(gpu_uuid_in_use(with_uuid(None)) is None, "a torch without uuid: none")
-    check(gpu_uuid_in_use(broken) is None, "a torch without torch.cuda: no GPU UUID")
+    assert gpu_uuid_in_use({}) is None, "no torch imported: no GPU UUID"
+    assert gpu_uuid_in_use(with_uuid("3b2e-aa", initialized=False)) is None, \
+        "CUDA not initialised: no GPU UUID"
+    assert gpu_uuid_in_use(with_uuid("3b2e-aa")) == "GPU-3b2e-aa", \
+        "torch's UUID gets NVML's GPU- prefix"
+    assert gpu_uuid_in_use(with_uuid("GPU-3b2e-aa")) == "GPU-3b2e-aa", "one prefix, not two"
+    assert gpu_uuid_in_use(with_uuid(None)) is None, "a torch without uuid: none"
+    assert gpu_uuid_in_use(broken) is None, "a torch without torch.cuda: no GPU UUID"
 
 
 @pytest.fixture(scope="module")
