@@ -15,6 +15,7 @@
 
 #include <zmq.hpp>
 
+#include "agent/gpu_health.h"
 #include "agent/host_metrics.h"
 #include "agent/internal.h"
 #include "agent/probe_side.h"
@@ -49,6 +50,7 @@ struct Agent::Impl {
   std::unique_ptr<Routing> upstream;
   std::unique_ptr<Uploads> uploads;
   HostSampler sampler;
+  std::unique_ptr<GpuSampler> gpus;  // GPU health, NVML loaded at start (none: no samples)
 
   // Timers (monotonic ns).
   int64_t nextSample = 0, nextSync = 0;
@@ -89,6 +91,8 @@ Status Agent::Impl::start() {
   upstream->rankCount = [this] { return probes->rankCount(); };
   uploads->resume();
 
+  gpus = std::make_unique<GpuSampler>();
+
   int64_t now = monotonicNowNs();
   if (Status st = probes->bind(); !st) return st;
   if (Status st = upstream->connect(now); !st) return st;
@@ -113,7 +117,10 @@ Status Agent::Impl::start() {
 void Agent::Impl::takeSample(int64_t now) {
   probes->expireRanks(now);
   wire::Envelope env;
-  *env.mutable_host() = sampler.sample(opts.node, probes->watchedProcs(), wallNowNs(), now);
+  wire::HostSample& host = *env.mutable_host();
+  host = sampler.sample(opts.node, probes->watchedProcs(), wallNowNs(), now);
+  for (auto& g : gpus->sample()) *host.add_gpus() = std::move(g);
+  for (auto& e : gpus->takeEvents()) *host.add_gpu_events() = std::move(e);
   if (writer->append({wire::encode(env)}, now)) ++hostSamples;
 }
 

@@ -64,6 +64,7 @@ struct AgentStats {
   uint64_t fileBytesShipped = 0;   // bytes of capture files spooled
   uint32_t uploadsActive = 0;      // capture files queued or being read now
   uint64_t fileBytesHeld = 0;      // capture-file chunk bytes in the spool, not yet acked
+  bool uploadWaiting = false;      // the front upload waits for room in the spool (or acks)
   uint64_t spoolBytes = 0;
   uint64_t spoolPending = 0;  // records not yet acked by the collector
   uint64_t spoolDropped = 0;  // records lost to the spool bound

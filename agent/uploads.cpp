@@ -129,6 +129,7 @@ void Uploads::fill(AgentStats& s) const {
   s.fileBytesShipped = fileBytesShipped_;
   s.uploadsActive = static_cast<uint32_t>(uploads_.size());
   s.fileBytesHeld = heldBytes_;
+  s.uploadWaiting = waitingSinceMono_ != 0;
 }
 
 void Uploads::queue(const wire::CommandStatus& status, uint32_t uid, bool resumed) {

@@ -113,6 +113,9 @@ void DetectPipeline::committed(Batch& batch) {
     auto& job = jobs_[info.job()];
     if (info.world_size() != 0) job.worldSize = info.world_size();
     if (!info.node().empty()) job.nodes[info.rank()] = info.node();
+    if (!info.gpu_uuid().empty()) {
+      detectors_.rankGpu(info.job(), info.rank(), info.gpu_uuid(), info.node());
+    }
     gone_.erase({info.job(), info.rank()});  // a re-registered rank is alive again
   }
   for (const auto& node : batch.nodes) {
@@ -133,6 +136,9 @@ void DetectPipeline::committed(Batch& batch) {
   for (const auto& host : batch.hosts) {
     if (!host.node().empty()) detectors_.nodeDelivered(host.node(), now);
   }
+  // GPU health (gpu_fault), before the steps: a straggler judged in this batch sees the
+  // throttling its GPU reported in it.
+  for (const auto& host : batch.hosts) detectors_.hostSample(host, now);
 
   for (auto& report : batch.steps) {
     auto& job = jobs_[report.job()];
@@ -278,6 +284,7 @@ void DetectPipeline::lookupJobLocked(const std::string& name, JobContext& job, i
   for (const auto& r : *ranks) {
     if (r.worldSize != 0 && job.worldSize == 0) job.worldSize = r.worldSize;
     if (!r.node.empty()) job.nodes.emplace(r.rank, r.node);
+    if (!r.gpuUuid.empty()) detectors_.rankGpu(name, r.rank, r.gpuUuid, r.node);
   }
   // After a collector restart the declarations are only in the store.
   if (!job.groups.empty()) return;

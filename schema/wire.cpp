@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <string_view>
+#include <utility>
 
 #include <google/protobuf/stubs/logging.h>
 
@@ -333,6 +335,31 @@ bool parseCollectiveOp(const std::string& name, CollectiveOp* out) {
     }
   }
   return false;
+}
+
+std::vector<std::string> gpuClockEventNames(uint64_t reasons) {
+  static constexpr std::pair<uint64_t, const char*> kNames[] = {{0x1, "gpu_idle"},
+                                                                {0x2, "applications_clocks"},
+                                                                {0x4, "sw_power_cap"},
+                                                                {0x8, "hw_slowdown"},
+                                                                {0x10, "sync_boost"},
+                                                                {0x20, "sw_thermal_slowdown"},
+                                                                {0x40, "hw_thermal_slowdown"},
+                                                                {0x80, "hw_power_brake"},
+                                                                {0x100, "display_clock"}};
+  std::vector<std::string> out;
+  for (const auto& [bit, name] : kNames) {
+    if ((reasons & bit) != 0) out.emplace_back(name);
+    reasons &= ~bit;
+  }
+  for (uint64_t bit = 1; reasons != 0; bit <<= 1) {
+    if ((reasons & bit) == 0) continue;
+    char buf[24];
+    std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(bit));
+    out.emplace_back(buf);
+    reasons &= ~bit;
+  }
+  return out;
 }
 
 }  // namespace trainscope::wire

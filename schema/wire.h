@@ -32,6 +32,17 @@ inline constexpr int64_t kMaxStep = 1'000'000'000'000;
 // within +-kMaxTimeNs: the sum or difference of any two such values fits in an int64.
 inline constexpr int64_t kMaxTimeNs = 4'102'444'800'000'000'000;
 
+// The clock-event reason bits of GpuSample.clock_event_reasons (NVML's values) that mean the GPU
+// ran below the clock it was asked for because of power or heat: software power cap (0x4),
+// hardware slowdown (0x8), software thermal (0x20), hardware thermal (0x40), hardware power
+// brake (0x80). Idle (0x1), application clocks (0x2), sync boost (0x10) and display clock
+// (0x100) are the GPU doing as told.
+inline constexpr uint64_t kGpuThrottleReasons = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
+
+// Names of the reason bits set in `reasons` ("sw_power_cap", "hw_thermal_slowdown", ...), for
+// people; unknown bits as "0x...".
+std::vector<std::string> gpuClockEventNames(uint64_t reasons);
+
 // Serializes `env` after stamping the current schema version into it.
 std::string encode(Envelope& env);
 

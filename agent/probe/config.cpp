@@ -155,6 +155,19 @@ Result<ProbeConfig> resolveConfig(const ts_probe_config* config) {
     }
     out.device = device;
   }
+  if (const char* v = envOrNull("TRAINSCOPE_GPU_UUID")) {
+    const std::string uuid = v;
+    const bool ok = uuid.size() <= 96 && std::all_of(uuid.begin(), uuid.end(), [](char c) {
+                      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                             (c >= '0' && c <= '9') || c == '-';
+                    });
+    if (!ok) {
+      return Result<ProbeConfig>::error("environment variable TRAINSCOPE_GPU_UUID='" + uuid +
+                                        "' must be a GPU UUID as NVML spells it (GPU-...), at "
+                                        "most 96 letters, digits or '-'");
+    }
+    out.gpuUuid = uuid;
+  }
   return out;
 }
 

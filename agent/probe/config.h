@@ -41,6 +41,8 @@ struct ProbeConfig {
   bool connectAgent = true;  // false: fold only (benchmarks, tests)
   std::string device;        // where the operators run ($TRAINSCOPE_DEVICE: "" = the host;
                              // else a name such as "cuda"), carried in each step report
+  std::string gpuUuid;       // the GPU this rank uses, as NVML names it ($TRAINSCOPE_GPU_UUID,
+                             // "GPU-..."; the Python package sets it from torch), in RankInfo
   std::string captureDir = kDefaultCaptureDir;  // capture files for the agent to ship
                                                 // ($TRAINSCOPE_CAPTURE_DIR); needs room for
                                                 // max_bytes per running capture

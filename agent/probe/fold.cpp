@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <iterator>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -51,10 +52,37 @@ bool meets(const Intervals& m, const std::pair<int64_t, int64_t>& w) {
   return it != m.end() && it->first < w.second;
 }
 
+// Names of what NCCL chose (TS_DEVICE_INFO), as the step report spells them.
+const char* ncclAlgoName(uint32_t code) {
+  static constexpr const char* kNames[] = {
+      "", "tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"};
+  return code < std::size(kNames) ? kNames[code] : "";
+}
+
+const char* ncclProtoName(uint32_t code) {
+  static constexpr const char* kNames[] = {"", "ll", "ll128", "simple"};
+  return code < std::size(kNames) ? kNames[code] : "";
+}
+
+const char* dtypeName(uint32_t code) {
+  static constexpr const char* kNames[] = {
+      "",        "int8",    "uint8",   "int32",    "uint32",     "int64",     "uint64",
+      "float16", "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
+  return code < std::size(kNames) ? kNames[code] : "";
+}
+
 int64_t lengthOf(const Intervals& m) {
   int64_t total = 0;
   for (const auto& iv : m) total += iv.second - iv.first;
   return total;
+}
+
+// The time a record is attributed by: its start, except for a device record, which belongs to
+// the step in which the host launched it (its `step` field on the way in; record.h), as the
+// GPU runs behind the host.
+int64_t attributedAt(const Record& r) {
+  const bool device = r.type == RecordType::kDeviceColl || r.type == RecordType::kDeviceP2p;
+  return device && r.step > 0 ? r.step : r.t0;
 }
 
 }  // namespace
@@ -206,14 +234,26 @@ void StepFolder::add(uint32_t ring, const Record& in) {
       addComplete(done);
       return;
     }
+    case RecordType::kDeviceColl:
+    case RecordType::kDeviceP2p: {
+      deviceSeen_ = true;
+      Record done = r;
+      done.t1 = std::max(done.t1, done.t0);
+      addComplete(done);
+      return;
+    }
     case RecordType::kWaitHint:  // where the rank is (ProgressTracker), not what a step did
       return;
   }
   logOnce(LogLevel::kWarn, "probe", "record-type", "unknown record type; ignored");
 }
 
-void StepFolder::endPass() {
-  while (!spans_.empty() && spans_.front().end >= 0 && spans_.front().endPass < pass_) {
+void StepFolder::endPass(int64_t nowNs) {
+  for (Span& span : spans_) {
+    if (span.end >= 0 && span.endPassNs < 0) span.endPassNs = nowNs;
+  }
+  while (!spans_.empty() && spans_.front().end >= 0 && spans_.front().endPass < pass_ &&
+         (!deviceSeen_ || nowNs - spans_.front().endPassNs >= options_.deviceLagNs)) {
     const Span span = spans_.front();
     spans_.pop_front();
     finalize(span);
@@ -244,7 +284,7 @@ void StepFolder::sweepUnattributed() {
   const int64_t horizon = spans_.empty() ? lastEnd_ : spans_.front().begin;
   if (horizon == INT64_MIN) return;
   auto keep = std::partition(pending_.begin(), pending_.end(),
-                             [&](const Record& r) { return r.t0 >= horizon; });
+                             [&](const Record& r) { return attributedAt(r) >= horizon; });
   for (auto it = keep; it != pending_.end(); ++it) markUnattributed(*it);
   pending_.erase(keep, pending_.end());
 }
@@ -258,14 +298,15 @@ void StepFolder::finalize(const Span& span) {
   size_t kept = 0;
   uint64_t attributed = 0;
   for (Record& r : pending_) {
-    if (r.t0 < span.begin) {
+    const int64_t at = attributedAt(r);
+    if (at < span.begin) {
       // Earlier steps are final, so it belongs to none; it still goes to the flight recorder.
       ++unattributed_;
       r.step = -1;
       out.records.push_back(r);
       continue;
     }
-    if (r.t0 >= span.end) {
+    if (at >= span.end) {
       // Steps are half-open, [begin, end): a record that starts as one step ends belongs to
       // the next one (a loop that records data loading right after step_end).
       pending_[kept++] = r;
@@ -351,6 +392,29 @@ void StepAccumulator::add(const Record& r) {
       a.min = std::min(a.min, len);
       break;
     }
+    case RecordType::kDeviceColl: {
+      devComm_.emplace_back(r.t0, r.t1);  // not clipped: the GPU runs behind the step
+      DevCollAcc& a = devColls_[{r.kind, r.group, r.bytes}];
+      ++a.times.count;
+      a.times.total += len;
+      a.times.max = std::max(a.times.max, len);
+      a.times.first = std::min(a.times.first, r.t0);
+      a.times.last = std::max(a.times.last, r.t1);
+      a.firstSeq = std::min(a.firstSeq, r.seq);
+      a.lastSeq = std::max(a.lastSeq, r.seq);
+      a.info = r.info;
+      break;
+    }
+    case RecordType::kDeviceP2p: {
+      devComm_.emplace_back(r.t0, r.t1);
+      P2pAcc& a = devP2ps_[{r.name, r.group, r.kind}];
+      ++a.count;
+      a.bytes += r.bytes;
+      a.total += len;
+      a.max = std::max(a.max, len);
+      a.min = std::min(a.min, len);
+      break;
+    }
     default:
       break;
   }
@@ -358,8 +422,9 @@ void StepAccumulator::add(const Record& r) {
 
 size_t StepAccumulator::units() const {
   return compute_.size() + comm_.size() + waits_.size() + data_.size() + coll_.size() +
-         p2p_.size() + a2a_.size() +
-         4 * (ops_.size() + colls_.size() + links_.size() + p2ps_.size());
+         p2p_.size() + a2a_.size() + devComm_.size() +
+         4 * (ops_.size() + colls_.size() + links_.size() + p2ps_.size() + devColls_.size() +
+              devP2ps_.size());
 }
 
 wire::StepReport StepAccumulator::report(const std::string& job, uint32_t rank, int64_t step,
@@ -425,21 +490,53 @@ wire::StepReport StepAccumulator::report(const std::string& job, uint32_t rank, 
   }
   rep.set_ops_truncated(sorted.size() - top);
 
+  auto setTimes = [](wire::CollectiveTotal* c, uint64_t bytes, const CollAcc& a) {
+    c->set_count(a.count);
+    c->set_total_ns(a.total);
+    c->set_max_ns(a.max);
+    c->set_bandwidth_bps(a.total > 0 ? static_cast<double>(bytes) * static_cast<double>(a.count) /
+                                           (static_cast<double>(a.total) * 1e-9)
+                                     : 0.0);
+    c->set_first_arrival_ns(a.first);
+    c->set_last_completion_ns(a.last);
+  };
+  auto setDevice = [&](wire::CollectiveTotal* c, uint64_t bytes, const DevCollAcc& d) {
+    setTimes(c, bytes, d.times);
+    c->set_device_timed(true);
+    c->set_first_seq(d.firstSeq);
+    c->set_last_seq(d.lastSeq);
+    c->set_algorithm(ncclAlgoName(d.info & 0xff));
+    c->set_protocol(ncclProtoName((d.info >> 8) & 0xff));
+    c->set_datatype(dtypeName((d.info >> 16) & 0xff));
+    c->set_channels(d.info >> 24);
+  };
   for (const auto& [key, a] : colls_) {
     auto* c = rep.add_collectives();
     c->set_op(static_cast<wire::CollectiveOp>(std::get<0>(key)));
     c->set_group(nameString(std::get<1>(key)));
     c->set_bytes(std::get<2>(key));
-    c->set_count(a.count);
-    c->set_total_ns(a.total);
-    c->set_max_ns(a.max);
-    c->set_bandwidth_bps(a.total > 0 ? static_cast<double>(std::get<2>(key)) *
-                                           static_cast<double>(a.count) /
-                                           (static_cast<double>(a.total) * 1e-9)
-                                     : 0.0);
-    c->set_first_arrival_ns(a.first);
-    c->set_last_completion_ns(a.last);
+    auto dev = devColls_.find(key);
+    if (dev == devColls_.end()) {
+      setTimes(c, std::get<2>(key), a);
+      continue;
+    }
+    // The device's times replace the host's (which include launch and, for async work, the
+    // time until the host noticed completion); the host's stay beside them.
+    setDevice(c, std::get<2>(key), dev->second);
+    c->set_host_count(a.count);
+    c->set_host_total_ns(a.total);
   }
+  for (const auto& [key, d] : devColls_) {
+    if (colls_.count(key) != 0) continue;
+    auto* c = rep.add_collectives();
+    c->set_op(static_cast<wire::CollectiveOp>(std::get<0>(key)));
+    c->set_group(nameString(std::get<1>(key)));
+    c->set_bytes(std::get<2>(key));
+    setDevice(c, std::get<2>(key), d);
+  }
+  // The device's communication of the operations the step launched, which may run past the
+  // step's end on the host; at most the step's duration (what a step report may carry).
+  rep.set_device_comm_ns(std::min(unionLength(std::move(devComm_)), duration));
   for (const auto& [key, a] : links_) {
     auto* l = rep.add_links();
     l->set_peer(key.first);
@@ -448,7 +545,7 @@ wire::StepReport StepAccumulator::report(const std::string& job, uint32_t rank, 
     l->set_transfers(a.transfers);
     l->set_wire_ns(a.wire);
   }
-  for (const auto& [key, a] : p2ps_) {
+  auto addP2p = [&](const std::tuple<uint32_t, uint32_t, uint8_t>& key, const P2pAcc& a) {
     auto* p = rep.add_p2p();
     p->set_peer(std::get<0>(key));
     p->set_group(nameString(std::get<1>(key)));
@@ -458,6 +555,21 @@ wire::StepReport StepAccumulator::report(const std::string& job, uint32_t rank, 
     p->set_total_ns(a.total);
     p->set_max_ns(a.max);
     p->set_min_ns(a.min);
+    return p;
+  };
+  for (const auto& [key, a] : p2ps_) {
+    auto dev = devP2ps_.find(key);
+    if (dev == devP2ps_.end()) {
+      addP2p(key, a);
+      continue;
+    }
+    auto* p = addP2p(key, dev->second);
+    p->set_device_timed(true);
+    p->set_host_count(a.count);
+    p->set_host_total_ns(a.total);
+  }
+  for (const auto& [key, d] : devP2ps_) {
+    if (p2ps_.count(key) == 0) addP2p(key, d)->set_device_timed(true);
   }
   rep.set_records(records);
   return rep;

@@ -26,6 +26,11 @@ struct FoldOptions {
                                     // never ends cannot grow memory without bound
   uint32_t maxPairDepth = 64;       // open range/collective begins kept per ring
   uint32_t maxLooseRecords = 4096;  // unattributed records kept for the flight recorder
+  // Once device records (kDeviceColl, kDeviceP2p) have been seen, an ended step stays open
+  // this long for the device records of its operations, which arrive when the GPU ran them
+  // (the host runs ahead of the GPU). Longer keeps more of a slow GPU's records in their step
+  // and delays every report by as much; a record later than this is unattributed.
+  int64_t deviceLagNs = 500'000'000;
 };
 
 // Sums the records of one step, [begin, end), into its StepReport: the unions of compute,
@@ -37,8 +42,8 @@ class StepAccumulator {
  public:
   StepAccumulator(int64_t begin, int64_t end) : begin_(begin), end_(end) {}
 
-  // Adds one complete interval record (kOp, kRange, kCollective, kLink, kP2p); other types are
-  // ignored. The caller decided it belongs to this step.
+  // Adds one complete interval record (kOp, kRange, kCollective, kLink, kP2p, kDeviceColl,
+  // kDeviceP2p); other types are ignored. The caller decided it belongs to this step.
   void add(const Record& r);
   // The report of the step: `topOps` operators at most (the rest counted in ops_truncated),
   // `records` as the records field.
@@ -73,6 +78,14 @@ class StepAccumulator {
     int64_t max = 0;
     int64_t min = INT64_MAX;
   };
+  // A key's device times (NCCL's profiler plugin): they take the place of the host's in the
+  // key's CollectiveTotal, and name the NCCL sequence numbers and what NCCL chose.
+  struct DevCollAcc {
+    CollAcc times;
+    uint64_t firstSeq = UINT64_MAX;
+    uint64_t lastSeq = 0;
+    uint32_t info = 0;  // TS_DEVICE_INFO of the last call
+  };
   using Intervals = std::vector<std::pair<int64_t, int64_t>>;
   void push(Intervals& v, int64_t a, int64_t b);
 
@@ -93,6 +106,10 @@ class StepAccumulator {
   std::map<std::pair<uint32_t, uint32_t>, LinkAcc> links_;
   // (peer, group, op): a pipeline rank talks to its two neighbours, per direction.
   std::map<std::tuple<uint32_t, uint32_t, uint8_t>, P2pAcc> p2ps_;
+  // Device-timed collectives and p2p, keyed as their host counterparts above.
+  std::map<std::tuple<uint8_t, uint32_t, uint64_t>, DevCollAcc> devColls_;
+  std::map<std::tuple<uint32_t, uint32_t, uint8_t>, P2pAcc> devP2ps_;
+  Intervals devComm_;  // device time of NCCL kernels (StepReport.device_comm_ns)
 };
 
 // One finished step: its report and the records folded into it (for the flight recorder).
@@ -108,9 +125,12 @@ class StepFolder {
   // Feeds one record taken from ring `ring`; push/pop and begin/end pair per ring. The
   // records it gives back carry `ring`.
   void add(uint32_t ring, const Record& r);
-  // Marks the end of a drain pass over every ring. A step whose end was seen in an earlier
-  // pass is final now: every ring has been drained past its end since.
-  void endPass();
+  // Marks the end of a drain pass over every ring at time `nowNs` (monotonic). A step whose end
+  // was seen in an earlier pass is final now: every ring has been drained past its end since;
+  // once device records were seen, also deviceLagNs after the pass that saw its end.
+  void endPass(int64_t nowNs = 0);
+  // Ended steps held open for device records (so a flush waits for them).
+  bool holding() const { return !spans_.empty() && spans_.front().end >= 0; }
   // Finalizes every ended step without waiting for another pass, and counts whatever is
   // still pending as unattributed (shutdown).
   void finish();
@@ -132,8 +152,9 @@ class StepFolder {
   struct Span {
     int64_t step;
     int64_t begin;
-    int64_t end = -1;      // -1 while open
-    uint64_t endPass = 0;  // pass in which the end was seen
+    int64_t end = -1;        // -1 while open
+    uint64_t endPass = 0;    // pass in which the end was seen
+    int64_t endPassNs = -1;  // time of the pass that saw the end (-1: not yet)
     // The marking thread's run delay at the begin and the end (record.h; -1: not measured)
     // and the rings of the two marks: the delay between them is the step's CPU wait when
     // one thread made both.
@@ -172,6 +193,7 @@ class StepFolder {
   int64_t lastMarkDelay_ = -1;
   uint32_t lastMarkRing_ = 0;
   int64_t lastStep_ = -1;
+  bool deviceSeen_ = false;  // a device record was folded: steps wait deviceLagNs
 };
 
 // Helpers exposed for tests: length of the union of [a,b) intervals, and of the overlap of

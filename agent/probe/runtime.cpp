@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <exception>
 #include <new>
+#include <string>
 #include <unordered_map>
 #include <utility>
 
@@ -145,6 +147,42 @@ std::vector<wire::ProcessGroup> Instance::groups(int64_t* declaredNs) const {
   MutexLock lock(&groupsMu_);
   if (declaredNs != nullptr) *declaredNs = groupsDeclaredNs_;
   return groups_;
+}
+
+std::string Instance::deviceGroup(uint64_t commHash, const std::string& commName, int32_t nranks,
+                                  int32_t rank, int32_t* globalRanks) const {
+  if (globalRanks != nullptr) std::fill(globalRanks, globalRanks + nranks, -1);
+  if (static_cast<uint32_t>(nranks) == config_.worldSize) {
+    // The world's communicator: NCCL numbers its ranks as the job does.
+    if (globalRanks != nullptr) {
+      for (int32_t i = 0; i < nranks; ++i) globalRanks[i] = i;
+    }
+    return "world";
+  }
+  // A declared group of the same size that has this rank where NCCL has it; two such groups
+  // (a 2x2 layout's data- and tensor-parallel groups) cannot be told apart by size and index.
+  const wire::ProcessGroup* found = nullptr;
+  int matches = 0;
+  {
+    MutexLock lock(&groupsMu_);
+    for (const wire::ProcessGroup& g : groups_) {
+      if (g.ranks_size() != nranks || rank < 0 || rank >= nranks || g.ranks(rank) != config_.rank) {
+        continue;
+      }
+      found = &g;
+      ++matches;
+    }
+    if (matches == 1) {
+      if (globalRanks != nullptr) {
+        for (int32_t i = 0; i < nranks; ++i) globalRanks[i] = static_cast<int32_t>(found->ranks(i));
+      }
+      return found->name();
+    }
+  }
+  if (!commName.empty()) return commName;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "nccl-%016llx", static_cast<unsigned long long>(commHash));
+  return buf;
 }
 
 void Instance::setFlops(double model, double hardware, double peak) {
@@ -320,6 +358,7 @@ Status Instance::open(void* zmqContext) {
   info.set_host(config_.host);
   info.set_pid(config_.pid);
   info.set_probe_version(TS_PROBE_VERSION);
+  info.set_gpu_uuid(config_.gpuUuid);
   TransportOptions t;
   t.endpoint = config_.endpoint;
   t.backlogReports = config_.backlogReports;
@@ -366,8 +405,9 @@ void Instance::service(int64_t nowNs, bool closing) {
   if (closing) {
     folder_.finish();
   } else {
-    folder_.endPass();
+    folder_.endPass(nowNs);
   }
+  holding.store(folder_.holding(), std::memory_order_release);
   std::vector<FoldedStep> folded = folder_.take();
   if (!folded.empty()) deliverSteps(folded, dropped, nowNs);
   unattributed_.store(folder_.unattributed(), std::memory_order_relaxed);
@@ -396,6 +436,9 @@ void Instance::deliverSteps(std::vector<FoldedStep>& folded, uint64_t dropped, i
   for (FoldedStep& f : folded) {
     f.report.set_dropped(dropped - droppedReported_);
     droppedReported_ = dropped;
+    const uint64_t deviceDropped = deviceDropped_.load(std::memory_order_relaxed);
+    f.report.set_device_dropped(deviceDropped - deviceDroppedReported_);
+    deviceDroppedReported_ = deviceDropped;
     if (!config_.device.empty()) f.report.set_device(config_.device);
     const int64_t step = f.report.step();
     const int64_t startNs = f.report.start_ns();
@@ -513,8 +556,10 @@ int32_t Runtime::flush(Instance* inst, int32_t timeoutMs) {
   cv_.notifyAll();
   int32_t rc = 1;
   while (!stopped_.load()) {
+    // An ended step held open for device records (FoldOptions::deviceLagNs) is waited for too.
     if (inst->passes.load(std::memory_order_acquire) >= target &&
-        inst->idleFlag.load(std::memory_order_acquire)) {
+        inst->idleFlag.load(std::memory_order_acquire) &&
+        !inst->holding.load(std::memory_order_acquire)) {
       rc = 0;
       break;
     }

@@ -71,12 +71,20 @@ class Instance {
   std::vector<wire::ProcessGroup> groups(int64_t* declaredNs = nullptr) const;
   // Any thread, wait-free (ts_set_flops): stamped into every report folded from now on.
   void setFlops(double model, double hardware, double peak);
+  // Any thread, slow path (ts_device_group): the group an NCCL communicator of `nranks` ranks,
+  // this rank at `rank`, stands for, with its ranks' global ranks in `globalRanks` (-1 where
+  // not known) when that is not NULL. See trainscope_probe.h for the order of the rules.
+  std::string deviceGroup(uint64_t commHash, const std::string& commName, int32_t nranks,
+                          int32_t rank, int32_t* globalRanks) const;
+  // Any thread, wait-free (ts_device_dropped): counted into the next report's device_dropped.
+  void addDeviceDropped(uint64_t n) { deviceDropped_.fetch_add(n, std::memory_order_relaxed); }
 
   // Runtime thread only.
   Status open(void* zmqContext);
   void service(int64_t nowNs, bool closing);  // one drain/fold/IO pass
   bool transportIdle() const { return transport_ == nullptr || transport_->idle(); }
   std::atomic<bool> idleFlag{true};  // transportIdle() as of the last pass; any thread
+  std::atomic<bool> holding{false};  // the folder holds ended steps for device records
   void closeTransport() { transport_.reset(); }
   // After fork: drops the socket without closing it (the child must not use the context).
   void abandonTransport() { (void)transport_.release(); }
@@ -109,7 +117,9 @@ class Instance {
   ProgressTracker progress_;  // fed the folder's records; read into each RankHello
   FlightRecorder flight_;
   std::unique_ptr<Transport> transport_;
-  uint64_t droppedReported_ = 0;  // ring drops already put in a report
+  uint64_t droppedReported_ = 0;            // ring drops already put in a report
+  std::atomic<uint64_t> deviceDropped_{0};  // ts_device_dropped, any thread
+  uint64_t deviceDroppedReported_ = 0;      // runtime thread: already put in a report
   int64_t lastIoNs_ = 0;
   std::vector<Ring*> ringView_;  // runtime thread's copy of rings_
 

@@ -118,6 +118,9 @@ inline void fill(Record* rec, RecordType type, uint8_t kind, uint32_t name, uint
   rec->t0 = t0;
   rec->t1 = t1;
   rec->bytes = bytes;
+  rec->seq = 0;
+  rec->info = 0;
+  rec->pad = 0;
 }
 
 trainscope::Mutex gDefaultMu;  // creates and replaces gDefault one caller at a time
@@ -396,6 +399,56 @@ void ts_p2p(ts_probe* probe, uint32_t op, ts_name group, int32_t peer, uint64_t 
          orNow(arrive_ns), orNow(complete_ns), bytes);
     ring->publish();
   }
+}
+
+ts_probe* ts_default_existing(void) {
+  return reinterpret_cast<ts_probe*>(gDefault.load(std::memory_order_acquire));
+}
+
+ts_name ts_device_group(ts_probe* probe, uint64_t comm_hash, const char* comm_name, int32_t nranks,
+                        int32_t rank, int32_t* global_ranks) {
+  if (probe == nullptr || nranks < 1 ||
+      static_cast<size_t>(nranks) > trainscope::probe::kMaxGroupRanks) {
+    return 0;
+  }
+  try {
+    auto* inst = reinterpret_cast<Instance*>(probe);
+    const std::string name = inst->deviceGroup(comm_hash, comm_name == nullptr ? "" : comm_name,
+                                               nranks, rank, global_ranks);
+    return trainscope::probe::internName(name);
+  } catch (...) {
+    return 0;
+  }
+}
+
+void ts_device_collective(ts_probe* probe, uint32_t op, ts_name group, uint64_t bytes, uint64_t seq,
+                          uint32_t info, int64_t launch_ns, int64_t start_ns, int64_t end_ns) {
+  Ring* ring = nullptr;
+  if (Record* rec = claim(probe, &ring)) {
+    fill(rec, RecordType::kDeviceColl, static_cast<uint8_t>(op), 0, group, launch_ns, start_ns,
+         std::max(start_ns, end_ns), bytes);
+    rec->seq = seq;
+    rec->info = info;
+    ring->publish();
+  }
+}
+
+void ts_device_p2p(ts_probe* probe, uint32_t op, ts_name group, int32_t peer, uint64_t bytes,
+                   uint32_t info, int64_t launch_ns, int64_t start_ns, int64_t end_ns) {
+  if (peer < 0 || (op != TS_COLL_SEND && op != TS_COLL_RECV)) [[unlikely]]
+    return;
+  Ring* ring = nullptr;
+  if (Record* rec = claim(probe, &ring)) {
+    fill(rec, RecordType::kDeviceP2p, static_cast<uint8_t>(op), static_cast<uint32_t>(peer), group,
+         launch_ns, start_ns, std::max(start_ns, end_ns), bytes);
+    rec->info = info;
+    ring->publish();
+  }
+}
+
+void ts_device_dropped(ts_probe* probe, uint64_t count) {
+  if (probe == nullptr) return;
+  reinterpret_cast<Instance*>(probe)->addDeviceDropped(count);
 }
 
 void ts_set_flops(ts_probe* probe, double model_flops_per_step, double hardware_flops_per_step,

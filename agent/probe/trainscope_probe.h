@@ -5,11 +5,12 @@
  * RANK, WORLD_SIZE, LOCAL_RANK); a simulator may create many instances in one process.
  *
  * Threads: every record call (ts_step_*, ts_range_*, ts_op, ts_collective*, ts_link_transfer,
- * ts_p2p) may be called from any thread and is wait-free there: a clock read and a store into
- * that thread's ring for that instance. No locks, no allocation, no syscalls, except the very
- * first record a thread makes for an instance, which registers the thread's ring. ts_set_flops
- * is a few atomic stores. ts_probe_create, ts_probe_destroy, ts_intern and ts_declare_group may
- * lock and allocate; call them outside the hot loop.
+ * ts_p2p, ts_device_collective, ts_device_p2p) may be called from any thread and is wait-free
+ * there: a clock read and a store into that thread's ring for that instance. No locks, no
+ * allocation, no syscalls, except the very first record a thread makes for an instance, which
+ * registers the thread's ring. ts_set_flops and ts_device_dropped are atomic stores.
+ * ts_probe_create, ts_probe_destroy, ts_intern, ts_declare_group and ts_device_group may lock
+ * and allocate; call them outside the hot loop.
  *
  * Errors: no function here throws, aborts or blocks training. A probe that cannot reach its
  * agent keeps a bounded backlog and reconnects; a full ring drops the record and counts it.
@@ -206,6 +207,83 @@ void ts_p2p(ts_probe* probe, uint32_t op, ts_name group, int32_t peer, uint64_t 
  * as 0. Any thread, wait-free. */
 void ts_set_flops(ts_probe* probe, double model_flops_per_step, double hardware_flops_per_step,
                   double peak_flops);
+
+/* Device-timed communication, as trainscope's NCCL profiler plugin
+ * (libnccl-profiler-trainscope.so, docs/GPU.md) reports it from NCCL's own events. The record
+ * calls (ts_device_collective, ts_device_p2p, ts_device_dropped) are wait-free like the other
+ * record calls and are made from NCCL's proxy thread; ts_device_group locks and allocates and
+ * is called once per communicator. Device times are on the probe's clock (the plugin converts
+ * the GPU's timer), so they fold with host records: in the step report a collective key
+ * (op, group, bytes of one call) or a p2p key (peer, group, op) that has device times carries
+ * them in place of the host's (CollectiveTotal.device_timed), and StepReport.device_comm_ns is
+ * the union of the device time. */
+
+/* What NCCL chose for an operation; packed by TS_DEVICE_INFO into the `info` argument. */
+enum ts_nccl_algo {
+  TS_ALGO_UNKNOWN = 0,
+  TS_ALGO_TREE = 1,
+  TS_ALGO_RING = 2,
+  TS_ALGO_COLLNET_DIRECT = 3,
+  TS_ALGO_COLLNET_CHAIN = 4,
+  TS_ALGO_NVLS = 5,
+  TS_ALGO_NVLS_TREE = 6,
+  TS_ALGO_PAT = 7
+};
+enum ts_nccl_proto {
+  TS_PROTO_UNKNOWN = 0,
+  TS_PROTO_LL = 1,
+  TS_PROTO_LL128 = 2,
+  TS_PROTO_SIMPLE = 3
+};
+enum ts_dtype {
+  TS_DTYPE_UNKNOWN = 0,
+  TS_DTYPE_INT8 = 1,
+  TS_DTYPE_UINT8 = 2,
+  TS_DTYPE_INT32 = 3,
+  TS_DTYPE_UINT32 = 4,
+  TS_DTYPE_INT64 = 5,
+  TS_DTYPE_UINT64 = 6,
+  TS_DTYPE_FLOAT16 = 7,
+  TS_DTYPE_FLOAT32 = 8,
+  TS_DTYPE_FLOAT64 = 9,
+  TS_DTYPE_BFLOAT16 = 10,
+  TS_DTYPE_FLOAT8E4M3 = 11,
+  TS_DTYPE_FLOAT8E5M2 = 12
+};
+/* algorithm, protocol and data type as above, channels 0..255 */
+#define TS_DEVICE_INFO(algo, proto, dtype, channels)                         \
+  ((uint32_t)(algo) | ((uint32_t)(proto) << 8) | ((uint32_t)(dtype) << 16) | \
+   ((uint32_t)(channels) << 24))
+
+/* The default instance if it exists, else NULL (never creates one): a plugin loaded into a
+ * process that never started the probe does nothing. Wait-free. */
+ts_probe* ts_default_existing(void);
+
+/* The process group of an NCCL communicator of `nranks` ranks in which this rank is `rank`:
+ * "world" when it spans the world, else the one declared group (ts_declare_group) that has
+ * `nranks` ranks with this rank at index `rank`, else `comm_name` when NCCL has one, else
+ * "nccl-<comm_hash in hex>". When `global_ranks` is not NULL it gets the global rank of each
+ * communicator rank (room for `nranks`), or -1 where they are not known (no matching group).
+ * Returns 0 for a NULL probe or nranks outside 1..1048576. Locks and allocates. */
+ts_name ts_device_group(ts_probe* probe, uint64_t comm_hash, const char* comm_name, int32_t nranks,
+                        int32_t rank, int32_t* global_ranks);
+
+/* One collective as the device ran it: `op` a ts_collective_op, `bytes` those of one call
+ * counted as ts_collective counts them (all_gather: the gathered output; reduce_scatter: the
+ * input), `seq` NCCL's sequence number of the call in its communicator, `info` TS_DEVICE_INFO,
+ * `launch_ns` when the host enqueued it (it belongs to the step that launched it: the GPU runs
+ * behind the host, and a step stays open a while for its device records), [start_ns, end_ns)
+ * the earliest kernel-channel start to the latest stop. */
+void ts_device_collective(ts_probe* probe, uint32_t op, ts_name group, uint64_t bytes, uint64_t seq,
+                          uint32_t info, int64_t launch_ns, int64_t start_ns, int64_t end_ns);
+/* One point-to-point transfer as the device ran it: `op` TS_COLL_SEND or TS_COLL_RECV, `peer`
+ * the global rank at the other end (a negative peer or another op is dropped); the rest as for
+ * ts_device_collective. */
+void ts_device_p2p(ts_probe* probe, uint32_t op, ts_name group, int32_t peer, uint64_t bytes,
+                   uint32_t info, int64_t launch_ns, int64_t start_ns, int64_t end_ns);
+/* `count` more operations the plugin saw but could not time; the next step report carries
+ * them (StepReport.device_dropped). Any thread, wait-free. */
+void ts_device_dropped(ts_probe* probe, uint64_t count);
 
 /* Waits up to `timeout_ms` until every step ended so far is folded and acknowledged by the
  * agent. Returns 0 when all are acknowledged, 1 on time-out. Not for the training loop. */

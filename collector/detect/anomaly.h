@@ -23,6 +23,8 @@ enum class AnomalyKind {
                        // slowest data-parallel replica changes from step to step; job-wide
   kExpertImbalance,    // a MoE job's router sends more tokens to the experts at one
                        // expert-parallel index; names those ranks (labels.ep_index)
+  kGpuFault,           // the GPU a rank uses raised an Xid, ECC or NVLink errors, was lost, or
+                       // stayed throttled; names the ranks on it (labels.cause, gpu_uuid)
 };
 
 // Stable lower-case names used in ids, the API and the CLI: "step_shift", "straggler", ...

@@ -204,6 +204,9 @@ struct DetectorSet::Job {
 };
 
 void DetectorSet::publish(Anomaly a) {
+  if (a.kind == AnomalyKind::kStraggler && a.state == AnomalyState::kOpen && !a.refresh) {
+    gpu_.explain(a, a.detectedNs);
+  }
   if (a.refresh) {
     // Not a new anomaly: counted when it opened.
   } else if (a.state == AnomalyState::kOpen) {
@@ -378,7 +381,7 @@ void DetectorSet::judge(Job& j, std::vector<AssembledStep>& steps, bool final) {
   j.assembler.recycle(steps);
 }
 
-DetectorSet::DetectorSet(DetectOptions options) : options_(options) {}
+DetectorSet::DetectorSet(DetectOptions options) : options_(options), gpu_(options.gpuFault) {}
 DetectorSet::~DetectorSet() = default;
 
 DetectorSet::Job& DetectorSet::job(const std::string& name) {
@@ -419,6 +422,7 @@ Status DetectorSet::observe(wire::StepReport&& report, const RankContext& ctx) {
   if (report.job().empty()) return reject("job is empty");
   if (report.step() < 0) return reject("step is negative (" + std::to_string(report.step()) + ")");
   if (report.duration_ns() < 0) return reject("duration_ns is negative");
+  gpu_.rankStep(report.job(), report.rank(), report.step());
   auto it = jobs_.find(report.job());
   if (it == jobs_.end() && replayOfEnded(report, ctx)) return Status::ok();
   uint32_t known = it == jobs_.end() ? 0 : it->second->worldSize;
@@ -446,6 +450,17 @@ void DetectorSet::tick(int64_t nowNs) {
     j->hang.tick(nowNs, nodes_.empty() ? nullptr : &nodes_);
     if (j->staged.pending() != 0) route(*j, nullptr, false);
   }
+}
+
+void DetectorSet::rankGpu(const std::string& job, uint32_t rank, const std::string& uuid,
+                          const std::string& node) {
+  gpu_.rankGpu(job, rank, uuid, node);
+}
+
+void DetectorSet::hostSample(const wire::HostSample& host, int64_t nowNs) {
+  if (host.gpus_size() == 0 && host.gpu_events_size() == 0) return;
+  gpu_.hostSample(host.node(), host, nowNs);
+  for (Anomaly& a : gpu_.takeEvents()) publish(std::move(a));
 }
 
 void DetectorSet::nodeDelivered(const std::string& node, int64_t nowNs) {
@@ -586,6 +601,7 @@ void DetectorSet::setTopology(const std::string& name, const topology::Topology&
 }
 
 void DetectorSet::forgetJob(const std::string& name) {
+  gpu_.forgetJob(name);
   auto it = jobs_.find(name);
   if (it == jobs_.end()) return;
   const AssemblyStats& a = it->second->assembler.stats();

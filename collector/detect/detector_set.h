@@ -52,6 +52,7 @@
 #include "collector/detect/anomaly.h"
 #include "collector/detect/events.h"
 #include "collector/detect/expert_imbalance.h"
+#include "collector/detect/gpu_fault.h"
 #include "collector/detect/hang.h"
 #include "collector/detect/layout.h"
 #include "collector/detect/options.h"
@@ -125,6 +126,13 @@ class DetectorSet {
   // when the declarations change (a restart); a layout equal to the one in use changes
   // nothing. Kept for up to maxJobs jobs.
   void setTopology(const std::string& job, const topology::Topology& topology);
+  // GPU health (gpu_fault.h): the GPU a rank uses (its RankInfo.gpu_uuid), and each node's host
+  // samples with their GPU readings and events (collector clock `nowNs`). gpu_fault anomalies
+  // come out of takeEvents with the rest; a straggler whose GPU throttled or faulted shortly
+  // before says so (labels.cause gpu_throttle or gpu_fault).
+  void rankGpu(const std::string& job, uint32_t rank, const std::string& uuid,
+               const std::string& node);
+  void hostSample(const wire::HostSample& host, int64_t nowNs);
   // Drops all state of a job (e.g. deleted by retention).
   void forgetJob(const std::string& job);
 
@@ -168,6 +176,7 @@ class DetectorSet {
   std::map<std::string, Ended> ended_;  // jobs whose ranks all ended
   std::deque<std::string> endedOrder_;  // oldest first
   HangDetector::NodeClock nodes_;       // node -> latest delivery (see "Delivery")
+  GpuFaults gpu_;                       // GPU health of every job (gpu_fault.h)
   // Layouts and expert-parallel groups given by setTopology, by job (nullptr: judged flat,
   // no MoE); at most maxJobs, the oldest given forgotten first.
   struct Declared {

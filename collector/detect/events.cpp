@@ -6,11 +6,16 @@
 namespace trainscope::detect {
 
 namespace {
-constexpr AnomalyKind kAllKinds[] = {AnomalyKind::kStepShift,      AnomalyKind::kStraggler,
-                                     AnomalyKind::kSlowComm,       AnomalyKind::kOpRegression,
-                                     AnomalyKind::kHang,           AnomalyKind::kSpike,
-                                     AnomalyKind::kStageImbalance, AnomalyKind::kWorkloadImbalance,
-                                     AnomalyKind::kExpertImbalance};
+constexpr AnomalyKind kAllKinds[] = {AnomalyKind::kStepShift,
+                                     AnomalyKind::kStraggler,
+                                     AnomalyKind::kSlowComm,
+                                     AnomalyKind::kOpRegression,
+                                     AnomalyKind::kHang,
+                                     AnomalyKind::kSpike,
+                                     AnomalyKind::kStageImbalance,
+                                     AnomalyKind::kWorkloadImbalance,
+                                     AnomalyKind::kExpertImbalance,
+                                     AnomalyKind::kGpuFault};
 }  // namespace
 
 const char* anomalyKindName(AnomalyKind kind) {
@@ -33,6 +38,8 @@ const char* anomalyKindName(AnomalyKind kind) {
       return "workload_imbalance";
     case AnomalyKind::kExpertImbalance:
       return "expert_imbalance";
+    case AnomalyKind::kGpuFault:
+      return "gpu_fault";
   }
   return "unknown";
 }

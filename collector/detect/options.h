@@ -207,6 +207,21 @@ struct FoldOptions {
                              // would save) is below this is not raised; 0 = all are
 };
 
+// The gpu_fault detector (gpu_fault.h).
+struct GpuFaultOptions {
+  // Throttling for this long (consecutive samples with a throttle reason) opens a gpu_fault;
+  // it resolves after as long without. Shorter catches brief episodes and raises on boost
+  // dips a healthy GPU has under load.
+  int64_t throttleNs = 5'000'000'000;
+  // NVLink errors (replay, recovery, CRC, summed over links) that one sample may add before it
+  // is a fault: links replay now and then without harm.
+  uint64_t nvlinkErrors = 5;
+  // A straggler is said to be caused by its GPU when the GPU throttled or faulted within this
+  // long before the straggler opened.
+  int64_t explainWindowNs = 120'000'000'000;
+  size_t maxGpus = 4096;  // GPUs remembered; past it the table starts over
+};
+
 struct DetectOptions {
   AssemblyOptions assembly{};
   FoldOptions fold{};
@@ -219,6 +234,7 @@ struct DetectOptions {
   P2pLinkOptions p2pLink{};
   OpRegressionOptions opRegression{};
   HangOptions hang{};
+  GpuFaultOptions gpuFault{};
   size_t maxJobs = 1024;  // jobs tracked at once; the least recently seen is forgotten first
 };
 

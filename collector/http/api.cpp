@@ -140,6 +140,7 @@ json rankJson(const storage::RankRow& r) {
               {"node", r.node},
               {"pid", r.pid},
               {"probe_version", r.probeVersion},
+              {"gpu_uuid", r.gpuUuid.empty() ? json(nullptr) : json(r.gpuUuid)},
               {"first_seen_ns", r.firstSeenNs},
               {"last_seen_ns", r.lastSeenNs},
               {"latest_step", r.latestStep},
@@ -171,6 +172,8 @@ void writeParallelDetail(JsonWriter& w, const storage::StepRow& s) {
     w.value(s.device);
   }
   w.field("cpu_wait_ns", s.cpuWaitNs);
+  w.field("device_comm_ns", s.deviceCommNs);
+  w.field("device_dropped", s.deviceDropped);
   w.field("p2p_ns", s.p2pNs);
   w.field("bubble_ns", s.bubbleNs);
   w.field("collective_ns", s.collectiveNs);
@@ -194,6 +197,11 @@ void writeParallelDetail(JsonWriter& w, const storage::StepRow& s) {
     w.field("total_ns", p.total_ns());
     w.field("max_ns", p.max_ns());
     w.field("min_ns", p.min_ns());
+    if (p.device_timed()) {
+      // Timed by NCCL's profiler plugin on the device; the host's own sum beside it.
+      w.field("device_timed", true);
+      w.field("host_total_ns", p.host_total_ns());
+    }
     w.endObject();
   }
   w.endArray();
@@ -237,6 +245,17 @@ void writeStepJson(JsonWriter& w, const storage::StepRow& s, bool detail) {
       w.field("total_ns", c.total_ns());
       w.field("max_ns", c.max_ns());
       w.field("bandwidth_bps", c.bandwidth_bps());
+      if (c.device_timed()) {
+        // Timed by NCCL's profiler plugin on the device; the host's own sum beside it.
+        w.field("device_timed", true);
+        w.field("host_total_ns", c.host_total_ns());
+        w.field("first_seq", c.first_seq());
+        w.field("last_seq", c.last_seq());
+        w.field("algorithm", c.algorithm());
+        w.field("protocol", c.protocol());
+        w.field("datatype", c.datatype());
+        w.field("channels", c.channels());
+      }
       w.endObject();
     }
     w.endArray();
@@ -289,6 +308,10 @@ json hostSampleJson(const wire::HostSample& h) {
                          {"rss_bytes", p.rss_bytes()},
                          {"alive", p.alive()}});
   }
+  json gpus = json::array();
+  for (const auto& g : h.gpus()) gpus.push_back(gpuSampleJson(g));
+  json gpuEvents = json::array();
+  for (const auto& e : h.gpu_events()) gpuEvents.push_back(gpuEventJson(e));
   return json{{"time_ns", h.time_ns()},
               {"cpu_percent", finite(h.cpu_percent())},
               {"cpu_count", h.cpu_count()},
@@ -296,7 +319,9 @@ json hostSampleJson(const wire::HostSample& h) {
               {"mem_available_bytes", h.mem_available_bytes()},
               {"load1", finite(h.load1())},
               {"net", std::move(net)},
-              {"procs", std::move(procs)}};
+              {"procs", std::move(procs)},
+              {"gpus", std::move(gpus)},
+              {"gpu_events", std::move(gpuEvents)}};
 }
 
 json nodeJson(const storage::NodeRow& n, int64_t nowNs) {

@@ -123,6 +123,9 @@ class Api {
   ApiResponse jobs(const std::vector<std::pair<std::string, std::string>>& query) const;
   ApiResponse nodes() const;
   ApiResponse ranks(const std::string& job) const;
+  // A node's GPU samples and events over a time range (gpu_api.cpp).
+  ApiResponse nodeGpus(const std::string& node,
+                       const std::vector<std::pair<std::string, std::string>>& query) const;
   // The job's parallel layout (collector/topology): axis sizes, each rank's coordinates, the
   // distinct groups and what the declarations disagree on.
   ApiResponse topology(const std::string& job) const;
@@ -199,6 +202,10 @@ void writeStepJson(JsonWriter& w, const storage::StepRow& step, bool detail);
 void writeSummaryJson(JsonWriter& w, const storage::StepSummaryRow& row);
 nlohmann::json summaryJson(const storage::StepSummaryRow& row);
 nlohmann::json hostSampleJson(const wire::HostSample& sample);
+// One GPU's reading (gpu_api.cpp): index, uuid, name, lost, then each reading NVML gave, null
+// where it gave none (GpuSample.present), and "throttling" (a kGpuThrottleReasons bit set).
+nlohmann::json gpuSampleJson(const wire::GpuSample& gpu);
+nlohmann::json gpuEventJson(const wire::GpuEvent& event);
 nlohmann::json nodeJson(const storage::NodeRow& node, int64_t nowNs);
 // {"id","job","kind","ranks","nodes","onset_step","detected_step","detected_ns","magnitude",
 //  "confidence","evidence","labels","state","resolved_step","resolved_ns","summary",

@@ -206,6 +206,81 @@ void writeNodes(MetricsText& m, const std::vector<storage::NodeRow>& nodeRows, i
   }
 }
 
+// Each GPU of each node's latest host sample (NVML through the agent), labelled node, gpu
+// (NVML's index) and uuid; a reading NVML did not give (GpuSample.present) is left out.
+void writeGpus(MetricsText& m, const std::vector<storage::NodeRow>& nodeRows) {
+  struct Family {
+    const char* name;
+    const char* type;
+    const char* help;
+    wire::GpuField field;
+    double (*value)(const wire::GpuSample&);
+  };
+  static constexpr Family kFamilies[] = {
+      {"trainscope_gpu_utilization_ratio", "gauge",
+       "Share of NVML's last sample period a kernel ran on the GPU, 0..1.", wire::GPU_UTILIZATION,
+       [](const wire::GpuSample& g) { return g.utilization_pct() / 100.0; }},
+      {"trainscope_gpu_memory_used_bytes", "gauge", "GPU memory in use.", wire::GPU_MEMORY,
+       [](const wire::GpuSample& g) { return static_cast<double>(g.memory_used_bytes()); }},
+      {"trainscope_gpu_memory_total_bytes", "gauge", "GPU memory in all.", wire::GPU_MEMORY,
+       [](const wire::GpuSample& g) { return static_cast<double>(g.memory_total_bytes()); }},
+      {"trainscope_gpu_power_watts", "gauge", "GPU power draw.", wire::GPU_POWER,
+       [](const wire::GpuSample& g) { return g.power_mw() / 1000.0; }},
+      {"trainscope_gpu_energy_joules_total", "counter", "GPU energy since the driver loaded.",
+       wire::GPU_ENERGY,
+       [](const wire::GpuSample& g) { return static_cast<double>(g.energy_mj()) / 1000.0; }},
+      {"trainscope_gpu_temperature_celsius", "gauge", "GPU core temperature.",
+       wire::GPU_TEMPERATURE,
+       [](const wire::GpuSample& g) { return static_cast<double>(g.temperature_c()); }},
+      {"trainscope_gpu_sm_clock_hertz", "gauge", "GPU SM clock.", wire::GPU_CLOCKS,
+       [](const wire::GpuSample& g) { return g.sm_clock_mhz() * 1e6; }},
+      {"trainscope_gpu_memory_clock_hertz", "gauge", "GPU memory clock.", wire::GPU_CLOCKS,
+       [](const wire::GpuSample& g) { return g.mem_clock_mhz() * 1e6; }},
+      {"trainscope_gpu_throttled", "gauge",
+       "1 while power or heat holds the GPU's clocks down (NVML clock-event reasons), else 0.",
+       wire::GPU_CLOCK_EVENTS,
+       [](const wire::GpuSample& g) {
+         return (g.clock_event_reasons() & wire::kGpuThrottleReasons) != 0 ? 1.0 : 0.0;
+       }},
+      {"trainscope_gpu_throttle_seconds_total", "counter",
+       "Time power and thermal policies held the GPU's clocks down (NVML violation time).",
+       wire::GPU_THROTTLE_TIME,
+       [](const wire::GpuSample& g) { return static_cast<double>(g.throttle_ns()) / 1e9; }},
+      {"trainscope_gpu_ecc_uncorrected_errors_total", "counter",
+       "Uncorrected ECC errors since the driver loaded.", wire::GPU_ECC,
+       [](const wire::GpuSample& g) { return static_cast<double>(g.ecc_uncorrected()); }},
+      {"trainscope_gpu_ecc_corrected_errors_total", "counter",
+       "Corrected ECC errors since the driver loaded.", wire::GPU_ECC,
+       [](const wire::GpuSample& g) { return static_cast<double>(g.ecc_corrected()); }},
+      {"trainscope_gpu_remapped_rows", "gauge", "Memory rows remapped after uncorrected errors.",
+       wire::GPU_REMAPPED_ROWS,
+       [](const wire::GpuSample& g) { return static_cast<double>(g.remapped_rows_uncorrected()); }},
+      {"trainscope_gpu_nvlink_errors_total", "counter",
+       "NVLink replay, recovery and CRC errors over the GPU's links.", wire::GPU_NVLINK,
+       [](const wire::GpuSample& g) { return static_cast<double>(g.nvlink_errors()); }},
+  };
+  auto labels = [](const storage::NodeRow& n, const wire::GpuSample& g) {
+    return std::vector<std::pair<std::string, std::string>>{
+        {"node", n.node}, {"gpu", std::to_string(g.index())}, {"uuid", g.uuid()}};
+  };
+  for (const Family& f : kFamilies) {
+    m.family(f.name, f.type, f.help);
+    for (const auto& n : nodeRows) {
+      if (!n.latestHost) continue;
+      for (const auto& g : n.latestHost->gpus()) {
+        if (g.lost() || (g.present() & static_cast<uint64_t>(f.field)) == 0) continue;
+        m.sample(labels(n, g), f.value(g));
+      }
+    }
+  }
+  m.family("trainscope_gpu_lost", "gauge",
+           "1 when NVML answered GPU_IS_LOST for the GPU (fallen off the bus), else 0.");
+  for (const auto& n : nodeRows) {
+    if (!n.latestHost) continue;
+    for (const auto& g : n.latestHost->gpus()) m.sample(labels(n, g), g.lost() ? 1.0 : 0.0);
+  }
+}
+
 void writeStorage(MetricsText& m, const storage::StoreStats& st) {
   m.family("trainscope_storage_size_bytes", "gauge", "Database and WAL size on disk.");
   m.sample({}, static_cast<double>(st.bytesOnDisk));
@@ -271,6 +346,7 @@ std::string renderStoreMetrics(storage::Store& store, int64_t nowNs, const Metri
       recentRows(nodes ? std::move(*nodes) : std::vector<storage::NodeRow>{}, nowNs,
                  limits.ageOutNs, limits.maxNodes, &nodesOmitted.agedOut, &nodesOmitted.overCap);
   writeNodes(m, nodeRows, nowNs);
+  writeGpus(m, nodeRows);
   writeStorage(m, store.stats());
   writeOmitted(m, jobsOmitted, nodesOmitted);
   m.raw(errors);

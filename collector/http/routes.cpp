@@ -29,7 +29,8 @@ const Router& Api::router() {
            "default 1,000; `offset=`; `total` and `truncated` say what is left)"},
           {"GET", "/api/v1/jobs/{job}/ranks", Q{},
            [](const Api& a, const RouteRequest& r) { return a.ranks(r.param("job")); },
-           "a job's ranks: host, node, pid, latest step (and coordinates when declared)"},
+           "a job's ranks: host, node, pid, latest step, the GPU each uses with its latest clock, "
+           "temperature and throttling (and coordinates when declared)"},
           {"GET", "/api/v1/jobs/{job}/topology", Q{},
            [](const Api& a, const RouteRequest& r) { return a.topology(r.param("job")); },
            "a job's parallel layout: axis sizes, each rank's coordinates, the groups"},
@@ -51,7 +52,8 @@ const Router& Api::router() {
           {"GET", "/api/v1/jobs/{job}/anomalies", Q{},
            [](const Api& a, const RouteRequest& r) { return a.jobAnomalies(r.param("job")); },
            "a job's anomalies (kinds `step_shift`, `straggler`, `slow_comm`, `op_regression`, "
-           "`hang`, `spike`, `stage_imbalance`, `workload_imbalance`, `expert_imbalance`; state "
+           "`hang`, `spike`, `stage_imbalance`, `workload_imbalance`, `expert_imbalance`, "
+           "`gpu_fault`; state "
            "`open`, `resolved` with `resolved_step`, or `ended` with `ended_step`: its job ended "
            "while it was open — every rank said goodbye, or nothing of the job for "
            "`--job-end-idle`, default 600 s; `trainscope_anomalies_open` counts open ones only)"},
@@ -59,7 +61,14 @@ const Router& Api::router() {
            [](const Api& a, const RouteRequest& r) { return a.anomaliesSince(r.query()); },
            "anomalies of every job updated since `since` (ns since the epoch)"},
           {"GET", "/api/v1/nodes", Q{}, [](const Api& a, const RouteRequest&) { return a.nodes(); },
-           "agents: host load, clock offset, spool"},
+           "agents: host load, clock offset, spool, and each GPU's latest reading"},
+          {"GET", "/api/v1/nodes/{node}/gpus", Q{"from", "to", "limit"},
+           [](const Api& a, const RouteRequest& r) {
+             return a.nodeGpus(r.param("node"), r.query());
+           },
+           "a node's GPU samples (NVML: utilisation, memory, power, clocks, throttling, ECC, "
+           "NVLink) and Xid/ECC events; `from`/`to` ns since the epoch, the newest `limit` "
+           "samples (default 600, at most 3,600)"},
           {"GET", "/api/v1/jobs/{job}/captures", Q{},
            [](const Api& a, const RouteRequest& r) { return a.jobCaptures(r.param("job")); },
            "a job's captures, automatic ones too (docs/CAPTURE.md)"},

@@ -752,6 +752,11 @@ void HttpServer::stop() {
   s.running = false;
 }
 
+bool HttpServer::stopping() const {
+  MutexLock lock(&impl_->core.mu);
+  return impl_->core.stopping;
+}
+
 uint16_t HttpServer::port() const {
   return impl_->port.load();
 }

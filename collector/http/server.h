@@ -90,6 +90,8 @@ class HttpServer {
   // Stops accepting, closes connections (responses being written get up to 2 s to finish)
   // and joins the threads. Idempotent.
   void stop();
+  // Whether stop() has begun (it may still be letting responses finish).
+  bool stopping() const;
   // The bound port (useful with port 0).
   uint16_t port() const;
 

@@ -3,6 +3,7 @@
 // its latest steps show). Both read the Store and derive the layout (collector/topology).
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "collector/http/api.h"
 #include "schema/wire.h"
@@ -105,9 +106,23 @@ ApiResponse Api::ranks(const std::string& job) const {
   if (!declared) return errorResponse(500, declared.message());
   // Jobs that declared no groups keep today's shape: no "coords" at all.
   const topology::Topology t = topology::derive(*declared);
+  // Each rank's GPU as its node's latest sample has it (rank_gpu: null when not known).
+  std::map<std::string, const wire::GpuSample*> gpuByUuid;
+  std::optional<std::vector<storage::NodeRow>> nodes;
+  if (std::any_of(rows->begin(), rows->end(), [](const auto& r) { return !r.gpuUuid.empty(); })) {
+    auto n = store_.nodes();
+    if (!n) return errorResponse(500, n.message());
+    nodes = std::move(*n);
+    for (const auto& node : *nodes) {
+      if (!node.latestHost) continue;
+      for (const auto& g : node.latestHost->gpus()) gpuByUuid[g.uuid()] = &g;
+    }
+  }
   json list = json::array();
   for (const auto& row : *rows) {
     json r = rankJson(row);
+    auto g = row.gpuUuid.empty() ? gpuByUuid.end() : gpuByUuid.find(row.gpuUuid);
+    r["gpu"] = g == gpuByUuid.end() ? json(nullptr) : gpuSampleJson(*g->second);
     if (t.declared) {
       auto c = t.coords.find(row.rank);
       r["coords"] = c == t.coords.end() ? json::object() : coordsJson(c->second);

@@ -320,6 +320,10 @@ void IngestServer::stop() {
   m.zap.close();
 }
 
+bool IngestServer::stopping() const {
+  return impl_->stopping.load();
+}
+
 std::string IngestServer::endpoint() const {
   return impl_->boundEndpoint;
 }

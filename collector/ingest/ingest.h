@@ -143,6 +143,8 @@ class IngestServer {
   Status start();
   // Stops reading, commits what is pending, sends its acks, closes. Idempotent.
   void stop();
+  // Whether stop() has begun (any thread may ask).
+  bool stopping() const;
   // The bound endpoint, with the actual port ("tcp://127.0.0.1:41234"). Valid after start().
   std::string endpoint() const;
   IngestStats stats() const;

@@ -48,6 +48,50 @@ std::optional<Rejection> checkRank(uint32_t rank, std::optional<uint32_t> worldS
   return std::nullopt;
 }
 
+// A GPU UUID as NVML spells it ("GPU-..."): short, letters, digits and '-'. Empty: none.
+bool isGpuUuid(const std::string& uuid) {
+  return uuid.size() <= kMaxGpuUuidBytes && std::all_of(uuid.begin(), uuid.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '-';
+         });
+}
+
+std::optional<Rejection> checkGpus(const wire::HostSample& host) {
+  if (host.gpus_size() > static_cast<int>(kMaxGpusPerNode)) {
+    return reject("invalid_gpu", strCat(std::to_string(host.gpus_size()), " GPUs, limit ",
+                                        std::to_string(kMaxGpusPerNode)));
+  }
+  if (host.gpu_events_size() > static_cast<int>(kMaxGpuEventsPerSample)) {
+    return reject("invalid_gpu", strCat(std::to_string(host.gpu_events_size()),
+                                        " GPU events in one sample, limit ",
+                                        std::to_string(kMaxGpuEventsPerSample)));
+  }
+  for (const auto& g : host.gpus()) {
+    auto at = [&g] { return " (gpu " + std::to_string(g.index()) + ")"; };
+    if (!isGpuUuid(g.uuid())) return reject("invalid_gpu", "uuid is not a GPU UUID" + at());
+    if (g.name().size() > kMaxGpuUuidBytes) return reject("invalid_gpu", "name too long" + at());
+    if (g.utilization_pct() > 100 || g.memory_utilization_pct() > 100) {
+      return reject("invalid_gpu", "utilization not within 0..100" + at());
+    }
+    if (g.memory_used_bytes() > g.memory_total_bytes()) {
+      return reject("invalid_gpu", "memory_used_bytes > memory_total_bytes" + at());
+    }
+    if (g.throttle_ns() < 0) return reject("invalid_gpu", "throttle_ns < 0" + at());
+    if (g.temperature_c() > 300) {
+      return reject("invalid_gpu",
+                    "temperature_c " + std::to_string(g.temperature_c()) + " above 300" + at());
+    }
+  }
+  for (const auto& e : host.gpu_events()) {
+    auto at = [&e] { return " (gpu event of gpu " + std::to_string(e.index()) + ")"; };
+    if (!isGpuUuid(e.uuid())) return reject("invalid_gpu", "uuid is not a GPU UUID" + at());
+    if (!isTime(e.time_ns())) {
+      return reject("invalid_gpu", "time_ns must be within 0.." + maxTime() + at());
+    }
+  }
+  return std::nullopt;
+}
+
 std::string where(const std::string& job, uint32_t rank, int64_t step) {
   return " (job " + job + " rank " + std::to_string(rank) + " step " + std::to_string(step) + ")";
 }
@@ -86,7 +130,8 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
         Part{"p2p_ns", s.p2p_ns()}, Part{"bubble_ns", s.bubble_ns()},
         Part{"collective_ns", s.collective_ns()},
         Part{"exposed_collective_ns", s.exposed_collective_ns()},
-        Part{"all_to_all_ns", s.all_to_all_ns()}, Part{"cpu_wait_ns", s.cpu_wait_ns()}}) {
+        Part{"all_to_all_ns", s.all_to_all_ns()}, Part{"cpu_wait_ns", s.cpu_wait_ns()},
+        Part{"device_comm_ns", s.device_comm_ns()}}) {
     if (p.value < 0 || p.value > bound) {
       return reject("invalid_breakdown", std::string(p.name) + " " + std::to_string(p.value) +
                                              " not within 0..duration_ns" + at());
@@ -107,7 +152,8 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
   for (const auto& c : s.collectives()) {
     if (c.total_ns() < 0 || c.max_ns() < 0 || c.total_ns() >= limits.maxDurationNs ||
         !std::isfinite(c.bandwidth_bps()) || c.bandwidth_bps() < 0 ||
-        !isTime(c.first_arrival_ns()) || !isTime(c.last_completion_ns())) {
+        !isTime(c.first_arrival_ns()) || !isTime(c.last_completion_ns()) || c.host_total_ns() < 0 ||
+        c.host_total_ns() >= limits.maxDurationNs) {
       return reject("invalid_collective", std::string("collective ") +
                                               wire::collectiveOpName(c.op()) +
                                               " has a time or bandwidth out of range" + at());
@@ -121,7 +167,8 @@ std::optional<Rejection> validateStep(const wire::StepReport& s, std::optional<u
   }
   for (const auto& p : s.p2p()) {
     if ((worldSize && p.peer() >= *worldSize) || p.total_ns() < 0 || p.max_ns() < 0 ||
-        p.min_ns() < 0 || p.total_ns() >= limits.maxDurationNs) {
+        p.min_ns() < 0 || p.total_ns() >= limits.maxDurationNs || p.host_total_ns() < 0 ||
+        p.host_total_ns() >= limits.maxDurationNs) {
       return reject("invalid_p2p", std::string("p2p ") + wire::collectiveOpName(p.op()) +
                                        " with peer " + std::to_string(p.peer()) +
                                        " has a peer or a time out of range" + at());
@@ -201,6 +248,12 @@ std::optional<Rejection> validateRankInfo(const wire::RankInfo& info,
     return reject("invalid_rank", "rank " + std::to_string(info.rank()) + " >= world_size " +
                                       std::to_string(info.world_size()));
   }
+  if (!isGpuUuid(info.gpu_uuid())) {
+    return reject("invalid_gpu", "gpu_uuid is not a GPU UUID (at most " +
+                                     std::to_string(kMaxGpuUuidBytes) +
+                                     " letters, digits or '-') (job " + info.job() + " rank " +
+                                     std::to_string(info.rank()) + ")");
+  }
   return std::nullopt;
 }
 
@@ -230,7 +283,7 @@ std::optional<Rejection> validateHost(const wire::HostSample& host) {
     return reject("invalid_host",
                   "cpu_percent " + std::to_string(host.cpu_percent()) + " not within 0..100");
   }
-  return std::nullopt;
+  return checkGpus(host);
 }
 
 std::optional<Rejection> validateProgress(const wire::RankHello& hello) {

@@ -25,6 +25,12 @@ struct ValidationLimits {
   size_t maxGroupNameBytes = 256;  // a longer group name is rejected, not truncated
 };
 
+// GPU bounds (HostSample.gpus, gpu_events; RankInfo.gpu_uuid): a node has a few GPUs, NVML's
+// UUID buffer is 96 bytes, and an agent sends its events every second.
+inline constexpr size_t kMaxGpusPerNode = 64;
+inline constexpr size_t kMaxGpuEventsPerSample = 1024;
+inline constexpr size_t kMaxGpuUuidBytes = 96;
+
 // `worldSize` is the job's size when a rank of it has registered, so rank can be checked.
 std::optional<Rejection> validateStep(const wire::StepReport& step,
                                       std::optional<uint32_t> worldSize,

@@ -24,7 +24,7 @@ constexpr const char* kJobColumnsCollector =
     "job, collector, world_size, first_seen_ns, last_seen_ns, latest_step, step_rows";
 constexpr const char* kRankColumns =
     "job, rank, world_size, local_rank, host, node, pid, probe_version, first_seen_ns,"
-    " last_seen_ns, latest_step, ended, ended_step, groups_declared_ns, groups";
+    " last_seen_ns, latest_step, ended, ended_step, groups_declared_ns, groups, gpu_uuid";
 constexpr const char* kNodeColumns =
     "name, host, agent_version, pid, first_seen_ns, last_seen_ns, offset_ns, rtt_ns,"
     " spool_bytes, spool_dropped, ranks, latest_host_ns, latest_host";

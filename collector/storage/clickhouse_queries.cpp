@@ -242,6 +242,26 @@ Result<std::vector<NodeRow>> ClickHouseStore::nodes() {
   return out;
 }
 
+Result<std::vector<wire::HostSample>> ClickHouseStore::hostSamples(const HostSampleQuery& query) {
+  using R = Result<std::vector<wire::HostSample>>;
+  // The newest `limit` of the range, turned oldest first; FINAL folds a replayed sample.
+  auto rows = read("SELECT sample FROM host_samples FINAL WHERE node = " + quote(query.node) +
+                   " AND time_ns >= " + std::to_string(query.fromNs) + " AND time_ns <= " +
+                   std::to_string(query.toNs) + " ORDER BY time_ns DESC LIMIT " +
+                   std::to_string(query.limit) + " FORMAT RowBinary");
+  if (!rows) return rows.status();
+  std::vector<wire::HostSample> out;
+  for (RowReader r(*rows); !r.atEnd();) {
+    std::string_view bytes = r.str();
+    if (r.failed()) return R(malformed("host_samples"));
+    wire::HostSample host;
+    if (host.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+      out.push_back(std::move(host));
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
 Result<uint64_t> ClickHouseStore::applyRetention(int64_t nowNs) {
   using R = Result<uint64_t>;
   if (options_.retentionNs == 0) return uint64_t{0};

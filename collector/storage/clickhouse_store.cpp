@@ -58,7 +58,7 @@ constexpr Table kSchema[] = {
      "(job String, rank UInt32, world_size UInt32,"
      " local_rank UInt32, host String, node String, pid UInt32, probe_version String,"
      " first_seen_ns Int64, last_seen_ns Int64, latest_step Int64, ended UInt8, ended_step Int64,"
-     " groups_declared_ns Int64, groups String, version UInt64)"
+     " groups_declared_ns Int64, groups String, version UInt64, gpu_uuid String)"
      " ENGINE = ReplacingMergeTree(version) ORDER BY (job, rank)",
      "job"},
     // One row per node and collector: what that collector heard of the node (nodes()).
@@ -84,6 +84,16 @@ constexpr Table kSchema[] = {
      " summary String, rank_status String, version UInt64)"
      " ENGINE = ReplacingMergeTree(version) ORDER BY (job, id)",
      "job"},
+};
+
+// Columns added to a table after its first version, at its end (kSchema has them too).
+struct AddedColumn {
+  const char* table;
+  const char* column;
+  const char* type;
+};
+constexpr AddedColumn kAddedColumns[] = {
+    {"ranks", "gpu_uuid", "String"},  // RankInfo.gpu_uuid (issue 35)
 };
 
 // Schema version 1 kept one jobs and one nodes row per job and node; version 2 keeps one per
@@ -168,6 +178,7 @@ void writeRank(RowWriter& w, const ClickHouseStore::RankState& s) {
   w.i64(r.endedStep);
   w.i64(s.groupsDeclaredNs);
   w.str(s.groups);
+  w.str(r.gpuUuid);
 }
 
 ClickHouseStore::RankState readRank(RowReader& r) {
@@ -188,6 +199,7 @@ ClickHouseStore::RankState readRank(RowReader& r) {
   row.endedStep = r.i64();
   s.groupsDeclaredNs = r.i64();
   s.groups = std::string(r.str());
+  row.gpuUuid = std::string(r.str());
   return s;
 }
 
@@ -361,6 +373,31 @@ Status ClickHouseStore::createSchema() {
                                     t.shardKey + "))";
     if (auto st = onEveryServer(distributed, "creating tables"); !st) return st;
   }
+  // Columns added after a table's first version: a database made before them gains them here
+  // (ClickHouse adds a column as metadata; old parts read it as its default). The server this
+  // runs against predates ADD COLUMN IF NOT EXISTS, so each table is asked first.
+  for (const auto& [table, column, type] : kAddedColumns) {
+    const Table* t = nullptr;
+    for (const Table& candidate : kSchema) {
+      if (std::string_view(candidate.name) == table) t = &candidate;
+    }
+    const bool sharded = t != nullptr && !cluster_.empty() && t->shardKey != nullptr;
+    std::vector<std::string> names = {std::string(table) + (sharded ? "_local" : "")};
+    if (sharded) names.emplace_back(table);  // the Distributed table's columns too
+    for (auto& server : servers_) {
+      for (const auto& name : names) {
+        auto has = server->query("SELECT count() FROM system.columns WHERE database = " +
+                                 quote(endpoint_.database) + " AND table = " + quote(name) +
+                                 " AND name = " + quote(column) + " FORMAT TabSeparated");
+        if (!has) return Status::error(has.code(), "storage: adding columns: " + has.message());
+        if (!has->empty() && has->front() != '0') continue;
+        auto added = server->query("ALTER TABLE " + name + " ADD COLUMN " + column + " " + type);
+        if (!added) {
+          return Status::error(added.code(), "storage: adding columns: " + added.message());
+        }
+      }
+    }
+  }
   if (stored.empty() || storedVersion != std::to_string(kSchemaVersion)) {
     RowWriter w;
     const std::vector<std::pair<std::string, std::string>> meta = {
@@ -525,6 +562,7 @@ Status ClickHouseStore::write(const WriteBatch& batch) {
     }
     r.pid = info.pid();
     r.probeVersion = info.probe_version();
+    r.gpuUuid = info.gpu_uuid();
     r.lastSeenNs = std::max(r.lastSeenNs, now);
     JobState& j = job(info.job());
     j.worldSize = info.world_size();

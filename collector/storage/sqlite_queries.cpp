@@ -170,7 +170,7 @@ Result<std::vector<RankRow>> SqliteStore::ranks(const std::string& job) {
   MutexLock lock(&readMutex());
   ReadStmt q(readDb(),
              "SELECT r.rank, r.world_size, r.local_rank, r.host, r.node, r.pid, r.probe_version,"
-             " r.first_seen_ns, r.last_seen_ns, r.latest_step, r.ended, r.ended_step"
+             " r.first_seen_ns, r.last_seen_ns, r.latest_step, r.ended, r.ended_step, r.gpu_uuid"
              " FROM ranks r JOIN jobs j ON j.id = r.job_id WHERE j.name = ?1 ORDER BY r.rank");
   if (!q.ok()) return Result<std::vector<RankRow>>::error(q.error("storage: listing ranks"));
   bindText(q.get(), 1, job);
@@ -192,6 +192,7 @@ Result<std::vector<RankRow>> SqliteStore::ranks(const std::string& job) {
     row.latestStep = sqlite3_column_int64(s, 9);
     row.ended = sqlite3_column_int64(s, 10) != 0;
     row.endedStep = sqlite3_column_int64(s, 11);
+    row.gpuUuid = columnText(s, 12);
     out.push_back(std::move(row));
   }
   if (rc != SQLITE_DONE) return Result<std::vector<RankRow>>::error(q.error("storage: ranks"));
@@ -303,6 +304,34 @@ Result<std::vector<StepSummaryRow>> SqliteStore::summary(const SummaryQuery& que
   // step it returned (it stops at a step boundary).
   cached.remember(from, reachedEnd || out.empty() ? to : out.back().step, out);
   cache.bound(query.job);
+  return out;
+}
+
+Result<std::vector<wire::HostSample>> SqliteStore::hostSamples(const HostSampleQuery& query) {
+  using R = Result<std::vector<wire::HostSample>>;
+  MutexLock lock(&readMutex());
+  // The newest `limit` of the range (host_samples_node_time), turned oldest first. A replayed
+  // sample is stored again (host_samples has no key); one per time is served.
+  ReadStmt q(readDb(),
+             "SELECT sample FROM host_samples WHERE node = ?1 AND time_ns >= ?2 AND time_ns <= ?3"
+             " GROUP BY time_ns ORDER BY time_ns DESC LIMIT ?4");
+  if (!q.ok()) return R::error(q.error("storage: reading host samples"));
+  auto* s = q.get();
+  bindText(s, 1, query.node);
+  sqlite3_bind_int64(s, 2, query.fromNs);
+  sqlite3_bind_int64(s, 3, query.toNs);
+  sqlite3_bind_int64(s, 4, static_cast<int64_t>(query.limit));
+  std::vector<wire::HostSample> out;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    wire::HostSample host;
+    // A row that does not parse is left out, as nodes() leaves out a bad latest sample.
+    if (host.ParseFromArray(sqlite3_column_blob(s, 0), sqlite3_column_bytes(s, 0))) {
+      out.push_back(std::move(host));
+    }
+  }
+  if (rc != SQLITE_DONE) return R::error(q.error("storage: reading host samples"));
+  std::reverse(out.begin(), out.end());
   return out;
 }
 

@@ -179,6 +179,8 @@ FROM captures AS c,
 WHERE json_type(e.value) = 'object';
 UPDATE captures SET rank_status = '[]' WHERE json_valid(rank_status);
 )sql"},
+      // The GPU each rank computes on (RankInfo.gpu_uuid, issue 35).
+      {7, "ALTER TABLE ranks ADD COLUMN gpu_uuid TEXT NOT NULL DEFAULT '';"},
   };
   return kMigrations;
 }
@@ -192,13 +194,13 @@ constexpr const char* kStmtSql[kStmtCount] = {
     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     // A new pid means the rank restarted: it has not ended any more.
     "INSERT INTO ranks(job_id, rank, world_size, local_rank, host, node, pid, probe_version,"
-    " first_seen_ns, last_seen_ns) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)"
+    " first_seen_ns, last_seen_ns, gpu_uuid) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10)"
     " ON CONFLICT(job_id, rank) DO UPDATE SET world_size = excluded.world_size,"
     " local_rank = excluded.local_rank, host = excluded.host,"
     " node = CASE WHEN excluded.node <> '' THEN excluded.node ELSE node END,"
     " ended = CASE WHEN pid <> excluded.pid THEN 0 ELSE ended END,"
     " ended_step = CASE WHEN pid <> excluded.pid THEN -1 ELSE ended_step END,"
-    " pid = excluded.pid, probe_version = excluded.probe_version,"
+    " pid = excluded.pid, probe_version = excluded.probe_version, gpu_uuid = excluded.gpu_uuid,"
     " last_seen_ns = max(last_seen_ns, excluded.last_seen_ns)",
     "INSERT INTO ranks(job_id, rank, first_seen_ns, last_seen_ns, latest_step)"
     " VALUES(?1, ?2, ?3, ?3, ?4) ON CONFLICT(job_id, rank) DO UPDATE SET"
@@ -448,6 +450,7 @@ Status SqliteStore::writeLocked(const WriteBatch& batch, uint64_t* inserted, uin
     sqlite3_bind_int64(s, 7, info.pid());
     bindText(s, 8, info.probe_version());
     sqlite3_bind_int64(s, 9, now);
+    bindText(s, 10, info.gpu_uuid());
     if (auto st = step(writeDb_, s, "storage: storing rank"); !st) return st;
     auto* w = stmts_[kJobWorldSize];
     sqlite3_bind_int64(w, 1, *jobId);

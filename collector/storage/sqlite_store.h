@@ -50,6 +50,7 @@ class SqliteStore final : public Store {
   Result<std::vector<StepRow>> steps(const StepQuery& query) override;
   Result<std::vector<StepSummaryRow>> summary(const SummaryQuery& query) override;
   Result<std::vector<NodeRow>> nodes() override;
+  Result<std::vector<wire::HostSample>> hostSamples(const HostSampleQuery& query) override;
   Result<uint64_t> applyRetention(int64_t nowNs) override;
   StoreStats stats() override;
   Status writeAnomalies(const std::vector<AnomalyRow>& rows) override;

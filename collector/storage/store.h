@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -88,6 +89,7 @@ struct RankRow {
   std::string node;
   uint32_t pid = 0;
   std::string probeVersion;
+  std::string gpuUuid;  // the GPU the rank computes on (RankInfo.gpu_uuid); "" = none known
   int64_t firstSeenNs = 0;
   int64_t lastSeenNs = 0;
   int64_t latestStep = -1;
@@ -127,6 +129,10 @@ struct StepRow {
   // Detail: the training thread's wait for a CPU in the step (StepReport field 27; 0: none or
   // not measured).
   int64_t cpuWaitNs = 0;
+  // Detail: the device time of the rank's NCCL kernels in the step, and the NCCL operations
+  // the profiler plugin could not time (StepReport fields 28 and 29; 0 without the plugin).
+  int64_t deviceCommNs = 0;
+  uint64_t deviceDropped = 0;
 };
 
 struct StepQuery {
@@ -139,6 +145,14 @@ struct StepQuery {
 };
 
 // One step across the ranks that reported it.
+// A node's host samples (with their GPU samples and events) over a time range.
+struct HostSampleQuery {
+  std::string node;
+  int64_t fromNs = 0;                                  // HostSample.time_ns, inclusive
+  int64_t toNs = std::numeric_limits<int64_t>::max();  // inclusive
+  size_t limit = 600;                                  // samples at most: the newest, oldest first
+};
+
 struct StepSummaryRow {
   int64_t step = 0;
   uint32_t ranks = 0;
@@ -288,6 +302,13 @@ class Store {
   virtual Result<std::vector<topology::RankGroups>> groups(const std::string& job) {
     (void)job;
     return std::vector<topology::RankGroups>{};
+  }
+
+  // A node's host samples in a time range (the newest `limit`, returned oldest first); empty
+  // for an unknown node. (Added after the first engines; the default serves none.)
+  virtual Result<std::vector<wire::HostSample>> hostSamples(const HostSampleQuery& query) {
+    (void)query;
+    return std::vector<wire::HostSample>{};
   }
 
   // Anomalies (added after the first engines; the defaults refuse, so an engine without

@@ -61,6 +61,8 @@ Status fillStepDetail(std::string_view blob, StepRow* row) {
   row->allToAllNs = detail.all_to_all_ns();
   row->device = detail.device();
   row->cpuWaitNs = detail.cpu_wait_ns();
+  row->deviceCommNs = detail.device_comm_ns();
+  row->deviceDropped = detail.device_dropped();
   row->modelFlops = detail.model_flops();
   row->hardwareFlops = detail.hardware_flops();
   row->peakFlops = detail.peak_flops();

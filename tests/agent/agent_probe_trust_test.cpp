@@ -23,7 +23,7 @@
 
 #include "schema/wire.h"
 #include "tests/agent/relay_fakes.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 
 namespace wire = trainscope::wire;
 using namespace trainscope::agent::testing;  // NOLINT(google-build-using-namespace): the fakes
@@ -157,11 +157,9 @@ bool commandReaches(FakeCollector& collector, FakeProbe& probe, const std::strin
 
 }  // namespace
 
-TEST_CASE("another user's probe cannot take over or end a registered rank; the same user can") {
-  if (::geteuid() != 0) {
-    WARN("not root: cannot run a probe as another user; skipped");
-    return;
-  }
+TEST_CASE("another user's probe cannot take over or end a registered rank; the same user can",
+          "[root]") {
+  trainscope::tests::requireRoot("cannot run a probe as another user");
   OtherUserProbe other;  // forked first, while this process has one thread
   TempDir tmp;
   REQUIRE(::chmod(tmp.path().c_str(), 0755) == 0);  // the other user reaches the socket
@@ -213,11 +211,9 @@ TEST_CASE("an ipc --endpoint's socket file takes --endpoint-mode, 0666 by defaul
   ::umask(old);
 }
 
-TEST_CASE("a root agent's --endpoint in a directory others can enter serves their probes") {
-  if (::geteuid() != 0) {
-    WARN("not root: cannot run a probe as another user; skipped");
-    return;
-  }
+TEST_CASE("a root agent's --endpoint in a directory others can enter serves their probes",
+          "[root]") {
+  trainscope::tests::requireRoot("cannot run a probe as another user");
   OtherUserProbe other;  // forked first, while this process has one thread
   const mode_t old = ::umask(022);
   TempDir tmp;
@@ -235,11 +231,9 @@ TEST_CASE("a root agent's --endpoint in a directory others can enter serves thei
   ::umask(old);
 }
 
-TEST_CASE("--endpoint-group with mode 0660 lets that group's users connect") {
-  if (::geteuid() != 0) {
-    WARN("not root: cannot give a socket another group or run a probe as another user; skipped");
-    return;
-  }
+TEST_CASE("--endpoint-group with mode 0660 lets that group's users connect", "[root]") {
+  trainscope::tests::requireRoot(
+      "cannot give a socket another group or run a probe as another user");
   OtherUserProbe other;  // forked first, while this process has one thread; its gid is 65534
   const mode_t old = ::umask(022);
   TempDir tmp;

@@ -23,10 +23,10 @@
 #include "agent/spool.h"
 #include "common/agent_endpoint.h"
 #include "schema/wire.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 
 namespace wire = trainscope::wire;
-using trainscope::agent::testing::TempDir;
+using trainscope::tests::TempDir;
 
 namespace {
 

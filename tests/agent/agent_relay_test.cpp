@@ -3,6 +3,7 @@
 #include "agent/agent.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -10,7 +11,7 @@
 
 #include "schema/wire.h"
 #include "tests/agent/relay_fakes.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 
 namespace wire = trainscope::wire;
 using namespace trainscope::agent::testing;  // NOLINT(google-build-using-namespace): the fakes
@@ -71,10 +72,9 @@ TEST_CASE("agent acks probe batches, then delivers them in order once the collec
   SECTION("heartbeat replies give a clock-offset estimate") {
     REQUIRE(collector.pumpUntil([&] { return agent.stats().haveOffset; }));
     AgentStats s = agent.stats();
-    CHECK(s.offsetNs > kCollectorAheadNs - 50'000'000);
-    CHECK(s.offsetNs < kCollectorAheadNs + 50'000'000);
+    // The estimate is off by at most half its round trip (both clocks are this machine's).
     CHECK(s.rttNs >= 0);
-    CHECK(s.rttNs < 50'000'000);
+    CHECK(std::llabs(s.offsetNs - kCollectorAheadNs) <= s.rttNs / 2 + 1000);
     CHECK(s.collectorConnected);
   }
 

@@ -17,7 +17,7 @@
 #include "agent/spool_segment.h"
 #include "schema/wire.h"
 #include "tests/agent/relay_fakes.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 
 namespace wire = trainscope::wire;
 using namespace trainscope::agent::testing;  // NOLINT(google-build-using-namespace): the fakes

@@ -14,13 +14,13 @@
 #include "agent/options.h"
 #include "agent/private_dir.h"
 #include "common/agent_endpoint.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 
 using trainscope::agentSocketDirFor;
 using trainscope::probeEndpointFor;
 using trainscope::agent::ensureNodeSocketDir;
 using trainscope::agent::ensurePrivateDir;
-using trainscope::agent::testing::TempDir;
+using trainscope::tests::TempDir;
 
 namespace {
 
@@ -117,22 +117,21 @@ TEST_CASE("the agent makes the endpoint directory private, or refuses one it doe
     CHECK_FALSE(st.isOk());
     CHECK_THAT(st.message(), Catch::Contains("--endpoint") && Catch::Contains("not a directory"));
   }
-  SECTION("a directory of another user is refused") {
-    if (::geteuid() != 0) {
-      WARN("not root: cannot make a directory of another user; skipped");
-      return;
-    }
-    const std::string dir = tmp.sub("theirs");
-    std::filesystem::create_directories(dir);
-    REQUIRE(::chown(dir.c_str(), 65534, 65534) == 0);
-    REQUIRE(::chmod(dir.c_str(), 0700) == 0);
-    auto st = ensurePrivateDir(dir, "--endpoint");
-    CHECK_FALSE(st.isOk());
-    CHECK_THAT(st.message(), Catch::Contains("belongs to uid 65534"));
-  }
   SECTION("a missing parent is named") {
     auto st = ensurePrivateDir(tmp.sub("no/such/parent"), "--endpoint");
     CHECK_FALSE(st.isOk());
     CHECK_THAT(st.message(), Catch::Contains("cannot create"));
   }
+}
+
+TEST_CASE("the agent refuses an endpoint directory of another user", "[root]") {
+  trainscope::tests::requireRoot("cannot make a directory of another user");
+  TempDir tmp;
+  const std::string dir = tmp.sub("theirs");
+  std::filesystem::create_directories(dir);
+  REQUIRE(::chown(dir.c_str(), 65534, 65534) == 0);
+  REQUIRE(::chmod(dir.c_str(), 0700) == 0);
+  auto st = ensurePrivateDir(dir, "--endpoint");
+  CHECK_FALSE(st.isOk());
+  CHECK_THAT(st.message(), Catch::Contains("belongs to uid 65534"));
 }

@@ -7,11 +7,11 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 
 using trainscope::agent::HostSampler;
 using trainscope::agent::WatchedProc;
-using trainscope::agent::testing::TempDir;
+using trainscope::tests::TempDir;
 
 namespace {
 

@@ -21,7 +21,7 @@
 #include "agent/agent.h"
 #include "common/clock.h"
 #include "schema/wire.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 
 namespace trainscope::agent::testing {
 
@@ -29,14 +29,8 @@ namespace wire = trainscope::wire;
 
 inline constexpr int64_t kCollectorAheadNs = 5'000'000'000;  // the fake collector's clock skew
 
-inline bool waitFor(const std::function<bool()>& pred, int timeoutMs = 10000) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return pred();
-}
+using trainscope::tests::TempDir;
+using trainscope::tests::waitFor;
 
 // A free loopback port below the kernel's ephemeral range. A port from that range (what
 // binding port 0 gives) can be the very source port the agent's next dial picks while nothing
@@ -229,6 +223,9 @@ class FakeCollector {
   int hellos = 0;
   int heartbeats = 0;
   int batches = 0;
+  // Batches are acknowledged only when the next heartbeat arrives: what the agent ships past
+  // its unacked bound then proves that it kept sending heartbeats meanwhile.
+  bool ackOnHeartbeat = false;
 
  private:
   void handle(const wire::Envelope& env) {
@@ -242,6 +239,8 @@ class FakeCollector {
       r->set_t2_ns(trainscope::wallNowNs() + kCollectorAheadNs);
       r->set_t3_ns(trainscope::wallNowNs() + kCollectorAheadNs);
       sendToAgent(reply);
+      for (uint64_t seq : heldAcks_) ackBatch(seq);
+      heldAcks_.clear();
     } else if (env.has_batch()) {
       ++batches;
       for (const auto& item : env.batch().items()) {
@@ -252,16 +251,22 @@ class FakeCollector {
           others.push_back(item);
         }
       }
-      if (ack_) {
-        wire::Envelope a;
-        a.mutable_ack()->set_seq(env.batch().seq());
-        sendToAgent(a);
+      if (ack_ && ackOnHeartbeat) {
+        heldAcks_.push_back(env.batch().seq());
+      } else if (ack_) {
+        ackBatch(env.batch().seq());
       }
     }
+  }
+  void ackBatch(uint64_t seq) {
+    wire::Envelope a;
+    a.mutable_ack()->set_seq(seq);
+    sendToAgent(a);
   }
 
   zmq::socket_t sock_;
   bool ack_;
+  std::vector<uint64_t> heldAcks_;  // with ackOnHeartbeat, until the next heartbeat
   std::string rid_;
 };
 

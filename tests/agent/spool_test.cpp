@@ -12,11 +12,11 @@
 #include <zlib.h>
 #include <catch2/catch.hpp>
 
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 
 using trainscope::agent::Spool;
 using trainscope::agent::SpoolOptions;
-using trainscope::agent::testing::TempDir;
+using trainscope::tests::TempDir;
 
 namespace {
 

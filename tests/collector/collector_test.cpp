@@ -19,20 +19,14 @@
 
 #include "collector/storage/store.h"
 #include "schema/wire.h"
+#include "tests/common/support.h"
 
 using namespace trainscope;
 using namespace std::chrono_literals;
 
 namespace {
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/trainscope-collector-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string path;
-};
+using trainscope::tests::TempDir;
 
 std::string readFile(const std::string& path) {
   std::ifstream in(path);
@@ -86,17 +80,17 @@ TEST_CASE("collector: ready file names the bound ports; stores, acks and stops o
     std::exit(77);
   }
   TempDir dir;
-  const std::string ready = dir.path + "/ready.json";
-  const std::string data = dir.path + "/data";
+  const std::string ready = dir.path() + "/ready.json";
+  const std::string data = dir.path() + "/data";
   pid_t pid = spawn({binary(), "--data-dir", data, "--ingest", "tcp://127.0.0.1:0", "--http",
                      "127.0.0.1:0", "--retention-hours", "0", "--ready-file", ready},
-                    dir.path + "/collector.log");
+                    dir.path() + "/collector.log");
   REQUIRE(pid > 0);
   auto deadline = std::chrono::steady_clock::now() + 15s;
   while (!std::filesystem::exists(ready) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(20ms);
   }
-  INFO("log:\n" << readFile(dir.path + "/collector.log"));
+  INFO("log:\n" << readFile(dir.path() + "/collector.log"));
   REQUIRE(std::filesystem::exists(ready));
   auto doc = nlohmann::json::parse(readFile(ready));
   const std::string ingest = doc.at("ingest");
@@ -107,7 +101,7 @@ TEST_CASE("collector: ready file names the bound ports; stores, acks and stops o
   CHECK(http.rfind("127.0.0.1:", 0) == 0);
   CHECK(http != "127.0.0.1:0");
   // The same endpoints appear in one log line.
-  CHECK(readFile(dir.path + "/collector.log").find("ingest " + ingest + ", http " + http) !=
+  CHECK(readFile(dir.path() + "/collector.log").find("ingest " + ingest + ", http " + http) !=
         std::string::npos);
 
   {
@@ -160,9 +154,9 @@ TEST_CASE("collector: a bad flag value fails with a message naming the flag") {
        {Case{{"--http", "localhost"}, "--http"}, Case{{"--http", "127.0.0.1:99999"}, "--http"},
         Case{{"--retention-hours", "-2"}, "--retention-hours"},
         Case{{"--ingest", "localhost:7601"}, "--ingest"}}) {
-    std::vector<std::string> args = {binary(), "--data-dir", dir.path + "/d"};
+    std::vector<std::string> args = {binary(), "--data-dir", dir.path() + "/d"};
     args.insert(args.end(), c.args.begin(), c.args.end());
-    const std::string log = dir.path + "/bad.log";
+    const std::string log = dir.path() + "/bad.log";
     pid_t pid = spawn(args, log);
     int rc = waitExit(pid, 10s);
     INFO(c.expect << ": " << readFile(log));

@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "tests/collector/detect/parallel_synth.h"
 #include "tests/collector/detect/synth.h"
+#include "tests/collector/storage/memory_store.h"
 
 using trainscope::ManualClock;
 using trainscope::collector::DetectPipeline;
@@ -28,13 +29,7 @@ namespace wire = trainscope::wire;
 
 namespace {
 
-std::unique_ptr<storage::Store> memoryStore() {
-  storage::SqliteOptions so;
-  so.path = ":memory:";
-  auto opened = storage::openSqliteStore(so);
-  REQUIRE(opened);
-  return std::move(opened.value());
-}
+using trainscope::storage::testing::memoryStore;
 
 // A straggler job (rank 5 1.5x from step 60) fed through the store and the pipeline, as
 // ingest does: the store sees the ranks, steps and goodbyes the pipeline sees.

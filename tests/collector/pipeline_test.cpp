@@ -11,6 +11,7 @@
 #include "collector/storage/store.h"
 #include "common/clock.h"
 #include "tests/collector/detect/synth.h"
+#include "tests/collector/storage/memory_store.h"
 
 using trainscope::ManualClock;
 using trainscope::collector::DetectPipeline;
@@ -21,15 +22,9 @@ namespace wire = trainscope::wire;
 
 namespace {
 
-constexpr int64_t kSec = 1'000'000'000;
+using trainscope::storage::testing::memoryStore;
 
-std::unique_ptr<storage::Store> memoryStore() {
-  storage::SqliteOptions o;
-  o.path = ":memory:";
-  auto s = storage::openSqliteStore(o);
-  REQUIRE(s);
-  return std::move(s.value());
-}
+constexpr int64_t kSec = 1'000'000'000;
 
 storage::WriteBatch registrations(const SynthJob& job) {
   storage::WriteBatch b;

@@ -96,7 +96,7 @@ class ClickHouseServer {
         ::waitpid(pid_, &status, 0);
       }
     }
-    if (!dir_.empty() && getenv("TRAINSCOPE_E2E_KEEP") == nullptr) {
+    if (!dir_.empty() && getenv("TRAINSCOPE_TEST_KEEP") == nullptr) {
       std::error_code ec;
       std::filesystem::remove_all(dir_, ec);
     }

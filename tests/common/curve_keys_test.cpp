@@ -13,10 +13,10 @@
 #include <catch2/catch.hpp>
 
 #include "common/curve_keys.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 
 using namespace trainscope;
-using trainscope::agent::testing::TempDir;
+using trainscope::tests::TempDir;
 
 namespace {
 

@@ -323,11 +323,11 @@ TEST_CASE("e2e: every injected fault kind is detected and served by the API and 
 }
 
 TEST_CASE("e2e: healthy jobs ending cleanly one rank at a time open no anomaly") {
-  // Issue 10: nearly every live job ended with "rank N process exited without a goodbye" hangs
-  // (a late hello re-registered the ended rank), and the ranks of a large job still saying
-  // goodbye looked hung. Here: a 16-rank job run as 16 single-rank processes (as a real job's
-  // ranks are), and an 8-rank process whose ranks end 400 ms apart (3.2 s, past the 2 s hang
-  // floor), both with checkpoints.
+  // A clean end must not read as a hang: a late hello must not re-register an ended rank as
+  // "process exited without a goodbye", and the ranks of a large job still saying goodbye are
+  // not hung. Here: a 16-rank job run as 16 single-rank processes (as a real job's ranks are),
+  // and an 8-rank process whose ranks end 400 ms apart (3.2 s, past the 2 s hang floor), both
+  // with checkpoints.
   TempDir dir;
   const CollectorSpec spec = freshSpec(dir);
   auto collector = startDetectingCollector(dir, spec);
@@ -361,13 +361,31 @@ TEST_CASE("e2e: healthy jobs ending cleanly one rank at a time open no anomaly")
     INFO(s->name() << " log:\n" << s->logTail());
     REQUIRE(s->wait(90s) == std::optional<int>(0));
   }
-  // Every step stored, then time for what a clean end used to bring: late hellos, exits seen
-  // by the agents' process watch, resends; and for the 2 s hang floor to pass twice over.
+  // Every step stored. Then the proof that the collector got past where a clean end could
+  // raise a false hang (late hellos, exits seen by the agents' process watch, resends, the 2 s
+  // hang floor passed twice over): a sentinel job started now, through the same agents, hangs
+  // after 100 steps (4 s) and its hang is reported (the floor later) by the same detector
+  // ticks that judge the ended jobs.
   REQUIRE(
       waitFor([&] { return jobStepRows(spec.httpPort, "clean-procs") == int64_t{16} * 150; }, 30s));
   REQUIRE(waitFor([&] { return jobStepRows(spec.httpPort, "clean-stagger") == int64_t{8} * 150; },
                   30s));
-  std::this_thread::sleep_for(6s);
+  std::vector<std::string> sentinelArgs = simArgs("sentinel", {"--ranks", "2"});
+  for (std::string& a : sentinelArgs) {
+    if (a == "spike:every=50,factor=3") a = "hang:rank=1,at=100";
+  }
+  for (const char* x : {"--hang-hold-s", "0"}) sentinelArgs.emplace_back(x);
+  sims.push_back(startSim(dir, sentinelArgs, "sim-sentinel"));
+  const bool sentinelHang = waitFor(
+      [&] {
+        for (const auto& a : jobAnomalies(spec.httpPort, "sentinel")) {
+          if (a.value("kind", "") == "hang") return true;
+        }
+        return false;
+      },
+      60s, 200ms);
+  INFO("collector log:\n" << collector->logTail(4000));
+  REQUIRE(sentinelHang);
   for (const std::string job : {"clean-procs", "clean-stagger"}) {
     const json list = jobAnomalies(spec.httpPort, job);
     INFO(job << ": " << list.dump());

@@ -108,27 +108,6 @@ class LogTailListener : public Catch::TestEventListenerBase {
 CATCH_REGISTER_LISTENER(LogTailListener)
 
 // ---------------------------------------------------------------------------------------
-TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/trainscope-e2e-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  if (mkdtemp(buf.data()) == nullptr) {
-    FAIL("mkdtemp " << tmpl << ": " << std::strerror(errno));
-  }
-  path_ = buf.data();
-}
-
-TempDir::~TempDir() {
-  if (std::getenv("TRAINSCOPE_E2E_KEEP") != nullptr) {
-    std::fprintf(stderr, "e2e: kept %s\n", path_.c_str());
-    return;
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
-// ---------------------------------------------------------------------------------------
 Process::Process(std::string name, std::vector<std::string> argv, std::string logPath,
                  const std::vector<std::string>& extraEnv)
     : name_(std::move(name)), logPath_(std::move(logPath)) {
@@ -254,16 +233,6 @@ uint16_t freePort() {
     const uint16_t port = ntohs(addr.sin_port);
     std::lock_guard lock(mu);
     if (handedOut.insert(port).second) return port;
-  }
-}
-
-bool waitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout,
-             std::chrono::milliseconds interval) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    if (pred()) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(interval);
   }
 }
 

@@ -18,25 +18,14 @@
 
 #include "common/percent_encode.h"
 #include "common/status.h"
+#include "tests/common/support.h"
 
 namespace trainscope::e2e {
 
 using namespace std::chrono_literals;
 
-// A fresh directory under $TMPDIR (or /tmp), removed with everything in it at destruction
-// unless TRAINSCOPE_E2E_KEEP is set (then its path is printed).
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using trainscope::tests::TempDir;
+using trainscope::tests::waitFor;
 
 // A child process started with posix_spawn; stdout and stderr go to `logPath`. The destructor
 // sends SIGTERM, then SIGKILL after `grace`, and reaps it; on exit or a fatal signal of the
@@ -70,10 +59,6 @@ class Process {
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 uint16_t freePort();
-
-// Polls `pred` every `interval` until it holds or `timeout` passes; returns the last value.
-bool waitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout,
-             std::chrono::milliseconds interval = 50ms);
 
 struct HttpResponse {
   int status = 0;  // 0 when the connection failed

@@ -76,7 +76,7 @@ def tmp():
         pytest.skip("/usr/bin/python3 cannot import torch")
     path = tempfile.mkdtemp(prefix="ts-install-")
     yield path
-    if os.environ.get("TRAINSCOPE_E2E_KEEP"):
+    if os.environ.get("TRAINSCOPE_TEST_KEEP"):
         print("kept " + path)
     else:
         shutil.rmtree(path, ignore_errors=True)
@@ -143,7 +143,8 @@ def run_env():
     and the python3 command (a sanitizer build's probe library needs the runtime preloaded
     into python3, and only there: the sanitized `trainscope` binary carries its own)."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith("TRAINSCOPE_") and k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
+           if not k.startswith("TRAINSCOPE_")
+           and k not in ("PYTHONPATH", "LD_LIBRARY_PATH", "NCCL_PROFILER_PLUGIN")}
     env["OMP_NUM_THREADS"] = "1"
     python = ["/usr/bin/python3"]
     if os.environ.get("TRAINSCOPE_PYTHON_PRELOAD"):
@@ -192,8 +193,11 @@ def test_trainscope_run_finds_the_installed_package_and_probe(installed, run_env
                        text=True)
     plan = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
     assert (r.returncode == 0 and plan.get("PYTHONPATH", "").startswith(installed.pkg)
-            and plan.get("TRAINSCOPE_PROBE_LIB", "").startswith(installed.root)), \
-        "trainscope run finds the installed package and probe (%r %r)" % (plan, r.stderr)
+            and plan.get("TRAINSCOPE_PROBE_LIB", "").startswith(installed.root)
+            and plan.get("NCCL_PROFILER_PLUGIN", "").startswith(installed.root)
+            and plan["NCCL_PROFILER_PLUGIN"].endswith("/libnccl-profiler-trainscope.so")), \
+        ("trainscope run finds the installed package, probe and NCCL profiler plugin (%r %r)"
+         % (plan, r.stderr))
 
 
 def test_an_unmodified_scripts_steps_reach_the_collector(installed, daemons, run_env):

@@ -15,8 +15,8 @@
 #include "collector/capture/manager.h"
 #include "collector/collector.h"
 #include "collector/http/api.h"
-#include "tests/agent/temp_dir.h"
 #include "tests/collector/capture/seed_job.h"
+#include "tests/common/support.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace trainscope;
@@ -31,7 +31,7 @@ constexpr const char* kDoneCapture = "cap-1700000000000-abcd";
 // Built again after a request that changed the store (a capture started), so every input
 // runs against the same state and a crash reproduces from its input alone.
 struct Fixture {
-  agent::testing::TempDir dir;
+  tests::TempDir dir;
   std::unique_ptr<storage::Store> store;
   ManualClock clock{kNowNs};
   std::unique_ptr<capture::CaptureManager> manager;

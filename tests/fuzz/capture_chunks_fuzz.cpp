@@ -19,9 +19,9 @@
 #include "collector/capture/manager.h"
 #include "collector/capture/request.h"
 #include "schema/capture_state.h"
-#include "tests/agent/temp_dir.h"
 #include "tests/collector/capture/seed_job.h"
 #include "tests/collector/http/fake_store.h"
+#include "tests/common/support.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace trainscope;
@@ -43,7 +43,7 @@ uint32_t crcOf(const std::string& s) {
 // target spend most of its time in SQLite rather than in the assembler. Built afresh for every
 // input, so a crash reproduces from its input alone.
 struct Fixture {
-  agent::testing::TempDir dir;
+  tests::TempDir dir;
   testing::FakeStore store;
   ManualClock clock{kStartNs};
   std::unique_ptr<capture::CaptureManager> manager;

@@ -13,7 +13,7 @@
 
 #include "collector/ingest/validate.h"
 #include "importer/import_job.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/importer/bundle.h"
 
@@ -28,7 +28,7 @@ using fuzz::gzipOf;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  agent::testing::TempDir dir;
+  tests::TempDir dir;
   if (dir.path().empty()) return 0;
   const int n = in.ConsumeBool() ? 2 : 1;
   // Two files are read on two threads or on one, as the input says: both paths, and most

@@ -19,7 +19,7 @@
 #include "collector/capture/merge.h"
 #include "collector/capture/request.h"
 #include "common/json_limits.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace trainscope;
@@ -81,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // A rank file as a capture's chunks or an import's commit leave it: the text whole, or as
   // one event's args.
-  agent::testing::TempDir dir;
+  tests::TempDir dir;
   if (dir.path().empty()) return 0;
   const bool stacks = path == 3;
   const std::string document =

@@ -18,7 +18,7 @@
 
 #include "collector/capture/gzip_file.h"
 #include "collector/capture/merge.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace trainscope;
@@ -30,7 +30,7 @@ using fuzz::writeRaw;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  agent::testing::TempDir dir;
+  tests::TempDir dir;
   if (dir.path().empty()) return 0;
 
   const bool stacks = in.ConsumeBool();

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "agent/spool.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace trainscope;
@@ -73,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto base = take<uint64_t>(data, size);
   const auto split = take<uint16_t>(data, size);
 
-  agent::testing::TempDir dir;
+  tests::TempDir dir;
   if (dir.path().empty()) return 0;
   if ((flags & 1) != 0) {
     std::ofstream(dir.sub("acked")) << acked << "\n";

@@ -12,15 +12,15 @@
 #include "agent/probe/trainscope_probe.h"
 #include "collector/capture/merge.h"
 #include "importer/import_job.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 #include "tests/importer/bundle.h"
 
-using trainscope::agent::testing::TempDir;
 using trainscope::importer::testing::readBundle;
 using trainscope::probe::FoldedStep;
 using trainscope::probe::internName;
 using trainscope::probe::Record;
 using trainscope::probe::RecordType;
+using trainscope::tests::TempDir;
 using trainscope::wire::StepReport;
 
 namespace {

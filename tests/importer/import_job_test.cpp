@@ -15,16 +15,16 @@
 
 #include "collector/ingest/validate.h"
 #include "tests/agent/probe/capture_files.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 #include "tests/importer/bundle.h"
 
-using trainscope::agent::testing::TempDir;
 using trainscope::importer::ImportOptions;
 using trainscope::importer::importTraces;
 using trainscope::importer::testing::dataDir;
 using trainscope::importer::testing::readBundle;
 using trainscope::importer::testing::readJson;
 using trainscope::probe::testing::readJsonGz;
+using trainscope::tests::TempDir;
 
 namespace fs = std::filesystem;
 

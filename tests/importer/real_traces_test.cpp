@@ -15,11 +15,11 @@
 #include "collector/ingest/validate.h"
 #include "common/guarded_main.h"
 #include "importer/import_job.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 #include "tests/importer/bundle.h"
 
 namespace fs = std::filesystem;
-using trainscope::agent::testing::TempDir;
+using trainscope::tests::TempDir;
 
 namespace {
 

@@ -28,7 +28,8 @@ std::map<std::string, std::string> planEnv(const RunPlan& plan) {
 }
 
 const RunLayout kLayout{"/opt/ts/python/trainscope/_boot", "/opt/ts/lib/libtrainscope_probe.so",
-                        "/opt/ts/lib/libtrainscope_torch.so"};
+                        "/opt/ts/lib/libtrainscope_torch.so",
+                        "/opt/ts/lib/libnccl-profiler-trainscope.so"};
 
 }  // namespace
 
@@ -47,6 +48,30 @@ TEST_CASE("run plan: the start-up hook first on PYTHONPATH, agent, libraries, ge
   CHECK(env.count("TRAINSCOPE_JOB") == 0);
   CHECK(env["TRAINSCOPE_JOB_DEFAULT"] == "host-1");
   CHECK(plan->command == std::vector<std::string>{"python3", "train.py"});
+}
+
+TEST_CASE(
+    "run plan: NCCL loads trainscope's profiler plugin unless the user chose one, said once") {
+  RunArgs args;
+  args.command = {"python3"};
+  auto plan = planRun(args, kLayout, envOf({}), "gen");
+  REQUIRE(plan);
+  CHECK(planEnv(*plan)["NCCL_PROFILER_PLUGIN"] == kLayout.ncclPlugin);
+  CHECK(plan->notes.empty());
+  plan = planRun(args, kLayout, envOf({{"NCCL_PROFILER_PLUGIN", "inspector"}}), "gen");
+  REQUIRE(plan);
+  CHECK(planEnv(*plan).count("NCCL_PROFILER_PLUGIN") == 0);
+  REQUIRE(plan->notes.size() == 1);
+  CHECK(plan->notes[0].find("NCCL_PROFILER_PLUGIN=inspector is kept") == 0);
+  CHECK(plan->notes[0].find("no device times") != std::string::npos);
+  // Ours already (a nested run, or by name): nothing to say.
+  plan = planRun(args, kLayout, envOf({{"NCCL_PROFILER_PLUGIN", "trainscope"}}), "gen");
+  CHECK(plan->notes.empty());
+  // Not built or installed: left alone, nothing said here (the package says what it records).
+  RunLayout noPlugin = kLayout;
+  noPlugin.ncclPlugin.clear();
+  plan = planRun(args, noPlugin, envOf({}), "gen");
+  CHECK(planEnv(*plan).count("NCCL_PROFILER_PLUGIN") == 0);
 }
 
 TEST_CASE("run plan: the job from --job, else the scheduler's, else generated") {

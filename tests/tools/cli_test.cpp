@@ -15,8 +15,8 @@
 #include "collector/http/server.h"
 #include "common/clock.h"
 #include "common/curve_keys.h"
-#include "tests/agent/temp_dir.h"
 #include "tests/collector/http/fake_store.h"
+#include "tests/common/support.h"
 #include "tests/tools/cli_run.h"
 
 using nlohmann::json;
@@ -300,7 +300,7 @@ TEST_CASE("cli: keygen writes NAME.key 0600 and NAME.pub, keeps existing files w
     WARN("libzmq without CURVE: keygen not tested");  // the other CLI tests still run
     return;
   }
-  trainscope::agent::testing::TempDir dir;
+  trainscope::tests::TempDir dir;
   Run r = cli({"keygen", "--dir", dir.path(), "--name", "node7"});
   INFO(r.err);
   REQUIRE(r.code == 0);

@@ -31,6 +31,7 @@
 #include "common/guarded_main.h"
 #include "common/log.h"
 #include "schema/wire.h"
+#include "tests/common/support.h"
 
 using namespace trainscope;
 
@@ -130,14 +131,7 @@ std::vector<std::string> encodeFrames(const Workload& w, size_t sender, size_t s
   return frames;
 }
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/trainscope-bench-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string path;
-};
+using trainscope::tests::TempDir;
 
 // CPU seconds used so far by each thread of this process whose name starts with "ts-" or
 // "ZMQ", and per report, to show which stage is the bottleneck.
@@ -198,7 +192,7 @@ struct StageClock {
 
 Result<std::unique_ptr<storage::Store>> openStore(const TempDir& dir) {
   storage::SqliteOptions options;
-  options.path = dir.path + "/bench.db";
+  options.path = dir.path() + "/bench.db";
   return storage::openSqliteStore(options);
 }
 

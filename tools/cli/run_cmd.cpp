@@ -130,6 +130,7 @@ Result<RunLayout> findRunLayout(const GetEnv& getenv) {
   };
   layout.probeLib = libs("probe/libtrainscope_probe.so");
   layout.torchLib = libs("torch/libtrainscope_torch.so");
+  layout.ncclPlugin = libs("nccl_profiler/libnccl-profiler-trainscope.so");
   return layout;
 }
 
@@ -188,6 +189,19 @@ Result<RunPlan> planRun(const RunArgs& args, const RunLayout& layout, const GetE
   if (unset("TRAINSCOPE_TORCH_LIB") && !layout.torchLib.empty()) {
     set("TRAINSCOPE_TORCH_LIB", layout.torchLib);
   }
+  // NCCL loads the profiler plugin NCCL_PROFILER_PLUGIN names (a path, or NAME for
+  // libnccl-profiler-NAME.so); it finds the probe in the rank process itself. NCCL loads one
+  // plugin, so a user's own choice stands, and the run says once why NCCL's device times of
+  // collectives will be missing.
+  if (!layout.ncclPlugin.empty()) {
+    if (auto mine = getenv("NCCL_PROFILER_PLUGIN"); !mine || mine->empty()) {
+      set("NCCL_PROFILER_PLUGIN", layout.ncclPlugin);
+    } else if (*mine != layout.ncclPlugin && *mine != "trainscope") {
+      plan.notes.push_back("NCCL_PROFILER_PLUGIN=" + *mine +
+                           " is kept, so NCCL loads that profiler plugin instead of trainscope's "
+                           "and collectives have no device times (unset it to get them)");
+    }
+  }
   plan.command = args.command;
   return plan;
 }
@@ -208,6 +222,7 @@ int runRun(Context& ctx, const RunArgs& args) {
     ctx.err << "trainscope run: " << plan.message() << "\n";
     return kExitUsage;
   }
+  for (const auto& note : plan->notes) ctx.err << "trainscope run: " << note << "\n";
   if (args.printEnv) {
     for (const auto& [name, value] : plan->env) ctx.out << name << '=' << value << "\n";
     return kExitOk;

@@ -31,9 +31,11 @@ struct RunArgs {
 
 // Files the job is pointed at.
 struct RunLayout {
-  std::string bootDir;   // the directory holding the package's sitecustomize.py
-  std::string probeLib;  // libtrainscope_probe.so; "" when not found (the package searches)
-  std::string torchLib;  // libtrainscope_torch.so; "" when not found (no operators)
+  std::string bootDir;     // the directory holding the package's sitecustomize.py
+  std::string probeLib;    // libtrainscope_probe.so; "" when not found (the package searches)
+  std::string torchLib;    // libtrainscope_torch.so; "" when not found (no operators)
+  std::string ncclPlugin;  // libnccl-profiler-trainscope.so; "" when not found (NCCL's own
+                           // events, and device times of collectives, are not recorded)
 };
 
 // The value of an environment variable, nothing when unset.
@@ -48,6 +50,7 @@ Result<RunLayout> findRunLayout(const GetEnv& getenv);
 struct RunPlan {
   std::vector<std::pair<std::string, std::string>> env;  // set before exec, in this order
   std::vector<std::string> command;
+  std::vector<std::string> notes;  // said once on stderr before the command starts
 };
 
 // What the command gets. `generatedJob` is used when neither --job nor a scheduler's id

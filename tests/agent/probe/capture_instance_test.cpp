@@ -14,6 +14,7 @@ using namespace trainscope::probe;
 using trainscope::probe::testing::FakeAgent;
 using trainscope::probe::testing::readJsonGz;
 using trainscope::probe::testing::TempDir;
+using trainscope::tests::waitFor;
 
 namespace {
 
@@ -81,12 +82,12 @@ TEST_CASE("a probe answers a capture command with recording, then uploading and 
   cmd->mutable_capture()->set_steps(3);
   cmd->mutable_capture()->set_history(2);
   agent.sendToPeer(env);
-  REQUIRE(FakeAgent::waitFor([&] { return hasState(agent, "cap-100-beef", "recording"); }, 5000));
+  REQUIRE(waitFor([&] { return hasState(agent, "cap-100-beef", "recording"); }, 5000));
   CHECK(statusesOf(agent, "cap-100-beef").front().detail() == "steps 6..8, history from 4");
 
   recordSteps(p, 5, 12);
   REQUIRE(p.flush(5000) == 0);
-  REQUIRE(FakeAgent::waitFor([&] { return hasState(agent, "cap-100-beef", "uploading"); }, 5000));
+  REQUIRE(waitFor([&] { return hasState(agent, "cap-100-beef", "uploading"); }, 5000));
   trainscope::wire::CommandStatus up;
   for (const auto& st : statusesOf(agent, "cap-100-beef")) {
     if (st.state() == "uploading") up = st;
@@ -145,7 +146,7 @@ TEST_CASE("a probe closed mid-capture uploads what it has before its goodbye") {
     cmd.mutable_capture()->set_steps(10);
     cmd.mutable_capture()->set_history(1);
     p.submitCommand(cmd);  // the same path a command from the agent takes
-    REQUIRE(FakeAgent::waitFor([&] { return hasState(agent, "cap-close", "recording"); }, 5000));
+    REQUIRE(waitFor([&] { return hasState(agent, "cap-close", "recording"); }, 5000));
     recordSteps(p, 3, 6);
   }  // destroyed at step 5, before the capture's last step (13)
   const auto sts = statusesOf(agent, "cap-close");
@@ -195,7 +196,7 @@ TEST_CASE("a probe answers a stacks command with a stacks file, or says why it c
     std::lock_guard<std::mutex> lock(mu);
     return seen.empty() ? std::string() : seen.back().state();
   };
-  REQUIRE(FakeAgent::waitFor([&] { return last() == "uploading" || last() == "failed"; }, 10000));
+  REQUIRE(waitFor([&] { return last() == "uploading" || last() == "failed"; }, 10000));
   std::lock_guard<std::mutex> lock(mu);
 #ifdef TRAINSCOPE_HAVE_UNWIND
   REQUIRE(seen.size() == 2);

@@ -28,6 +28,7 @@ using trainscope::probe::RecordType;
 using trainscope::probe::testing::readJsonGz;
 using trainscope::probe::testing::rec;
 using trainscope::probe::testing::TempDir;
+using trainscope::tests::waitFor;
 
 namespace {
 
@@ -354,7 +355,7 @@ TEST_CASE("capture worker writes on its own thread and ends a capture it cannot 
         fr.add(s, std::move(v), stepStart(s), stepEnd(s));
       }
     }
-    REQUIRE(trainscope::probe::testing::FakeAgent::waitFor([&] { return !w.running(); }, 5000));
+    REQUIRE(waitFor([&] { return !w.running(); }, 5000));
     CHECK(states() == std::vector<std::string>{"recording", "uploading"});
     std::lock_guard<std::mutex> lock(mu);
     CHECK(seen[1].first_step() == 10);

@@ -21,7 +21,7 @@ void env(const char* name, const char* value) {
 void clearEnv() {
   for (const char* n : {"TRAINSCOPE_AGENT", "TRAINSCOPE_JOB", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID",
                         "RANK", "WORLD_SIZE", "LOCAL_RANK", "TRAINSCOPE_BATCH_MS",
-                        "TRAINSCOPE_BATCH_STEPS", "TRAINSCOPE_DEVICE"}) {
+                        "TRAINSCOPE_BATCH_STEPS", "TRAINSCOPE_DEVICE", "TRAINSCOPE_GPU_UUID"}) {
     env(n, nullptr);
   }
 }
@@ -130,6 +130,25 @@ TEST_CASE("probe batching comes from TRAINSCOPE_BATCH_MS and _STEPS, bad values 
     c = resolveConfig(nullptr);
     REQUIRE_FALSE(c.isOk());
     CHECK(c.message().find("TRAINSCOPE_BATCH_STEPS") != std::string::npos);
+  }
+  clearEnv();
+}
+
+TEST_CASE("the rank's GPU comes from TRAINSCOPE_GPU_UUID, as NVML spells it") {
+  clearEnv();
+  auto c = resolveConfig(nullptr);
+  REQUIRE(c.isOk());
+  CHECK(c->gpuUuid.empty());
+  env("TRAINSCOPE_GPU_UUID", "GPU-11111111-2222-3333-4444-555555555555");
+  c = resolveConfig(nullptr);
+  REQUIRE(c.isOk());
+  CHECK(c->gpuUuid == "GPU-11111111-2222-3333-4444-555555555555");
+  const std::string tooLong(97, 'a');
+  for (const char* bad : {"GPU 1", "GPU-1;rm", tooLong.c_str()}) {
+    env("TRAINSCOPE_GPU_UUID", bad);
+    c = resolveConfig(nullptr);
+    REQUIRE_FALSE(c.isOk());
+    CHECK(c.message().find("TRAINSCOPE_GPU_UUID") != std::string::npos);
   }
   clearEnv();
 }

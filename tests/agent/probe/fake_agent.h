@@ -16,27 +16,12 @@
 
 #include "agent/probe/trainscope_probe.h"
 #include "schema/wire.h"
+#include "tests/common/support.h"
 
 namespace trainscope::probe::testing {
 
-// A fresh directory under /tmp for ipc endpoints; removed (with its sockets) at destruction.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/ts-probe-test-XXXXXX";
-    const char* d = mkdtemp(tmpl);
-    path_ = d != nullptr ? d : "/tmp";
-  }
-  ~TempDir() {
-    const std::string cmd = "rm -rf '" + path_ + "'";
-    if (std::system(cmd.c_str()) != 0) {
-    }
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using trainscope::tests::TempDir;
+using trainscope::tests::waitFor;
 
 // A probe config that connects to `endpoint` as `rank` of `worldSize` in `job`. The strings
 // must outlive the probe's creation.
@@ -102,16 +87,6 @@ class FakeAgent {
       for (const auto& item : b.batch.items()) n += item.body_case() == body ? 1 : 0;
     }
     return n;
-  }
-
-  // Polls `pred` until it holds or `timeoutMs` passes.
-  static bool waitFor(const std::function<bool()>& pred, int timeoutMs) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (pred()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return pred();
   }
 
  private:

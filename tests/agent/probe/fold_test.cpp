@@ -476,3 +476,121 @@ TEST_CASE("a live thread's run delay is readable and never decreases") {
   for (int i = 0; i < 1'000'000; ++i) x = x + static_cast<uint64_t>(i);
   CHECK(threadRunDelayNs() >= a);
 }
+
+namespace {
+
+// What ts_device_collective records.
+Record deviceColl(uint8_t opKind, const char* group, uint64_t bytes, uint64_t seq, int64_t t0,
+                  int64_t t1) {
+  Record r = coll(opKind, group, bytes, t0, t1);
+  r.type = RecordType::kDeviceColl;
+  r.seq = seq;
+  r.info = TS_DEVICE_INFO(TS_ALGO_RING, TS_PROTO_SIMPLE, TS_DTYPE_BFLOAT16, 4);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("fold: device times replace the host's for their key, the host's stay beside them") {
+  FoldOptions o = opts();
+  o.deviceLagNs = 0;
+  StepFolder f(o);
+  f.add(0, step(RecordType::kStepBegin, 1, 1000));
+  // Host: two all-reduces of 4 MB launched at 1100 and 1500, each seen complete 300 later.
+  f.add(0, coll(TS_COLL_ALL_REDUCE, "world", 4'000'000, 1100, 1400));
+  f.add(0, coll(TS_COLL_ALL_REDUCE, "world", 4'000'000, 1500, 1800));
+  // Device: the same two ran 1200-1300 and 1600-1650.
+  f.add(1, deviceColl(TS_COLL_ALL_REDUCE, "world", 4'000'000, 7, 1200, 1300));
+  f.add(1, deviceColl(TS_COLL_ALL_REDUCE, "world", 4'000'000, 8, 1600, 1650));
+  // A broadcast only the device saw, and a host all-gather the device did not time.
+  f.add(1, deviceColl(TS_COLL_BROADCAST, "tp", 1000, 3, 1700, 1710));
+  f.add(0, coll(TS_COLL_ALL_GATHER, "world", 8000, 1850, 1900));
+  Record p = p2p(TS_COLL_SEND, 2, "pp", 100, 1900, 1950);
+  f.add(0, p);
+  p.type = RecordType::kDeviceP2p;
+  p.t0 = 1910;
+  p.t1 = 1920;
+  f.add(1, p);
+  f.add(0, step(RecordType::kStepEnd, 1, 2000));
+  f.endPass();
+  f.endPass();
+  auto steps = f.take();
+  REQUIRE(steps.size() == 1);
+  const auto& rep = steps[0].report;
+  REQUIRE(rep.collectives_size() == 3);
+  std::map<int, trainscope::wire::CollectiveTotal> byOp;
+  for (const auto& c : rep.collectives()) byOp[c.op()] = c;
+  const auto& ar = byOp[TS_COLL_ALL_REDUCE];
+  CHECK(ar.device_timed());
+  CHECK(ar.count() == 2);
+  CHECK(ar.total_ns() == 150);
+  CHECK(ar.max_ns() == 100);
+  CHECK(ar.first_arrival_ns() == 1200);
+  CHECK(ar.last_completion_ns() == 1650);
+  CHECK(ar.bandwidth_bps() == Approx(8'000'000 / 150e-9));
+  CHECK(ar.host_count() == 2);
+  CHECK(ar.host_total_ns() == 600);
+  CHECK(ar.first_seq() == 7);
+  CHECK(ar.last_seq() == 8);
+  CHECK(ar.algorithm() == "ring");
+  CHECK(ar.protocol() == "simple");
+  CHECK(ar.datatype() == "bfloat16");
+  CHECK(ar.channels() == 4);
+  const auto& bc = byOp[TS_COLL_BROADCAST];
+  CHECK(bc.device_timed());
+  CHECK(bc.group() == "tp");
+  CHECK(bc.count() == 1);
+  CHECK(bc.host_count() == 0);
+  const auto& ag = byOp[TS_COLL_ALL_GATHER];
+  CHECK_FALSE(ag.device_timed());
+  CHECK(ag.total_ns() == 50);
+  REQUIRE(rep.p2p_size() == 1);
+  CHECK(rep.p2p(0).device_timed());
+  CHECK(rep.p2p(0).total_ns() == 10);
+  CHECK(rep.p2p(0).host_total_ns() == 50);
+  // Device communication: 100 + 50 + 10 (broadcast) + 10 (send); the host unions stay the
+  // host's.
+  CHECK(rep.device_comm_ns() == 170);
+  CHECK(rep.collective_ns() == 300 + 300 + 50);
+}
+
+TEST_CASE("fold: a device record belongs to the step that launched it, which waits for it") {
+  FoldOptions o = opts();
+  o.deviceLagNs = 100;
+  StepFolder f(o);
+  f.add(0, step(RecordType::kStepBegin, 1, 1000));
+  f.add(0, coll(TS_COLL_ALL_REDUCE, "world", 64, 1100, 1150));
+  // A first device record: from now on ended steps wait for theirs.
+  f.add(1, deviceColl(TS_COLL_BROADCAST, "world", 8, 0, 1060, 1070));
+  f.add(0, step(RecordType::kStepEnd, 1, 2000));
+  f.add(0, step(RecordType::kStepBegin, 2, 2000));
+  f.endPass(10'000);
+  f.endPass(10'050);
+  CHECK(f.take().empty());  // held: the GPU has not run step 1's all-reduce yet
+  CHECK(f.holding());
+  // Launched at 1100 (in step 1), run by the GPU at 2500-2600 (in step 2's time).
+  Record d = deviceColl(TS_COLL_ALL_REDUCE, "world", 64, 1, 2500, 2600);
+  d.step = 1100;
+  f.add(1, d);
+  f.endPass(10'100);  // 100 after the pass that saw the end: final now
+  auto steps = f.take();
+  REQUIRE(steps.size() == 1);
+  const auto& rep = steps[0].report;
+  REQUIRE(rep.collectives_size() == 2);
+  const auto& ar = rep.collectives(0);  // keys in op order: all_reduce, then broadcast
+  CHECK(ar.device_timed());
+  CHECK(ar.total_ns() == 100);
+  CHECK(ar.host_total_ns() == 50);
+  CHECK(rep.device_comm_ns() == 10 + 100);  // past the step's end on the host: not clipped
+  CHECK(f.unattributed() == 0);
+  // A device record later than the lag finds its step final: unattributed, counted.
+  f.add(0, step(RecordType::kStepEnd, 2, 3000));
+  f.endPass(20'000);
+  f.endPass(20'200);
+  REQUIRE(f.take().size() == 1);
+  Record late = deviceColl(TS_COLL_ALL_REDUCE, "world", 64, 2, 3500, 3600);
+  late.step = 2500;
+  f.add(1, late);
+  f.endPass(20'300);
+  CHECK(f.unattributed() == 1);
+}

@@ -21,6 +21,7 @@
 #include "common/clock.h"
 #include "schema/wire.h"
 #include "tests/agent/probe/fake_agent.h"
+#include "tests/common/support.h"
 
 using trainscope::probe::PeerCheck;
 using trainscope::probe::Transport;
@@ -81,11 +82,9 @@ TEST_CASE("the peer rule: our own uid or root, never another user or an unidenti
   CHECK_FALSE(PeerCheck::allowed("localhost:x:0:1", 0, &uid, &pid));
 }
 
-TEST_CASE("a probe sends nothing to an endpoint another user bound first, and reports to its own") {
-  if (::geteuid() != 0) {
-    WARN("not root: cannot run a squatter as another user; skipped");
-    std::exit(77);
-  }
+TEST_CASE("a probe sends nothing to an endpoint another user bound first, and reports to its own",
+          "[root]") {
+  trainscope::tests::requireRoot("cannot run a squatter as another user");
   TempDir dir;
   REQUIRE(::chmod(dir.path().c_str(), 0777) == 0);  // the squatter may bind in it
   const std::string endpoint = "ipc://" + dir.path() + "/agent.sock";

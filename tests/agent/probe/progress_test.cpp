@@ -12,6 +12,7 @@ using namespace trainscope::probe;
 using trainscope::probe::testing::FakeAgent;
 using trainscope::probe::testing::rec;
 using trainscope::probe::testing::TempDir;
+using trainscope::tests::waitFor;
 
 namespace {
 
@@ -134,7 +135,7 @@ TEST_CASE("progress: every RankHello to the agent carries it, also while the ran
   p.collectiveBegin(TS_COLL_ALL_REDUCE, Name("dp"), 1024, base + 1500);
   // The first hello may predate these records; the next one (2 s later) cannot.
   trainscope::wire::RankProgress last;
-  const bool seen = FakeAgent::waitFor(
+  const bool seen = waitFor(
       [&] {
         for (const auto& b : agent.batches()) {
           for (const auto& item : b.batch.items()) {

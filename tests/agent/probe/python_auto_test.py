@@ -277,6 +277,25 @@ def test_the_device_is_cuda_once_torch_initialised_it():
     broken = {"torch": types.SimpleNamespace()}
     assert device_in_use(broken) is None, "a torch without torch.cuda: no device"
 
+    from trainscope.auto import gpu_uuid_in_use
+
+    def with_uuid(uuid, initialized=True):
+        props = types.SimpleNamespace(uuid=uuid)
+        cuda = types.SimpleNamespace(is_available=lambda: True,
+                                     is_initialized=lambda: initialized,
+                                     current_device=lambda: 0,
+                                     get_device_properties=lambda d: props)
+        return {"torch": types.SimpleNamespace(cuda=cuda)}
+
+    assert gpu_uuid_in_use({}) is None, "no torch imported: no GPU UUID"
+    assert gpu_uuid_in_use(with_uuid("3b2e-aa", initialized=False)) is None, \
+        "CUDA not initialised: no GPU UUID"
+    assert gpu_uuid_in_use(with_uuid("3b2e-aa")) == "GPU-3b2e-aa", \
+        "torch's UUID gets NVML's GPU- prefix"
+    assert gpu_uuid_in_use(with_uuid("GPU-3b2e-aa")) == "GPU-3b2e-aa", "one prefix, not two"
+    assert gpu_uuid_in_use(with_uuid(None)) is None, "a torch without uuid: none"
+    assert gpu_uuid_in_use(broken) is None, "a torch without torch.cuda: no GPU UUID"
+
 
 @pytest.fixture(scope="module")
 def dist():

@@ -30,9 +30,10 @@ std::condition_variable gCv;
 bool gRelease = false;
 
 // Parks the calling thread until release(); its name must show in the unwound stack.
+// The thread id is published under gMu, which the thread gives up only inside the wait.
 [[gnu::noinline]] void blockedInNamedFunction(std::atomic<int>* tid) {
-  tid->store(static_cast<int>(syscall(SYS_gettid)));
   std::unique_lock<std::mutex> lock(gMu);
+  tid->store(static_cast<int>(syscall(SYS_gettid)));
   gCv.wait(lock, [] { return gRelease; });
   asm volatile("" ::: "memory");  // keeps the frame from becoming a tail call
 }
@@ -60,7 +61,7 @@ struct Parked {
       blockedInNamedFunction(&tid);
     });
     while (tid.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let it reach the wait
+    std::lock_guard<std::mutex> inTheWait(gMu);  // free once the thread waits
   }
 };
 

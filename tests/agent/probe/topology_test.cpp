@@ -15,6 +15,7 @@
 using namespace trainscope::probe;
 using trainscope::probe::testing::FakeAgent;
 using trainscope::probe::testing::TempDir;
+using trainscope::tests::waitFor;
 using trainscope::wire::RankHello;
 
 namespace {
@@ -83,7 +84,7 @@ TEST_CASE(
   ts_declare_group(p, ts_intern("tp"), TS_GROUP_TP, tp, 2);
   ts_declare_group(p, ts_intern("pp"), TS_GROUP_PP, pp, 2);
   ts_declare_group(p, ts_intern("dp"), TS_GROUP_DP, dp, 2);
-  REQUIRE(FakeAgent::waitFor(
+  REQUIRE(waitFor(
       [&] {
         auto h = groupHellos(agent);
         return !h.empty() && h.back().groups_size() == 3;
@@ -104,7 +105,7 @@ TEST_CASE(
   // A changed group replaces its namesake, with a later declaration time.
   const int32_t tp2[] = {5, 4};
   ts_declare_group(p, ts_intern("tp"), TS_GROUP_TP, tp2, 2);
-  REQUIRE(FakeAgent::waitFor(
+  REQUIRE(waitFor(
       [&] { return groupHellos(agent).back().groups_declared_ns() > first.groups_declared_ns(); },
       5000));
   const RankHello second = groupHellos(agent).back();
@@ -115,7 +116,7 @@ TEST_CASE(
   // Once acknowledged, the periodic hellos (every 2 s) carry no groups.
   const size_t withGroups = groupHellos(agent).size();
   const size_t before = hellos(agent);
-  REQUIRE(FakeAgent::waitFor([&] { return hellos(agent) >= before + 1; }, 5000));
+  REQUIRE(waitFor([&] { return hellos(agent) >= before + 1; }, 5000));
   CHECK(groupHellos(agent).size() == withGroups);
   ts_probe_destroy(p, 1000);
 }
@@ -221,7 +222,7 @@ TEST_CASE(
   {
     Probe p(testing::agentConfig(ep, "topology-test", 1, 2), 1500);
     REQUIRE(p.ok());
-    REQUIRE(FakeAgent::waitFor([&] { return hellos(agent) >= 1; }, 5000));
+    REQUIRE(waitFor([&] { return hellos(agent) >= 1; }, 5000));
     const int32_t pp[] = {0, 1};
     REQUIRE(p.declareGroup(Name("pp"), TS_GROUP_PP, pp).isOk());
     p.stepBegin(0, 1'000'000'000);

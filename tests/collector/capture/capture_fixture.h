@@ -14,13 +14,13 @@
 #include "collector/capture/gzip_file.h"
 #include "collector/storage/store.h"
 #include "schema/wire.h"
-#include "tests/agent/temp_dir.h"
 #include "tests/collector/capture/seed_job.h"
+#include "tests/common/support.h"
 
 namespace trainscope::testing {
 
 // Reused from the agent tests: a directory removed with its content when the test ends.
-using TempDir = agent::testing::TempDir;
+using TempDir = tests::TempDir;
 
 // A job "j" of world size 4: ranks 0, 1 on n0 and 2, 3 on n1, each at step `latest`.
 inline std::unique_ptr<storage::Store> seededStore(int64_t latest = 10, uint32_t ranks = 4) {

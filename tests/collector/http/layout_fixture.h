@@ -10,17 +10,12 @@
 #include <catch2/catch.hpp>
 
 #include "collector/storage/store.h"
+#include "tests/collector/storage/memory_store.h"
 #include "tests/collector/topology/group_fixture.h"
 
 namespace trainscope::testing {
 
-inline std::unique_ptr<storage::Store> memoryStore() {
-  storage::SqliteOptions so;
-  so.path = ":memory:";
-  auto opened = storage::openSqliteStore(so);
-  REQUIRE(opened.isOk());
-  return std::move(*opened);
-}
+using storage::testing::memoryStore;
 
 inline void addRank(storage::WriteBatch& b, const std::string& job, uint32_t rank, uint32_t world,
                     const std::string& node) {

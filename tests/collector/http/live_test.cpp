@@ -27,6 +27,7 @@
 #include "common/clock.h"
 #include "tests/collector/http/fake_store.h"
 #include "tests/collector/http/test_client.h"
+#include "tests/collector/storage/memory_store.h"
 
 using nlohmann::json;
 using trainscope::http::HttpOptions;
@@ -160,12 +161,9 @@ std::optional<json> readUntil(WsClient& c, const std::function<bool(const json&)
 
 // An in-memory SQLite store holding steps 0..2 of two ranks.
 std::unique_ptr<storage::Store> storeWithSteps() {
-  storage::SqliteOptions so;
-  so.path = ":memory:";
-  auto opened = storage::openSqliteStore(so);
-  REQUIRE(opened.isOk());
-  REQUIRE((*opened)->write(steps(0, 2)).isOk());
-  return std::move(*opened);
+  auto store = storage::testing::memoryStore();
+  REQUIRE(store->write(steps(0, 2)).isOk());
+  return store;
 }
 
 }  // namespace

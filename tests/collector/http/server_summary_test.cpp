@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include "collector/storage/store.h"
+#include "tests/collector/storage/memory_store.h"
 
 namespace storage = trainscope::storage;
 namespace wire = trainscope::wire;
@@ -190,17 +191,14 @@ TEST_CASE("summary stays exact as rows arrive, late rows land and retention dele
 
 TEST_CASE("a new store never sees an old store's summaries", "[http][summary]") {
   for (int64_t dur : {1000, 2000, 3000}) {
-    storage::SqliteOptions so;
-    so.path = ":memory:";
-    auto opened = storage::openSqliteStore(so);
-    REQUIRE(opened.isOk());
+    auto opened = storage::testing::memoryStore();
     storage::WriteBatch b;
     b.receivedNs = 1;
     b.steps.push_back(report("j", 0, 0, dur));
-    REQUIRE((*opened)->write(b).isOk());
+    REQUIRE(opened->write(b).isOk());
     storage::SummaryQuery q;
     q.job = "j";
-    auto got = (*opened)->summary(q);
+    auto got = opened->summary(q);
     REQUIRE(got.isOk());
     REQUIRE(got->size() == 1);
     CHECK((*got)[0].medianNs == dur);

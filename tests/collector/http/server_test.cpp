@@ -20,6 +20,7 @@
 #include "tests/collector/http/fake_store.h"
 #include "tests/collector/http/test_client.h"
 #include "tests/common/gcc12_string_warnings.h"  // last: GCC 12 -O3 false positives
+#include "tests/common/support.h"
 
 using nlohmann::json;
 using trainscope::http::HttpOptions;
@@ -176,22 +177,7 @@ struct Fixture {
   std::unique_ptr<HttpServer> server;
 };
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/trainscope-http-test-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  void write(const fs::path& rel, const std::string& content) const {
-    fs::create_directories((path / rel).parent_path());
-    std::ofstream(path / rel, std::ios::binary) << content;
-  }
-  fs::path path;
-};
+using trainscope::tests::TempDir;
 
 }  // namespace
 
@@ -262,18 +248,11 @@ TEST_CASE("ranks returns the job's ranks; unknown job is 404", "[http]") {
   json j = f.get("/api/v1/jobs/train/ranks");
   CHECK(j["job"] == "train");
   REQUIRE(j["ranks"].size() == 1);
-  json expected = {{"rank", 1},
-                   {"world_size", 2},
-                   {"local_rank", 1},
-                   {"host", "h1"},
-                   {"node", "n1"},
-                   {"pid", 4242},
-                   {"probe_version", "0.1.0"},
-                   {"first_seen_ns", 5},
-                   {"last_seen_ns", 6},
-                   {"latest_step", 4},
-                   {"ended", true},
-                   {"ended_step", 4}};
+  json expected = {
+      {"rank", 1},      {"world_size", 2},    {"local_rank", 1},          {"host", "h1"},
+      {"node", "n1"},   {"pid", 4242},        {"probe_version", "0.1.0"}, {"gpu_uuid", nullptr},
+      {"gpu", nullptr}, {"first_seen_ns", 5}, {"last_seen_ns", 6},        {"latest_step", 4},
+      {"ended", true},  {"ended_step", 4}};
   CHECK(j["ranks"][0] == expected);
   CHECK(f.error("/api/v1/jobs/nope/ranks", 404) == "unknown job 'nope'");
   CHECK(f.error("/api/v1/jobs/train/ranks?x=1", 400).find("'x'") != std::string::npos);
@@ -490,7 +469,7 @@ TEST_CASE("static files are served with content types and no traversal", "[http]
   dir.write("secret.txt", "do not serve");
   Fixture f;
   HttpOptions o;
-  o.webRoot = (dir.path / "web").string();
+  o.webRoot = dir.sub("web");
   f.start(o);
   uint16_t port = f.server->port();
 
@@ -515,7 +494,7 @@ TEST_CASE("static files are served with content types and no traversal", "[http]
     CHECK(r.body.find("do not serve") == std::string::npos);
   }
   // A symlink that leads out of the web root is not followed.
-  fs::create_symlink(dir.path / "secret.txt", dir.path / "web" / "link.txt");
+  fs::create_symlink(dir.sub("secret.txt"), dir.sub("web/link.txt"));
   r = httpGet(port, "/link.txt");
   CHECK(r.status == 404);
   CHECK(r.body.find("do not serve") == std::string::npos);
@@ -632,7 +611,7 @@ TEST_CASE("stop lets a response being written finish, then closes", "[http]") {
   // was read at all.
   REQUIRE(c.awaitHeader(1u << 30));
   std::thread stopper([&] { f.server->stop(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (!f.server->stopping()) std::this_thread::yield();
   auto r = c.receive(1u << 30);
   stopper.join();
   REQUIRE(r);
@@ -650,7 +629,8 @@ TEST_CASE("stop does not wait for ever on a client that stopped reading", "[http
   f.start();
   TestConnection c(f.server->port());
   c.send("GET", "/api/v1/jobs/train/steps?limit=100000&detail=1");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The response has begun; the client reads no further than its header.
+  REQUIRE(c.awaitHeader(1u << 30));
   f.server->stop();
   // Closed with the response cut short: reading on finds the end of the stream, not a whole
   // response.

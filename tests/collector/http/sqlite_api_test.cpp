@@ -7,6 +7,7 @@
 #include "collector/storage/store.h"
 #include "common/clock.h"
 #include "tests/collector/http/test_client.h"
+#include "tests/collector/storage/memory_store.h"
 
 using nlohmann::json;
 namespace storage = trainscope::storage;
@@ -48,11 +49,8 @@ wire::StepReport report(uint32_t rank, int64_t step, int64_t durationMs) {
 }  // namespace
 
 TEST_CASE("API over the SQLite store returns what was written", "[http][sqlite]") {
-  storage::SqliteOptions so;
-  so.path = ":memory:";
-  auto opened = storage::openSqliteStore(so);
-  REQUIRE(opened.isOk());
-  storage::Store& store = **opened;
+  auto opened = storage::testing::memoryStore();
+  storage::Store& store = *opened;
 
   int64_t now = trainscope::wallNowNs();
   storage::WriteBatch b;
@@ -145,5 +143,115 @@ TEST_CASE("API over the SQLite store returns what was written", "[http][sqlite]"
 
   auto missing = trainscope::testing::httpGet(server.port(), "/api/v1/jobs/other/steps");
   CHECK(missing.status == 404);
+  server.stop();
+}
+
+TEST_CASE("API over the SQLite store serves a node's GPUs, each rank's GPU and the GPU metrics",
+          "[http][sqlite]") {
+  auto opened = storage::testing::memoryStore();
+  storage::Store& store = *opened;
+  const std::string uuid = "GPU-11111111-2222-3333-4444-555555555555";
+  const int64_t now = trainscope::wallNowNs();
+  storage::WriteBatch b;
+  b.receivedNs = now;
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    wire::RankInfo info;
+    info.set_job("j");
+    info.set_rank(rank);
+    info.set_world_size(2);
+    info.set_node("node-a");
+    if (rank == 1) info.set_gpu_uuid(uuid);
+    b.ranks.push_back(info);
+  }
+  b.steps.push_back(report(0, 0, 100));
+  b.steps.back().set_job("j");
+  for (int i = 0; i < 3; ++i) {
+    wire::HostSample host;
+    host.set_node("node-a");
+    host.set_time_ns(now - (2 - i) * 1000 * kMs);
+    auto* g = host.add_gpus();
+    g->set_index(1);
+    g->set_uuid(uuid);
+    g->set_name("H200");
+    g->set_present(wire::GPU_CLOCKS | wire::GPU_TEMPERATURE | wire::GPU_CLOCK_EVENTS |
+                   wire::GPU_POWER | wire::GPU_THROTTLE_TIME);
+    g->set_sm_clock_mhz(1100 + i);
+    g->set_temperature_c(90);
+    g->set_power_mw(450'500);
+    g->set_clock_event_reasons(0x40 | 0x1);
+    g->set_throttle_ns(2'500'000'000);
+    if (i == 1) {
+      auto* e = host.add_gpu_events();
+      e->set_index(1);
+      e->set_uuid(uuid);
+      e->set_kind(wire::GPU_EVENT_XID);
+      e->set_code(79);
+      e->set_time_ns(host.time_ns());
+    }
+    b.hosts.push_back(host);
+  }
+  storage::NodeUpdate node;
+  node.node = "node-a";
+  node.seenNs = now;
+  b.nodes.push_back(node);
+  REQUIRE(store.write(b).isOk());
+
+  trainscope::http::HttpOptions o;
+  o.port = 0;
+  trainscope::http::HttpServer server(o, store);
+  REQUIRE(server.start().isOk());
+  auto get = [&](const std::string& target) {
+    auto r = trainscope::testing::httpGet(server.port(), target);
+    INFO(target << " -> " << r.body);
+    REQUIRE(r.status == 200);
+    return json::parse(r.body);
+  };
+
+  json gpus = get("/api/v1/nodes/node-a/gpus");
+  CHECK(gpus["node"] == "node-a");
+  REQUIRE(gpus["samples"].size() == 3);
+  const json& g = gpus["samples"][2]["gpus"][0];
+  CHECK(g["uuid"] == uuid);
+  CHECK(g["sm_clock_mhz"] == 1102);
+  CHECK(g["power_watts"] == 450.5);
+  CHECK(g["throttling"] == true);
+  CHECK(g["clock_event_reasons"] == json::array({"gpu_idle", "hw_thermal_slowdown"}));
+  CHECK(g["throttle_seconds"] == 2.5);
+  CHECK(g["utilization_pct"].is_null());  // not in `present`: not given
+  CHECK(g["ecc_uncorrected"].is_null());
+  REQUIRE(gpus["events"].size() == 1);
+  CHECK(gpus["events"][0]["kind"] == "xid");
+  CHECK(gpus["events"][0]["code"] == 79);
+  CHECK(get("/api/v1/nodes/node-a/gpus?limit=1")["samples"].size() == 1);
+  CHECK(get("/api/v1/nodes/node-a/gpus?to=" + std::to_string(now - 1500 * kMs))["samples"].size() ==
+        1);
+  auto unknown = trainscope::testing::httpGet(server.port(), "/api/v1/nodes/nope/gpus");
+  CHECK(unknown.status == 404);
+  auto bad = trainscope::testing::httpGet(server.port(), "/api/v1/nodes/node-a/gpus?limit=0");
+  CHECK(bad.status == 400);
+
+  json ranks = get("/api/v1/jobs/j/ranks");
+  REQUIRE(ranks["ranks"].size() == 2);
+  CHECK(ranks["ranks"][0]["gpu_uuid"].is_null());
+  CHECK(ranks["ranks"][0]["gpu"].is_null());
+  CHECK(ranks["ranks"][1]["gpu_uuid"] == uuid);
+  CHECK(ranks["ranks"][1]["gpu"]["sm_clock_mhz"] == 1102);
+  CHECK(ranks["ranks"][1]["gpu"]["throttling"] == true);
+
+  json nodes = get("/api/v1/nodes");
+  CHECK(nodes["nodes"][0]["latest_host"]["gpus"][0]["temperature_c"] == 90);
+
+  auto metrics = trainscope::testing::httpGet(server.port(), "/metrics");
+  REQUIRE(metrics.status == 200);
+  const std::string labels = "{node=\"node-a\",gpu=\"1\",uuid=\"" + uuid + "\"}";
+  CHECK(metrics.body.find("trainscope_gpu_temperature_celsius" + labels + " 90") !=
+        std::string::npos);
+  CHECK(metrics.body.find("trainscope_gpu_sm_clock_hertz" + labels + " 1.102e+09") !=
+        std::string::npos);
+  CHECK(metrics.body.find("trainscope_gpu_throttled" + labels + " 1") != std::string::npos);
+  CHECK(metrics.body.find("trainscope_gpu_throttle_seconds_total" + labels + " 2.5") !=
+        std::string::npos);
+  CHECK(metrics.body.find("trainscope_gpu_utilization_ratio{") == std::string::npos);
+  CHECK(metrics.body.find("trainscope_gpu_lost" + labels + " 0") != std::string::npos);
   server.stop();
 }

@@ -14,21 +14,14 @@
 #include "collector/ingest/ingest.h"
 #include "collector/storage/store.h"
 #include "schema/wire.h"
+#include "tests/common/support.h"
 
 using namespace trainscope;
 using namespace std::chrono_literals;
 
 namespace {
 
-template <typename Pred>
-bool waitFor(Pred pred, std::chrono::milliseconds limit = 5000ms) {
-  auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return pred();
-}
+using trainscope::tests::waitFor;
 
 void sendEnv(zmq::socket_t& s, wire::Envelope env) {
   const std::string frame = wire::encode(env);

@@ -20,7 +20,7 @@
 #include "collector/storage/store.h"
 #include "common/clock.h"
 #include "schema/wire.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 
 using namespace trainscope;
 using nlohmann::json;
@@ -146,7 +146,7 @@ struct Fixture {
     return n;
   }
 
-  agent::testing::TempDir dir;
+  tests::TempDir dir;
   ManualClock clock{1'000'000'000'000};
   std::unique_ptr<storage::Store> store;
   std::unique_ptr<ingest::ImportReceiver> receiver;

@@ -15,13 +15,13 @@
 #include "collector/ingest/ingest.h"
 #include "collector/storage/store.h"
 #include "schema/wire.h"
-#include "tests/agent/temp_dir.h"
+#include "tests/common/support.h"
 
 namespace trainscope::ingest::testing {
 
 using namespace std::chrono_literals;
 
-using agent::testing::TempDir;
+using tests::TempDir;
 
 inline wire::StepReport report(const std::string& job, uint32_t rank, int64_t step) {
   wire::StepReport r;

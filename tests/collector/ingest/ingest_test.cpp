@@ -379,9 +379,9 @@ TEST_CASE("ingest: stop commits what is pending and acks it before closing") {
   c.send(batchFrame(2, {report("s", 0, 2)}));
   REQUIRE(eventually([&] { return f.server->stats().batches == 2; }));  // batch 2 behind it
   std::thread stopper([&] { f.server->stop(); });
-  // Usually stop() is waiting for the writer when the gate opens; if the stopper has not run
-  // yet, the flush still has to come from stop(), as the interval is far away.
-  std::this_thread::sleep_for(100ms);
+  // The gate opens once stop() has begun; the flush of batch 2 has to come from stop(), as
+  // the interval is far away.
+  REQUIRE(eventually([&] { return f.server->stopping(); }));
   gated.open();
   auto a1 = c.recvKind(wire::Envelope::kAck, 20000ms);
   auto a2 = c.recvKind(wire::Envelope::kAck, 20000ms);

@@ -119,6 +119,22 @@ TEST_CASE("validate: step numbers and times are bounded to sane ranges") {
   CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "invalid_collective");
   c->set_last_completion_ns(kT0 + 50);
   CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "accepted");
+  // Device-timed (NCCL's profiler plugin): the host's own sum beside the device's.
+  c->set_device_timed(true);
+  c->set_host_total_ns(-1);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "invalid_collective");
+  c->set_host_total_ns(80);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "accepted");
+  s.set_device_comm_ns(100 + limits.slackNs + 1);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "invalid_breakdown");
+  s.set_device_comm_ns(40);
+  s.set_device_dropped(3);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "accepted");
+  auto* p = s.add_p2p();
+  p->set_peer(2);
+  p->set_host_total_ns(-1);
+  CHECK(reasonOf(ingest::validateStep(s, 4u, limits)) == "invalid_p2p");
+  s.clear_p2p();
   auto* l = s.add_links();
   l->set_peer(2);
   l->set_wire_ns(-1);
@@ -136,6 +152,48 @@ TEST_CASE("validate: step numbers and times are bounded to sane ranges") {
   host.set_node("n");
   host.set_time_ns(std::numeric_limits<int64_t>::max());
   CHECK(reasonOf(ingest::validateHost(host)) == "invalid_host");
+}
+
+TEST_CASE("validate: GPU samples and events in a host sample, a rank's GPU UUID") {
+  wire::HostSample host;
+  host.set_node("n");
+  host.set_time_ns(kT0);
+  auto* g = host.add_gpus();
+  g->set_uuid("GPU-11111111-2222-3333-4444-555555555555");
+  g->set_utilization_pct(100);
+  g->set_memory_used_bytes(10);
+  g->set_memory_total_bytes(100);
+  g->set_temperature_c(90);
+  auto* e = host.add_gpu_events();
+  e->set_uuid(g->uuid());
+  e->set_time_ns(kT0);
+  CHECK(reasonOf(ingest::validateHost(host)) == "accepted");
+  g->set_utilization_pct(101);
+  CHECK(reasonOf(ingest::validateHost(host)) == "invalid_gpu");
+  g->set_utilization_pct(50);
+  g->set_memory_used_bytes(101);
+  CHECK(reasonOf(ingest::validateHost(host)) == "invalid_gpu");
+  g->set_memory_used_bytes(10);
+  g->set_uuid("GPU 1; drop");
+  CHECK(reasonOf(ingest::validateHost(host)) == "invalid_gpu");
+  g->set_uuid("GPU-1");
+  g->set_throttle_ns(-1);
+  CHECK(reasonOf(ingest::validateHost(host)) == "invalid_gpu");
+  g->set_throttle_ns(0);
+  e->set_time_ns(-5);
+  CHECK(reasonOf(ingest::validateHost(host)) == "invalid_gpu");
+  e->set_time_ns(kT0);
+  for (size_t i = 0; i < ingest::kMaxGpusPerNode; ++i) host.add_gpus()->set_uuid("GPU-x");
+  CHECK(reasonOf(ingest::validateHost(host)) == "invalid_gpu");
+
+  ingest::ValidationLimits limits;
+  wire::RankInfo info = goodInfo();
+  info.set_gpu_uuid("GPU-11111111-2222-3333-4444-555555555555");
+  CHECK(reasonOf(ingest::validateRankInfo(info, limits)) == "accepted");
+  info.set_gpu_uuid(std::string(97, 'a'));
+  CHECK(reasonOf(ingest::validateRankInfo(info, limits)) == "invalid_gpu");
+  info.set_gpu_uuid("GPU-<script>");
+  CHECK(reasonOf(ingest::validateRankInfo(info, limits)) == "invalid_gpu");
 }
 
 TEST_CASE("validate: a hello's progress and sent_ns, a heartbeat's offset and rtt") {

@@ -11,12 +11,12 @@
 #include <catch2/catch.hpp>
 
 #include "collector/storage/sqlite_store.h"
-#include "tests/agent/temp_dir.h"
 #include "tests/collector/storage/sqlite_file.h"
 #include "tests/collector/storage/test_store.h"
+#include "tests/common/support.h"
 
 using namespace trainscope::storage;
-using trainscope::agent::testing::TempDir;
+using trainscope::tests::TempDir;
 
 namespace {
 

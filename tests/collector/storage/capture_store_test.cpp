@@ -10,9 +10,9 @@
 #include <catch2/catch.hpp>
 
 #include "collector/storage/sqlite_store.h"
-#include "tests/agent/temp_dir.h"
 #include "tests/collector/storage/sqlite_file.h"
 #include "tests/collector/storage/test_store.h"
+#include "tests/common/support.h"
 
 using namespace trainscope::storage;
 using trainscope::storage::testing::createAtVersion;
@@ -21,7 +21,7 @@ namespace wire = trainscope::wire;
 
 namespace {
 
-using trainscope::agent::testing::TempDir;
+using trainscope::tests::TempDir;
 
 std::unique_ptr<Store> openAt(const std::string& path) {
   return trainscope::storage::testing::openTestStore(path);

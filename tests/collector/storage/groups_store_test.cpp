@@ -7,15 +7,15 @@
 #include <catch2/catch.hpp>
 
 #include "collector/storage/sqlite_store.h"
-#include "tests/agent/temp_dir.h"
 #include "tests/collector/storage/sqlite_file.h"
 #include "tests/collector/storage/test_store.h"
+#include "tests/common/support.h"
 
 using namespace trainscope;
 using namespace trainscope::storage;
-using trainscope::agent::testing::TempDir;
 using trainscope::storage::testing::createAtVersion;
 using trainscope::storage::testing::userVersion;
+using trainscope::tests::TempDir;
 
 namespace {
 

@@ -14,6 +14,7 @@
 #include "tests/collector/storage/test_store.h"
 #include "tests/common/capture_stderr.h"
 #include "tests/common/gcc12_string_warnings.h"  // last: GCC 12 -O3 false positives
+#include "tests/common/support.h"
 
 using namespace trainscope;
 using namespace trainscope::storage;
@@ -23,14 +24,7 @@ using trainscope::storage::testing::userVersion;
 
 namespace {
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/trainscope-store-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string path;
-};
+using trainscope::tests::TempDir;
 
 wire::StepReport report(const std::string& job, uint32_t rank, int64_t step, int64_t durNs) {
   wire::StepReport r;
@@ -90,7 +84,7 @@ SummaryQuery smq(const std::string& job, std::optional<int64_t> from = {},
 
 TEST_CASE("storage: a fresh database is migrated to the current version, in WAL mode", "[sqlite]") {
   TempDir dir;
-  std::string path = dir.path + "/t.db";
+  std::string path = dir.path() + "/t.db";
   {
     auto store = openStore(path);
     WriteBatch b;
@@ -112,7 +106,7 @@ TEST_CASE("storage: a fresh database is migrated to the current version, in WAL 
 
 TEST_CASE("storage: an older database is migrated step by step, keeping its data", "[sqlite]") {
   TempDir dir;
-  std::string path = dir.path + "/old.db";
+  std::string path = dir.path() + "/old.db";
   // Build a version-1 database by hand, as an older collector would have left it.
   execSql(path, std::string("BEGIN;") + migrations().front().sql +
                     "PRAGMA user_version = 1; INSERT INTO jobs(name, first_seen_ns, last_seen_ns)"
@@ -128,7 +122,7 @@ TEST_CASE("storage: an older database is migrated step by step, keeping its data
 TEST_CASE("storage: a database from a newer collector is refused with a clear message",
           "[sqlite]") {
   TempDir dir;
-  std::string path = dir.path + "/new.db";
+  std::string path = dir.path() + "/new.db";
   execSql(path, "PRAGMA user_version = 999;");
   SqliteOptions options;
   options.path = path;
@@ -140,7 +134,7 @@ TEST_CASE("storage: a database from a newer collector is refused with a clear me
 TEST_CASE("storage: a 0-byte database file opens as a new database and the log says so",
           "[sqlite]") {
   TempDir dir;
-  const std::string path = dir.path + "/empty.db";
+  const std::string path = dir.path() + "/empty.db";
   { std::ofstream touch(path); }
   SqliteOptions options;
   options.path = path;
@@ -160,7 +154,7 @@ TEST_CASE("storage: a 0-byte database file opens as a new database and the log s
 
 TEST_CASE("storage: the same step report twice keeps one row and counts the duplicate") {
   TempDir dir;
-  auto store = openStore(dir.path + "/d.db");
+  auto store = openStore(dir.path() + "/d.db");
   WriteBatch b;
   b.steps.push_back(report("job", 0, 1, 100));
   b.steps.push_back(report("job", 1, 1, 120));
@@ -417,7 +411,7 @@ TEST_CASE("storage: ranks, goodbyes and nodes with their latest host sample") {
 TEST_CASE("storage: retention deletes rows received before the horizon and keeps the rest") {
   TempDir dir;
   const int64_t hour = 3600LL * 1'000'000'000;
-  auto store = openStore(dir.path + "/r.db", 2 * hour);
+  auto store = openStore(dir.path() + "/r.db", 2 * hour);
   for (int64_t i = 0; i < 5; ++i) {
     WriteBatch b;
     b.receivedNs = (i + 1) * hour;
@@ -467,7 +461,7 @@ TEST_CASE("storage: retention 0 keeps everything") {
 
 TEST_CASE("storage: reads see committed rows while another thread writes") {
   TempDir dir;
-  auto store = openStore(dir.path + "/c.db");
+  auto store = openStore(dir.path() + "/c.db");
   std::atomic<bool> done{false};
   std::atomic<bool> failed{false};
   // Catch2's assertions are not thread-safe: the writer only records failure.

@@ -142,7 +142,7 @@ export class Stack {
 
   cleanup() {
     killAll();
-    if (!process.env.TRAINSCOPE_E2E_KEEP) fs.rmSync(this.dir, { recursive: true, force: true });
+    if (!process.env.TRAINSCOPE_TEST_KEEP) fs.rmSync(this.dir, { recursive: true, force: true });
     else console.log('kept ' + this.dir);
   }
 }

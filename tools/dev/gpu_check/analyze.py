@@ -277,7 +277,17 @@ def api_summary(base, job, nranks, steps_run, warmup, work):
             # One entry per op, group and size in a step: DDP's buckets, the logged loss...
             key = "%s@%s/%dB" % (c["op"], c.get("group", ""), c["bytes"])
             a = colls.setdefault(key, {"count": 0, "bytes": 0, "total_ns": 0, "max_ns": 0,
-                                       "steps": 0})
+                                       "steps": 0, "device_steps": 0, "host_total_ns": 0,
+                                       "seq": [None, None], "nccl": ""})
+            if c.get("device_timed"):
+                # Timed by trainscope's NCCL profiler plugin (docs/GPU.md).
+                a["device_steps"] += 1
+                a["host_total_ns"] += c.get("host_total_ns", 0)
+                lo, hi = a["seq"]
+                a["seq"] = [c["first_seq"] if lo is None else min(lo, c["first_seq"]),
+                            c["last_seq"] if hi is None else max(hi, c["last_seq"])]
+                a["nccl"] = "%s/%s/%s/%sch" % (c.get("algorithm"), c.get("protocol"),
+                                                c.get("datatype"), c.get("channels"))
             a["count"] += c["count"]
             a["bytes"] += c["bytes"]
             a["total_ns"] += c["total_ns"]
@@ -288,7 +298,14 @@ def api_summary(base, job, nranks, steps_run, warmup, work):
                               "bytes_per_step": v["bytes"] // max(1, v["steps"]),
                               "per_call_mean_ms": ms(v["total_ns"] / max(1, v["count"])),
                               "per_step_median_ms": ms(med(per_step_coll[k])),
-                              "max_ms": ms(v["max_ns"])} for k, v in sorted(colls.items())}
+                              "max_ms": ms(v["max_ns"]),
+                              "device_timed_rows": v["device_steps"],
+                              "host_per_call_mean_ms": ms(v["host_total_ns"] / max(1, v["count"]))
+                              if v["device_steps"] else None,
+                              "nccl_seq": v["seq"], "nccl": v["nccl"]}
+                         for k, v in sorted(colls.items())}
+    res["device_dropped"] = sum(r.get("device_dropped", 0) or 0 for r in rows)
+    res["device_comm_ms_median"] = ms(med([r.get("device_comm_ns", 0) or 0 for r in rows]))
     p2p = sum(len(r.get("p2p", []) or []) for r in rows)
     res["p2p_entries"] = p2p
     an = raw["anomalies"].get("anomalies", []) if isinstance(raw["anomalies"], dict) else []
@@ -407,6 +424,10 @@ def verdict(res):
                     tag, ", ".join(x["kind"] for x in a["anomalies"])))
             if not a["collectives"]:
                 v.append("%s: FAIL no collectives stored" % tag)
+            elif "nccl" in tag and not any(c["device_timed_rows"]
+                                           for c in a["collectives"].values()):
+                v.append("%s: FAIL no NCCL device times (trainscope's NCCL profiler plugin; "
+                         "docs/GPU.md)" % tag)
             if not a["ops_distinct"]:
                 v.append("%s: WARN no operators stored" % tag)
             r = j.get("api_vs_script_step_ratio")
@@ -475,6 +496,12 @@ def print_summary(res):
                   "median %s ms, max %s ms" % (k, c["count"], c["steps_with"], c["bytes_per_step"],
                                                c["per_call_mean_ms"], c["per_step_median_ms"],
                                                c["max_ms"]))
+                if c["device_timed_rows"]:
+                    p("       device-timed in %d rows (host per-call %s ms), NCCL seq %s, %s" % (
+                        c["device_timed_rows"], c["host_per_call_mean_ms"], c["nccl_seq"],
+                        c["nccl"]))
+            p("  device comm median %s ms per step, %d NCCL ops not timed" % (
+                a["device_comm_ms_median"], a["device_dropped"]))
             p("  anomalies: %s" % ([(x["kind"], x["ranks"], x["summary"]) for x in a["anomalies"]]
                                    or "none"))
             p("  topology: %s groups %s" % (a["topology"], a["topology_groups"]))

@@ -31,12 +31,20 @@ const kFigures = [
 ];
 const orNeg = (x) => (x === null || x === undefined ? -1 : x);
 
+// The rank's GPU (ranks listing `gpu`: its latest NVML reading), for jobs whose ranks name one.
+const kGpuColumns = [
+  { key: 'gpuClock', label: 'GPU SM clock (MHz)', num: true, get: (r) => orNeg(r.gpuClock), render: (r) => (r.gpuClock === null ? '' : r.gpuClock) },
+  { key: 'gpuTemp', label: 'GPU temp (°C)', num: true, get: (r) => orNeg(r.gpuTemp), render: (r) => (r.gpuTemp === null ? '' : r.gpuTemp) },
+  { key: 'gpuThrottle', label: 'GPU throttled', get: (r) => r.gpuThrottle, render: (r) => r.gpuThrottle },
+];
+
 function columnsFor(ranks, table) {
   const axes = layoutAxes(ranks).map((a) => ({ key: a, label: a, num: true,
     get: (r) => orNeg(r.coords[a]), render: (r) => (r.coords[a] === undefined ? '' : r.coords[a]) }));
   const figures = kFigures.filter((f) => table.some((r) => r[f.key] !== null && r[f.key] !== undefined))
     .map((f) => ({ key: f.key, label: f.label, num: true, get: (r) => orNeg(r[f.key]), render: (r) => pct(r[f.key]) }));
-  return [columns[0], ...axes, ...columns.slice(1, -1), ...figures, columns[columns.length - 1]];
+  const gpu = table.some((r) => r.hasGpu) ? kGpuColumns : [];
+  return [columns[0], ...axes, ...columns.slice(1, -1), ...figures, ...gpu, columns[columns.length - 1]];
 }
 
 const median = (xs) => {
@@ -60,6 +68,11 @@ function rankRow(r, s) {
                 comm: s ? s.exposed_comm_ns : 0, data: s ? s.data_ns : 0,
                 top: top ? top.name : '', topNs: top ? top.total_ns : 0, ended: r.ended, coords: r.coords || {} };
   for (const f of kFigures) row[f.key] = s && s[f.field] !== undefined ? s[f.field] : null;
+  const g = r.gpu || null;
+  row.hasGpu = g !== null;
+  row.gpuClock = g && g.sm_clock_mhz != null ? g.sm_clock_mhz : null;
+  row.gpuTemp = g && g.temperature_c != null ? g.temperature_c : null;
+  row.gpuThrottle = !g ? '' : g.lost ? 'lost' : g.throttling ? 'yes' : g.throttling === false ? 'no' : '';
   return row;
 }
 

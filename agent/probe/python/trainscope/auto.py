@@ -266,6 +266,23 @@ def device_in_use(modules=None):
     return None
 
 
+def gpu_uuid_in_use(modules=None):
+    """The UUID of the GPU this process computes on, as NVML spells it ("GPU-..."), once torch has
+    initialised CUDA here, else None. The probe sends it in RankInfo, so the collector puts the
+    rank's steps beside that GPU's samples from the agent."""
+    torch = (sys.modules if modules is None else modules).get("torch")
+    try:
+        if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return None
+        uuid = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", None)
+    except Exception:  # noqa: BLE001 - a torch without CUDA support, or a broken one
+        return None
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith("GPU-") else "GPU-" + text
+
+
 def _start():
     """Creates (or adopts) the probe, enables operators; False when monitoring is off."""
     state.started = True
@@ -273,6 +290,9 @@ def _start():
     device = device_in_use()
     if device and not os.environ.get("TRAINSCOPE_DEVICE"):
         os.environ["TRAINSCOPE_DEVICE"] = device  # read by the probe when it is created
+    uuid = gpu_uuid_in_use()
+    if uuid and not os.environ.get("TRAINSCOPE_GPU_UUID"):
+        os.environ["TRAINSCOPE_GPU_UUID"] = uuid
     overrides = {}
     try:
         import torch.distributed as dist
