@@ -63,11 +63,16 @@ void logLine(LogLevel level, std::string_view component, std::string_view messag
 
 void logOnce(LogLevel level, std::string_view component, std::string_view key,
              std::string_view message) {
-  static std::mutex mu;
-  static std::set<std::string, std::less<>> seen;
+  // Never destroyed: threads that outlive main (a probe's runtime thread stopped by an atexit
+  // hook registered before this state existed) may still log while static objects go.
+  struct Seen {
+    std::mutex mu;
+    std::set<std::string, std::less<>> keys;
+  };
+  static auto* seen = new Seen;
   {
-    std::lock_guard lock(mu);
-    if (!seen.emplace(std::string(component) + "/" + std::string(key)).second) return;
+    std::lock_guard lock(seen->mu);
+    if (!seen->keys.emplace(std::string(component) + "/" + std::string(key)).second) return;
   }
   logLine(level, component, message);
 }

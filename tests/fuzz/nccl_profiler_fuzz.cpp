@@ -21,7 +21,6 @@
 #include <nccl/profiler.h>
 
 #include "agent/probe/trainscope_probe.h"
-#include "common/log.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using trainscope::fuzz::check;
@@ -44,9 +43,6 @@ const char* pick(FuzzedDataProvider& in, std::deque<std::string>& keep,
 
 ts_probe* probe() {
   static ts_probe* p = [] {
-    // logOnce's state first, so that it is destroyed after the probe's exit hook has stopped
-    // the runtime thread, which may still log while the process exits.
-    trainscope::logOnce(trainscope::LogLevel::kDebug, "fuzz", "start", "nccl_profiler fuzz");
     ts_probe_config c;
     ts_config_init(&c);
     c.job = "nccl-fuzz";
