@@ -164,6 +164,8 @@ def test_the_layout_is_where_the_build_says(installed):
                    os.path.join(pkg, "trainscope", "_boot", "sitecustomize.py"),
                    os.path.join(pkg, "trainscope-auto.pth"),
                    os.path.join(root, "share", "trainscope", "web", "index.html"),
+                   os.path.join(root, "share", "trainscope", "prometheus", "trainscope-rules.yml"),
+                   os.path.join(root, "share", "trainscope", "grafana", "trainscope-dashboard.json"),
                    os.path.join(conf, "agent.conf"), os.path.join(conf, "collector.conf"),
                    os.path.join(units, "trainscope-agent.service"),
                    os.path.join(units, "trainscope-collector.service")]
