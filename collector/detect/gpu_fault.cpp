@@ -69,8 +69,11 @@ void GpuFaults::fault(const std::string& uuid, Gpu& g, const std::string& cause,
     g.lastFaultNs = nowNs;
     g.lastFault = cause;
   }
+  evidence["gpu_index"] = g.index;
   for (auto& [job, ranks] : users(uuid)) {
-    const std::string key = job + "/" + cause;
+    std::string key = job;
+    key += '/';
+    key += cause;
     if (g.open.count(key) != 0) continue;
     int64_t step = -1;
     for (uint32_t r : ranks) {
@@ -88,11 +91,13 @@ void GpuFaults::fault(const std::string& uuid, Gpu& g, const std::string& cause,
     a.magnitude = 1.0;
     a.confidence = 1.0;
     a.evidence = evidence;
-    a.evidence["gpu_index"] = g.index;
     a.labels = {{"cause", cause}, {"gpu_uuid", uuid}, {"node", g.node}};
     a.summary = "GPU " + std::to_string(g.index) + " of " + g.node + " (" + uuid + "), used by " +
                 rankList(ranks) + ": " + what;
-    g.open[key] = log_.open(std::move(a), rankSubject(ranks) + "-" + cause);
+    std::string subject = rankSubject(ranks);
+    subject += '-';
+    subject += cause;
+    g.open[key] = log_.open(std::move(a), subject);
   }
 }
 

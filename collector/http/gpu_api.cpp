@@ -9,7 +9,7 @@
 
 namespace trainscope::http {
 
-using json = nlohmann::json;
+using nlohmann::json;
 
 namespace {
 // The most samples one request may ask for: an hour at the agent's 1 Hz.

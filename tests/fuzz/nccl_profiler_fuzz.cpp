@@ -26,9 +26,12 @@
 using trainscope::fuzz::check;
 
 extern "C" int ts_nccl_profiler_stats(int64_t* out, int n);
+// The plugin's exported names, as NCCL spells them.
+// NOLINTBEGIN(readability-identifier-naming)
 extern "C" ncclProfiler_v4_t ncclProfiler_v4;
 extern "C" ncclProfiler_v5_t ncclProfiler_v5;
 extern "C" ncclProfiler_v6_t ncclProfiler_v6;
+// NOLINTEND(readability-identifier-naming)
 
 namespace {
 
@@ -206,8 +209,8 @@ void drive(FuzzedDataProvider& in, Api* api, std::vector<void*>& contexts) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Proxy steps on (read when the plugin starts, at the first init below).
-  static const bool proxySteps = setenv("TRAINSCOPE_NCCL_PROXY_STEPS", "1", 1) == 0;
-  (void)proxySteps;
+  static const bool kProxySteps = setenv("TRAINSCOPE_NCCL_PROXY_STEPS", "1", 1) == 0;
+  (void)kProxySteps;
   FuzzedDataProvider in(data, size);
   if (in.ConsumeBool()) probe();  // else a later input starts it: first inputs run without
   // Communicators, each through its version's init.

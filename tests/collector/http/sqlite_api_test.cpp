@@ -168,7 +168,7 @@ TEST_CASE("API over the SQLite store serves a node's GPUs, each rank's GPU and t
   for (int i = 0; i < 3; ++i) {
     wire::HostSample host;
     host.set_node("node-a");
-    host.set_time_ns(now - (2 - i) * 1000 * kMs);
+    host.set_time_ns(now - static_cast<int64_t>(2 - i) * 1000 * kMs);
     auto* g = host.add_gpus();
     g->set_index(1);
     g->set_uuid(uuid);
