@@ -79,5 +79,8 @@ export function byGain(a, b) {
   return b.detected_ns - a.detected_ns;
 }
 
+// Whether an API field holds a value (absent and null both mean none).
+export const isSet = (x) => x !== null && x !== undefined;
+
 // A ratio as a percentage with one decimal, '' for null/undefined.
 export const pct = (x) => (x === null || x === undefined ? '' : (100 * x).toFixed(1));

@@ -1,6 +1,7 @@
 // Job page panel: the nodes the job's ranks run on, with their agents' host metrics, and below
 // them each node's GPUs as its latest sample has them (NVML through the agent; none without).
 import { el, simpleTable } from '../dom.js';
+import { isSet } from '../layout.js';
 import { state } from '../state.js';
 
 const kHeaders = ['node', 'host', 'ranks', 'last seen (s ago)', 'CPU %', 'load1', 'memory available', 'clock offset (ms)', 'spool'];
@@ -27,10 +28,10 @@ function gpuRow(n, g, rankList) {
   const reasons = (g.clock_event_reasons || []).filter((r) => r !== 'gpu_idle').join(', ');
   return el('tr', g.throttling ? { class: 'gpu-throttled' } : {}, el('td', {}, n.node), num(g.index),
     el('td', {}, g.uuid), el('td', {}, rankList), num(g.utilization_pct),
-    num(g.memory_used_bytes != null ? (g.memory_used_bytes / 2 ** 30).toFixed(1) + ' GiB' : null),
-    num(g.power_watts != null ? g.power_watts.toFixed(0) : null), num(g.temperature_c),
+    num(isSet(g.memory_used_bytes) ? (g.memory_used_bytes / 2 ** 30).toFixed(1) + ' GiB' : null),
+    num(isSet(g.power_watts) ? g.power_watts.toFixed(0) : null), num(g.temperature_c),
     num(g.sm_clock_mhz), el('td', {}, g.throttling ? reasons : (g.throttling === false ? 'no' : '')),
-    num(g.throttle_seconds != null ? g.throttle_seconds.toFixed(1) : null),
+    num(isSet(g.throttle_seconds) ? g.throttle_seconds.toFixed(1) : null),
     num(g.ecc_uncorrected), num(g.nvlink_errors));
 }
 

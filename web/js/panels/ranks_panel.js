@@ -3,7 +3,7 @@
 // share, and grouped by stage, replica or tp index) and the top operators summed over ranks.
 import { get, enc } from '../api.js';
 import { el, ms, sortableTable } from '../dom.js';
-import { groupRanks, kGroupings, layoutAxes, pct } from '../layout.js';
+import { groupRanks, isSet, kGroupings, layoutAxes, pct } from '../layout.js';
 import { state } from '../state.js';
 
 const kTopOps = 12;
@@ -70,8 +70,8 @@ function rankRow(r, s) {
   for (const f of kFigures) row[f.key] = s && s[f.field] !== undefined ? s[f.field] : null;
   const g = r.gpu || null;
   row.hasGpu = g !== null;
-  row.gpuClock = g && g.sm_clock_mhz != null ? g.sm_clock_mhz : null;
-  row.gpuTemp = g && g.temperature_c != null ? g.temperature_c : null;
+  row.gpuClock = g && isSet(g.sm_clock_mhz) ? g.sm_clock_mhz : null;
+  row.gpuTemp = g && isSet(g.temperature_c) ? g.temperature_c : null;
   row.gpuThrottle = !g ? '' : g.lost ? 'lost' : g.throttling ? 'yes' : g.throttling === false ? 'no' : '';
   return row;
 }
