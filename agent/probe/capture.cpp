@@ -105,7 +105,11 @@ const std::string& CaptureRecorder::jsonName(uint32_t id) {
 
 std::pair<int64_t, int64_t> CaptureRecorder::historyRange(const wire::CaptureCommand& c) {
   if (c.start_step() < 0 || c.start_step() > INT64_MAX / 2) return {1, 0};  // empty
-  return {c.start_step() - static_cast<int64_t>(c.history()), c.start_step() - 1};
+  // The whole window: a command that arrives late (the agent or this probe was busy) finds
+  // the steps it missed in the flight recorder. Only folded steps are held, so the range
+  // ends at the last folded step in effect.
+  return {c.start_step() - static_cast<int64_t>(c.history()),
+          c.start_step() + static_cast<int64_t>(c.steps()) - 1};
 }
 
 std::vector<wire::CommandStatus> CaptureRecorder::start(const wire::Command& cmd,
@@ -149,11 +153,17 @@ wire::CommandStatus CaptureRecorder::begin(const wire::Command& cmd, int64_t las
                   "history must be at most " + std::to_string(options_.maxHistory) + ", not " +
                       std::to_string(c.history()));
   }
-  if (c.start_step() <= lastFinalStep) {
-    return status(id, wire::RankState::kFailed,
-                  "start step " + std::to_string(c.start_step()) + " already passed: rank " +
-                      std::to_string(identity_.rank) + " is at step " +
-                      std::to_string(lastFinalStep));
+  // A start step already passed is served from the flight recorder while it still holds it
+  // (the held steps are contiguous up to the last folded one).
+  const bool passed = c.start_step() <= lastFinalStep;
+  if (passed && (firstHeldStep < 0 || firstHeldStep > c.start_step())) {
+    return status(
+        id, wire::RankState::kFailed,
+        "start step " + std::to_string(c.start_step()) + " already passed: rank " +
+            std::to_string(identity_.rank) + " is at step " + std::to_string(lastFinalStep) +
+            (firstHeldStep < 0
+                 ? std::string(" and its flight recorder holds no step")
+                 : " and its flight recorder holds steps from " + std::to_string(firstHeldStep)));
   }
   if (c.start_step() > INT64_MAX / 2) {
     return status(id, wire::RankState::kFailed,
@@ -193,21 +203,31 @@ wire::CommandStatus CaptureRecorder::begin(const wire::Command& cmd, int64_t las
   const int64_t from = start_ - static_cast<int64_t>(history_);
   const int64_t historyFrom =
       firstHeldStep >= from ? firstHeldStep : std::max(from, lastFinalStep + 1);
-  return status(id, wire::RankState::kRecording,
-                "steps " + std::to_string(start_) + ".." + std::to_string(start_ + steps_ - 1) +
-                    ", history from " + std::to_string(historyFrom));
+  std::string detail = "steps " + std::to_string(start_) + ".." +
+                       std::to_string(start_ + steps_ - 1) + ", history from " +
+                       std::to_string(historyFrom);
+  if (passed) {
+    detail += "; steps to " + std::to_string(std::min(lastFinalStep, start_ + steps_ - 1)) +
+              " from the flight recorder (the command came at step " +
+              std::to_string(lastFinalStep) + ")";
+  }
+  return status(id, wire::RankState::kRecording, std::move(detail));
 }
 
 std::optional<wire::CommandStatus> CaptureRecorder::writeHistory(
     const std::vector<HeldStep>& held) {
   if (!active_) return std::nullopt;
   const int64_t from = start_ - static_cast<int64_t>(history_);
+  const int64_t last = start_ + static_cast<int64_t>(steps_) - 1;
   for (const HeldStep& h : held) {
-    if (h.step < from || h.step >= start_) continue;
+    // Steps folded after the command come through offer(), not from here.
+    if (h.step > lastSeen_) break;
+    if (h.step < from || h.step > last) continue;
     if (!writeStep(h.step, h.startNs, h.endNs, h.records)) break;
   }
   if (!error_.empty()) return fail(error_);
-  if (truncated_) return finishFile("");
+  // Truncated, or every step of the window was already held (a command that came late).
+  if (truncated_ || lastSeen_ >= last) return finishFile("");
   return std::nullopt;
 }
 

@@ -211,16 +211,64 @@ TEST_CASE("capture ts keeps nanoseconds as exact fractional microseconds") {
   CHECK(text.find("\"dur\": 1.001") != std::string::npos);
 }
 
-TEST_CASE("capture rejects a start step already passed and a second capture") {
+TEST_CASE(
+    "a command that comes after its start step takes the passed steps from the flight "
+    "recorder while it holds them") {
+  TempDir tmp;
+  FlightRecorder fr(8, 1u << 20);
+  fill(fr, 9);  // holds 2..9
+
+  // Steps 8..10 asked for at step 9: 4..9 from the flight recorder, 10 live.
+  CaptureRecorder late(identity(), optionsIn(tmp.path()));
+  auto started = late.start(captureCommand("cap-late", 8, 3, 4), 9, fr);
+  REQUIRE(started.size() == 1);
+  CHECK(started[0].state() == "recording");
+  CHECK(started[0].detail() ==
+        "steps 8..10, history from 4; steps to 9 from the flight recorder (the command came at "
+        "step 9)");
+  auto done = late.offer(10, stepStart(10), stepEnd(10), stepRecords(10));
+  REQUIRE(done.has_value());
+  CHECK(done->state() == "uploading");
+  CHECK(done->first_step() == 4);
+  CHECK(done->last_step() == 10);
+  std::set<int64_t> steps;
+  const nlohmann::json doc = readJsonGz(done->file_path());
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["cat"] == "step") steps.insert(e["args"]["step"].get<int64_t>());
+  }
+  CHECK(steps == std::set<int64_t>{4, 5, 6, 7, 8, 9, 10});
+
+  // The whole window passed and held: the file is written at once.
+  auto whole = CaptureRecorder(identity(), optionsIn(tmp.path()))
+                   .start(captureCommand("cap-whole", 5, 3, 1), 9, fr);
+  REQUIRE(whole.size() == 2);
+  CHECK(whole[0].state() == "recording");
+  CHECK(whole[1].state() == "uploading");
+  CHECK(whole[1].first_step() == 4);
+  CHECK(whole[1].last_step() == 7);
+  CHECK_FALSE(whole[1].truncated());
+
+  // Its start no longer held: refused, saying what is held.
+  auto gone = CaptureRecorder(identity(), optionsIn(tmp.path()))
+                  .start(captureCommand("cap-gone", 1, 3, 0), 9, fr);
+  REQUIRE(gone.size() == 1);
+  CHECK(gone[0].state() == "failed");
+  CHECK(gone[0].detail() ==
+        "start step 1 already passed: rank 3 is at step 9 and its flight "
+        "recorder holds steps from 2");
+  FlightRecorder empty(8, 1u << 20);
+  auto none = CaptureRecorder(identity(), optionsIn(tmp.path()))
+                  .start(captureCommand("cap-none", 9, 1, 0), 9, empty);
+  CHECK(none[0].detail() ==
+        "start step 9 already passed: rank 3 is at step 9 and its flight "
+        "recorder holds no step");
+}
+
+TEST_CASE("capture rejects a second capture and bad commands") {
   TempDir tmp;
   FlightRecorder fr(8, 1u << 20);
   fill(fr, 9);
   CaptureRecorder cap(identity(), optionsIn(tmp.path()));
-  auto passed = cap.start(captureCommand("cap-old", 9, 3, 4), 9, fr);
-  REQUIRE(passed.size() == 1);
-  CHECK(passed[0].state() == "failed");
-  CHECK(passed[0].detail() == "start step 9 already passed: rank 3 is at step 9");
-  CHECK_FALSE(cap.active());
 
   REQUIRE(cap.start(captureCommand("cap-a", 11, 3, 4), 9, fr)[0].state() == "recording");
   auto second = cap.start(captureCommand("cap-b", 12, 3, 4), 9, fr);
