@@ -92,8 +92,16 @@ void GpuFaults::fault(const std::string& uuid, Gpu& g, const std::string& cause,
     a.confidence = 1.0;
     a.evidence = evidence;
     a.labels = {{"cause", cause}, {"gpu_uuid", uuid}, {"node", g.node}};
-    a.summary = "GPU " + std::to_string(g.index) + " of " + g.node + " (" + uuid + "), used by " +
-                rankList(ranks) + ": " + what;
+    a.summary.append("GPU ")
+        .append(std::to_string(g.index))
+        .append(" of ")
+        .append(g.node)
+        .append(" (")
+        .append(uuid)
+        .append("), used by ")
+        .append(rankList(ranks))
+        .append(": ")
+        .append(what);
     std::string subject = rankSubject(ranks);
     subject += '-';
     subject += cause;
