@@ -116,6 +116,19 @@ struct Probe {
   }
 };
 
+// Catch2's assertions are not thread-safe: a call that fails on another thread (NCCL's proxy)
+// is counted here, and the test checks the count once it joined that thread.
+const std::thread::id kTestThread = std::this_thread::get_id();
+std::atomic<int> gOffThreadFailures{0};
+
+void must(bool ok) {
+  if (std::this_thread::get_id() == kTestThread) {
+    REQUIRE(ok);
+  } else if (!ok) {
+    gOffThreadFailures.fetch_add(1);
+  }
+}
+
 // One interface version as NCCL drives it: the descriptor type differs per version, the calls
 // are the same.
 template <class Api, class Descr, class Args>
@@ -127,7 +140,7 @@ struct Driver {
 
   void* start(Descr d) {
     void* h = reinterpret_cast<void*>(0x1);  // NCCL does not clear it; the plugin must
-    REQUIRE(api->startEvent(ctx, &h, &d) == ncclSuccess);
+    must(api->startEvent(ctx, &h, &d) == ncclSuccess);
     return h;
   }
   void* coll(const char* func, size_t count, const char* dtype, uint64_t seq, uint8_t channels) {
@@ -164,10 +177,10 @@ struct Driver {
   void channelStop(void* h, uint64_t pTimer) {
     Args a{};
     a.kernelCh.pTimer = pTimer;
-    REQUIRE(api->recordEventState(h, ncclProfilerKernelChStop, &a) == ncclSuccess);
-    REQUIRE(api->stopEvent(h) == ncclSuccess);
+    must(api->recordEventState(h, ncclProfilerKernelChStop, &a) == ncclSuccess);
+    must(api->stopEvent(h) == ncclSuccess);
   }
-  void stop(void* h) { REQUIRE(api->stopEvent(h) == ncclSuccess); }
+  void stop(void* h) { must(api->stopEvent(h) == ncclSuccess); }
 };
 
 using V4 = Driver<ncclProfiler_v4_t, ncclProfilerEventDescr_v4_t, ncclProfilerEventStateArgs_v4_t>;
@@ -482,6 +495,7 @@ TEST_CASE(
     d.stop(h);  // "enqueued": races with the proxy thread's channel stop
   }
   proxy.join();
+  CHECK(gOffThreadFailures.load() == 0);
   ts_step_end(probe.p, 60, 0);
   CHECK(pl.stat(kRecorded) == recorded + kOps);
   CHECK(pl.stat(kIncomplete) == incomplete);
