@@ -47,9 +47,12 @@ log=$(mktemp)
 # "pytest: N passed, N failed, N skipped" here: the closing line counts those cases.
 pytest_counts=$(mktemp)
 export TRAINSCOPE_PYTEST_COUNTS=$pytest_counts
-trap 'rm -f "$log" "$pytest_counts"' EXIT
+failures=$(mktemp)
+current_stage=
+trap 'rm -f "$log" "$pytest_counts" "$failures"' EXIT
 status=0
 stage_times=()
+failed_stages=()
 
 wanted() {
   if [[ -n $only ]]; then [[ $only == *,$1,* ]]; else [[ $default_stages == *,$1,* ]]; fi
@@ -62,9 +65,11 @@ run_stage() {
   shift
   wanted "$name" || return 0
   echo "== $name"
+  current_stage=$name
   start=$(date +%s)
   if ! "$@"; then
     echo "== $name: FAILED"
+    failed_stages+=("$name")
     status=1
   fi
   stage_times+=("$name $(($(date +%s) - start)) s")
@@ -77,12 +82,16 @@ lint_test() {
   if "$@"; then echo "Ok: 1" >>"$log"; else echo "Fail: 1" >>"$log"; return 1; fi
 }
 
-# meson_tests DIR ARGS...: meson test in DIR, its summary kept for the closing line. Sanitized
-# code runs a few times slower: the timeouts stretch with it.
+# meson_tests DIR ARGS...: meson test in DIR, its summary kept for the closing line, and the
+# failed tests' names with their last output lines kept for the end of the log (CI shows only its
+# tail). Sanitized code runs a few times slower: the timeouts stretch with it.
 meson_tests() {
-  local dir=$1
+  local dir=$1 rc=0
   shift
-  meson test -C "$dir" --print-errorlogs --num-processes 2 "$@" 2>&1 | tee -a "$log"
+  rm -f "$dir/meson-logs/testlog.json"
+  meson test -C "$dir" --print-errorlogs --num-processes 2 "$@" 2>&1 | tee -a "$log" || rc=$?
+  tools/dev/failed_tests.py "$dir" "$current_stage" >>"$failures" || true
+  return "$rc"
 }
 
 # build_for DIR ARGS...: configures DIR and builds the targets tools/dev/suite_targets.py lists.
@@ -131,6 +140,10 @@ run_stage main main_stage "$@"
 run_stage tidy lint_test tidy tools/lint.sh --tidy-only --changed --no-cache --build build-asan
 
 echo "== stage times: $(IFS=,; echo "${stage_times[*]}" | sed 's/,/, /g')"
+if ((${#failed_stages[@]})); then
+  echo "== failed stages: ${failed_stages[*]}"
+  cat "$failures"
+fi
 # One closing line in the plain form CI readers understand, summed over the stages.
 count() { awk -v k="$1:" 'index($0, k) == 1 {s += $NF} END {print s + 0}' "$log"; }
 # pytest_extra OUTCOME: the pytest cases with that outcome, less the one meson test each file
