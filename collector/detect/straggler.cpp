@@ -127,9 +127,6 @@ void StragglerDetector::onStep(const AssembledStep& step) {
   if (rs.size() < std::max<uint32_t>(o_.minRanks, 2)) return;
 
   size_t n = rs.size();
-  std::vector<double> computes(n);
-  for (size_t i = 0; i < n; ++i) computes[i] = ownTime(rs[i]->report);
-  const std::vector<double> peers = mediansOfOthers(computes);
   std::vector<double> waits(n);
   for (size_t i = 0; i < n; ++i) waits[i] = static_cast<double>(rs[i]->report.exposed_comm_ns());
   const std::vector<double> peerWaits = mediansOfOthers(waits);
@@ -147,6 +144,16 @@ void StragglerDetector::onStep(const AssembledStep& step) {
     }
     waitShare_.push(medianInPlace(shares));
   }
+  // What is compared (see "Busy hosts" in the header): a rank's own time, or on a busy host its
+  // work, the own time less its wait for a CPU.
+  const bool busy =
+      cpuWaitKnown && !waitShare_.empty() && waitShare_.median() >= kBusyHostWaitShare;
+  std::vector<double> computes(n);
+  for (size_t i = 0; i < n; ++i) {
+    computes[i] = ownTime(rs[i]->report);
+    if (busy) computes[i] = std::max(0.0, computes[i] - cpuWaits[i]);
+  }
+  const std::vector<double> peers = mediansOfOthers(computes);
   std::vector<double> ratios(n);
   for (size_t i = 0; i < n; ++i) ratios[i] = peers[i] > 0 ? computes[i] / peers[i] : 1.0;
   // Job-wide spread of the ratios; one straggler barely moves a MAD across ranks.
@@ -195,10 +202,16 @@ void StragglerDetector::onStep(const AssembledStep& step) {
     st.peerExposed.push(peerWaits[i]);
     st.cpuWait.push(cpuWaits[i]);
     st.peerCpuWait.push(peerCpuWaits[i]);
+    if (n < 3) {
+      if (st.pairHistory.capacity() < kPairHistory)
+        st.pairHistory = Ring<RankState::PairSample>(kPairHistory);
+      st.pairHistory.push({step.step, computes[i], peers[i]});
+    }
     if (known.size() >= 2 && arrivals[i] == arrivals[i])
       st.arrivalLag.push(arrivals[i] - arrivalMedian);
     st.tracker.setExternalNoise(jobNoise);
     auto t = st.tracker.push(step.step, ratios[i]);
+    if (busy) countStarved(st);
     const bool candidate = t == PersistenceTracker::Transition::kOpened ||
                            (st.deferred && !st.open && st.tracker.active());
     if (candidate) {
@@ -210,15 +223,19 @@ void StragglerDetector::onStep(const AssembledStep& step) {
       double peerMs = median(st.peer.latest(since)) / 1e6;
       double waitMs = median(st.exposed.latest(since)) / 1e6;
       double peerWaitMs = median(st.peerExposed.latest(since)) / 1e6;
-      st.deferred = n < 3 && !(peerWaitMs - waitMs >= 0.5 * (computeMs - peerMs));
+      st.deferred = n < 3 && !(peerWaitMs - waitMs >= 0.5 * (computeMs - peerMs)) &&
+                    !(busy && roseAlone(st, st.tracker.onsetStep(), (computeMs - peerMs) * 1e6));
       if (st.deferred) continue;
       // The host's weather (cpu_contention.h): the rank only waited longer for a CPU, on a host
-      // where its peers already waited for one. Held like a deferral, counted once.
+      // where its peers already waited for one. Held like a deferral, counted once. (On a busy
+      // host the work is compared already: this holds only a small rise of it.)
       const double cpuWaitMs = cpuWaitKnown ? median(st.cpuWait.latest(since)) / 1e6 : 0.0;
       const double peerCpuWaitMs = cpuWaitKnown ? median(st.peerCpuWait.latest(since)) / 1e6 : 0.0;
+      const double ownMs = busy ? computeMs + cpuWaitMs : computeMs;
+      const double peerOwnMs = busy ? peerMs + peerCpuWaitMs : peerMs;
       if (!waitShare_.empty() &&
-          hostWeather(computeMs - peerMs, cpuWaitMs - peerCpuWaitMs, computeMs - cpuWaitMs,
-                      peerMs - peerCpuWaitMs, waitShare_.median())) {
+          hostWeather(ownMs - peerOwnMs, cpuWaitMs - peerCpuWaitMs, ownMs - cpuWaitMs,
+                      peerOwnMs - peerCpuWaitMs, waitShare_.median())) {
         if (!st.weather) ++hostWeather_;
         st.weather = true;
         st.deferred = true;
@@ -250,14 +267,17 @@ void StragglerDetector::onStep(const AssembledStep& step) {
       if (cpuWaitKnown) {
         a.evidence["cpu_wait_ms"] = cpuWaitMs;
         a.evidence["peer_cpu_wait_ms"] = peerCpuWaitMs;
-        if (waitExplains(computeMs - peerMs, cpuWaitMs - peerCpuWaitMs)) {
+        if (busy) a.evidence["host_cpu_wait_share"] = waitShare_.median();
+        if (waitExplains(ownMs - peerOwnMs, cpuWaitMs - peerCpuWaitMs)) {
           a.labels["cause"] = "cpu_contention";
           cause = "; it waited " + formatMs(cpuWaitMs * 1e6) + " a step for a CPU (peers " +
                   formatMs(peerCpuWaitMs * 1e6) + "): its host runs more threads than it has cores";
         }
       }
       a.summary = "rank " + std::to_string(rank) + (st.node.empty() ? "" : " (" + st.node + ")") +
-                  " is a straggler: its own time (the step less its waits) " +
+                  " is a straggler: its " +
+                  (busy ? "work (the step less its waits, for communication and for a CPU) "
+                        : "own time (the step less its waits) ") +
                   formatRatio(a.magnitude) + " the peer median (" + formatMs(computeMs * 1e6) +
                   " vs " + formatMs(peerMs * 1e6) + ") from step " + std::to_string(a.onsetStep) +
                   cause;
@@ -269,6 +289,41 @@ void StragglerDetector::onStep(const AssembledStep& step) {
       st.deferred = false;
       st.weather = false;
     }
+  }
+}
+
+bool StragglerDetector::roseAlone(const RankState& st, int64_t onset, double excessNs) {
+  std::vector<double> ownBefore, peerBefore, ownSince, peerSince;
+  for (size_t i = 0; i < st.pairHistory.size(); ++i) {
+    const RankState::PairSample& x = st.pairHistory[i];
+    (x.step < onset ? ownBefore : ownSince).push_back(x.own);
+    (x.step < onset ? peerBefore : peerSince).push_back(x.peer);
+  }
+  if (ownBefore.size() < 8 || ownSince.empty() || !(excessNs > 0)) return false;
+  const double rankRise = medianInPlace(ownSince) - medianInPlace(ownBefore);
+  const double peerRise = medianInPlace(peerSince) - medianInPlace(peerBefore);
+  return rankRise >= 0.5 * excessNs && peerRise < 0.5 * rankRise;
+}
+
+void StragglerDetector::countStarved(RankState& st) {
+  // Over the whole window: a rank whose own time is over its peers' while its work is not was
+  // only short of a CPU. Counted once an episode, which begins 2 minExcess over the peers and
+  // ends under minExcess (so noise around one limit does not count it again).
+  const size_t n = st.compute.size();
+  if (n < st.compute.capacity() || st.open || st.tracker.active()) return;
+  std::vector<double> own(n), peerOwn(n);
+  for (size_t i = 0; i < n; ++i) {
+    own[i] = st.compute[i] + st.cpuWait[i];
+    peerOwn[i] = st.peer[i] + st.peerCpuWait[i];
+  }
+  const double ownRatio = medianInPlace(own) / std::max(1.0, medianInPlace(peerOwn));
+  const double excess = o_.persistence.minExcess;
+  if (st.weather) {
+    st.weather = ownRatio >= 1.0 + excess;
+  } else if (ownRatio >= 1.0 + 2.0 * excess &&
+             median(st.compute.values()) < (1.0 + excess) * median(st.peer.values())) {
+    st.weather = true;
+    ++hostWeather_;
   }
 }
 

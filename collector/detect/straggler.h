@@ -24,12 +24,22 @@
 // A busy host. Where the probes measure it (StepReport.cpu_wait_ns), the evidence gives the
 // rank's wait for a CPU and its peers'; when the rank's exceeds theirs by at least half its
 // excess, its host is the cause (labels.cause "cpu_contention", said in the summary): more
-// threads there than cores, not the job's code. Where the job's ranks usually wait a tenth of
-// their steps for a CPU (the median rank's share over the last 256 steps: on two cores with a
-// busy loop beside two ranks, the scheduler starves one rank, then the other, for dozens of
-// steps), the extra wait explains the excess and the rank's work (own time less its wait) is no
-// more than its peers', it is the host's weather (cpu_contention.h): held like a deferral and
-// counted (hostWeatherHeld), not raised.
+// threads there than cores, not the job's code. Busy hosts: where the job's ranks usually wait a
+// tenth of their steps for a CPU (the median rank's share over the last 256 steps: on two cores
+// with a busy loop beside two ranks, the scheduler starves one rank, then the other, for dozens
+// of steps, 50-65 ms a step, as much as a 40 ms fault adds), what is compared is each rank's
+// work, its own time less its wait for a CPU (evidence host_cpu_wait_share; the summary says
+// "work"). A rank only short of a CPU there is the host's weather (cpu_contention.h): not a
+// candidate at all, counted once an episode (hostWeatherHeld) when over the whole window its own
+// time is over its peers' by minExcess and its work is not (countStarved); and a rank that does
+// more work is found even while its peer is the starved one. A small rise of the work that the
+// extra wait explains is held the same way.
+//
+// Two ranks on a busy host. There the starved rank arrives last at the collectives whatever
+// its work, so its peer's waits cannot say who is slow: a rank whose work exceeds its peer's is
+// then also named when, since the onset, its work rose over its own past (its last steps
+// before the onset) by at least half the excess while its peer's did not rise by half as much.
+// A peer that got faster has not risen; a rank that did more work has.
 //
 // With a parallel layout (setLayout: tensor- or pipeline-parallel groups were declared) the
 // unit is the worker (a tensor-parallel group, whose ranks are slow together) and its peers
@@ -148,12 +158,27 @@ class StragglerDetector {
     bool open = false;
     bool deferred = false;  // the ratio rose but the peers' waits do not yet say so (two ranks)
     bool weather = false;   // this episode was held as the host's weather (counted once)
+    // Two-rank jobs only (sized at their first step): the rank's and its peer's compared time
+    // per step, further back than the window (see "Two ranks on a busy host").
+    struct PairSample {
+      int64_t step;
+      double own;
+      double peer;
+    };
+    Ring<PairSample> pairHistory;
     Anomaly anomaly;
   };
+  // Steps of pairHistory: enough before an onset that a deferred rise still finds some.
+  static constexpr size_t kPairHistory = 128;
+  // Whether, since the onset, the rank's own compared time rose over its own past by at least
+  // half `excessNs` while its peer's did not (by half that rise): see "Two ranks on a busy host".
+  static bool roseAlone(const RankState& st, int64_t onset, double excessNs);
 
   // The worker of `rank` in `layout` when, over the flat path's recent steps, it is still
   // slower than its stage's other workers (by minExcess); else -1.
   int32_t stillSlow(const JobLayout& layout, uint32_t rank, const RankState& st) const;
+  // On a busy host, counts the rank's episode of being short of a CPU (see "Busy hosts").
+  void countStarved(RankState& st);
 
   std::string job_;
   StragglerOptions o_;

@@ -213,3 +213,46 @@ TEST_CASE("straggler: a rank that only waited longer for a CPU on a busy host is
   CHECK(own[0].labels.count("cause") == 0);
   CHECK(ownHeld == 0);
 }
+
+// A busy host (every rank waits 30 % of its step for a CPU) where rank `starved` is short of a
+// CPU from step 100 (its time 1.6x, the extra all waiting) and rank `slow` does 1.4x the work
+// from step 500: the stragglers raised and the episodes held as the host's weather.
+static std::pair<std::vector<Anomaly>, uint64_t> busyHostWithStarvedPeer(uint32_t world,
+                                                                         uint32_t starved,
+                                                                         uint32_t slow) {
+  SynthJob job;
+  job.world = world;
+  job.ranksPerNode = world;
+  job.seed = 61;
+  job.rng.seed(61);
+  job.noise = 0.02;
+  job.computeFactor = [=](int64_t s, uint32_t r) {
+    if (r == starved && s >= 100) return 1.6;
+    return r == slow && s >= 500 ? 1.4 : 1.0;
+  };
+  job.tamper = [=](trainscope::wire::StepReport& rep) {
+    const int64_t extra =
+        rep.rank() == starved ? std::max<int64_t>(0, rep.compute_ns() - 80'000'000) : 0;
+    rep.set_cpu_wait_ns(rep.duration_ns() * 3 / 10 + extra);
+  };
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  run(job, set, 0, 900, &events);
+  return {ofKind(events, AnomalyKind::kStraggler), set.stats().hostWeather};
+}
+
+TEST_CASE("straggler: on a busy host the rank doing more work is named, not its starved peer") {
+  for (uint32_t world : {2U, 8U}) {
+    INFO("world " << world);
+    auto [opened, held] = busyHostWithStarvedPeer(world, 0, 1);
+    INFO(describe(opened));
+    // Rank 0 only waited for a CPU: held as the host's weather, once.
+    CHECK(held == 1);
+    // Rank 1's work rose while rank 0, starved, arrived last at every collective.
+    REQUIRE(opened.size() == 1);
+    CHECK(opened[0].ranks == std::vector<uint32_t>{1});
+    CHECK(std::llabs(opened[0].onsetStep - 500) <= 3);
+    CHECK(opened[0].summary.find("work") != std::string::npos);
+    CHECK(opened[0].evidence.count("host_cpu_wait_share") == 1);
+  }
+}
