@@ -233,20 +233,29 @@ StepShiftDetector::StepShiftDetector(std::string job, const StepShiftOptions& op
 
 void StepShiftDetector::onStep(const AssembledStep& step) {
   std::vector<double> durations;
-  std::vector<double> waits;
   std::vector<uint32_t> ranks;
   std::vector<std::string> nodes;
+  // The wait for a CPU of the rank the others waited for: the one with the longest own time
+  // (the step less its exposed communication). In a synchronous job the step goes at that
+  // rank's pace, so its wait is the part of the step the host took (the median rank's is not:
+  // with one of two ranks starved it is half the starved rank's).
+  double criticalWait = 0;
+  double criticalOwn = -1;
   for (const RankStep& r : step.ranks) {
     if (r.report.duration_ns() > 0) {
       durations.push_back(static_cast<double>(r.report.duration_ns()));
-      waits.push_back(static_cast<double>(r.report.cpu_wait_ns()));
+      const double own = static_cast<double>(r.report.duration_ns() - r.report.exposed_comm_ns());
+      if (own > criticalOwn) {
+        criticalOwn = own;
+        criticalWait = static_cast<double>(r.report.cpu_wait_ns());
+      }
       anyWait_ = anyWait_ || r.report.cpu_wait_ns() > 0;
     }
     nodes.push_back(r.ctx.node);
   }
   if (durations.empty()) return;
   waitSteps_.push(step.step);
-  waits_.push(median(waits));
+  waits_.push(criticalWait);
   for (uint32_t i = 0; i < std::max<uint32_t>(step.worldSize, 1); ++i) ranks.push_back(i);
   StepShiftCore::Event ev = core_.push(step.step, median(durations));
   switch (ev.type) {

@@ -99,8 +99,8 @@ class StepShiftDetector {
   StepShiftOptions o_;
   EventLog* log_;
   StepShiftCore core_;
-  // Each step's median wait for a CPU over its ranks (StepReport.cpu_wait_ns), by step: what a
-  // slowdown's share of it was, before and since its onset.
+  // Each step's wait for a CPU of the rank the others waited for (StepReport.cpu_wait_ns of the
+  // longest own time), by step: what a slowdown's share of it was, before and since its onset.
   Ring<int64_t> waitSteps_{kWaitHistory};
   Ring<double> waits_{kWaitHistory};
   bool anyWait_ = false;  // some rank measured a wait

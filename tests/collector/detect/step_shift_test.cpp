@@ -235,3 +235,27 @@ TEST_CASE(
   CHECK(own[0].evidence.at("cpu_wait_ms") == Approx(30.0));
   CHECK(ownHeld == 0);
 }
+
+TEST_CASE("step_shift: one rank starved for a CPU on a busy host is the host's weather") {
+  // Every rank waits 30 % of its step; from step 1,000 rank 2's time is 1.5x, the extra all
+  // waiting for a CPU. The job goes at rank 2's pace, so its step time rises by what rank 2
+  // waited: the median rank's wait (a tenth of the rise) would not explain it.
+  SynthJob job;
+  job.world = 4;
+  job.seed = 47;
+  job.rng.seed(47);
+  job.noise = 0.02;
+  job.computeFactor = [](int64_t s, uint32_t r) { return r == 2 && s >= 1000 ? 1.5 : 1.0; };
+  job.tamper = [](trainscope::wire::StepReport& rep) {
+    const int64_t extra = rep.rank() == 2 && rep.step() >= 1000
+                              ? std::max<int64_t>(0, rep.compute_ns() - 80'000'000)
+                              : 0;
+    rep.set_cpu_wait_ns(rep.duration_ns() * 3 / 10 + extra);
+  };
+  DetectorSet set;
+  std::vector<Anomaly> events;
+  run(job, set, 0, 1400, &events);
+  INFO(describe(events));
+  CHECK(ofKind(events, AnomalyKind::kStepShift).empty());
+  CHECK(set.stats().hostWeather >= 1);
+}
