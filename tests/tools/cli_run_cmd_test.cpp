@@ -160,3 +160,15 @@ TEST_CASE("run command line: words after -- are the command's, not trainscope's"
   CHECK(r.code == 2);
   CHECK(r.err.find("no command") != std::string::npos);
 }
+
+TEST_CASE("run with no command says so once, with one prefix") {
+  using trainscope::cli::testing::cli;
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"run"}, std::vector<std::string>{"run", "--"}}) {
+    auto r = cli(args);
+    CHECK(r.code == trainscope::cli::kExitUsage);
+    CHECK(r.err.rfind("trainscope run: no command given; usage: trainscope run [OPTIONS] -- ", 0) ==
+          0);
+    CHECK(r.err.find("run: run:") == std::string::npos);
+  }
+}

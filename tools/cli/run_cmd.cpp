@@ -139,7 +139,7 @@ Result<RunPlan> planRun(const RunArgs& args, const RunLayout& layout, const GetE
   RunPlan plan;
   if (args.command.empty() && !args.printEnv) {
     return Result<RunPlan>::error(
-        "run: no command given; usage: trainscope run [OPTIONS] -- COMMAND [ARGS...] (e.g. "
+        "no command given; usage: trainscope run [OPTIONS] -- COMMAND [ARGS...] (e.g. "
         "trainscope run -- python3 train.py)");
   }
   auto unset = [&](const char* name) {
