@@ -1,5 +1,6 @@
 // The trainscope CLI in-process: table formatting, each subcommand against a real HttpServer
-// over a fake store, and its exit codes (1 for API errors, 2 for an unreachable collector).
+// over a fake store, and its exit codes (1 for API errors, 2 for bad arguments, 4 for an
+// unreachable collector).
 #include "tools/cli/cli.h"
 
 #include <sys/stat.h>
@@ -242,7 +243,7 @@ TEST_CASE("cli: an unknown job exits 1 with the API's message", "[cli]") {
   }
 }
 
-TEST_CASE("cli: an unreachable collector exits 2 with one line naming it", "[cli]") {
+TEST_CASE("cli: an unreachable collector exits 4 with one line naming it", "[cli]") {
   std::string url = "http://127.0.0.1:" + std::to_string(deadPort());
   Run r = cli({"--server", url, "jobs"});
   CHECK(r.code == kExitUnreachable);
@@ -256,10 +257,16 @@ TEST_CASE("cli: an unreachable collector exits 2 with one line naming it", "[cli
   ::unsetenv("TRAINSCOPE_SERVER");
   CHECK(r.code == kExitUnreachable);
   CHECK(r.err.find(url) != std::string::npos);
+}
 
-  r = cli({"--server", "ftp://x", "jobs"});
-  CHECK(r.code == kExitUnreachable);
-  CHECK(r.err.find("--server") != std::string::npos);
+TEST_CASE("cli: a --server URL that does not parse is a usage error (exit 2)", "[cli]") {
+  for (const char* url : {"ftp://x", "https://x", "http://x:99999", "http://:80"}) {
+    Run r = cli({"--server", url, "jobs"});
+    INFO(url);
+    CHECK(r.code == kExitUsage);
+    CHECK(r.err.rfind("trainscope: invalid --server URL '" + std::string(url) + "': ", 0) == 0);
+    CHECK(r.out.empty());
+  }
 }
 
 TEST_CASE("cli: a collector that never answers times out", "[cli]") {

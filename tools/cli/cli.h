@@ -87,7 +87,8 @@ Result<HttpReply> httpGet(const ServerUrl& server, const std::string& target,
                           std::chrono::milliseconds timeout);
 
 // GETs `target` from the collector and parses the JSON. On failure prints the one-line
-// message to ctx.err and returns the exit code (kExitUnreachable or kExitApiError).
+// message to ctx.err and sets the exit code: kExitUsage for a --server URL that does not
+// parse, kExitUnreachable when no HTTP answer came, kExitApiError for an error answer.
 Result<nlohmann::json> fetchJson(Context& ctx, const std::string& target, int* exitCode);
 // Any request whose answer is JSON (its target relative to the server's base path, the token
 // added), with its own deadline; failures reported like fetchJson's.

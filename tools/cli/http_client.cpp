@@ -158,7 +158,7 @@ Result<HttpReply> send(Context& ctx, HttpRequest request, std::chrono::milliseco
   if (!url) {
     ctx.err << "trainscope: invalid --server URL '" << ctx.global.server << "': " << url.message()
             << "\n";
-    *exitCode = kExitUnreachable;
+    *exitCode = kExitUsage;  // a bad argument (the flag or TRAINSCOPE_SERVER), not a collector
     return url.status();
   }
   request.target = url->basePath + request.target;
