@@ -50,6 +50,51 @@ void printJson(Context& ctx, const json& j) {
   ctx.out << j.dump(2) << "\n";
 }
 
+// Edits that turn `a` into `b`: insertions, deletions, substitutions and swaps of neighbours
+// (optimal string alignment), so "jbos" is one edit from "jobs".
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// The subcommand of `app` nearest to `word` when it is near enough to be a slip of the
+// keyboard (one edit for words of up to four letters, two for longer ones); "" otherwise.
+// Ties go to the subcommand registered first.
+std::string closestSubcommand(CLI::App& app, const std::string& word) {
+  const size_t allowed = word.size() <= 4 ? 1 : 2;
+  std::string best;
+  size_t bestDistance = allowed + 1;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    const size_t d = editDistance(word, sub->get_name());
+    if (d < bestDistance) {
+      best = sub->get_name();
+      bestDistance = d;
+    }
+  }
+  return best;
+}
+
+// A parse that failed with no subcommand chosen and a word CLI11 did not take: that word was
+// meant as the subcommand. Returns it ("" when the failure is another one).
+std::string unknownSubcommand(const CLI::App& app) {
+  if (!app.get_subcommands().empty()) return "";
+  for (const std::string& word : app.remaining()) {
+    if (!word.empty() && word[0] != '-') return word;
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string withQuery(std::string path, const std::vector<std::pair<std::string, std::string>>& q) {
@@ -532,6 +577,15 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
+    if (const std::string word = unknownSubcommand(app); !word.empty() && e.get_exit_code() != 0) {
+      // CLI11 would say "A subcommand is required", which hides the typo.
+      const std::string near = closestSubcommand(app, word);
+      err << "trainscope: unknown command '" << word << "'; "
+          << (near.empty() ? "`trainscope --help` lists the commands"
+                           : "did you mean '" + near + "'?")
+          << "\n";
+      return kExitUsage;
+    }
     const int rc = app.exit(e, out, err);  // prints --help, or the message naming the flag
     return rc == 0 ? kExitOk : kExitUsage;
   }

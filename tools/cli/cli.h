@@ -190,7 +190,8 @@ void addRunCommand(CLI::App& app, Action* action,
                    const std::optional<std::vector<std::string>>& afterDashes);
 
 // The whole CLI: parses `args` (without the program name), runs the chosen subcommand and
-// returns the exit code. Usage errors print CLI11's message and return kExitUsage.
+// returns the exit code. Usage errors print CLI11's message and return kExitUsage; an unknown
+// subcommand is named, with the nearest one when it looks like a typo.
 int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace trainscope::cli
