@@ -1,6 +1,6 @@
 // The `detect` subcommand in-process: change points and segments of a file or stdin as a table
 // and as --json, its options (model, penalty, minimum segment, outliers, season) with the
-// errors that name a bad flag, --help, and exit 1 naming the line or the file on bad input; and
+// errors that name a bad flag, --help, and exit 6 naming the line or the file on bad input; and
 // a stored job's step times fetched (over several pages) from a real HttpServer over a fake
 // store.
 #include <unistd.h>
@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 
 #include <catch2/catch.hpp>
@@ -348,4 +349,16 @@ TEST_CASE("cli detect: bad input exits 6 naming the line; a missing file names t
   auto noFlag = cli({"detect"});
   CHECK(noFlag.code != 0);
   CHECK(noFlag.err.find("--input") != std::string::npos);
+}
+
+TEST_CASE("cli detect: the exit code of bad input is the one --help states", "[cli]") {
+  auto help = cli({"detect", "--help"});
+  std::smatch said;
+  REQUIRE(std::regex_search(help.out, said, std::regex("Exit ([0-9]+) on bad input")));
+  TempFile word("1.0\nabc\n");
+  auto r = cli({"detect", "--input", word.path});
+  CHECK(std::to_string(r.code) == said[1].str());
+  // ... and the meaning the CLI's table gives that code.
+  auto top = cli({"--help"});
+  CHECK(top.out.find(said[1].str() + " an input that cannot be read or used") != std::string::npos);
 }

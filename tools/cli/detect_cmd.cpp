@@ -275,7 +275,9 @@ void addDetectCommand(CLI::App& app, Action* action) {
       "outliers, autocorrelated noise and a repeating season do not make change points. Prints "
       "each change point (INDEX = first value of the new segment, 0-based; STEP for a job) "
       "with the means before and after, the jump and the spreads, then the segments; --json "
-      "prints the same as JSON. Exit 1 on bad input, naming the line, or on a collector error");
+      "prints the same as JSON. Exit 6 on bad input (a file that cannot be read, a line that is "
+      "not a number: the message names it), 1 on a collector error, 4 when the collector "
+      "cannot be reached");
   auto* input = sub->add_option("--input", args->input, "File of values; - reads standard input");
   auto* job = sub->add_option("--job", args->job,
                               "A job stored by the collector (id as `trainscope jobs` shows "

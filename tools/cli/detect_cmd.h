@@ -59,8 +59,8 @@ nlohmann::json segmentationJson(const detect::Segmentation& seg, size_t values,
                                 const std::vector<int64_t>* steps = nullptr);
 
 // Reads args.input or the job's step times, segments them and prints the change points and
-// segments (a table, or JSON under --json). Exit 1 with a message naming the file, or the
-// line, on bad input; the collector's errors as the other subcommands report them.
+// segments (a table, or JSON under --json). kExitLocalError with a message naming the file,
+// or the line, on bad input; the collector's errors as the other subcommands report them.
 int runDetect(Context& ctx, const DetectArgs& args);
 
 }  // namespace trainscope::cli
