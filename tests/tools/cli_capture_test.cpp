@@ -1,6 +1,6 @@
 // The CLI's capture commands (capture, captures, stacks) in-process against a scripted fake of
 // the collector's capture API: the request body, progress lines as rank states change, the
-// exit codes (0 complete, 3 partial, 1 failed / timeout / API error, 2 usage), --out with and
+// exit codes (0 complete, 3 partial, 5 failed / timeout, 1 API error, 2 usage), --out with and
 // without gzip, the bearer token, the captures table and the stacks view.
 #include "tools/cli/capture_cmd.h"
 
@@ -271,7 +271,7 @@ TEST_CASE("cli capture --wait: progress per rank, exit 0, --out plain and gzip, 
   std::remove(gz.c_str());
 }
 
-TEST_CASE("cli capture --wait: partial exits 3, failed 1, timeout 1, API errors 1", "[cli]") {
+TEST_CASE("cli capture --wait: partial exits 3, failed 5, timeout 5, API errors 1", "[cli]") {
   Scripted s;
   s.states = {captureJson("running", {rankStatus(0, "pending"), rankStatus(5, "pending")}),
               captureJson("partial", {rankStatus(0, "done", "", 10),

@@ -55,8 +55,8 @@ void renderStacks(const nlohmann::json& merged, std::ostream& out);
 Result<std::string> gunzip(const std::string& data);
 Result<std::string> gzipCompress(const std::string& data);
 
-// The subcommands; each returns the process exit code (0 complete, 3 partial, 1 failed or
-// timed out, 2 unreachable).
+// The subcommands; each returns the process exit code (0 complete, 3 partial, 5 failed or
+// timed out; otherwise as cli.h's table says).
 int runCapture(Context& ctx, const CaptureArgs& args);
 int runCaptures(Context& ctx, const std::string& job);
 

@@ -14,8 +14,9 @@ struct KeygenArgs {
   bool force = false;     // replace existing files
 };
 
-// Writes DIR/NAME.key (0600) and DIR/NAME.pub (0644) and prints what goes where. Exit 1 with
-// a message when a file exists (without --force), cannot be written, or libzmq lacks CURVE.
+// Writes DIR/NAME.key (0600) and DIR/NAME.pub (0644) and prints what goes where. Exit 6 with
+// a message when a file exists (without --force), cannot be written, or libzmq lacks CURVE;
+// 2 for a --name that is not a plain file name.
 int runKeygen(Context& ctx, const KeygenArgs& args);
 void addKeygenCommand(CLI::App& app, Action* action);
 
