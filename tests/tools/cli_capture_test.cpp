@@ -292,7 +292,11 @@ TEST_CASE("cli capture --wait: partial exits 3, failed 5, timeout 5, API errors 
   s.states.resize(1);  // stays running
   r = cli({"--server", api.url(), "capture", "j", "--wait", "--timeout", "1"});
   CHECK(r.code == kExitCaptureFailed);
-  CHECK_THAT(r.err, Catch::Contains("still running after --timeout"));
+  CHECK_THAT(r.err, Catch::Contains("still running after --timeout 1 s ("));
+  s.polls = 0;
+  r = cli({"--server", api.url(), "capture", "j", "--wait", "--timeout", "0.25"});
+  CHECK(r.code == kExitCaptureFailed);
+  CHECK_THAT(r.err, Catch::Contains("still running after --timeout 250 ms ("));
 
   FakeApi refusing([](const Request&) {
     return Reply{409, R"({"error":"start step 3 already passed: rank 0 is at step 9"})", ""};

@@ -116,6 +116,14 @@ TEST_CASE("cli: durations, bytes, ages and percents are formatted with units", "
   CHECK(formatDurationMs(123'456'789) == "123.46 ms");
   CHECK(formatDurationMs(0) == "0.00 ms");
   CHECK(formatDurationMs(-1'500'000) == "-1.50 ms");
+  CHECK(formatSeconds(20.0) == "20 s");
+  CHECK(formatSeconds(1.5) == "1.5 s");
+  CHECK(formatSeconds(12.34) == "12.3 s");
+  CHECK(formatSeconds(600.0) == "600 s");
+  CHECK(formatSeconds(0.25) == "250 ms");
+  CHECK(formatSeconds(0.0015) == "1.5 ms");
+  CHECK(formatSeconds(0.99999) == "1 s");
+  CHECK(formatSeconds(0.0) == "0 ms");
   CHECK(formatBytes(0) == "0 B");
   CHECK(formatBytes(1023) == "1023 B");
   CHECK(formatBytes(1536) == "1.5 KiB");

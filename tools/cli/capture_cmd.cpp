@@ -232,7 +232,7 @@ std::optional<json> follow(Context& ctx, const CaptureArgs& args, json capture, 
     }
     if (wallNowNs() >= deadlineNs) {
       ctx.err << "trainscope: capture " << id << " still running after "
-              << (args.timeoutS > 0 ? "--timeout " + std::to_string(args.timeoutS) + " s"
+              << (args.timeoutS > 0 ? "--timeout " + formatSeconds(args.timeoutS)
                                     : std::string("its deadline"))
               << " (" << fieldText(capture, "summary") << "); it goes on in the collector: "
               << "trainscope captures " << args.job << "\n";

@@ -142,6 +142,20 @@ std::string formatDurationMs(int64_t ns) {
   return printf1("%.2f ms", static_cast<double>(ns) / 1e6);
 }
 
+std::string formatSeconds(double seconds) {
+  const bool wholeSeconds = std::fabs(seconds) >= 0.9995;  // would print as "1000 ms"
+  const double v = wholeSeconds ? seconds : seconds * 1e3;
+  const double size = std::fabs(v);
+  // Three significant figures at most, trailing zeros dropped: "20", "1.5", "12.3", "250".
+  std::string text = printf1(size >= 99.95 ? "%.0f" : size >= 9.995 ? "%.1f" : "%.2f", v);
+  if (text.find('.') != std::string::npos) {
+    while (text.back() == '0') text.pop_back();
+    if (text.back() == '.') text.pop_back();
+  }
+  if (text == "-0") text = "0";
+  return text + (wholeSeconds ? " s" : " ms");
+}
+
 std::string formatBytes(uint64_t bytes) {
   static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
   if (bytes < 1024) return std::to_string(bytes) + " B";

@@ -118,6 +118,7 @@ std::string listText(const nlohmann::json& j, const char* key);
 // ---- formatting --------------------------------------------------------------------------
 
 std::string formatDurationMs(int64_t ns);   // "12.34 ms"
+std::string formatSeconds(double seconds);  // "20 s", "1.5 s", "12.3 s", "250 ms", "0.25 ms"
 std::string formatBytes(uint64_t bytes);    // "512 B", "1.5 KiB", "16.0 GiB"
 std::string formatAge(int64_t ageNs);       // "just now", "3s ago", "5m ago", "2h ago", "4d ago"
 std::string formatPercent(double percent);  // "37.5%"

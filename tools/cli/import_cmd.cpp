@@ -102,9 +102,10 @@ void printSummary(Context& ctx, const importer::ImportResult& r, double seconds)
   ctx.out << "job " << r.job << ": " << r.ranks.size() << (r.ranks.size() == 1 ? " rank" : " ranks")
           << ", world size " << r.worldSize;
   if (r.traceWorldSize) ctx.out << " (the traces say " << *r.traceWorldSize << ")";
-  char rate[64];
-  std::snprintf(rate, sizeof(rate), "%.2f s, %.2f M events/s", seconds,
+  char eventRate[32];
+  std::snprintf(eventRate, sizeof(eventRate), "%.2f M events/s",
                 seconds > 0 ? static_cast<double>(r.events) / seconds / 1e6 : 0.0);
+  const std::string rate = formatSeconds(seconds) + ", " + eventRate;
   ctx.out << "; " << r.reports << " step reports from " << r.events << " events ("
           << formatBytes(r.inputBytes) << " of JSON) in " << rate << "\n";
   Table t({{"rank"},
