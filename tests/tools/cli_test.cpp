@@ -6,8 +6,11 @@
 #include <sys/stat.h>
 #include <zmq.h>
 
+#include <array>
 #include <cstdlib>
 #include <sstream>
+#include <string>
+#include <thread>
 
 #include <boost/asio.hpp>
 #include <catch2/catch.hpp>
@@ -40,6 +43,70 @@ uint16_t deadPort() {
   uint16_t port = a.local_endpoint().port();
   a.close();
   return port;
+}
+
+// One connection on loopback answered with fixed bytes, the way a server that does not speak
+// HTTP answers `trainscope --server`. `afterRequest`: the bytes go after the client's request,
+// then the server stops sending; otherwise they go at once and the connection stays open (a
+// ZeroMQ peer greets first and then waits for the client's greeting).
+class FakeTcpServer {
+ public:
+  FakeTcpServer(std::string reply, bool afterRequest)
+      : reply_(std::move(reply)),
+        afterRequest_(afterRequest),
+        acceptor_(ioc_,
+                  boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)) {
+    acceptor_.async_accept([this](boost::system::error_code ec, boost::asio::ip::tcp::socket s) {
+      if (ec) return;
+      socket_ = std::move(s);
+      if (!afterRequest_) return send();
+      socket_.async_read_some(boost::asio::buffer(request_),
+                              [this](boost::system::error_code e, size_t) {
+                                if (!e) send();
+                              });
+    });
+    thread_ = std::thread([this] { ioc_.run(); });
+  }
+  ~FakeTcpServer() {
+    ioc_.stop();
+    thread_.join();
+  }
+  FakeTcpServer(const FakeTcpServer&) = delete;
+  FakeTcpServer& operator=(const FakeTcpServer&) = delete;
+
+  std::string url() const {
+    return "http://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+  }
+
+ private:
+  void send() {
+    boost::asio::async_write(
+        socket_, boost::asio::buffer(reply_), [this](boost::system::error_code ec, size_t) {
+          boost::system::error_code ignored;
+          if (!ec && afterRequest_) {
+            socket_.shutdown(boost::asio::ip::tcp::socket::shutdown_send, ignored);
+          }
+        });
+  }
+
+  std::string reply_;
+  bool afterRequest_;
+  boost::asio::io_context ioc_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::ip::tcp::socket socket_{ioc_};
+  std::array<char, 4096> request_{};
+  std::thread thread_;
+};
+
+// ZMTP 3.0's greeting as libzmq sends it: signature (0xFF, 8 bytes, 0x7F), version 3.0,
+// mechanism "NULL" padded to 20 bytes, as-server, 31 bytes of filler: 64 bytes.
+std::string zmtpGreeting() {
+  std::string g(64, '\0');
+  g[0] = '\xFF';
+  g[9] = '\x7F';
+  g[10] = 3;
+  g.replace(12, 4, "NULL");
+  return g;
 }
 
 struct Collector {
@@ -274,6 +341,34 @@ TEST_CASE("cli: a --server URL that does not parse is a usage error (exit 2)", "
     CHECK(r.code == kExitUsage);
     CHECK(r.err.rfind("trainscope: invalid --server URL '" + std::string(url) + "': ", 0) == 0);
     CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("cli: --server at the ZeroMQ ingest port says so, not 'bad version'", "[cli]") {
+  const std::string expected =
+      " is not the collector's HTTP port (it looks like the ZeroMQ ingest port; the collector "
+      "serves HTTP on its --http address, default 127.0.0.1:7600)\n";
+  {
+    // Greets at once and waits: the client reads the greeting, then times out.
+    FakeTcpServer zmq(zmtpGreeting(), false);
+    Run r = cli({"--server", zmq.url(), "--timeout-ms", "500", "jobs"});
+    CHECK(r.code == kExitUnreachable);
+    CHECK(r.err == "trainscope: --server " + zmq.url() + ": " + zmq.url().substr(7) + expected);
+    CHECK(r.out.empty());
+  }
+  {
+    // Answers the request with a greeting and stops: the client reads to the end.
+    FakeTcpServer zmq(zmtpGreeting(), true);
+    Run r = cli({"--server", zmq.url(), "steps", "train"});
+    CHECK(r.code == kExitUnreachable);
+    CHECK(r.err == "trainscope: --server " + zmq.url() + ": " + zmq.url().substr(7) + expected);
+  }
+  {
+    FakeTcpServer ssh("SSH-2.0-OpenSSH_9.2\r\n\r\n", true);
+    Run r = cli({"--server", ssh.url(), "jobs"});
+    CHECK(r.code == kExitUnreachable);
+    CHECK(r.err == "trainscope: --server " + ssh.url() + ": " + ssh.url().substr(7) +
+                       " answered with something that is not HTTP\n");
   }
 }
 

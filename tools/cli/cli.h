@@ -79,7 +79,8 @@ struct HttpReply {
 
 // One request with an overall deadline covering resolve, connect, write and read. A failure to
 // get any HTTP answer is an error whose message is the reason ("Connection refused", "timed
-// out").
+// out"); a server that answered with bytes that are not HTTP (such as the collector's ZeroMQ
+// ingest port) is a kMalformed error naming HOST:PORT and what it looks like.
 Result<HttpReply> httpRequest(const ServerUrl& server, const HttpRequest& request,
                               std::chrono::milliseconds timeout);
 // httpRequest with a plain GET.

@@ -1,7 +1,10 @@
 // The CLI's HTTP client: the --server URL, one request/reply over Boost.Beast (token, gzip,
 // time-out), and the JSON fetch/post helpers that report failures the CLI's way (cli.h).
+#include <algorithm>
 #include <chrono>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <boost/asio.hpp>
@@ -17,6 +20,25 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
 using tcp = asio::ip::tcp;  // NOLINT(readability-identifier-naming): Asio's own spelling
+
+// Why the bytes a server sent are no HTTP reply, or nothing when they may still start one
+// (nothing yet, or a prefix of "HTTP/"). The collector's ZeroMQ ingest port greets every peer
+// first with ZMTP's signature: 0xFF, eight bytes, 0x7F (RFC 23); pointing --server at it is
+// the likely mistake behind such bytes, so that case names the port to use instead.
+std::optional<std::string> notHttp(std::string_view bytes, const ServerUrl& server) {
+  const std::string_view http = "HTTP/";
+  const size_t n = std::min(bytes.size(), http.size());
+  if (bytes.substr(0, n) == http.substr(0, n)) return std::nullopt;
+  const std::string where = server.host + ":" + server.port;
+  const bool zmtp = static_cast<unsigned char>(bytes[0]) == 0xFF &&
+                    (bytes.size() < 10 || static_cast<unsigned char>(bytes[9]) == 0x7F);
+  if (zmtp) {
+    return where +
+           " is not the collector's HTTP port (it looks like the ZeroMQ ingest port; the "
+           "collector serves HTTP on its --http address, default 127.0.0.1:7600)";
+  }
+  return where + " answered with something that is not HTTP";
+}
 
 }  // namespace
 
@@ -124,6 +146,13 @@ Result<HttpReply> httpRequest(const ServerUrl& server, const HttpRequest& reques
       });
   ioc.run();
 
+  if (!done) {
+    // A time-out or a failed read may still have brought bytes that tell what answered.
+    const auto data = buffer.data();
+    const std::string_view got(static_cast<const char*>(data.data()), data.size());
+    if (auto why = notHttp(got, server))
+      return Result<HttpReply>::error(StatusCode::kMalformed, *why);
+  }
   if (timedOut) {
     return Result<HttpReply>::error("timed out after " + std::to_string(timeout.count()) + " ms");
   }
@@ -164,6 +193,11 @@ Result<HttpReply> send(Context& ctx, HttpRequest request, std::chrono::milliseco
   request.target = url->basePath + request.target;
   request.bearerToken = ctx.global.token;
   auto reply = httpRequest(*url, request, timeout);
+  if (!reply && reply.code() == StatusCode::kMalformed) {  // something answered, not HTTP
+    ctx.err << "trainscope: --server " << ctx.global.server << ": " << reply.message() << "\n";
+    *exitCode = kExitUnreachable;
+    return reply.status();
+  }
   if (!reply) {
     ctx.err << "trainscope: cannot reach collector at " << ctx.global.server << ": "
             << reply.message() << "\n";
