@@ -29,8 +29,9 @@ const Router& Api::router() {
            "default 1,000; `offset=`; `total` and `truncated` say what is left)"},
           {"GET", "/api/v1/jobs/{job}/ranks", Q{},
            [](const Api& a, const RouteRequest& r) { return a.ranks(r.param("job")); },
-           "a job's ranks: host, node, pid, latest step, the GPU each uses with its latest clock, "
-           "temperature and throttling (and coordinates when declared)"},
+           "a job's ranks: host, node, pid, latest step, `state` (`running`; `silent`: nothing "
+           "from it for 30 s, as makes a job stale; `ended`), the GPU each uses with its latest "
+           "clock, temperature and throttling (and coordinates when declared)"},
           {"GET", "/api/v1/jobs/{job}/topology", Q{},
            [](const Api& a, const RouteRequest& r) { return a.topology(r.param("job")); },
            "a job's parallel layout: axis sizes, each rank's coordinates, the groups"},

@@ -20,6 +20,14 @@ json coordsJson(const topology::Coords& c) {
   return out;
 }
 
+// A rank's state in the ranks listing, by the rule that makes a job stale (jobState): "ended"
+// once it said goodbye, "running" while it was heard from within kRunningWindowNs, "silent"
+// after that.
+const char* rankState(const storage::RankRow& r, int64_t nowNs) {
+  if (r.ended) return "ended";
+  return nowNs - r.lastSeenNs <= kRunningWindowNs ? "running" : "silent";
+}
+
 // Steps the topology endpoint reads back to infer the schedule (the latest and these before).
 constexpr int64_t kScheduleSteps = 9;
 
@@ -118,9 +126,11 @@ ApiResponse Api::ranks(const std::string& job) const {
       for (const auto& g : node.latestHost->gpus()) gpuByUuid[g.uuid()] = &g;
     }
   }
+  const int64_t now = clock_.nowNs();
   json list = json::array();
   for (const auto& row : *rows) {
     json r = rankJson(row);
+    r["state"] = rankState(row, now);
     auto g = row.gpuUuid.empty() ? gpuByUuid.end() : gpuByUuid.find(row.gpuUuid);
     r["gpu"] = g == gpuByUuid.end() ? json(nullptr) : gpuSampleJson(*g->second);
     if (t.declared) {

@@ -131,7 +131,12 @@ struct Collector {
     r.probeVersion = "0.1.0";
     r.lastSeenNs = now - 3 * kSec;
     r.latestStep = 2;
-    store.rankRows = {r};
+    storage::RankRow quiet = r;  // nothing from it for 45 s, past the collector's 30 s
+    quiet.rank = 1;
+    quiet.pid = 4243;
+    quiet.lastSeenNs = now - 45 * kSec;
+    quiet.latestStep = 1;
+    store.rankRows = {r, quiet};
     for (int64_t step = 0; step < 3; ++step) {
       for (uint32_t rank = 0; rank < 2; ++rank) {
         storage::StepRow s;
@@ -265,7 +270,9 @@ TEST_CASE("cli: ranks, summary and nodes print their tables", "[cli]") {
   REQUIRE(r.code == 0);
   CHECK(r.out.rfind("RANK  LOCAL  HOST        NODE    ", 0) == 0);
   CHECK(r.out.find("gpu-host-1") != std::string::npos);
-  CHECK(r.out.find("active") != std::string::npos);
+  CHECK(r.out.find("  running  3s ago") != std::string::npos);
+  CHECK(r.out.find("  silent   45s ago") != std::string::npos);
+  CHECK(r.out.find("active") == std::string::npos);
 
   r = cli({"--server", c.url, "summary", "train", "--from", "1"});
   REQUIRE(r.code == 0);

@@ -261,9 +261,11 @@ int runRanks(Context& ctx, const std::string& job) {
            {"LAST SEEN"},
            {"PROBE"}});
   for (const auto& r : ranks) {
-    bool ended = r.value("ended", false);
-    std::string status =
-        ended ? "ended at step " + stepText(fieldInt(r, "ended_step", -1)) : "active";
+    // The collector's state: running, silent (nothing from the rank for the window after which
+    // a job is stale) or ended.
+    std::string status = fieldText(r, "state");
+    if (r.value("ended", false))
+      status = "ended at step " + stepText(fieldInt(r, "ended_step", -1));
     t.addRow({fieldText(r, "rank"), fieldText(r, "local_rank"), fieldText(r, "host"),
               fieldText(r, "node"), fieldText(r, "pid"), stepText(fieldInt(r, "latest_step", -1)),
               status, ageSince(ctx, fieldInt(r, "last_seen_ns")), fieldText(r, "probe_version")});
@@ -458,7 +460,8 @@ void addRanksCommand(CLI::App& app, Action* action) {
   auto job = std::make_shared<std::string>();
   auto* sub = app.add_subcommand("ranks",
                                  "List the ranks of a job: host, node, pid, latest step "
-                                 "and whether each has ended");
+                                 "and state (running; silent: nothing from the rank for 30 "
+                                 "s; ended at step N)");
   sub->add_option("job", *job, "Job id (as shown by `trainscope jobs`)")->required();
   sub->callback([action, job] { *action = [job](Context& ctx) { return runRanks(ctx, *job); }; });
 }

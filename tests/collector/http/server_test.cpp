@@ -252,10 +252,29 @@ TEST_CASE("ranks returns the job's ranks; unknown job is 404", "[http]") {
       {"rank", 1},      {"world_size", 2},    {"local_rank", 1},          {"host", "h1"},
       {"node", "n1"},   {"pid", 4242},        {"probe_version", "0.1.0"}, {"gpu_uuid", nullptr},
       {"gpu", nullptr}, {"first_seen_ns", 5}, {"last_seen_ns", 6},        {"latest_step", 4},
-      {"ended", true},  {"ended_step", 4}};
+      {"ended", true},  {"ended_step", 4},    {"state", "ended"}};
   CHECK(j["ranks"][0] == expected);
   CHECK(f.error("/api/v1/jobs/nope/ranks", 404) == "unknown job 'nope'");
   CHECK(f.error("/api/v1/jobs/train/ranks?x=1", 400).find("'x'") != std::string::npos);
+}
+
+TEST_CASE("ranks: a rank not heard from for longer than a job's running window is silent",
+          "[http]") {
+  Fixture f;
+  const int64_t now = trainscope::wallNowNs();
+  storage::RankRow r = f.store.rankRows[0];
+  r.ended = false;
+  r.rank = 0;
+  r.lastSeenNs = now - 5 * kSec;
+  storage::RankRow quiet = r;
+  quiet.rank = 1;
+  quiet.lastSeenNs = now - trainscope::http::kRunningWindowNs - 10 * kSec;
+  f.store.rankRows = {r, quiet};
+  f.start();
+  json j = f.get("/api/v1/jobs/train/ranks");
+  REQUIRE(j["ranks"].size() == 2);
+  CHECK(j["ranks"][0]["state"] == "running");
+  CHECK(j["ranks"][1]["state"] == "silent");
 }
 
 TEST_CASE("job names in paths are percent-decoded", "[http]") {
