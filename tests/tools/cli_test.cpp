@@ -149,6 +149,25 @@ struct Collector {
         s.exposedCommNs = 5 * kMs;
         s.dataNs = 1'500'000;
         s.records = 40;
+        for (int i = 0; i < 7; ++i) {  // more than --detail shows
+          trainscope::wire::OpTotal op;
+          op.set_name("aten::op" + std::to_string(i));
+          op.set_count(i + 1);
+          op.set_total_ns((i + 1) * kMs);
+          op.set_max_ns(kMs);
+          s.ops.push_back(op);
+        }
+        trainscope::wire::CollectiveTotal c;
+        c.set_op(trainscope::wire::ALL_REDUCE);
+        c.set_group("dp");
+        c.set_bytes(uint64_t{64} << 20);
+        c.set_count(2);
+        c.set_total_ns(20 * kMs);
+        c.set_max_ns(12 * kMs);
+        c.set_bandwidth_bps(6.4e9);
+        s.collectives.push_back(c);
+        s.p2pNs = rank == 0 ? 4 * kMs : 0;  // rank 0 waits on a pipeline peer
+        s.bubbleNs = s.p2pNs;
         store.stepRows.push_back(s);
       }
       store.summaryRows.push_back({step, 2, 100 * kMs, 110 * kMs, 220 * kMs, 1});
@@ -313,6 +332,36 @@ TEST_CASE("cli: steps passes its filters and notes truncation", "[cli]") {
   CHECK(r.out.find("more exist") != std::string::npos);
   r = cli({"--server", c.url, "steps", "train", "--limit", "6"});
   CHECK(r.out.find("more exist") == std::string::npos);
+}
+
+TEST_CASE("cli: steps --detail breaks each step down with its longest operators and collectives",
+          "[cli]") {
+  Collector c;
+  Run plain = cli({"--server", c.url, "steps", "train", "--from", "1", "--to", "1"});
+  Run r = cli({"--server", c.url, "steps", "train", "--from", "1", "--to", "1", "--detail"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out != plain.out);
+  {
+    auto lock = c.store.lock();
+    CHECK(c.store.lastStepQuery->detail);
+  }
+  CHECK(r.out.rfind("step 1, rank 0: 123.46 ms\n"
+                    "  compute 100.00 ms, communication 20.00 ms (5.00 ms exposed), data wait "
+                    "1.50 ms; 40 records, 0 dropped\n",
+                    0) == 0);
+  CHECK(r.out.find("  pipeline bubble 4.00 ms (3.2%)\n") != std::string::npos);
+  CHECK(r.out.find("\n\nstep 1, rank 1: 124.46 ms\n") != std::string::npos);
+  CHECK(r.out.find("  operators (5 longest of 7):\n"
+                   "    NAME       COUNT    TOTAL      MAX\n"
+                   "    aten::op6      7  7.00 ms  1.00 ms\n") != std::string::npos);
+  CHECK(r.out.find("aten::op1 ") == std::string::npos);  // not among the 5 longest
+  CHECK(r.out.find("  collectives (longest first):\n"
+                   "    OP          GROUP  COUNT      SIZE     TOTAL       MAX  BANDWIDTH\n"
+                   "    all_reduce  dp         2  64.0 MiB  20.00 ms  12.00 ms  6.0 GiB/s\n") !=
+        std::string::npos);
+  // Only rank 0 did p2p: rank 1's block has no bubble.
+  CHECK(r.out.find("pipeline bubble") == r.out.rfind("pipeline bubble"));
 }
 
 TEST_CASE("cli: an unknown job exits 1 with the API's message", "[cli]") {

@@ -274,6 +274,114 @@ int runRanks(Context& ctx, const std::string& job) {
   return kExitOk;
 }
 
+namespace {
+
+// Operators and collectives steps --detail shows per step (--json has all of them).
+constexpr size_t kDetailTop = 5;
+
+// The entries of `list` (objects with "total_ns"), the longest first, at most kDetailTop.
+std::vector<const json*> longest(const json& list) {
+  std::vector<const json*> out;
+  if (!list.is_array()) return out;
+  for (const auto& e : list) out.push_back(&e);
+  std::stable_sort(out.begin(), out.end(), [](const json* a, const json* b) {
+    return fieldInt(*a, "total_ns") > fieldInt(*b, "total_ns");
+  });
+  if (out.size() > kDetailTop) out.resize(kDetailTop);
+  return out;
+}
+
+// A title line for a step's top list: "operators (all 3, longest first):" or
+// "operators (5 longest of 12):".
+std::string topTitle(const char* what, size_t shown, size_t all) {
+  if (shown == all) return std::string(what) + " (longest first):";
+  return std::string(what) + " (" + std::to_string(shown) + " longest of " + std::to_string(all) +
+         "):";
+}
+
+// Renders `t` with every line indented by `indent` spaces.
+void renderIndented(std::ostream& out, const Table& t, size_t indent) {
+  std::ostringstream text;
+  t.render(text);
+  std::istringstream lines(text.str());
+  for (std::string line; std::getline(lines, line);) {
+    out << std::string(indent, ' ') << line << "\n";
+  }
+}
+
+// One step report with its detail (the API's steps?detail=1 row): where the step's time went,
+// the parallel figures the step has, and its longest operators and collectives.
+void printStepDetail(std::ostream& out, const json& s) {
+  out << "step " << fieldText(s, "step") << ", rank " << fieldText(s, "rank") << ": "
+      << formatDurationMs(fieldInt(s, "duration_ns")) << "\n";
+  out << "  compute " << formatDurationMs(fieldInt(s, "compute_ns")) << ", communication "
+      << formatDurationMs(fieldInt(s, "comm_ns")) << " ("
+      << formatDurationMs(fieldInt(s, "exposed_comm_ns")) << " exposed), data wait "
+      << formatDurationMs(fieldInt(s, "data_ns")) << "; " << fieldText(s, "records") << " records, "
+      << fieldText(s, "dropped") << " dropped\n";
+  // The ratios are null where they have no meaning for the step (no p2p, no collectives,
+  // FLOPs not stated): those are left out, not shown as 0.
+  std::vector<std::string> figures;
+  auto ratio = [&](const char* key, const std::string& label) {
+    auto it = s.find(key);
+    if (it != s.end() && it->is_number()) {
+      figures.push_back(label + " " + formatPercent(100.0 * it->get<double>()));
+    }
+  };
+  if (s.contains("bubble_ratio") && s["bubble_ratio"].is_number()) {
+    figures.push_back("pipeline bubble " + formatDurationMs(fieldInt(s, "bubble_ns")) + " (" +
+                      formatPercent(100.0 * s["bubble_ratio"].get<double>()) + ")");
+  }
+  ratio("comm_overlap_ratio", "communication overlapped");
+  ratio("mfu", "MFU");
+  ratio("hfu", "HFU");
+  ratio("all_to_all_share", "all-to-all share");
+  if (fieldInt(s, "cpu_wait_ns") > 0) {
+    figures.push_back("waited for a CPU " + formatDurationMs(fieldInt(s, "cpu_wait_ns")));
+  }
+  for (size_t i = 0; i < figures.size(); ++i) {
+    out << (i == 0 ? "  " : ", ") << figures[i] << (i + 1 == figures.size() ? "\n" : "");
+  }
+  const auto opsIt = s.find("ops");
+  const auto ops = opsIt == s.end() ? std::vector<const json*>() : longest(*opsIt);
+  if (ops.empty()) {
+    out << "  operators: none recorded\n";
+  } else {
+    out << "  " << topTitle("operators", ops.size(), opsIt->size()) << "\n";
+    Table t({{"NAME"}, {"COUNT", true}, {"TOTAL", true}, {"MAX", true}});
+    for (const json* op : ops) {
+      t.addRow({fieldText(*op, "name"), fieldText(*op, "count"),
+                formatDurationMs(fieldInt(*op, "total_ns")),
+                formatDurationMs(fieldInt(*op, "max_ns"))});
+    }
+    renderIndented(out, t, 4);
+  }
+  const auto collIt = s.find("collectives");
+  const auto colls = collIt == s.end() ? std::vector<const json*>() : longest(*collIt);
+  if (colls.empty()) {
+    out << "  collectives: none recorded\n";
+  } else {
+    out << "  " << topTitle("collectives", colls.size(), collIt->size()) << "\n";
+    Table t({{"OP"},
+             {"GROUP"},
+             {"COUNT", true},
+             {"SIZE", true},
+             {"TOTAL", true},
+             {"MAX", true},
+             {"BANDWIDTH", true}});
+    for (const json* c : colls) {
+      t.addRow(
+          {fieldText(*c, "op"), fieldText(*c, "group"), fieldText(*c, "count"),
+           formatBytes(u64(*c, "bytes")), formatDurationMs(fieldInt(*c, "total_ns")),
+           formatDurationMs(fieldInt(*c, "max_ns")),
+           formatBytes(static_cast<uint64_t>(std::max(0.0, f64(*c, "bandwidth_bps")))) + "/s"});
+    }
+    renderIndented(out, t, 4);
+  }
+}
+
+}  // namespace
+
 int runSteps(Context& ctx, const StepsArgs& args) {
   std::vector<std::pair<std::string, std::string>> q;
   if (args.rank) q.emplace_back("rank", std::to_string(*args.rank));
@@ -287,6 +395,19 @@ int runSteps(Context& ctx, const StepsArgs& args) {
   const json& steps = (*body)["steps"];
   if (steps.empty()) {
     ctx.out << "no steps match\n";
+    return kExitOk;
+  }
+  if (args.detail) {
+    bool first = true;
+    for (const auto& step : steps) {
+      if (!first) ctx.out << "\n";
+      first = false;
+      printStepDetail(ctx.out, step);
+    }
+    if (body->value("truncated", false)) {
+      ctx.out << "\n(showing the first " << steps.size()
+              << " rows; more exist: raise --limit or narrow --from/--to/--rank)\n";
+    }
     return kExitOk;
   }
   Table t({{"STEP", true},
@@ -489,8 +610,9 @@ void addStepsCommand(CLI::App& app, Action* action) {
       sub->add_option("--limit", raw->limit, "Rows at most (default 1000; the collector caps it)")
           ->check(CLI::Range(uint32_t{1}, std::numeric_limits<uint32_t>::max()));
   sub->add_flag("--detail", raw->detail,
-                "Ask for per-operator and per-collective totals "
-                "(shown with --json)");
+                "Each step of each rank on its own: where its time went, its pipeline bubble, "
+                "communication overlap and MFU where the job has them, and its 5 longest "
+                "operators and collectives (--json: all of them, with p2p per peer)");
   sub->callback([action, raw, rank, from, to, limit] {
     StepsArgs args;
     args.job = raw->job;

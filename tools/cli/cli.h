@@ -150,7 +150,7 @@ struct StepsArgs {
   std::optional<int64_t> from;
   std::optional<int64_t> to;
   std::optional<uint32_t> limit;
-  bool detail = false;
+  bool detail = false;  // a block per row with its figures and longest operators and collectives
 };
 
 struct SummaryArgs {
