@@ -667,6 +667,27 @@ void CaptureManager::onCommitted(const storage::WriteBatch& batch) {
 void CaptureManager::tick(int64_t nowNs) {
   std::vector<storage::CaptureRow> ready;
   std::vector<storage::CaptureRow> ended;  // final without a merge: stored below
+  // A trace deadline is reckoned from the job's step time when the capture started; a job that
+  // slowed since (often what raised the anomaly), or whose reports lag behind a loaded host,
+  // takes longer to reach the steps. So at the deadline a rank still on its way is given another
+  // deadlineSlackNs: one heard from within that time (RankRow.lastSeenNs) whose latest stored
+  // step has not passed the capture's last step, or that is uploading. Any other is failed: it
+  // went silent, or got past the steps without recording them (the command was lost).
+  std::map<std::string, std::vector<storage::RankRow>> onTheWay;  // capture id -> its job's ranks
+  {
+    std::vector<std::pair<std::string, std::string>> due;  // (capture id, job)
+    {
+      MutexLock lock(&mu_);
+      for (const auto& [id, a] : active_) {
+        if (!a.merging && a.row.kind == "trace" && nowNs >= a.row.deadlineNs && !allFinal(a.row))
+          due.emplace_back(id, a.row.job);
+      }
+    }
+    for (const auto& [id, job] : due) {
+      auto rows = store_.ranks(job);  // not under mu_: a store query
+      if (rows) onTheWay[id] = std::move(*rows);
+    }
+  }
   {
     MutexLock lock(&mu_);
     for (auto it = active_.begin(); it != active_.end();) {
@@ -676,11 +697,27 @@ void CaptureManager::tick(int64_t nowNs) {
         continue;
       }
       if (nowNs >= a.row.deadlineNs && !allFinal(a.row)) {
+        const auto ranks = onTheWay.find(a.row.id);
+        const int64_t lastStep = a.row.startStep + static_cast<int64_t>(a.row.steps) - 1;
+        auto stillComing = [&](const storage::CaptureRankRow& r) {
+          if (ranks == onTheWay.end()) return false;
+          for (const storage::RankRow& row : ranks->second) {
+            if (row.rank != r.rank) continue;
+            return !row.ended && nowNs - row.lastSeenNs <= options_.deadlineSlackNs &&
+                   (r.state == RankState::kUploading || row.latestStep < lastStep);
+          }
+          return false;
+        };
+        bool extended = false;
         for (auto& r : a.row.rankStatus) {
-          if (!wire::isFinal(r.state)) {
+          if (wire::isFinal(r.state)) continue;
+          if (stillComing(r)) {
+            extended = true;
+          } else {
             failRankLocked(a, r, std::string("timed out in state ") + wire::toString(r.state));
           }
         }
+        if (extended) a.row.deadlineNs = nowNs + options_.deadlineSlackNs;
       }
       if (!allFinal(a.row)) {
         ++it;

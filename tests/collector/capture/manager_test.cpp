@@ -1,7 +1,7 @@
 // The capture manager's state machine with a fake command sink and synthetic statuses and
-// chunks: validation (404/400/409), commands per agent, done with a merged aligned trace,
-// checksum failure, repeated chunks, ranks gone, deadlines, an unconnected agent, restart
-// recovery and automatic captures.
+// chunks (manager_harness.h): validation (404/400/409), commands per agent, done with a merged
+// aligned trace, restart recovery, stored-file bounds and automatic captures. How ranks fail
+// (checksums, chunks, probes, deadlines, unconnected agents): manager_failure_test.cpp.
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -14,7 +14,7 @@
 
 #include "collector/capture/gzip_file.h"
 #include "collector/capture/manager.h"
-#include "tests/collector/capture/capture_fixture.h"
+#include "tests/collector/capture/manager_harness.h"
 #include "tests/common/gcc12_string_warnings.h"  // last: GCC 12 -O3 false positives
 
 using namespace trainscope;
@@ -22,90 +22,7 @@ using namespace trainscope::capture;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-namespace {
-
-constexpr int64_t kStartNs = 1'700'000'000'000'000'000;
-
-struct Harness {
-  testing::TempDir dir;
-  std::unique_ptr<storage::Store> store = testing::seededStore();
-  ManualClock clock{kStartNs};
-  std::vector<std::pair<std::string, wire::Command>> sent;
-  std::set<std::string> offline;  // nodes whose agent is "not connected"
-  std::unique_ptr<CaptureManager> manager;
-
-  explicit Harness(CaptureManagerOptions o = {}) {
-    o.dir = dir.sub("captures");
-    manager = std::make_unique<CaptureManager>(
-        o, *store, clock, [this](const std::string& node, const wire::Command& cmd) {
-          if (offline.count(node) != 0) {
-            return Status::error("node " + node + " has no connected agent");
-          }
-          sent.emplace_back(node, cmd);
-          return Status::ok();
-        });
-  }
-
-  storage::CaptureRow start(const std::string& body) {
-    auto req = parseCaptureRequest(body);
-    REQUIRE(req);
-    auto r = manager->start("j", *req);
-    INFO(r.message());
-    REQUIRE(r);
-    return *r;
-  }
-
-  // The capture as stored once the manager stored what changed (its tick does).
-  storage::CaptureRow stored(const std::string& id) {
-    if (manager) manager->flush();
-    return inStore(id);
-  }
-
-  // The capture as stored now, without a flush.
-  storage::CaptureRow inStore(const std::string& id) {
-    auto row = store->capture(id);
-    REQUIRE(row);
-    REQUIRE(row->has_value());
-    return **row;
-  }
-
-  const storage::CaptureRankRow& rank(const storage::CaptureRow& row, uint32_t r) {
-    for (const auto& rs : row.rankStatus) {
-      if (rs.rank == r) return rs;
-    }
-    FAIL("rank " << r << " not in capture");
-    return row.rankStatus.front();
-  }
-
-  // Sends rank `r`'s whole file in chunks of `size` bytes.
-  void upload(const std::string& id, uint32_t r, const std::string& bytes, size_t size = 100) {
-    manager->onCommandItem("n", testing::statusOf(id, r, "recording", "steps 12..16"));
-    manager->onCommandItem("n", testing::statusOf(id, r, "uploading"));
-    for (const auto& c : testing::chunksOf(id, r, bytes, size)) manager->onCommandItem("n", c);
-  }
-
-  std::string traceBytes(uint32_t r, double baseUs) {
-    return testing::gzipJson(dir.sub("src-" + std::to_string(r) + ".json.gz"),
-                             testing::rankTrace(r, baseUs, 8, 7));
-  }
-};
-
-// A file stream read to its end.
-Result<std::string> readAllOf(Result<std::unique_ptr<ByteSource>> opened) {
-  if (!opened) return opened.status();
-  return readAll(**opened, 1ull << 30);
-}
-
-StatusCode refusal(Harness& h, const std::string& job, const std::string& body,
-                   std::string* message) {
-  auto req = parseCaptureRequest(body);
-  REQUIRE(req);
-  auto r = h.manager->start(job, *req);
-  *message = r.message();
-  return r.code();
-}
-
-}  // namespace
+using namespace trainscope::testing;
 
 TEST_CASE("requests the job cannot take are refused with their code") {
   Harness h;
@@ -267,134 +184,6 @@ TEST_CASE("a trace capture sends one command per agent, collects files, merges a
   CHECK_THAT(captureMetricsText(st),
              Catch::Matchers::Contains(
                  "trainscope_captures_started_total{kind=\"trace\",trigger=\"request\"} 1"));
-}
-
-TEST_CASE("a chunk failing its checksum fails the rank; the capture ends partial") {
-  Harness h;
-  auto cap = h.start(R"({"ranks":[0,1]})");
-  h.upload(cap.id, 0, h.traceBytes(0, 1000.0));
-  auto chunks = testing::chunksOf(cap.id, 1, h.traceBytes(1, 1000.0), 100);
-  h.manager->onCommandItem("n0", chunks[0]);
-  auto bad = chunks[1];
-  bad.mutable_file_chunk()->set_crc32(bad.file_chunk().crc32() ^ 1u);
-  h.manager->onCommandItem("n0", bad);
-  auto row = h.stored(cap.id);
-  CHECK(h.rank(row, 1).state == wire::RankState::kFailed);
-  CHECK(h.rank(row, 1).detail == "chunk at offset 100 failed its checksum");
-  CHECK_FALSE(fs::exists(h.manager->directory(cap.id) + "/rank-1.json.gz.part"));
-  // Later chunks of a failed rank are ignored.
-  for (size_t i = 2; i < chunks.size(); ++i) h.manager->onCommandItem("n0", chunks[i]);
-  CHECK(h.rank(h.stored(cap.id), 1).state == wire::RankState::kFailed);
-  h.manager->tick(h.clock.nowNs());
-  row = h.stored(cap.id);
-  CHECK(row.state == wire::CaptureState::kPartial);
-  CHECK(row.summary == "1 of 2 ranks done, 1 failed");
-  CHECK(row.traceBytes.has_value());
-}
-
-TEST_CASE("a missing chunk or a wrong total fails the rank") {
-  Harness h;
-  auto cap = h.start(R"({"ranks":[0,1]})");
-  auto chunks = testing::chunksOf(cap.id, 0, h.traceBytes(0, 1.0), 100);
-  h.manager->onCommandItem("n0", chunks[0]);
-  h.manager->onCommandItem("n0", chunks[2]);
-  CHECK(h.rank(h.stored(cap.id), 0).detail ==
-        "chunk at offset 200 leaves a gap: the file has 100 bytes");
-  auto one = testing::chunksOf(cap.id, 1, "0123456789", 100);
-  one[0].mutable_file_chunk()->set_total_bytes(11);
-  h.manager->onCommandItem("n0", one[0]);
-  CHECK(h.rank(h.stored(cap.id), 1).detail == "file has 10 bytes, its last chunk said 11");
-  h.manager->tick(h.clock.nowNs());
-  CHECK(h.stored(cap.id).state == wire::CaptureState::kFailed);
-}
-
-TEST_CASE("a probe's failure, a goodbye before the last step and a dead process fail ranks") {
-  Harness h;
-  auto cap = h.start(R"({"ranks":"0-3"})");  // steps 12..16
-  h.manager->onCommandItem("n0",
-                           testing::statusOf(cap.id, 0, "failed", "a capture is already running"));
-  storage::WriteBatch b;
-  wire::RankGoodbye bye;
-  bye.set_job("j");
-  bye.set_rank(1);
-  bye.set_last_step(13);
-  b.goodbyes.push_back(bye);
-  wire::HostSample host;
-  host.set_node("n1");
-  auto* proc = host.add_procs();
-  proc->set_job("j");
-  proc->set_rank(2);
-  proc->set_pid(102);
-  proc->set_alive(false);
-  auto* other = host.add_procs();  // another job's rank 3 died: not ours
-  other->set_job("k");
-  other->set_rank(3);
-  other->set_alive(false);
-  b.hosts.push_back(host);
-  h.manager->onCommitted(b);
-  auto row = h.stored(cap.id);
-  CHECK(h.rank(row, 0).detail == "a capture is already running");
-  CHECK(h.rank(row, 1).state == wire::RankState::kFailed);
-  CHECK(h.rank(row, 1).detail == "rank exited at step 13 before the capture finished");
-  CHECK(h.rank(row, 2).state == wire::RankState::kFailed);
-  CHECK(h.rank(row, 2).detail == "the process of rank 2 (pid 102) is gone, reported by agent n1");
-  CHECK(h.rank(row, 3).state == wire::RankState::kPending);
-  h.upload(cap.id, 3, h.traceBytes(3, 1.0));
-  h.manager->tick(h.clock.nowNs());
-  row = h.stored(cap.id);
-  CHECK(row.state == wire::CaptureState::kPartial);
-  CHECK(row.summary == "1 of 4 ranks done, 3 failed");
-}
-
-TEST_CASE("the deadline fails ranks still waiting; a capture with no file ends failed") {
-  Harness h;
-  auto cap = h.start(R"({"ranks":[0,2]})");
-  // Deadline: (21 + 5 - 10) steps x 100 ms median x 3 + 30 s.
-  CHECK(cap.deadlineNs == kStartNs + 16 * 100'000'000LL * 3 + 30'000'000'000LL);
-  h.manager->onCommandItem("n0", testing::statusOf(cap.id, 0, "recording"));
-  h.manager->tick(cap.deadlineNs - 1);
-  CHECK(h.stored(cap.id).state == wire::CaptureState::kRunning);
-  h.clock.set(cap.deadlineNs);
-  h.manager->tick(cap.deadlineNs);
-  auto row = h.stored(cap.id);
-  CHECK(row.state == wire::CaptureState::kFailed);
-  CHECK(h.rank(row, 0).detail == "timed out in state recording");
-  CHECK(h.rank(row, 2).detail == "timed out in state pending");
-  CHECK_FALSE(row.traceBytes.has_value());
-  CHECK(h.manager->stats().finished.at(wire::CaptureState::kFailed) == 1);
-  // Over: the same ranks may be captured again.
-  h.start(R"({"ranks":[0,2]})");
-}
-
-TEST_CASE("a stacks capture: 30 s deadline, stacks command, merged stacks document") {
-  Harness h;
-  auto cap = h.start(R"({"kind":"stacks","ranks":[1]})");
-  CHECK(cap.kind == "stacks");
-  CHECK(cap.deadlineNs == kStartNs + 30'000'000'000LL);
-  REQUIRE(h.sent.size() == 1);
-  CHECK(h.sent[0].second.has_stacks());
-  CHECK(h.sent[0].second.stacks().capture_id() == cap.id);
-  json doc = {{"trainscope", {{"kind", "stacks"}, {"rank", 1}}},
-              {"threads", json::array({{{"tid", 7}, {"name", "main"}}})}};
-  h.upload(cap.id, 1, testing::gzipJson(h.dir.sub("stk.json.gz"), doc));
-  h.manager->tick(h.clock.nowNs());
-  CHECK(h.stored(cap.id).state == wire::CaptureState::kComplete);
-  auto merged = json::parse(*readAllOf(h.manager->openFile(cap.id, "trace.json.gz", false)));
-  CHECK(merged["kind"] == "stacks");
-  CHECK(merged["ranks"][0]["threads"][0]["tid"] == 7);
-}
-
-TEST_CASE("ranks on an agent that is not connected fail at once") {
-  Harness h;
-  h.offline.insert("n1");
-  auto cap = h.start(R"({"ranks":[0,2]})");
-  CHECK(h.rank(cap, 2).state == wire::RankState::kFailed);
-  CHECK(h.rank(cap, 2).detail == "node n1 has no connected agent");
-  CHECK(h.rank(cap, 0).state == wire::RankState::kPending);
-  h.offline.insert("n0");
-  auto none = h.start(R"({"ranks":[1,3]})");
-  CHECK(none.state == wire::CaptureState::kFailed);  // nobody can answer: over at once
-  CHECK(h.stored(none.id).state == wire::CaptureState::kFailed);
 }
 
 TEST_CASE("captures left running by a previous collector fail; done ranks are still merged") {
