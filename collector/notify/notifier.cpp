@@ -193,7 +193,8 @@ class AlertmanagerReceiver final : public Notifier::Receiver {
           dropLog_.log(LogLevel::kWarn, kComponent,
                        name() + ": " + std::to_string(alerts_.size()) +
                            " alerts held (the bound): not sending " + toString(phase) + " " +
-                           row.id);
+                           row.id + " (" + std::to_string(stats_.droppedQueueFull) +
+                           " dropped in all)");
           return;
         }
         it = alerts_.emplace(row.id, Alert{row, alertLabels(row, severity)}).first;
