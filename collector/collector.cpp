@@ -290,11 +290,14 @@ Status run(const CollectorOptions& options) {
   // notifier's own threads once the HTTP address (for its links) is known.
   std::unique_ptr<notify::Notifier> notifier;
   const notify::NotifyOptions& no = options.notify;
-  if (options.detect &&
-      !(no.alertmanagers.empty() && no.webhooks.empty() && no.slackWebhooks.empty())) {
-    auto made = notify::Notifier::create(no, clock);
-    if (!made) return made.status();
-    notifier = std::move(*made);
+  if (!(no.alertmanagers.empty() && no.webhooks.empty() && no.slackWebhooks.empty())) {
+    if (options.detect) {
+      auto made = notify::Notifier::create(no, clock);
+      if (!made) return made.status();
+      notifier = std::move(*made);
+    } else {
+      logWarn(kComponent, "--no-detect: no anomalies, so --alertmanager and the webhooks get none");
+    }
   }
 
   std::unique_ptr<DetectPipeline> pipeline;
