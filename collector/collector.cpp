@@ -147,6 +147,23 @@ void pruneCaptureFiles(capture::CaptureManager& captures, int64_t nowNs) {
   if (!removed) logError(kComponent, "capture file retention failed: " + removed.message());
 }
 
+// --external-url, else http://HOST:PORT of the bound HTTP address (this machine's name when it
+// listens on every address: a link to 0.0.0.0 reaches nobody).
+std::string dashboardUrl(const CollectorOptions& options, const HostPort& http, uint16_t port) {
+  std::string url = options.externalUrl;
+  if (url.empty()) {
+    std::string host = http.host;
+    if (host == "0.0.0.0" || host == "::" || host == "[::]" || host.empty()) {
+      char name[256] = {};
+      host = gethostname(name, sizeof name - 1) == 0 && name[0] != '\0' ? name : "localhost";
+    }
+    const bool v6 = host.find(':') != std::string::npos && host.front() != '[';
+    url = "http://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  }
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  return url;
+}
+
 class ManagerService final : public http::CaptureService {
  public:
   explicit ManagerService(capture::CaptureManager& manager) : manager_(manager) {}
@@ -269,6 +286,20 @@ Status run(const CollectorOptions& options) {
   captures.recover();
   pruneCaptureFiles(captures, clock.nowNs());
 
+  // Anomalies to Alertmanager and webhooks: offered from the pipeline's onStored, sent from the
+  // notifier's own threads once the HTTP address (for its links) is known.
+  std::unique_ptr<notify::Notifier> notifier;
+  const notify::NotifyOptions& no = options.notify;
+  if (!(no.alertmanagers.empty() && no.webhooks.empty() && no.slackWebhooks.empty())) {
+    if (options.detect) {
+      auto made = notify::Notifier::create(no, clock);
+      if (!made) return made.status();
+      notifier = std::move(*made);
+    } else {
+      logWarn(kComponent, "--no-detect: no anomalies, so --alertmanager and the webhooks get none");
+    }
+  }
+
   std::unique_ptr<DetectPipeline> pipeline;
   ingest::IngestOptions io;
   io.endpoint = options.ingest;
@@ -284,9 +315,15 @@ Status run(const CollectorOptions& options) {
   if (options.detect) {
     PipelineOptions po;
     po.detect = options.detectOptions;
-    if (options.autoCaptureIntervalS > 0 && options.autoCaptureBudget > 0) {
-      po.onStored = [&captures](const storage::AnomalyRow& row) { captures.offerAnomaly(row); };
+    const bool autoCaptures = options.autoCaptureIntervalS > 0 && options.autoCaptureBudget > 0;
+    if (autoCaptures) {
       po.pickCaptures = [&captures](int64_t nowNs) { return captures.pickAutoCaptures(nowNs); };
+    }
+    if (autoCaptures || notifier != nullptr) {
+      po.onStored = [&captures, autoCaptures, n = notifier.get()](const storage::AnomalyRow& row) {
+        if (autoCaptures) captures.offerAnomaly(row);
+        if (n != nullptr) n->offer(row);
+      };
     }
     po.jobEndIdleNs = options.jobEndIdleS * 1'000'000'000;
     pipeline = std::make_unique<DetectPipeline>(po, **store, clock);
@@ -331,10 +368,11 @@ Status run(const CollectorOptions& options) {
   ho.metrics.maxJobs = options.metricsMaxJobs;
   ho.captures = captureService(captures);
   ho.imports = imports;
-  ho.extraMetrics = [&ingestServer, p = pipeline.get(), &captures] {
+  ho.extraMetrics = [&ingestServer, p = pipeline.get(), &captures, n = notifier.get()] {
     std::string text = http::ingestMetricsText(ingestServer.stats());
     if (p != nullptr) text += detectMetricsText(p->stats(), p->detectStats());
     text += capture::captureMetricsText(captures.stats());
+    if (n != nullptr) text += n->metricsText();
     text += processMemoryMetricsText(readProcessMemory());
     return text;
   };
@@ -344,6 +382,7 @@ Status run(const CollectorOptions& options) {
     return Status::error("--http: " + s.message());
   }
   const std::string httpBound = httpAddr->host + ":" + std::to_string(httpServer.port());
+  if (notifier) notifier->start(dashboardUrl(options, *httpAddr, httpServer.port()));
   logInfo(kComponent, "collector ready: ingest " + ingestServer.endpoint() + ", http " + httpBound +
                           ", database " + storeName(options) + ", name " + name + ", web root " +
                           (options.webRoot.empty() ? std::string("(none)") : options.webRoot) +

@@ -12,6 +12,7 @@
 #include "collector/capture/manager.h"
 #include "collector/detect/options.h"
 #include "collector/http/api.h"
+#include "collector/notify/notifier.h"
 #include "common/status.h"
 
 namespace trainscope::collector {
@@ -112,6 +113,13 @@ struct CollectorOptions {
   // retentionHours go too.
   uint64_t capturesMaxBytes = 32ull << 30;
   uint64_t importMaxOpenBytes = 8ull << 30;
+  // Where anomalies are sent (Alertmanager, webhooks; collector/notify/notifier.h): none by
+  // default. Its dashboardUrl is replaced by externalUrl, or else by http://HOST:PORT of the
+  // bound HTTP address (this machine's name when it listens on every address).
+  notify::NotifyOptions notify{};
+  // The URL people reach this collector's dashboard under (behind a proxy, another name), for
+  // the links in alerts and webhook messages; "" derives it from --http.
+  std::string externalUrl;
 };
 
 // The HTTP API's view of the capture stage: http::CaptureService over `manager`, which must

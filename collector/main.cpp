@@ -1,13 +1,16 @@
 // trainscope-collector: parses flags into CollectorOptions and runs the collector.
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "collector/capture/request.h"
 #include "collector/collector.h"
+#include "collector/detect/anomaly.h"
 #include "collector/http/api.h"
 #include "collector/http/origin.h"
 #include "collector/http/token.h"
@@ -17,6 +20,36 @@
 #include "schema/wire.h"
 
 namespace {
+
+// A CLI11 check that a flag's value is an http:// URL the notifier can send to.
+CLI::Validator httpUrlCheck() {
+  return CLI::Validator(
+      [](std::string& url) {
+        auto parsed = trainscope::notify::parseHttpUrl(url);
+        return parsed ? std::string() : parsed.message();
+      },
+      "URL");
+}
+
+// --webhook-header-file: one "Name: value" a line; blank lines and lines starting with # are
+// skipped. Errors name the file and line, never the value (a secret).
+trainscope::Status readHeaderFile(const std::string& path, trainscope::notify::HttpHeaders* out) {
+  std::ifstream in(path);
+  if (!in) return trainscope::Status::error("--webhook-header-file: cannot read " + path);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos || line[start] == '#') continue;
+    auto header = trainscope::notify::parseHeader(line);
+    if (!header) {
+      return trainscope::Status::error("--webhook-header-file: " + path + " line " +
+                                       std::to_string(n) + ": " + header.message());
+    }
+    out->push_back(std::move(*header));
+  }
+  return trainscope::Status::ok();
+}
 
 int collectorMain(int argc, char** argv) {
   using trainscope::collector::CollectorOptions;
@@ -221,6 +254,88 @@ int collectorMain(int argc, char** argv) {
                  "it the oldest lose their files, checked with retention (0: no bound; files "
                  "older than --retention-hours go too)")
       ->capture_default_str();
+  auto& notify = options.notify;
+  app.add_option("--alertmanager", notify.alertmanagers,
+                 "send each anomaly to this Alertmanager (http://HOST:PORT; API v2, POST "
+                 "/api/v2/alerts) when it opens, updates and ends, re-sent while open (see "
+                 "--alertmanager-resend); repeatable: every one gets every alert. Plain http only")
+      ->check(httpUrlCheck());
+  int64_t resendS = notify.alertmanagerResend.count() / 1000;
+  app.add_option("--alertmanager-resend", resendS,
+                 "seconds between re-sends of open alerts; each says it ends 4 re-sends later, "
+                 "so Alertmanager keeps it through 3 lost ones and resolves the alerts of a "
+                 "collector that died after 4")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{3600}));
+  app.add_option("--webhook", notify.webhooks,
+                 "POST each anomaly's opening and end as JSON ({\"event\", \"severity\", "
+                 "\"anomaly\", \"dashboard_url\", ...}; docs/OPERATIONS.md) to this http:// URL; "
+                 "repeatable")
+      ->check(httpUrlCheck());
+  app.add_option("--slack-webhook", notify.slackWebhooks,
+                 "as --webhook, in the form of a Slack incoming webhook ({\"text\": ...}, "
+                 "mrkdwn with a dashboard link); http:// only (a proxy for Slack's https); "
+                 "repeatable")
+      ->check(httpUrlCheck());
+  std::vector<std::string> webhookHeaders;
+  app.add_option("--webhook-header", webhookHeaders,
+                 "'Name: value' sent with every webhook request, e.g. a shared secret; "
+                 "repeatable (prefer --webhook-header-file: a flag shows in ps)")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            auto parsed = trainscope::notify::parseHeader(text);
+            return parsed ? std::string() : parsed.message();
+          },
+          "HEADER"));
+  std::string webhookHeaderFile;
+  app.add_option("--webhook-header-file", webhookHeaderFile,
+                 "read webhook headers from this file, one 'Name: value' a line (# comments)");
+  std::vector<std::string> webhookKinds;
+  app.add_option("--webhook-kinds", webhookKinds,
+                 "webhooks hear only of these anomaly kinds (comma-separated: straggler, "
+                 "step_shift, hang, ...); default: every kind")
+      ->delimiter(',')
+      ->check(CLI::Validator(
+          [](std::string& kind) {
+            trainscope::detect::AnomalyKind k{};
+            return trainscope::detect::parseAnomalyKind(kind, &k)
+                       ? std::string()
+                       : "unknown anomaly kind '" + kind + "'";
+          },
+          "KIND"));
+  std::string minSeverity = "info";
+  app.add_option("--webhook-min-severity", minSeverity,
+                 "webhooks hear only of anomalies of this severity or above (info, warning, "
+                 "critical; see --notify-critical-gain)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"info", "warning", "critical"}));
+  app.add_option("--notify-critical-gain", notify.severity.criticalGain,
+                 "an anomaly whose estimated gain (share of step time its fix would save) is at "
+                 "least this is critical; hangs and GPU faults always are")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--notify-warning-gain", notify.severity.warningGain,
+                 "an anomaly whose estimated gain is at least this (and below the critical one) "
+                 "is a warning, below it info")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--notify-queue", notify.queueSize,
+                 "per receiver: webhook events waiting while it is slow or down (the oldest "
+                 "is dropped and counted when full), or alerts an Alertmanager is kept told of "
+                 "(a new one is dropped and counted when full)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1000000}));
+  app.add_option("--external-url", options.externalUrl,
+                 "the URL people reach this collector's dashboard under, for the links in alerts "
+                 "and webhook messages [default: http://HOST:PORT of --http; this machine's name "
+                 "when it listens on every address]")
+      ->check(CLI::Validator(
+          [](std::string& url) {
+            return url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0
+                       ? std::string()
+                       : "expected http://... or https://..., got '" + url + "'";
+          },
+          "URL"));
   bool listRoutes = false;
   app.add_flag("--list-routes", listRoutes,
                "print the HTTP routes this collector serves (a Markdown table: method, path and "
@@ -239,6 +354,24 @@ int collectorMain(int argc, char** argv) {
       return 1;
     }
     options.httpToken = *token;
+  }
+  for (const auto& h : webhookHeaders)
+    notify.webhookHeaders.push_back(*trainscope::notify::parseHeader(h));
+  if (!webhookHeaderFile.empty()) {
+    if (auto s = readHeaderFile(webhookHeaderFile, &notify.webhookHeaders); !s) {
+      std::fprintf(stderr, "trainscope-collector: %s\n", s.message().c_str());
+      return 1;
+    }
+  }
+  notify.webhookKinds.insert(webhookKinds.begin(), webhookKinds.end());
+  notify.webhookMinSeverity = *trainscope::notify::parseSeverity(minSeverity);
+  notify.alertmanagerResend = std::chrono::seconds(resendS);
+  if (notify.severity.warningGain > notify.severity.criticalGain) {
+    std::fprintf(stderr,
+                 "trainscope-collector: --notify-warning-gain %g is above --notify-critical-gain "
+                 "%g\n",
+                 notify.severity.warningGain, notify.severity.criticalGain);
+    return 1;
   }
   options.detect = !noDetect;
   det.stepShift.warmupSteps = warmupSteps;

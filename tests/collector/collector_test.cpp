@@ -153,7 +153,13 @@ TEST_CASE("collector: a bad flag value fails with a message naming the flag") {
   for (const Case& c :
        {Case{{"--http", "localhost"}, "--http"}, Case{{"--http", "127.0.0.1:99999"}, "--http"},
         Case{{"--retention-hours", "-2"}, "--retention-hours"},
-        Case{{"--ingest", "localhost:7601"}, "--ingest"}}) {
+        Case{{"--ingest", "localhost:7601"}, "--ingest"},
+        Case{{"--alertmanager", "https://am.example:9093"},
+             "--alertmanager: 'https://am.example:9093': https is not supported"},
+        Case{{"--webhook", "hooks.example/x"}, "--webhook: 'hooks.example/x': expected http://"},
+        Case{{"--slack-webhook", "http://h:0/x"}, "--slack-webhook"},
+        Case{{"--webhook-header", "NoColon"}, "--webhook-header"},
+        Case{{"--webhook-kinds", "straggler,nope"}, "unknown anomaly kind 'nope'"}}) {
     std::vector<std::string> args = {binary(), "--data-dir", dir.path() + "/d"};
     args.insert(args.end(), c.args.begin(), c.args.end());
     const std::string log = dir.path() + "/bad.log";

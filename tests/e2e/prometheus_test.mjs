@@ -21,7 +21,9 @@ const promtool = path.join(path.dirname(prom), 'promtool');
 const stack = new Stack();
 let failed = false;
 try {
-  const base = await stack.startCollector();
+  // A webhook nobody listens on (loopback port 1): the notify counters are on the page too, for
+  // promtool to check.
+  const base = await stack.startCollector(['--webhook', 'http://127.0.0.1:1/hook']);
   await stack.startAgent('node-a');
   stack.startSim(['--job', kJob, '--ranks', String(kRanks), '--steps', '100000', '--step-ms', '20']);
   const promPort = await freePort();
@@ -61,6 +63,9 @@ try {
   if (!up.length || up[0].value[1] !== '1') throw new Error('scrape target not up: ' + JSON.stringify(up));
   // The page as Prometheus's own linter reads it: every problem it names fails the test.
   const page = await (await fetch(`${base}/metrics`)).text();
+  if (!page.includes('# TYPE trainscope_notify_dropped_total counter')) {
+    throw new Error('no notify counters on the page with --webhook');
+  }
   const lint = spawnSync(promtool, ['check', 'metrics'], { input: page, encoding: 'utf8' });
   if (lint.error) throw lint.error;
   const findings = (lint.stdout + lint.stderr).trim();

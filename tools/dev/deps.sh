@@ -12,8 +12,8 @@ if [[ "$mode" == "test" ]]; then
   # Real-training tests (torch; libtorch-dev builds libtrainscope_torch.so, the ATen operator
   # callback the real-training capture test needs), the browser test (chromium +
   # playwright-core from npm), the dashboard's lint (ESLint from npm) and the Prometheus
-  # scrape test.
-  need+=(python3 python3-torch libtorch-dev chromium prometheus)
+  # scrape test; the alerting test sends to Debian's Alertmanager.
+  need+=(python3 python3-torch libtorch-dev chromium prometheus prometheus-alertmanager)
   # The Python tests run under pytest (tests/pytest_run.py).
   need+=(python3-pytest)
   # The ClickHouse store's tests start Debian's clickhouse-server (18.16) on a loopback port.
