@@ -81,8 +81,7 @@ struct Harness {
   }
 
   std::string traceBytes(uint32_t r, double baseUs) {
-    return gzipJson(dir.sub("src-" + std::to_string(r) + ".json.gz"),
-                             rankTrace(r, baseUs, 8, 7));
+    return gzipJson(dir.sub("src-" + std::to_string(r) + ".json.gz"), rankTrace(r, baseUs, 8, 7));
   }
 };
 
@@ -93,7 +92,7 @@ inline Result<std::string> readAllOf(Result<std::unique_ptr<ByteSource>> opened)
 }
 
 inline StatusCode refusal(Harness& h, const std::string& job, const std::string& body,
-                   std::string* message) {
+                          std::string* message) {
   auto req = capture::parseCaptureRequest(body);
   REQUIRE(req);
   auto r = h.manager->start(job, *req);
