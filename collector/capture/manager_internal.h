@@ -1,12 +1,14 @@
-// What the capture manager's sources share (manager.cpp: requests, commands, statuses, chunks
-// and merges; manager_store.cpp: storing captures and recovering them; manager_files.cpp:
-// their files on disk): names, checks and the merge count. For those files only.
+// What the capture manager's sources share (manager.cpp: requests, commands, statuses and
+// chunks; manager_tick.cpp: deadlines and merges; manager_store.cpp: storing captures and
+// recovering them; manager_files.cpp: their files on disk): names, checks, the merge count and
+// the final row. For those files only.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "collector/storage/store.h"
@@ -37,6 +39,11 @@ inline void setMergeAttempts(const std::filesystem::path& dir, int n) {
 inline std::string rankFileName(uint32_t rank) {
   return "rank-" + std::to_string(rank) + ".json.gz";
 }
+
+// The row as it ends: `failures` (from the merge) applied, the final state chosen by how many
+// ranks are done (manager.cpp).
+storage::CaptureRow finalRow(storage::CaptureRow row,
+                             const std::map<uint32_t, std::string>& failures, int64_t nowNs);
 
 inline bool allFinal(const storage::CaptureRow& row) {
   return std::all_of(row.rankStatus.begin(), row.rankStatus.end(),
