@@ -33,7 +33,7 @@ void CaptureManager::tick(int64_t nowNs) {
   // deadlineSlackNs: one heard from within that time (RankRow.lastSeenNs) whose latest stored
   // step has not passed the capture's last step, or that is uploading. Any other is failed: it
   // went silent, or got past the steps without recording them (the command was lost).
-  std::map<std::string, std::vector<storage::RankRow>> onTheWay;  // capture id -> its job's ranks
+  std::map<std::string, JobRanks> onTheWay;  // capture id -> its job's ranks
   {
     std::vector<std::pair<std::string, std::string>> due;  // (capture id, job)
     {
@@ -44,8 +44,8 @@ void CaptureManager::tick(int64_t nowNs) {
       }
     }
     for (const auto& [id, job] : due) {
-      auto rows = store_.ranks(job);  // not under mu_: a store query
-      if (rows) onTheWay[id] = std::move(*rows);
+      auto ranks = jobRanks(job);                          // not under mu_: a store query
+      if (ranks) onTheWay.emplace(id, std::move(*ranks));  // moved: byRank stays valid
     }
   }
   {
@@ -61,12 +61,11 @@ void CaptureManager::tick(int64_t nowNs) {
         const int64_t lastStep = a.row.startStep + static_cast<int64_t>(a.row.steps) - 1;
         auto stillComing = [&](const storage::CaptureRankRow& r) {
           if (ranks == onTheWay.end()) return false;
-          for (const storage::RankRow& row : ranks->second) {
-            if (row.rank != r.rank) continue;
-            return !row.ended && nowNs - row.lastSeenNs <= options_.deadlineSlackNs &&
-                   (r.state == RankState::kUploading || row.latestStep < lastStep);
-          }
-          return false;
+          const auto row = ranks->second.byRank.find(r.rank);
+          if (row == ranks->second.byRank.end()) return false;
+          const storage::RankRow& seen = *row->second;
+          return !seen.ended && nowNs - seen.lastSeenNs <= options_.deadlineSlackNs &&
+                 (r.state == RankState::kUploading || seen.latestStep < lastStep);
         };
         bool extended = false;
         for (auto& r : a.row.rankStatus) {
